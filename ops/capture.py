@@ -1,0 +1,315 @@
+"""Op capture: torch calls on Variables append Operators to the current block.
+
+Two entry points route here:
+  - `Variable.__torch_function__` and the Variable's tensor methods and Python
+    operators (installed below), which is all that static-graph code built
+    under `program_guard` needs;
+  - `CaptureMode`, a torch function mode active while a declarative function
+    is traced, which also sees calls that have no Variable argument: factory
+    and random ops (`torch.zeros`, `torch.randn`) must run at run time, not
+    once at build time, and ops on parameters (`self.weight.t()`) must see the
+    parameter's value at run time.
+
+Real tensors an op reads (parameters, buffers, constants) are lifted into
+persistable Variables bound to the very same tensor object, so optimizer
+steps and in-place buffer updates stay shared with the module.
+"""
+
+import inspect
+import linecache
+import os
+import sys
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from runtime.attrs import InputRef, OutputRef, ReturnType
+from runtime.errors import ConversionError
+from runtime.ir import TENSOR_ARRAY, Variable, default_main_program
+
+from . import torch_ops  # noqa: F401 - fills the registry
+from .infer import Dynamic, Meta, infer
+from .registry import op_for_callable
+
+_INTERNAL_DIRS = tuple(
+    os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+    for m in (torch,)
+) + tuple(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), d) + os.sep
+    for d in ("ops", "runtime", "d2s")
+)
+
+
+def user_origin(skip_internal=True):
+    """(filename, lineno, source line) of the innermost user frame: the first
+    frame outside torch and d2s's own packages. Converted code is compiled
+    with the user's file name and line numbers, so it counts as user code."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not (skip_internal and filename.startswith(_INTERNAL_DIRS)) and not filename.startswith("<frozen"):
+            line = linecache.getline(filename, frame.f_lineno).strip()
+            return (filename, frame.f_lineno, line)
+        frame = frame.f_back
+    return None
+
+
+def error_at_user_line(message):
+    origin = user_origin()
+    if origin is None:
+        return ConversionError(message)
+    filename, lineno, line = origin
+    text = f"{message}\n    {line}" if line else message
+    return ConversionError(text, filename, lineno)
+
+
+# -- lifting real tensors --------------------------------------------------------
+
+def lift(tensor, program=None):
+    """The persistable Variable bound to `tensor` in `program` (created once)."""
+    program = program or default_main_program()
+    lifted = program.__dict__.setdefault("_lifted", {})
+    name = lifted.get(id(tensor))
+    if name is not None and program.bound.get(name) is tensor:
+        return program.global_block().vars[name]
+    hints = program.__dict__.get("name_hints", {})
+    hint = hints.get(id(tensor))
+    if hint is None or any(hint in b.vars for b in program.blocks):
+        hint = program.unique_name("param" if isinstance(tensor, torch.nn.Parameter) else "const")
+    var = program.global_block().create_var(
+        name=hint, shape=tuple(tensor.shape), dtype=tensor.dtype, persistable=True,
+        stop_gradient=not tensor.requires_grad)
+    program.bind(hint, tensor)
+    lifted[id(tensor)] = hint
+    return var
+
+
+# -- recording ---------------------------------------------------------------------
+
+def _contains_variable(tree):
+    if isinstance(tree, Variable):
+        return True
+    if isinstance(tree, (list, tuple)):
+        return any(_contains_variable(t) for t in tree)
+    if isinstance(tree, dict):
+        return any(_contains_variable(t) for t in tree.values())
+    if isinstance(tree, slice):
+        return any(_contains_variable(t) for t in (tree.start, tree.stop, tree.step))
+    return False
+
+
+def _contains_tensor(tree):
+    if isinstance(tree, torch.Tensor):
+        return True
+    if isinstance(tree, (list, tuple)):
+        return any(_contains_tensor(t) for t in tree)
+    if isinstance(tree, dict):
+        return any(_contains_tensor(t) for t in tree.values())
+    return False
+
+
+class _Refs:
+    """Turns an argument tree into one with InputRef leaves, collecting the
+    input Variables (each once)."""
+
+    def __init__(self, program):
+        self.program = program
+        self.inputs = []
+        self._index = {}
+
+    def ref(self, value):
+        if isinstance(value, torch.Tensor):
+            value = lift(value, self.program)
+        if isinstance(value, Variable):
+            i = self._index.get(id(value))
+            if i is None:
+                i = self._index[id(value)] = len(self.inputs)
+                self.inputs.append(value)
+            return InputRef(i)
+        if isinstance(value, torch.Size):
+            return tuple(value)
+        if isinstance(value, list):
+            return [self.ref(v) for v in value]
+        if isinstance(value, tuple) and not hasattr(value, "_fields"):
+            return tuple(self.ref(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self.ref(v) for k, v in value.items()}
+        if isinstance(value, slice):
+            return slice(self.ref(value.start), self.ref(value.stop), self.ref(value.step))
+        return value
+
+
+def _stop_gradient(inputs):
+    return all(v.stop_gradient for v in inputs)
+
+
+def _build_outputs(meta, block, opdef, inputs, outs, stop_gradient):
+    """The user-facing result and the attr tree with OutputRef leaves."""
+    if isinstance(meta, Meta):
+        if opdef.mutates and inputs and tuple(meta.shape) == tuple(inputs[0].shape):
+            var = inputs[0]
+        else:
+            var = block.create_var(name=block.program.unique_name("tmp"), shape=meta.shape,
+                                   dtype=meta.dtype, stop_gradient=stop_gradient
+                                   or not (meta.dtype.is_floating_point or meta.dtype.is_complex))
+        outs.append(var)
+        return var, OutputRef(len(outs) - 1)
+    if isinstance(meta, Dynamic):
+        raise error_at_user_line(
+            f"`{opdef.type}` returns a Python value ({meta.example!r} for one input size) that "
+            "depends on a dimension known only at run time; compute it with tensor ops instead")
+    if isinstance(meta, (list, tuple)):
+        pairs = [_build_outputs(m, block, opdef, inputs, outs, stop_gradient) for m in meta]
+        values = [p[0] for p in pairs]
+        trees = [p[1] for p in pairs]
+        if type(meta).__module__ == "torch.return_types":
+            return type(meta)(values), ReturnType(type(meta).__name__, trees)
+        if isinstance(meta, tuple):
+            return tuple(values), tuple(trees)
+        return values, trees
+    return meta, meta
+
+
+def record(opdef, fn, args, kwargs):
+    """Append one call-style op running `fn(*args, **kwargs)`; return its
+    result with Variables in place of tensors."""
+    program = default_main_program()
+    block = program.current_block()
+    refs = _Refs(program)
+    args_tree = refs.ref(tuple(args))
+    kwargs_tree = refs.ref(dict(kwargs))
+    try:
+        meta = infer(fn, args_tree, kwargs_tree, refs.inputs, factory=bool(opdef.extra.get("factory")))
+    except ConversionError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the kernel's own complaint, at the user's line
+        shapes = ", ".join(f"{v.name}: {v.dtype_name}{list(v.shape)}" for v in refs.inputs)
+        raise error_at_user_line(f"`{opdef.type}` fails on inputs ({shapes}): {exc}") from None
+    outs = []
+    result, out_tree = _build_outputs(meta, block, opdef, refs.inputs, outs, _stop_gradient(refs.inputs))
+    if opdef.mutates:
+        # An in-place op writes its first input; `out` names it so the
+        # executor knows the op's result is that same tensor.
+        returns_tensor = isinstance(meta, Meta)
+        out_tree = OutputRef(0) if returns_tensor else None
+        outs = [refs.inputs[0]]
+        result = refs.inputs[0] if returns_tensor else None
+    block.append_op(opdef.type, inputs={"X": refs.inputs}, outputs={"Out": outs},
+                    attrs={"args": args_tree, "kwargs": kwargs_tree, "out": out_tree},
+                    origin=user_origin())
+    return result
+
+
+# -- dispatch ----------------------------------------------------------------------
+
+def dispatch(fn, args, kwargs):
+    """Handle one torch call seen while capturing."""
+    opdef = op_for_callable(fn)
+    has_var = _contains_variable(args) or _contains_variable(kwargs)
+    if opdef is not None and (has_var or opdef.extra.get("factory") or
+                              _contains_tensor(args) or _contains_tensor(kwargs)):
+        return record(opdef, fn, args, kwargs)
+    if not has_var:
+        return fn(*args, **kwargs)
+    if inspect.isfunction(fn):
+        # A Python-level torch function outside the allowlist: run its body,
+        # whose primitive calls are captured one by one.
+        with CaptureMode():
+            return fn(*args, **kwargs)
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+    raise error_at_user_line(
+        f"torch function `{name}` cannot be captured into a program: it is not in d2s's allowlist "
+        "of ops (ops/torch_ops.py)")
+
+
+class CaptureMode(TorchFunctionMode):
+    """Active while a declarative function is traced: every torch call goes
+    through `dispatch`."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return dispatch(func, args, kwargs or {})
+
+
+def _torch_function(func, args, kwargs):
+    return dispatch(func, args, kwargs)
+
+
+# -- tensor methods on Variables -----------------------------------------------------
+
+_TO_PYTHON = {
+    "__bool__": "bool(x)", "__int__": "int(x)", "__float__": "float(x)", "__index__": "an index",
+    "__complex__": "complex(x)", "item": "x.item()", "tolist": "x.tolist()",
+    "numpy": "x.numpy()", "__array__": "numpy.asarray(x)",
+}
+
+
+def _to_python_error(var, how):
+    return error_at_user_line(
+        f"the value of tensor `{var.name}` is known only when the program runs, so it cannot be used "
+        f"as {how} here; @declarative converts `if`/`while`/`int()`/`float()` on tensors for you, "
+        "otherwise keep the value a tensor (torch.where, d2s.cond, .to(dtype))")
+
+
+def size(var, dim=None):
+    """`x.size()`: Python ints for known dimensions, 0-d int64 Variables for
+    the ones known only at run time."""
+    from . import framework
+    if dim is not None:
+        d = var.shape[dim]
+        return d if d != -1 else framework.shape(var)[dim]
+    if -1 not in var.shape:
+        return torch.Size(var.shape)
+    runtime_shape = framework.shape(var)
+    return tuple(d if d != -1 else runtime_shape[i] for i, d in enumerate(var.shape))
+
+
+def _method(var, name):
+    if name in _TO_PYTHON:
+        raise _to_python_error(var, _TO_PYTHON[name])
+    if name == "size":
+        return lambda dim=None: size(var, dim)
+    if name == "numel":
+        def numel():
+            if -1 in var.shape:
+                raise _to_python_error(var, "a Python int (numel)")
+            n = 1
+            for d in var.shape:
+                n *= d
+            return n
+        return numel
+    if name == "__len__":
+        def length():
+            if not var.shape:
+                raise error_at_user_line(f"len() of a 0-d tensor `{var.name}`")
+            if var.shape[0] == -1:
+                raise _to_python_error(var, "a Python int (len)")
+            return var.shape[0]
+        return length
+    if name == "__iter__":
+        def iterate():
+            if not var.shape or var.shape[0] == -1:
+                raise _to_python_error(var, "a Python iterable")
+            return iter(dispatch(torch.Tensor.unbind, (var, 0), {}))
+        return iterate
+    if var.kind == TENSOR_ARRAY:
+        from . import framework
+        if name == "append":
+            return lambda x: framework.array_append(var, x)
+        raise error_at_user_line(f"tensor array `{var.name}` has no method `{name}`")
+    attr = getattr(torch.Tensor, name, None)
+    if attr is None:
+        raise AttributeError(f"Variable {var.name!r} has no attribute {name!r}")
+    if isinstance(attr, property) or type(attr).__name__ == "getset_descriptor":
+        getter = attr.__get__
+        if op_for_callable(getter) is None:
+            raise error_at_user_line(f"tensor attribute `.{name}` is not supported on program variables")
+        return dispatch(getter, (var,), {})
+    if op_for_callable(attr) is None:
+        raise error_at_user_line(
+            f"tensor method `.{name}()` cannot be captured into a program: it is not in d2s's "
+            "allowlist of ops (ops/torch_ops.py)")
+    return lambda *args, **kwargs: dispatch(attr, (var,) + args, kwargs)
+
+
+Variable._torch_function_hook = staticmethod(_torch_function)
+Variable._method_hook = staticmethod(_method)

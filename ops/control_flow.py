@@ -1,0 +1,418 @@
+"""Graph control flow: the `cond` and `while` ops and the explicit API.
+
+`cond(pred, true_fn, false_fn)` and `while_loop(cond, body, loop_vars)` work
+on eager values and on Variables alike:
+
+    cond(pred, t, f)            ==  t() if pred else f()
+    while_loop(c, b, vs)        ==  while c(*vs): vs = b(*vs)
+                                    return vs
+
+With a Variable condition they trace the branches / the body into
+sub-blocks and append one op whose outputs are new Variables:
+
+    cond:   Out = cond(Cond, X) {true_block, false_block, true_outs, false_outs}
+    while:  Out = while(X)      {cond_block, body_block, loop_vars, cond_out, body_outs}
+
+The executor lowers them to a Python `if` / `while True: ... break` around the
+sub-blocks' statements, so gradients flow through the branch and the
+iterations actually taken.
+"""
+
+import ast
+
+import torch
+
+from runtime.errors import ConversionError
+from runtime.ir import TENSOR_ARRAY, Variable, default_main_program
+
+from . import framework
+from .capture import error_at_user_line, lift, user_origin
+from .registry import OpDef, register
+
+
+class Undefined:
+    """Stands for a name that has no value yet at this point of the program."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"Undefined({self.name!r})"
+
+
+def _tensor_like(value):
+    return isinstance(value, (Variable, torch.Tensor)) or (
+        isinstance(value, (int, float, bool)) and not isinstance(value, Undefined))
+
+
+def _label(names, i):
+    return f"'{names[i]}'" if names and i < len(names) else f"output {i}"
+
+
+def _flatten(value):
+    if isinstance(value, (tuple, list)) and not isinstance(value, Variable):
+        return list(value), (type(value), len(value))
+    return [value], None
+
+
+def _unflatten(leaves, spec):
+    if spec is None:
+        return leaves[0]
+    kind, _ = spec
+    return kind(leaves) if kind in (tuple, list) else tuple(leaves)
+
+
+def _as_var(value, dtype=None):
+    """A Variable in the current block for a Variable, tensor or number."""
+    if isinstance(value, Variable):
+        return value
+    if isinstance(value, torch.Tensor):
+        return lift(value)
+    if isinstance(value, list):
+        return framework.array_from_list(value)
+    return framework.fill_constant(value, dtype)
+
+
+def _outer_reads(blocks):
+    """Names read by the ops of `blocks` (and their sub-blocks) that none of
+    them defines: the values a control-flow op takes from outside."""
+    defined, read = set(), []
+    stack = list(blocks)
+    while stack:
+        block = stack.pop()
+        defined.update(block.vars)
+        for op in block.ops:
+            read += op.input_names + op.output_names
+            stack += op.sub_blocks()
+    return [n for n in dict.fromkeys(read) if n not in defined]
+
+
+def _check_pred(pred):
+    if any(d not in (1, -1) for d in pred.shape):
+        raise error_at_user_line(
+            f"a condition must be a tensor with one element, but `{pred.name}` has shape "
+            f"{list(pred.shape)}; reduce it first (e.g. `.any()` / `.all()`)")
+
+
+# -- cond ---------------------------------------------------------------------------
+
+def _emit_cond(op, gen):
+    def branch(block, outs):
+        body = gen.emit_block(block, keep=outs)
+        body += [gen.assign(gen.store(o), gen.load(i)) for o, i in zip(op.output("Out"), outs)]
+        return body or [ast.Pass()]
+
+    test = gen.call(ast.Name(id="bool", ctx=ast.Load()), [gen.load(op.input("Cond")[0])])
+    return [ast.If(test=test, body=branch(op.attrs["true_block"], op.attrs["true_outs"]),
+                   orelse=branch(op.attrs["false_block"], op.attrs["false_outs"]))]
+
+
+register(OpDef("cond", emit=_emit_cond, inputs=("Cond", "X"), outputs=("Out",),
+               attrs=("true_block", "false_block", "true_outs", "false_outs")))
+
+
+def _merge_branch_values(i, a, b, tblock, fblock, program, names, return_names, origin):
+    """The parent-level value for output i given each branch's value, plus
+    the names each branch yields (None when no op output is needed)."""
+    label = _label(names, i)
+    a_undef, b_undef = isinstance(a, Undefined), isinstance(b, Undefined)
+    if a_undef and b_undef:
+        return a, None
+    if a_undef or b_undef:
+        name = names[i] if names and i < len(names) else None
+        if name not in return_names:
+            side = "true" if b_undef else "false"
+            raise error_at_user_line(
+                f"{label} is assigned only in the {side} branch of this `if` on a tensor and is not "
+                f"defined before it, but it is used afterwards; assign it before the `if` or in both branches")
+        defined = b if a_undef else a
+        placeholder_block = tblock if a_undef else fblock
+        with program.block_guard(placeholder_block):
+            other = _as_var(defined)
+            filler = framework.zeros_placeholder(other)
+        a, b = (filler, b) if a_undef else (a, filler)
+    if a is None or b is None or not (_tensor_like(a) and _tensor_like(b)):
+        if a is b or (type(a) is type(b) and not _tensor_like(a) and a == b):
+            return a, None  # the same Python value either way
+        if a is None or b is None:
+            raise error_at_user_line(
+                f"{label} is a tensor in one branch of this `if` on a tensor and None in the other; "
+                "give it a tensor value in both branches")
+        raise error_at_user_line(
+            f"{label} is a Python {type(a).__name__} in one branch and a {type(b).__name__} in the other "
+            "branch of an `if` on a tensor; only tensors and numbers can differ between branches")
+    ref = a if isinstance(a, (Variable, torch.Tensor)) else b if isinstance(b, (Variable, torch.Tensor)) else None
+    dtype = ref.dtype if ref is not None else None
+    with program.block_guard(tblock):
+        va = _as_var(a, dtype if not isinstance(a, (Variable, torch.Tensor)) else None)
+    with program.block_guard(fblock):
+        vb = _as_var(b, dtype if not isinstance(b, (Variable, torch.Tensor)) else None)
+    if va.kind != vb.kind or va.dtype != vb.dtype:
+        raise error_at_user_line(
+            f"{label} has dtype {va.dtype_name} in the true branch but {vb.dtype_name} in the false "
+            "branch of an `if` on a tensor; cast one of them so both agree")
+    if len(va.shape) != len(vb.shape):
+        raise error_at_user_line(
+            f"{label} has shape {list(va.shape)} in the true branch but {list(vb.shape)} in the false "
+            "branch of an `if` on a tensor; the ranks must agree")
+    shape = tuple(x if x == y else -1 for x, y in zip(va.shape, vb.shape))
+    parent = program.current_block()
+    out = parent.create_var(name=program.unique_name(names[i] if names and i < len(names) else "cond_out"),
+                            shape=shape, dtype=va.dtype, kind=va.kind,
+                            stop_gradient=va.stop_gradient and vb.stop_gradient)
+    return out, (va.name, vb.name)
+
+
+def cond(pred, true_fn, false_fn, names=None, return_names=()):
+    """`true_fn() if pred else false_fn()`; a graph `cond` op when `pred` is a Variable.
+
+    Each branch returns a value or a tuple/list of values. With a Variable
+    `pred` both branches are traced; tensor/number pairs merge into new
+    Variables (dimensions that differ become -1), equal Python values pass
+    through, and anything else is a ConversionError naming the output
+    (`names[i]`). A value undefined in one branch becomes a zeros placeholder
+    only when its name is in `return_names`.
+    """
+    if not isinstance(pred, Variable):
+        if isinstance(pred, torch.Tensor):
+            pred = bool(pred)
+        return true_fn() if pred else false_fn()
+    _check_pred(pred)
+    program = default_main_program()
+    parent = program.current_block()
+    origin = user_origin()
+    tblock = program.create_block(parent.idx)
+    with program.block_guard(tblock):
+        t_out = true_fn()
+    fblock = program.create_block(parent.idx)
+    with program.block_guard(fblock):
+        f_out = false_fn()
+    t_leaves, t_spec = _flatten(t_out)
+    f_leaves, f_spec = _flatten(f_out)
+    if t_spec != f_spec:
+        raise error_at_user_line(
+            f"the branches of an `if` on a tensor return different structures ({t_spec} vs {f_spec})")
+    merged, outs, t_names, f_names = [], [], [], []
+    for i, (a, b) in enumerate(zip(t_leaves, f_leaves)):
+        value, yielded = _merge_branch_values(i, a, b, tblock, fblock, program, names, return_names, origin)
+        merged.append(value)
+        if yielded is not None:
+            outs.append(value)
+            t_names.append(yielded[0])
+            f_names.append(yielded[1])
+    inputs = [n for n in _outer_reads([tblock, fblock]) if n != pred.name]
+    parent.append_op("cond", inputs={"Cond": [pred], "X": inputs}, outputs={"Out": outs},
+                     attrs={"true_block": tblock, "false_block": fblock,
+                            "true_outs": t_names, "false_outs": f_names}, origin=origin)
+    return _unflatten(merged, t_spec)
+
+
+# -- while ----------------------------------------------------------------------------
+
+def _emit_while(op, gen):
+    loop_vars = op.attrs["loop_vars"]
+    body_outs = op.attrs["body_outs"]
+    init = [gen.assign(gen.store(v), gen.load(x)) for v, x in zip(loop_vars, op.input("Init"))]
+    cond_stmts = gen.emit_block(op.attrs["cond_block"], keep=[op.attrs["cond_out"]])
+    test = gen.call(ast.Name(id="bool", ctx=ast.Load()), [gen.load(op.attrs["cond_out"])])
+    stop = ast.If(test=ast.UnaryOp(op=ast.Not(), operand=test), body=[ast.Break()], orelse=[])
+    body = gen.emit_block(op.attrs["body_block"], keep=set(body_outs) | set(loop_vars))
+    rebind = []
+    if loop_vars:
+        rebind = [gen.assign(ast.Tuple(elts=[gen.store(v) for v in loop_vars], ctx=ast.Store()),
+                             ast.Tuple(elts=[gen.load(o) for o in body_outs], ctx=ast.Load()))]
+    loop = ast.While(test=ast.Constant(True), body=cond_stmts + [stop] + body + rebind, orelse=[])
+    results = [gen.assign(gen.store(o), gen.load(v)) for o, v in zip(op.output("Out"), loop_vars)]
+    return init + [loop] + results
+
+
+register(OpDef("while", emit=_emit_while, inputs=("Init", "X"), outputs=("Out",),
+               attrs=("cond_block", "body_block", "loop_vars", "cond_out", "body_outs")))
+
+
+class _Spec:
+    """What one loop variable is at the top of every iteration."""
+
+    def __init__(self, value, name):
+        self.name = name
+        self.python_number = isinstance(value, (int, float, bool)) and not isinstance(value, torch.Tensor)
+        self.kind = value.kind if isinstance(value, Variable) else (TENSOR_ARRAY if isinstance(value, list) else "tensor")
+        self.shape = tuple(value.shape) if isinstance(value, (Variable, torch.Tensor)) else ()
+        self.dtype = value.dtype if isinstance(value, (Variable, torch.Tensor)) else None
+        self.elem_known = getattr(value, "elem_known", True)
+
+
+def _is_loop_carried(value):
+    return isinstance(value, (Variable, torch.Tensor, int, float, bool, list)) and not isinstance(value, Undefined)
+
+
+def while_loop(cond_fn, body_fn, loop_vars, names=None, return_names=()):
+    """`while cond_fn(*vs): vs = body_fn(*vs)`, returning the final values; a
+    graph `while` op as soon as the condition is a Variable.
+
+    In a graph loop, Python numbers become 0-d tensors and lists become
+    tensor arrays; a loop variable whose shape changes between iterations
+    gets -1 in the changing dimensions (the body is traced again); a dtype
+    change is a ConversionError naming the variable. `body_fn` must be
+    re-runnable from its arguments.
+    """
+    values = list(loop_vars)
+    while True:
+        mark = _block_mark()
+        c = cond_fn(*values)
+        if isinstance(c, Variable):
+            _check_pred(c)
+            # This evaluation only told us the loop is a graph loop: the
+            # `while` op computes its condition in its own block.
+            _rollback_block(mark)
+            return _graph_while(cond_fn, body_fn, values, names, return_names)
+        if isinstance(c, torch.Tensor):
+            c = bool(c)
+        if not c:
+            return values
+        values = list(body_fn(*values))
+        if len(values) != len(loop_vars):
+            raise ConversionError(f"while_loop body returned {len(values)} values for {len(loop_vars)} loop variables")
+
+
+def _block_mark():
+    program = default_main_program()
+    block = program.current_block()
+    return program, block, len(block.ops), set(block.vars), len(program.blocks)
+
+
+def _rollback_block(mark):
+    program, block, n_ops, var_names, n_blocks = mark
+    del block.ops[n_ops:]
+    for name in [n for n in block.vars if n not in var_names]:
+        del block.vars[name]
+    program.rollback(n_blocks)
+
+
+def _graph_while(cond_fn, body_fn, values, names, return_names):
+    program = default_main_program()
+    parent = program.current_block()
+    origin = user_origin()
+    specs = []
+    for i, v in enumerate(values):
+        if isinstance(v, Undefined):
+            name = names[i] if names and i < len(names) else None
+            specs.append(None if name in return_names else "undefined")
+        elif _is_loop_carried(v):
+            specs.append(_Spec(v, _label(names, i)))
+        else:
+            specs.append("constant")  # a Python object the loop must not change
+    for _attempt in range(6):
+        mark = len(program.blocks)
+        body = program.create_block(parent.idx)
+        carried = []
+        args = []
+        for i, (v, spec) in enumerate(zip(values, specs)):
+            if isinstance(spec, _Spec):
+                var = body.create_var(name=program.unique_name(_base(names, i, "loop_var")), shape=spec.shape,
+                                      dtype=spec.dtype or "float32", kind=spec.kind, stop_gradient=False)
+                var.elem_known = spec.elem_known
+                carried.append(i)
+                args.append(var)
+            else:
+                args.append(v)
+        cblock = program.create_block(body.idx)
+        with program.block_guard(cblock):
+            c = cond_fn(*args)
+            c = _as_var(c) if not isinstance(c, Variable) else c
+        _check_pred(c)
+        with program.block_guard(body):
+            new = list(body_fn(*args))
+        changed = False
+        for i, (v, spec) in enumerate(zip(new, specs)):
+            label = _label(names, i)
+            if spec == "constant":
+                if v is not values[i]:
+                    raise error_at_user_line(f"loop variable {label} is a Python {type(values[i]).__name__} that the "
+                                             "loop body changes; only tensors and numbers can change in a tensor loop")
+                continue
+            if spec == "undefined" or (spec is None and isinstance(v, Undefined)):
+                if not isinstance(v, Undefined):
+                    raise error_at_user_line(
+                        f"{label} is first assigned inside a loop over a tensor condition and used after it; "
+                        f"it must be defined before the loop")
+                continue
+            if spec is None:  # a return value first produced inside the loop
+                with program.block_guard(body):
+                    probe = _as_var(v)
+                specs[i] = _Spec(probe, label)
+                specs[i].shape = tuple(1 if d == -1 else d for d in probe.shape)
+                changed = True
+                continue
+            if isinstance(v, Undefined) or v is None:
+                raise error_at_user_line(f"loop variable {label} has no value after an iteration of the loop")
+            with program.block_guard(body):
+                nv = _as_var(v, spec.dtype if not isinstance(v, (Variable, torch.Tensor)) else None)
+            new[i] = nv
+            if nv.kind != spec.kind:
+                raise error_at_user_line(f"loop variable {label} changes from a {spec.kind} to a {nv.kind} in the loop")
+            if spec.kind == TENSOR_ARRAY and not spec.elem_known:
+                if getattr(nv, "elem_known", False):
+                    spec.shape, spec.dtype, spec.elem_known = nv.shape, nv.dtype, True
+                    changed = True
+                continue
+            if nv.dtype != spec.dtype:
+                if spec.python_number:
+                    spec.dtype = torch.promote_types(spec.dtype, nv.dtype)
+                    changed = True
+                    continue
+                raise error_at_user_line(
+                    f"loop variable {label} has dtype {_dn(spec.dtype)} before the loop but {nv.dtype_name} "
+                    "after one iteration; cast it so the dtype stays the same")
+            if len(nv.shape) != len(spec.shape):
+                raise error_at_user_line(
+                    f"loop variable {label} has shape {list(spec.shape)} before the loop but {list(nv.shape)} "
+                    "after one iteration; its rank must stay the same")
+            relaxed = tuple(a if a == b else -1 for a, b in zip(spec.shape, nv.shape))
+            if relaxed != spec.shape:
+                spec.shape = relaxed
+                changed = True
+        if not changed:
+            break
+        program.rollback(mark)
+    else:
+        raise error_at_user_line("the shapes of the loop variables did not settle after 6 traces")
+    # The initial values, converted in the parent block to each spec's type.
+    init = []
+    for i in carried:
+        spec = specs[i]
+        v = values[i]
+        if isinstance(v, Undefined):
+            var = framework.zeros_of(spec.shape, spec.dtype)
+        else:
+            var = _as_var(v, spec.dtype if spec.python_number else None)
+            if var.dtype != spec.dtype and spec.kind != TENSOR_ARRAY:
+                var = framework.cast(var, spec.dtype)
+        init.append(var)
+    outs = [parent.create_var(name=program.unique_name(_base(names, i, "loop_out")), shape=specs[i].shape,
+                              dtype=specs[i].dtype, kind=specs[i].kind, stop_gradient=False)
+            for i in carried]
+    for o, i in zip(outs, carried):
+        o.elem_known = specs[i].elem_known
+    loop_names = [args[i].name for i in carried]
+    inputs = [n for n in _outer_reads([body, cblock]) if n not in loop_names]
+    parent.append_op("while", inputs={"Init": init, "X": inputs}, outputs={"Out": outs},
+                     attrs={"cond_block": cblock, "body_block": body, "loop_vars": loop_names,
+                            "cond_out": c.name, "body_outs": [new[i].name for i in carried]},
+                     origin=origin)
+    result = list(new)
+    for o, i in zip(outs, carried):
+        result[i] = o
+    for i, spec in enumerate(specs):
+        if spec == "constant" or spec == "undefined" or spec is None:
+            result[i] = values[i]
+    return result
+
+
+def _base(names, i, default):
+    return names[i] if names and i < len(names) and names[i].isidentifier() else default
+
+
+def _dn(dtype):
+    from runtime.ir import dtype_name
+    return dtype_name(dtype)

@@ -1,0 +1,227 @@
+"""Framework ops: the ones that are not a single torch function.
+
+`fill_constant`, `cast`, `shape`, `print`, `assert` and the tensor-array ops
+(`array_create`, `array_append`, `array_length`, `array_read`,
+`array_from_list`). Each is defined once here: kernel, inference and the
+user-facing builder side by side. They are call-style ops (an `args`
+attribute and X/Out slots) so the executor and the printer treat them like
+captured torch calls.
+"""
+
+import torch
+
+from runtime.attrs import InputRef, OutputRef
+from runtime.ir import TENSOR_ARRAY, Variable, default_main_program, torch_dtype
+
+from .capture import error_at_user_line, lift, user_origin
+from .registry import OpDef, register
+
+
+def _append(op_type, inputs, args, kwargs, out_vars, out_tree):
+    block = default_main_program().current_block()
+    block.append_op(op_type, inputs={"X": inputs}, outputs={"Out": out_vars},
+                    attrs={"args": args, "kwargs": kwargs, "out": out_tree}, origin=user_origin())
+
+
+def _new_var(shape, dtype, kind="tensor", stop_gradient=True):
+    block = default_main_program().current_block()
+    return block.create_var(name=block.program.unique_name("tmp" if kind == "tensor" else "array"),
+                            shape=shape, dtype=dtype, kind=kind, stop_gradient=stop_gradient)
+
+
+def _as_var(value):
+    if isinstance(value, Variable):
+        return value
+    if isinstance(value, torch.Tensor):
+        return lift(value)
+    return fill_constant(value)
+
+
+# -- fill_constant -------------------------------------------------------------
+
+def _fill_constant_kernel(value, dtype):
+    return torch.tensor(value, dtype=dtype)
+
+
+register(OpDef("fill_constant", kernel=_fill_constant_kernel))
+
+
+def fill_constant(value, dtype=None):
+    """A 0-d tensor holding the Python number `value` (int -> int64,
+    float -> float32, bool -> bool, as `torch.tensor` would)."""
+    if dtype is None:
+        dtype = torch.tensor(value).dtype
+        if dtype == torch.float64:
+            dtype = torch.get_default_dtype()
+    out = _new_var((), dtype)
+    _append("fill_constant", [], (value, dtype), {}, [out], OutputRef(0))
+    return out
+
+
+# -- cast ------------------------------------------------------------------------
+
+def _cast_kernel(x, dtype):
+    return x.to(dtype)
+
+
+register(OpDef("cast", kernel=_cast_kernel))
+
+
+def cast(x, dtype):
+    x = _as_var(x)
+    dtype = torch_dtype(dtype)
+    out = _new_var(x.shape, dtype, stop_gradient=x.stop_gradient or not dtype.is_floating_point)
+    _append("cast", [x], (InputRef(0), dtype), {}, [out], OutputRef(0))
+    return out
+
+
+# -- shape -------------------------------------------------------------------------
+
+def _shape_kernel(x):
+    return torch.tensor(x.shape, dtype=torch.int64)
+
+
+register(OpDef("shape", kernel=_shape_kernel))
+
+
+def shape(x):
+    """The run-time shape of `x` as a 1-D int64 tensor."""
+    out = _new_var((len(x.shape),), torch.int64)
+    _append("shape", [x], (InputRef(0),), {}, [out], OutputRef(0))
+    return out
+
+
+# -- print / assert ------------------------------------------------------------------
+
+def _print_kernel(*values, sep=" ", end="\n"):
+    print(*values, sep=sep, end=end, flush=True)
+
+
+register(OpDef("print", kernel=_print_kernel, extra={"side_effect": True}))
+
+
+def print_(*values, sep=" ", end="\n"):
+    """`print` that runs when the program runs, printing tensors as eager does."""
+    inputs, args = [], []
+    for v in values:
+        if isinstance(v, (Variable, torch.Tensor)):
+            inputs.append(_as_var(v))
+            args.append(InputRef(len(inputs) - 1))
+        else:
+            args.append(v if isinstance(v, (int, float, bool, str, type(None))) else str(v))
+    _append("print", inputs, tuple(args), {"sep": sep, "end": end}, [], None)
+
+
+def _assert_kernel(cond, message):
+    if not bool(cond.all() if cond.numel() != 1 else cond):
+        raise AssertionError(message)
+
+
+register(OpDef("assert", kernel=_assert_kernel, extra={"side_effect": True}))
+
+
+def assert_(cond, message=""):
+    """`assert cond, message` checked when the program runs."""
+    cond = _as_var(cond)
+    _append("assert", [cond], (InputRef(0), "" if message is None else str(message)), {}, [], None)
+
+
+# -- tensor arrays -----------------------------------------------------------------------
+# A tensor array is a Python list at run time. Its Variable's shape/dtype are
+# those of its elements (-1 where elements differ); `elem_known` says whether
+# an element has been seen yet.
+
+def _array_create_kernel():
+    return []
+
+
+def _array_append_kernel(array, x):
+    array.append(x)
+    return array
+
+
+def _array_length_kernel(array):
+    return torch.tensor(len(array), dtype=torch.int64)
+
+
+def _array_read_kernel(array, i):
+    return array[int(i)]
+
+
+def _array_from_list_kernel(*items):
+    return list(items)
+
+
+register(OpDef("array_create", kernel=_array_create_kernel))
+register(OpDef("array_append", kernel=_array_append_kernel, mutates=True))
+register(OpDef("array_length", kernel=_array_length_kernel))
+register(OpDef("array_read", kernel=_array_read_kernel))
+register(OpDef("array_from_list", kernel=_array_from_list_kernel))
+
+
+def _note_element(array, x):
+    if not getattr(array, "elem_known", False):
+        array.shape, array.dtype, array.elem_known = x.shape, x.dtype, True
+        return
+    if len(x.shape) != len(array.shape) or x.dtype != array.dtype:
+        raise error_at_user_line(
+            f"tensor array `{array.name}` holds {array.dtype_name}{list(array.shape)} elements; "
+            f"cannot append {x.dtype_name}{list(x.shape)}")
+    array.shape = tuple(a if a == b else -1 for a, b in zip(array.shape, x.shape))
+
+
+def array_create(dtype="float32"):
+    out = _new_var((), dtype, kind=TENSOR_ARRAY)
+    out.elem_known = False
+    _append("array_create", [], (), {}, [out], OutputRef(0))
+    return out
+
+
+def array_from_list(items):
+    out = array_create() if not items else _new_var((), "float32", kind=TENSOR_ARRAY)
+    if not items:
+        return out
+    out.elem_known = False
+    inputs = [_as_var(v) for v in items]
+    for x in inputs:
+        _note_element(out, x)
+    _append("array_from_list", inputs, tuple(InputRef(i) for i in range(len(inputs))), {}, [out],
+            OutputRef(0))
+    return out
+
+
+def array_append(array, x):
+    """`array.append(x)`, in place like `list.append`."""
+    x = _as_var(x)
+    _note_element(array, x)
+    _append("array_append", [array, x], (InputRef(0), InputRef(1)), {}, [array], OutputRef(0))
+    return None
+
+
+def array_length(array):
+    out = _new_var((), torch.int64)
+    _append("array_length", [array], (InputRef(0),), {}, [out], OutputRef(0))
+    return out
+
+
+def array_read(array, i):
+    i = _as_var(i)
+    out = _new_var(array.shape, array.dtype, stop_gradient=False)
+    _append("array_read", [array, i], (InputRef(0), InputRef(1)), {}, [out], OutputRef(0))
+    return out
+
+
+
+# -- placeholders ------------------------------------------------------------------------
+
+def zeros_of(shape, dtype, kind="tensor"):
+    """Zeros standing in for a value that is never read (a return value on a
+    path that did not return); -1 dimensions get size 1."""
+    if kind == TENSOR_ARRAY:
+        return array_create(dtype)
+    from .capture import dispatch
+    return dispatch(torch.zeros, (tuple(1 if d == -1 else d for d in shape),), {"dtype": torch_dtype(dtype)})
+
+
+def zeros_placeholder(like):
+    return zeros_of(like.shape, like.dtype, like.kind)

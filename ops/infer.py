@@ -1,0 +1,130 @@
+"""Shape/dtype inference shared by every captured torch call: run the kernel
+on meta tensors.
+
+A dimension that is -1 (known only at run time) is given a stand-in size.
+When any input has such a dimension the kernel runs twice, with two different
+stand-ins, and every output dimension that differs between the runs is -1:
+`data("x", [None, 784])` through `nn.Linear(784, 10)` gives `[-1, 10]`.
+Ops whose output shape depends on values (`nonzero`, boolean masks) have no
+meta kernel; they run on small CPU tensors instead and all their output
+dimensions are -1.
+"""
+
+import torch
+
+from runtime.ir import TENSOR_ARRAY, Variable
+
+STAND_INS = (8, 12)
+
+
+class Meta:
+    """The inferred type of one tensor output."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+
+
+def _has_unknown(inputs):
+    for v in inputs:
+        if isinstance(v, Variable) and (v.kind == TENSOR_ARRAY or -1 in v.shape):
+            return True
+    return False
+
+
+def _stand_in(value, size, device, as_int):
+    if isinstance(value, Variable):
+        shape = [size if d == -1 else d for d in value.shape]
+        if value.kind == TENSOR_ARRAY:
+            return [torch.empty(shape, dtype=value.dtype, device=device) for _ in range(size)]
+        if as_int and not shape and not value.dtype.is_floating_point:
+            return size  # a run-time size used as an int argument
+        if device == "meta":
+            return torch.empty(shape, dtype=value.dtype, device="meta")
+        return torch.ones(shape, dtype=value.dtype)
+    if isinstance(value, torch.Tensor):
+        return value.to("meta") if device == "meta" else value.detach()
+    return value
+
+
+def _substitute(tree, values):
+    """Rebuild an argument tree with `values[i]` in place of InputRef(i)."""
+    from runtime.attrs import InputRef
+    if isinstance(tree, InputRef):
+        return values[tree.index]
+    if isinstance(tree, list):
+        return [_substitute(t, values) for t in tree]
+    if isinstance(tree, tuple):
+        return tuple(_substitute(t, values) for t in tree)
+    if isinstance(tree, dict):
+        return {k: _substitute(v, values) for k, v in tree.items()}
+    if isinstance(tree, slice):
+        return slice(_substitute(tree.start, values), _substitute(tree.stop, values),
+                     _substitute(tree.step, values))
+    return tree
+
+
+def _run(fn, args, kwargs, inputs, size, device, as_int, factory):
+    values = [_stand_in(v, size, device, as_int) for v in inputs]
+    call_kwargs = _substitute(kwargs, values)
+    if factory and device == "meta":
+        call_kwargs["device"] = "meta"
+    return fn(*_substitute(args, values), **call_kwargs)
+
+
+def _run_some_way(fn, args, kwargs, inputs, size, factory):
+    """Meta first; 0-d integer Variables as ints if tensors are refused; a
+    small CPU run for value-dependent ops. Returns (result, exact)."""
+    errors = []
+    for device, as_int in (("meta", False), ("meta", True)):
+        try:
+            return _run(fn, args, kwargs, inputs, size, device, as_int, factory), True
+        except Exception as exc:  # noqa: BLE001 - any failure means "try the next way"
+            errors.append(exc)
+    try:
+        return _run(fn, args, kwargs, inputs, size, "cpu", True, factory), False
+    except Exception:  # noqa: BLE001
+        raise errors[0] from None
+
+
+def _merge(a, b, exact):
+    """Combine two runs' results: tensors become Meta with -1 where they differ."""
+    if isinstance(a, torch.Tensor):
+        if not exact:
+            return Meta([-1] * a.dim(), a.dtype)
+        shape = [x if x == y else -1 for x, y in zip(a.shape, b.shape)]
+        return Meta(shape, a.dtype)
+    if isinstance(a, (list, tuple)):
+        items = [_merge(x, y, exact) for x, y in zip(a, b)]
+        if hasattr(a, "_fields") or type(a).__module__ == "torch.return_types":
+            return type(a)(items)
+        return type(a)(items) if isinstance(a, tuple) else items
+    if a != b and not (a is b):
+        return Dynamic(a)
+    return a
+
+
+class Dynamic:
+    """A non-tensor result that differs between stand-in sizes, i.e. depends
+    on a run-time dimension."""
+
+    def __init__(self, example):
+        self.example = example
+
+
+def infer(fn, args, kwargs, inputs, factory=False):
+    """The result structure of `fn(*args, **kwargs)` with tensors replaced by
+    `Meta`. `args`/`kwargs` hold InputRef(i) for `inputs[i]`."""
+    # The stand-in runs are real torch calls: keep capture modes out of them.
+    with torch._C.DisableTorchFunction():
+        return _infer(fn, args, kwargs, inputs, factory)
+
+
+def _infer(fn, args, kwargs, inputs, factory):
+    first, exact = _run_some_way(fn, args, kwargs, inputs, STAND_INS[0], factory)
+    if not _has_unknown(inputs) and exact:
+        return _merge(first, first, True)
+    second, exact2 = _run_some_way(fn, args, kwargs, inputs, STAND_INS[1], factory)
+    return _merge(first, second, exact and exact2)

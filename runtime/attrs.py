@@ -1,0 +1,204 @@
+"""Operator attribute values: the few Python/torch objects an attribute may
+hold, their JSON encoding (for `program.json`) and their text form (for
+`Program.to_string()`).
+
+Plain JSON values (None, bool, int, float, str, list, dict with str keys)
+encode as themselves. Everything else is a one-key object whose key starts
+with `$`, so decoding never guesses and never constructs anything that is not
+listed here.
+"""
+
+import math
+
+import torch
+
+from .errors import ModelFormatError
+from .ir import Block, dtype_name, torch_dtype
+
+
+class InputRef:
+    """Position `index` of an op's input list, inside a call's argument tree."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+    def __eq__(self, other):
+        return isinstance(other, InputRef) and other.index == self.index
+
+    def __hash__(self):
+        return hash(("in", self.index))
+
+    def __repr__(self):
+        return f"InputRef({self.index})"
+
+
+class OutputRef:
+    """Position `index` of an op's output list, inside a call's result tree."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+    def __eq__(self, other):
+        return isinstance(other, OutputRef) and other.index == self.index
+
+    def __hash__(self):
+        return hash(("out", self.index))
+
+    def __repr__(self):
+        return f"OutputRef({self.index})"
+
+
+class ReturnType:
+    """A torch structseq result (e.g. `torch.max(x, 1)` -> values, indices),
+    kept so that `.values` / `.indices` work on the captured result."""
+
+    __slots__ = ("name", "items")
+
+    def __init__(self, name, items):
+        self.name = name
+        self.items = tuple(items)
+
+    def __eq__(self, other):
+        return isinstance(other, ReturnType) and (self.name, self.items) == (other.name, other.items)
+
+    def build(self, values):
+        return getattr(torch.return_types, self.name)(values)
+
+
+_MEMORY_FORMATS = {
+    "contiguous_format": torch.contiguous_format,
+    "channels_last": torch.channels_last,
+    "preserve_format": torch.preserve_format,
+}
+_LAYOUTS = {"strided": torch.strided}
+
+
+def encode(value):
+    """A JSON-able form of an attribute value."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"$float": repr(value)}
+    if isinstance(value, list):
+        return [encode(v) for v in value]
+    if isinstance(value, torch.Size):
+        return {"$size": list(value)}
+    if isinstance(value, tuple):
+        return {"$tuple": [encode(v) for v in value]}
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError(f"attribute dict keys must be strings: {value!r}")
+        if any(k.startswith("$") for k in value):
+            return {"$dict": {k: encode(v) for k, v in value.items()}}
+        return {k: encode(v) for k, v in value.items()}
+    if isinstance(value, torch.dtype):
+        return {"$dtype": dtype_name(value)}
+    if isinstance(value, torch.device):
+        return {"$device": str(value)}
+    if isinstance(value, slice):
+        return {"$slice": [encode(value.start), encode(value.stop), encode(value.step)]}
+    if value is Ellipsis:
+        return {"$ellipsis": True}
+    if isinstance(value, InputRef):
+        return {"$in": value.index}
+    if isinstance(value, OutputRef):
+        return {"$out": value.index}
+    if isinstance(value, ReturnType):
+        return {"$return_type": value.name, "items": [encode(v) for v in value.items]}
+    if isinstance(value, Block):
+        return {"$block": value.idx}
+    if isinstance(value, torch.memory_format):
+        return {"$memory_format": next(k for k, v in _MEMORY_FORMATS.items() if v == value)}
+    if isinstance(value, torch.layout):
+        return {"$layout": next(k for k, v in _LAYOUTS.items() if v == value)}
+    raise TypeError(f"cannot store {type(value).__name__} {value!r} in a program attribute")
+
+
+def decode(data, program):
+    """The attribute value of `data` (from JSON); `program` resolves block refs."""
+    if data is None or isinstance(data, (bool, int, float, str)):
+        return data
+    if isinstance(data, list):
+        return [decode(v, program) for v in data]
+    if not isinstance(data, dict):
+        raise ModelFormatError(f"malformed attribute value {data!r}")
+    tags = [k for k in data if k.startswith("$")]
+    if not tags:
+        return {k: decode(v, program) for k, v in data.items()}
+    tag, body = tags[0], data[tags[0]]
+    try:
+        if tag == "$tuple":
+            return tuple(decode(v, program) for v in body)
+        if tag == "$dict":
+            return {k: decode(v, program) for k, v in body.items()}
+        if tag == "$size":
+            return torch.Size([int(v) for v in body])
+        if tag == "$float":
+            if body not in ("inf", "-inf", "nan"):
+                raise ValueError(body)
+            return float(body)
+        if tag == "$dtype":
+            return torch_dtype(body)
+        if tag == "$device":
+            return torch.device(body)
+        if tag == "$slice":
+            return slice(*(decode(v, program) for v in body))
+        if tag == "$ellipsis":
+            return Ellipsis
+        if tag == "$in":
+            return InputRef(int(body))
+        if tag == "$out":
+            return OutputRef(int(body))
+        if tag == "$return_type":
+            if not hasattr(torch.return_types, body) or body.startswith("_"):
+                raise ValueError(f"unknown return type {body!r}")
+            return ReturnType(body, [decode(v, program) for v in data["items"]])
+        if tag == "$block":
+            return program.blocks[int(body)]
+        if tag == "$memory_format":
+            return _MEMORY_FORMATS[body]
+        if tag == "$layout":
+            return _LAYOUTS[body]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise ModelFormatError(f"malformed attribute {data!r}: {exc}") from None
+    raise ModelFormatError(f"unknown attribute tag {tag!r}")
+
+
+def render(value, input_names=(), output_names=()):
+    """The text form used by `Program.to_string()`."""
+    r = lambda v: render(v, input_names, output_names)
+    if isinstance(value, InputRef):
+        return input_names[value.index] if value.index < len(input_names) else f"<in{value.index}?>"
+    if isinstance(value, OutputRef):
+        return output_names[value.index] if value.index < len(output_names) else f"<out{value.index}?>"
+    if isinstance(value, Block):
+        return f"block[{value.idx}]"
+    if isinstance(value, torch.dtype):
+        return "torch." + dtype_name(value)
+    if isinstance(value, torch.Size):
+        return f"({', '.join(map(str, value))})"
+    if isinstance(value, tuple):
+        inner = ", ".join(r(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, list):
+        return "[" + ", ".join(r(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {r(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, slice):
+        parts = ["" if x is None else r(x) for x in (value.start, value.stop, value.step)]
+        return ":".join(parts[:2]) + (f":{parts[2]}" if value.step is not None else "")
+    if value is Ellipsis:
+        return "..."
+    if isinstance(value, ReturnType):
+        return f"{value.name}({', '.join(r(v) for v in value.items)})"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, torch.device):
+        return f"device({str(value)!r})"
+    return repr(value)

@@ -1,0 +1,224 @@
+"""Compile a Program into one Python function.
+
+Each op becomes one or a few Python statements built as `ast` nodes (never
+as formatted strings): a call-style op becomes
+
+    v_y = k_torch_nn_functional_linear(v_x, v_fc_weight, v_fc_bias)
+
+and control-flow ops become real `if` / `while` statements around their
+sub-blocks' statements. Variables become function locals; a local is deleted
+right after its last use, so intermediates are freed as early as in eager
+code. Kernels and non-literal constants (dtypes, slices, ...) are globals of
+the generated function.
+
+Every op's statements get a line number of their own in a synthetic file, so
+a failure inside the generated code maps back to the op (and from there to
+the user line that created it).
+"""
+
+import ast
+import itertools
+import re
+
+from .attrs import InputRef, OutputRef, ReturnType
+from .ir import Block
+
+_program_ids = itertools.count()
+
+
+class CompiledBlock:
+    """The generated function plus what is needed to call it and explain a
+    failure: argument order, the line -> op map, and the source text."""
+
+    def __init__(self, fn, feed_names, param_names, fetch_names, written_params, line_ops, source):
+        self.fn = fn
+        self.feed_names = feed_names
+        self.param_names = param_names
+        self.fetch_names = fetch_names
+        self.written_params = written_params
+        self.line_ops = line_ops
+        self.source = source
+
+
+class Codegen:
+    """State of one compilation; op emitters (`OpDef.emit`) call its methods."""
+
+    def __init__(self, program, get_op_def, trace_hook=None):
+        self.program = program
+        self.get_op_def = get_op_def
+        self.trace_hook = trace_hook
+        self.globals = {}
+        self._locals = {}
+        self._globals_by_id = {}
+        self._line = itertools.count(1)
+        self.line_ops = {}
+        self.filename = f"<d2s program {next(_program_ids)}>"
+
+    # -- names -------------------------------------------------------------------
+    def local(self, var_name):
+        ident = self._locals.get(var_name)
+        if ident is None:
+            ident = "v_" + re.sub(r"\W", "_", var_name)
+            while ident in self._locals.values():
+                ident += "_"
+            self._locals[var_name] = ident
+        return ident
+
+    def load(self, var_name):
+        return ast.Name(id=self.local(var_name), ctx=ast.Load())
+
+    def store(self, var_name):
+        return ast.Name(id=self.local(var_name), ctx=ast.Store())
+
+    def global_ref(self, obj, prefix="c"):
+        """A Name for `obj` as a global of the generated function."""
+        key = id(obj)
+        ident = self._globals_by_id.get(key)
+        if ident is None:
+            base = prefix + "_" + re.sub(r"\W", "_", getattr(obj, "__name__", "") or "")[:40]
+            ident = base
+            n = 0
+            while ident in self.globals:
+                n += 1
+                ident = f"{base}{n}"
+            self.globals[ident] = obj
+            self._globals_by_id[key] = ident
+        return ast.Name(id=ident, ctx=ast.Load())
+
+    def kernel(self, opdef):
+        return self.global_ref(opdef.kernel, "k")
+
+    # -- expressions -------------------------------------------------------------
+    def arg_expr(self, tree, input_names):
+        """An expression rebuilding an argument tree (InputRef -> the local)."""
+        if isinstance(tree, InputRef):
+            return self.load(input_names[tree.index])
+        if isinstance(tree, (bool, int, float, str)) or tree is None:
+            if isinstance(tree, float) and tree != tree:
+                return self.global_ref(tree)
+            return ast.Constant(value=tree)
+        if isinstance(tree, list):
+            return ast.List(elts=[self.arg_expr(t, input_names) for t in tree], ctx=ast.Load())
+        if isinstance(tree, tuple) and type(tree) is tuple:
+            return ast.Tuple(elts=[self.arg_expr(t, input_names) for t in tree], ctx=ast.Load())
+        if isinstance(tree, slice) and _has_ref(tree):
+            parts = [self.arg_expr(p, input_names) for p in (tree.start, tree.stop, tree.step)]
+            return ast.Call(func=ast.Name(id="slice", ctx=ast.Load()), args=parts, keywords=[])
+        if isinstance(tree, dict):
+            return ast.Dict(keys=[ast.Constant(k) for k in tree],
+                            values=[self.arg_expr(v, input_names) for v in tree.values()])
+        return self.global_ref(tree)
+
+    def out_target(self, tree, output_names):
+        if isinstance(tree, OutputRef):
+            return self.store(output_names[tree.index])
+        if isinstance(tree, ReturnType):
+            tree = tree.items
+        if isinstance(tree, (tuple, list)):
+            return ast.Tuple(elts=[self.out_target(t, output_names) for t in tree], ctx=ast.Store())
+        return ast.Name(id="_", ctx=ast.Store())
+
+    def call(self, func, args=(), kwargs=None):
+        return ast.Call(func=func, args=list(args),
+                        keywords=[ast.keyword(arg=k, value=v) for k, v in (kwargs or {}).items()])
+
+    def assign(self, targets, value):
+        return ast.Assign(targets=[targets], value=value, lineno=0)
+
+    # -- statements -----------------------------------------------------------------
+    def emit_call_op(self, op, opdef):
+        """The statement of a call-style op: `outs = kernel(*args, **kwargs)`."""
+        ins = op.input("X")
+        args = [self.arg_expr(a, ins) for a in op.attrs.get("args", ())]
+        kwargs = {k: self.arg_expr(v, ins) for k, v in op.attrs.get("kwargs", {}).items()}
+        call = self.call(self.kernel(opdef), args, kwargs)
+        out = op.attrs.get("out")
+        if out is None or opdef.mutates:
+            return [ast.Expr(value=call)]
+        return [self.assign(self.out_target(out, op.output("Out")), call)]
+
+    def emit_block(self, block, keep=()):
+        """Statements for every op of `block`, freeing each local defined in
+        this block after its last use (except the names in `keep`)."""
+        last_use = {}
+        for i, op in enumerate(block.ops):
+            for name in itertools.chain(op.input_names, op.output_names, _sub_block_names(op)):
+                last_use[name] = i
+        keep = set(keep)
+        stmts = []
+        for i, op in enumerate(block.ops):
+            opdef = self.get_op_def(op.type)
+            line = next(self._line)
+            self.line_ops[line] = op
+            op_stmts = []
+            if self.trace_hook is not None:
+                op_stmts.append(ast.Expr(value=self.call(self.global_ref(self.trace_hook, "trace"),
+                                                         [self.global_ref(op, "op")])))
+            op_stmts += opdef.emit(op, self) if opdef.emit else self.emit_call_op(op, opdef)
+            for stmt in op_stmts:
+                for node in ast.walk(stmt):
+                    # Statements of sub-blocks were numbered by their own ops.
+                    if isinstance(node, (ast.stmt, ast.expr)) and not hasattr(node, "_d2s_line"):
+                        node._d2s_line = node.lineno = node.end_lineno = line
+                        node.col_offset = node.end_col_offset = 0
+            stmts += op_stmts
+            dead = [n for n in dict.fromkeys(op.input_names + op.output_names)
+                    if last_use.get(n) == i and n in block.vars and n not in keep
+                    and not block.vars[n].persistable]
+            if dead:
+                stmts.append(ast.Delete(targets=[ast.Name(id=self.local(n), ctx=ast.Del()) for n in dead],
+                                        lineno=line))
+        return stmts
+
+
+def _has_ref(tree):
+    if isinstance(tree, InputRef):
+        return True
+    if isinstance(tree, slice):
+        return any(_has_ref(p) for p in (tree.start, tree.stop, tree.step))
+    return False
+
+
+def _sub_block_names(op):
+    """Every variable name read or written inside `op`'s sub-blocks (and in
+    the names its attributes list), so a parent block keeps them alive."""
+    names = []
+    for value in op.attrs.values():
+        if isinstance(value, Block):
+            for inner in value.ops:
+                names += inner.input_names + inner.output_names + _sub_block_names(inner)
+        elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            names += value
+        elif isinstance(value, str):
+            names.append(value)
+    return names
+
+
+def compile_program(program, feed_names, fetch_names, get_op_def, trace_hook=None):
+    """Compile the global block of `program` into a CompiledBlock."""
+    gen = Codegen(program, get_op_def, trace_hook)
+    block = program.global_block()
+    params = [v.name for v in program.persistable_vars()]
+    written = sorted({n for b in program.blocks for op in b.ops for n in op.output_names
+                      if n in block.vars and block.vars[n].persistable
+                      and not get_op_def(op.type).mutates})
+    body = gen.emit_block(block, keep=set(fetch_names) | set(written))
+    returns = [gen.load(n) for n in list(fetch_names) + written]
+    body.append(ast.Return(value=ast.Tuple(elts=returns, ctx=ast.Load()), lineno=0))
+    arg_names = [gen.local(n) for n in list(feed_names) + params]
+    fn_def = ast.FunctionDef(
+        name="program", args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in arg_names],
+                                           kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=body, decorator_list=[], returns=None, type_params=[], lineno=0)
+    module = ast.Module(body=[fn_def], type_ignores=[])
+    ast.fix_missing_locations(module)
+    for node in ast.walk(module):
+        if isinstance(node, (ast.stmt, ast.expr)):
+            node.end_lineno, node.end_col_offset = node.lineno, node.col_offset
+    code = compile(module, gen.filename, "exec")
+    namespace = dict(gen.globals)
+    namespace["__builtins__"] = {"slice": slice, "bool": bool, "len": len, "range": range,
+                                 "int": int}
+    exec(code, namespace)
+    return CompiledBlock(namespace["program"], list(feed_names), params, list(fetch_names), written,
+                         gen.line_ops, ast.unparse(module))

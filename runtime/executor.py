@@ -1,0 +1,236 @@
+"""Places, scopes and the Executor.
+
+`Executor(place).run(program, feed, fetch_list)` compiles the program once
+per (program version, feeds, fetches) into a Python function (see
+`codegen.py`) and calls it. Programs run under PyTorch autograd, so a loss
+fetched with `return_numpy=False` can be back-propagated into the bound
+parameters.
+
+`D2S_DEBUG=3` (or `set_verbosity(3)`) compiles a tracing variant that prints
+every op as it runs.
+"""
+
+import sys
+
+import numpy as np
+import torch
+
+from .codegen import compile_program
+from .errors import OpRuntimeError
+from .ir import Program, Variable, default_main_program
+
+
+class CPUPlace:
+    device = torch.device("cpu")
+
+    def __repr__(self):
+        return "CPUPlace()"
+
+
+class CUDAPlace:
+    def __init__(self, device_id=0):
+        self.device_id = device_id
+        self.device = torch.device("cuda", device_id)
+
+    def __repr__(self):
+        return f"CUDAPlace({self.device_id})"
+
+
+class Scope:
+    """Name -> tensor storage for persistable variables (parameters,
+    optimizer state) that outlive one run."""
+
+    def __init__(self, parent=None):
+        self.parent = parent
+        self._vars = {}
+
+    def find_var(self, name):
+        scope = self
+        while scope is not None:
+            if name in scope._vars:
+                return scope._vars[name]
+            scope = scope.parent
+        return None
+
+    def var(self, name):
+        return self.find_var(name)
+
+    def set(self, name, value):
+        self._vars[name] = value
+
+    def __contains__(self, name):
+        return self.find_var(name) is not None
+
+    def names(self):
+        return sorted(self._vars)
+
+    def new_scope(self):
+        return Scope(self)
+
+
+_global_scope = Scope()
+
+
+def global_scope():
+    return _global_scope
+
+
+def debug_level():
+    """The D2S_DEBUG ladder: 1 converted source, 2 programs, 3 every op as it runs."""
+    from . import _debug
+    return _debug.level()
+
+
+def _trace_op(op):
+    print(f"[d2s] run {op.to_string()}", file=sys.stderr, flush=True)
+
+
+class Executor:
+    def __init__(self, place=None):
+        self.place = place or CPUPlace()
+
+    # -- compilation ------------------------------------------------------------------
+    def compiled(self, program, feed_names, fetch_names):
+        """The CompiledBlock for these feeds/fetches, built once per program version."""
+        from ops.registry import get_op_def
+        trace = debug_level() >= 3
+        key = (program._version, tuple(feed_names), tuple(fetch_names), trace)
+        cache = program.__dict__.setdefault("_compiled", {})
+        entry = cache.get(key)
+        if entry is None:
+            if len(cache) > 64:
+                cache.clear()
+            entry = compile_program(program, feed_names, fetch_names, get_op_def,
+                                    _trace_op if trace else None)
+            cache[key] = entry
+            if debug_level() >= 2:
+                print(f"[d2s] compiled program:\n{entry.source}", file=sys.stderr)
+        return entry
+
+    # -- running ------------------------------------------------------------------------
+    def run(self, program=None, feed=None, fetch_list=None, scope=None, return_numpy=True):
+        program = program or default_main_program()
+        if not isinstance(program, Program):
+            raise TypeError(f"Executor.run expects a Program, got {type(program).__name__}")
+        feed = dict(feed or {})
+        fetch_names = [v.name if isinstance(v, Variable) else str(v) for v in (fetch_list or [])]
+        block = program.global_block()
+        for name in fetch_names:
+            if not any(name in b.vars for b in program.blocks):
+                raise ValueError(f"fetch target {name!r} is not a variable of the program")
+        for name in feed:
+            var = block.vars.get(name)
+            if var is None or not var.is_data:
+                known = ", ".join(v.name for v in program.data_vars()) or "none"
+                raise ValueError(f"feed {name!r} is not a data variable of the program (data variables: {known})")
+        needed = _used_data_vars(program)
+        missing = [n for n in needed if n not in feed]
+        if missing:
+            raise ValueError(f"data variable(s) {missing} are used by the program but not fed")
+        feed_names = sorted(feed)
+        entry = self.compiled(program, feed_names, fetch_names)
+        mutated = _mutated_feeds(program)
+        feeds = [self._to_tensor(feed[n], block.vars[n], copy=n in mutated) for n in feed_names]
+        params = resolve_persistables(program, entry.param_names, scope)
+        results = run_compiled(entry, feeds + params)
+        target_scope = scope or global_scope()
+        for name, value in zip(entry.written_params, results[len(fetch_names):]):
+            target_scope.set(name, value)
+        results = results[:len(fetch_names)]
+        if return_numpy:
+            return [_to_numpy(r) for r in results]
+        return list(results)
+
+    def _to_tensor(self, value, var, copy):
+        if isinstance(value, torch.Tensor):
+            tensor = value
+        else:
+            array = np.asarray(value)
+            tensor = torch.from_numpy(array) if array.dtype != object else torch.tensor(value)
+            copy = copy or not array.flags.writeable
+        if tensor.dtype != var.dtype:
+            tensor = tensor.to(var.dtype)
+            copy = False
+        check_feed_shape(var, tensor)
+        tensor = tensor.to(self.place.device)
+        return tensor.clone() if copy else tensor
+
+
+def check_feed_shape(var, tensor):
+    if len(var.shape) != tensor.dim() or any(d not in (-1, s) for d, s in zip(var.shape, tensor.shape)):
+        raise ValueError(f"feed {var.name!r} expects shape {list(var.shape)} (-1: any size), "
+                         f"got {list(tensor.shape)}")
+
+
+def _to_numpy(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    if isinstance(value, list):
+        return [_to_numpy(v) for v in value]
+    return value
+
+
+def _used_data_vars(program):
+    data = {v.name for v in program.data_vars()}
+    used = {n for b in program.blocks for op in b.ops for n in op.input_names + op.output_names}
+    return sorted(data & used)
+
+
+def _mutated_feeds(program):
+    """Feeds written in place by some op: numpy feeds share memory with the
+    caller's array, so those are copied first."""
+    from ops.registry import get_op_def
+    data = {v.name for v in program.data_vars()}
+    return {op.input_names[0] for b in program.blocks for op in b.ops
+            if op.input_names and get_op_def(op.type).mutates and op.input_names[0] in data}
+
+
+def resolve_persistables(program, names, scope=None):
+    """Values of persistable variables: the given scope first, then the
+    tensors the program is bound to, then the global scope."""
+    out = []
+    bound = program.bound
+    for name in names:
+        value = scope.find_var(name) if scope is not None else None
+        if value is None:
+            value = bound.get(name)
+        if value is None:
+            value = _global_scope.find_var(name)
+        if value is None:
+            raise ValueError(f"persistable variable {name!r} has no value: run the startup program "
+                             "first, or load the model's parameters")
+        out.append(value)
+    return out
+
+
+def run_compiled(entry, args):
+    """Call a CompiledBlock, turning a failure into an error that shows the op
+    and the user line that created it."""
+    try:
+        return entry.fn(*args)
+    except Exception as exc:  # noqa: BLE001 - re-raised with context below
+        op = _failing_op(entry, exc.__traceback__)
+        if op is None:
+            raise
+        raise _op_error(exc, op) from exc
+
+
+def _failing_op(entry, tb):
+    op = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == entry.fn.__code__.co_filename:
+            op = entry.line_ops.get(tb.tb_lineno, op)
+        tb = tb.tb_next
+    return op
+
+
+def _op_error(exc, op):
+    where = ""
+    if op.origin:
+        filename, lineno, line = op.origin
+        where = f'\n  created at File "{filename}", line {lineno}' + (f"\n    {line}" if line else "")
+    message = f"{type(exc).__name__}: {exc}\n  while running op: {op.to_string()}{where}"
+    if isinstance(exc, AssertionError):
+        return AssertionError(message)
+    return OpRuntimeError(message)
+

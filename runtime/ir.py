@@ -1,0 +1,435 @@
+"""The program IR: Program -> Blocks -> Operators and Variables.
+
+A `Program` is a list of `Block`s; block 0 is the global block and every other
+block names its parent (`parent_idx`). Control-flow ops (`cond`, `while`) refer
+to their sub-blocks through block attributes, so nesting is first-class: a
+name is resolved in its own block first, then in the parents.
+
+An `Operator` has a `type` (a key of the op registry in `ops/`), named inputs
+and outputs (slot -> list of variable names) and attributes. A `Variable` has a
+`name`, a `shape` (-1 for a dimension known only at run time), a `dtype`, and
+the `persistable` / `stop_gradient` flags. Persistable variables hold state
+that outlives one run (parameters, buffers, lifted constants); the program
+keeps a reference to the tensor each one is bound to.
+
+This module knows nothing about kernels: `ops` fills the hooks that let a
+`Variable` take part in torch calls, and the executor looks kernels up in the
+registry.
+"""
+
+import contextlib
+import itertools
+import threading
+
+import torch
+
+from .errors import ProgramError
+
+# dtype names are the IR's spelling; torch dtypes are what users and kernels see.
+_DTYPE_NAMES = {
+    torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
+    torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32",
+    torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8",
+    torch.bool: "bool", torch.complex64: "complex64", torch.complex128: "complex128",
+}
+_DTYPES = {name: dt for dt, name in _DTYPE_NAMES.items()}
+
+TENSOR = "tensor"
+TENSOR_ARRAY = "tensor_array"
+
+
+def dtype_name(dtype):
+    """'float32' for torch.float32, 'float32', or anything naming a dtype."""
+    if isinstance(dtype, str):
+        if dtype not in _DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; known: {sorted(_DTYPES)}")
+        return dtype
+    if dtype in _DTYPE_NAMES:
+        return _DTYPE_NAMES[dtype]
+    if dtype is float:
+        return "float32"
+    if dtype is int:
+        return "int64"
+    if dtype is bool:
+        return "bool"
+    raise ValueError(f"unsupported dtype {dtype!r}")
+
+
+def torch_dtype(dtype):
+    """torch.float32 for 'float32' or torch.float32."""
+    return _DTYPES[dtype_name(dtype)]
+
+
+def _normalize_shape(shape):
+    if shape is None:
+        return ()
+    out = []
+    for d in shape:
+        if d is None:
+            out.append(-1)
+        elif isinstance(d, int) and d >= -1:
+            out.append(int(d))
+        else:
+            raise ValueError(f"bad dimension {d!r} in shape {shape!r}: use an int >= 0, or -1/None for unknown")
+    return tuple(out)
+
+
+class Variable:
+    """A symbolic value in a block: a tensor (or a tensor array) that exists
+    only when the program runs.
+
+    In user code a Variable behaves like a tensor: `ops` installs
+    `__torch_function__` and the Python operators, so `torch.matmul(x, w)`,
+    `x.sum(1)` or `x + 1` append operators to the current block.
+    """
+
+    # Filled by `ops.capture`: handlers for torch functions and tensor methods.
+    _torch_function_hook = None
+    _method_hook = None
+
+    def __init__(self, block, name, shape=(), dtype="float32", persistable=False,
+                 stop_gradient=False, kind=TENSOR, is_data=False):
+        self.block = block
+        self.name = name
+        self._shape = _normalize_shape(shape)
+        self._dtype = dtype_name(dtype)
+        self.persistable = persistable
+        self.stop_gradient = stop_gradient
+        self.kind = kind
+        self.is_data = is_data
+
+    # -- IR view -----------------------------------------------------------
+    @property
+    def shape(self):
+        return self._shape
+
+    @shape.setter
+    def shape(self, value):
+        self._shape = _normalize_shape(value)
+
+    @property
+    def dtype(self):
+        """The torch dtype, so that user code like `torch.zeros(3, dtype=x.dtype)` works."""
+        return _DTYPES[self._dtype]
+
+    @dtype.setter
+    def dtype(self, value):
+        self._dtype = dtype_name(value)
+
+    @property
+    def dtype_name(self):
+        return self._dtype
+
+    @property
+    def ndim(self):
+        return len(self._shape)
+
+    def dim(self):
+        return len(self._shape)
+
+    @property
+    def device(self):
+        return self.block.program.device
+
+    @property
+    def requires_grad(self):
+        return not self.stop_gradient
+
+    def is_floating_point(self):
+        return self.dtype.is_floating_point
+
+    def to_string(self):
+        flags = []
+        if self.persistable:
+            flags.append("persistable")
+        if self.is_data:
+            flags.append("data")
+        if self.stop_gradient and not self.persistable:
+            flags.append("stop_gradient")
+        if self.kind != TENSOR:
+            head = f"{self.name}: {self.kind}<{self._dtype}>"
+        else:
+            head = f"{self.name}: {self._dtype}[{', '.join(str(d) for d in self._shape)}]"
+        return head + (f" ({', '.join(flags)})" if flags else "")
+
+    def __repr__(self):
+        return f"Variable({self.to_string()})"
+
+    # -- tensor behaviour (hooks installed by ops.capture) --------------------
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return cls._torch_function_hook(func, args, kwargs or {})
+
+    def __getattr__(self, name):
+        # Only reached for names the class does not define: tensor methods.
+        if name.startswith("__") or Variable._method_hook is None:
+            raise AttributeError(name)
+        return Variable._method_hook(self, name)
+
+    # Identity semantics: Variables are graph nodes, `==` builds an op.
+    __hash__ = object.__hash__
+
+
+# Python operators a Variable supports; each forwards to the tensor method of
+# the same name, so `x + y` records exactly what eager `x + y` runs.
+_OPERATORS = [
+    "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+    "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__",
+    "__rmod__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__",
+    "__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__",
+    "__lshift__", "__rshift__", "__neg__", "__pos__", "__abs__", "__invert__",
+    "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
+    "__getitem__", "__setitem__",
+    "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
+    "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__imatmul__",
+    # Conversions to Python values: the capture hook rejects them with a
+    # message pointing at the line (the translator converts them first).
+    "__bool__", "__int__", "__float__", "__index__", "__len__", "__iter__",
+    "__complex__", "__array__",
+]
+
+
+def _make_operator(name):
+    def method(self, *args, **kwargs):
+        return Variable._method_hook(self, name)(*args, **kwargs)
+    method.__name__ = name
+    return method
+
+
+for _name in _OPERATORS:
+    setattr(Variable, _name, _make_operator(_name))
+
+
+class Operator:
+    """One op of a block: `type`, named inputs/outputs, attributes.
+
+    `inputs` and `outputs` map a slot name to a list of variable names.
+    Attributes holding a `Block` are sub-block references. `origin` is the
+    (filename, lineno, source line) of the user code that created the op.
+    """
+
+    def __init__(self, block, type, inputs=None, outputs=None, attrs=None, origin=None):
+        self.block = block
+        self.type = type
+        self.inputs = {k: list(v) for k, v in (inputs or {}).items()}
+        self.outputs = {k: list(v) for k, v in (outputs or {}).items()}
+        self.attrs = dict(attrs or {})
+        self.origin = origin
+
+    def input(self, slot):
+        return self.inputs.get(slot, [])
+
+    def output(self, slot):
+        return self.outputs.get(slot, [])
+
+    @property
+    def input_names(self):
+        return [n for names in self.inputs.values() for n in names]
+
+    @property
+    def output_names(self):
+        return [n for names in self.outputs.values() for n in names]
+
+    def sub_blocks(self):
+        return [v for v in self.attrs.values() if isinstance(v, Block)]
+
+    def to_string(self):
+        from .printer import op_to_string
+        return op_to_string(self)
+
+    def __repr__(self):
+        return f"Operator({self.to_string()})"
+
+
+class Block:
+    def __init__(self, program, idx, parent_idx=-1):
+        self.program = program
+        self.idx = idx
+        self.parent_idx = parent_idx
+        self.ops = []
+        self.vars = {}
+
+    @property
+    def parent(self):
+        return None if self.parent_idx < 0 else self.program.blocks[self.parent_idx]
+
+    def create_var(self, name=None, shape=(), dtype="float32", **kwargs):
+        name = name or self.program.unique_name("tmp")
+        if name in self.vars:
+            raise ProgramError(f"variable {name!r} already exists in block {self.idx}")
+        var = Variable(self, name, shape, dtype, **kwargs)
+        self.vars[name] = var
+        self.program._changed()
+        return var
+
+    def has_var(self, name):
+        return name in self.vars
+
+    def find_var(self, name):
+        """The variable `name` as seen from this block (own vars, then parents')."""
+        block = self
+        while block is not None:
+            if name in block.vars:
+                return block.vars[name]
+            block = block.parent
+        raise KeyError(f"variable {name!r} is not visible from block {self.idx}")
+
+    def var(self, name):
+        return self.find_var(name)
+
+    def append_op(self, type, inputs=None, outputs=None, attrs=None, origin=None):
+        as_names = lambda d: {k: [v if isinstance(v, str) else v.name for v in vs] for k, vs in (d or {}).items()}
+        op = Operator(self, type, as_names(inputs), as_names(outputs), attrs, origin)
+        self.ops.append(op)
+        self.program._changed()
+        return op
+
+    def to_string(self):
+        from .printer import block_to_string
+        return block_to_string(self)
+
+
+class Program:
+    """A static program. `blocks[0]` is the global block."""
+
+    def __init__(self):
+        self.blocks = [Block(self, 0, -1)]
+        self._current = 0
+        self._name_counters = {}
+        self._version = 0
+        # persistable variable name -> the tensor it is bound to (parameters,
+        # buffers and lifted constants keep the identity of the user's tensor,
+        # so optimizer updates and in-place buffer updates stay shared).
+        self.bound = {}
+        self.device = torch.device("cpu")
+
+    # -- structure -----------------------------------------------------------
+    def global_block(self):
+        return self.blocks[0]
+
+    def current_block(self):
+        return self.blocks[self._current]
+
+    def block(self, idx):
+        return self.blocks[idx]
+
+    def create_block(self, parent_idx=None):
+        parent = self._current if parent_idx is None else parent_idx
+        block = Block(self, len(self.blocks), parent)
+        self.blocks.append(block)
+        self._changed()
+        return block
+
+    @contextlib.contextmanager
+    def block_guard(self, block):
+        """Make `block` the current one: ops recorded inside go there."""
+        saved = self._current
+        self._current = block.idx
+        try:
+            yield block
+        finally:
+            self._current = saved
+
+    def rollback(self, num_blocks):
+        """Drop blocks created after the program had `num_blocks` blocks (a
+        trial trace of a loop body that is traced again)."""
+        del self.blocks[num_blocks:]
+        self._changed()
+
+    def unique_name(self, prefix):
+        n = self._name_counters.get(prefix, 0)
+        while True:
+            name = f"{prefix}_{n}"
+            n += 1
+            if not any(name in b.vars for b in self.blocks):
+                break
+        self._name_counters[prefix] = n
+        return name
+
+    def _changed(self):
+        self._version += 1
+
+    def all_vars(self):
+        for block in self.blocks:
+            yield from block.vars.values()
+
+    def data_vars(self):
+        return [v for v in self.global_block().vars.values() if v.is_data]
+
+    def persistable_vars(self):
+        return [v for v in self.global_block().vars.values() if v.persistable]
+
+    def bind(self, name, tensor):
+        self.bound[name] = tensor
+        self._changed()
+
+    # -- text, checks, copies -------------------------------------------------
+    def to_string(self):
+        from .printer import program_to_string
+        return program_to_string(self)
+
+    __str__ = to_string
+
+    def verify(self):
+        from .verify import verify_program
+        verify_program(self)
+        return self
+
+    def clone(self, for_test=False):
+        """A deep copy of the structure; bound tensors are shared, not copied.
+        `for_test=True` drops backward and optimizer ops."""
+        from .serialization import program_from_dict, program_to_dict
+        copy = program_from_dict(program_to_dict(self, keep_origin=True))
+        copy.bound = dict(self.bound)
+        copy.device = self.device
+        if for_test:
+            from ops.registry import get_op_def
+            block = copy.global_block()
+            block.ops = [op for op in block.ops if not get_op_def(op.type).training_only]
+        return copy
+
+
+# -- default programs and guards ----------------------------------------------
+_state = threading.local()
+
+
+def _defaults():
+    if not hasattr(_state, "main"):
+        _state.main = Program()
+        _state.startup = Program()
+    return _state
+
+
+def default_main_program():
+    return _defaults().main
+
+
+def default_startup_program():
+    return _defaults().startup
+
+
+@contextlib.contextmanager
+def program_guard(main_program, startup_program=None):
+    """Ops and variables created inside go to `main_program` (and parameter
+    initialisation / optimizer state to `startup_program`)."""
+    if not isinstance(main_program, Program):
+        raise TypeError(f"program_guard expects a Program, got {type(main_program).__name__}")
+    state = _defaults()
+    saved = state.main, state.startup
+    state.main = main_program
+    if startup_program is not None:
+        state.startup = startup_program
+    try:
+        yield
+    finally:
+        state.main, state.startup = saved
+
+
+def data(name, shape, dtype="float32"):
+    """A feed Variable of the current main program. `None` or -1 marks a
+    dimension known only at run time."""
+    block = default_main_program().global_block()
+    return block.create_var(name=name, shape=shape, dtype=dtype, is_data=True, stop_gradient=True)
+
+
+_uid = itertools.count()
