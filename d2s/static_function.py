@@ -1,0 +1,410 @@
+"""`declarative`, `StaticFunction`, `InputSpec` and `ProgramTranslator`.
+
+A StaticFunction wraps a function or method. A call looks up a
+`ConcreteProgram` by a cache key built from the arguments (tensor
+shape/dtype/device or the `InputSpec`, non-tensor values, the `training`
+flags of the modules involved). On a miss it converts the source (see
+`conversion.py`), runs the converted function on feed Variables under a fresh
+Program with op capture on, and compiles the result. On a hit it only calls
+the compiled program: no Python-level model code runs at all.
+"""
+
+import functools
+import inspect
+import sys
+import threading
+import warnings
+
+import torch
+
+from ops.capture import CaptureMode, lift
+from runtime import _debug
+from runtime.executor import Executor, run_compiled
+from runtime.ir import Program, Variable, dtype_name, program_guard
+
+MANY_PROGRAMS = 8
+
+
+class InputSpec:
+    """The shape/dtype of one tensor argument; `None` (or -1) dimensions stay
+    dynamic in the program, so one program serves every size there."""
+
+    def __init__(self, shape, dtype="float32", name=None):
+        self.shape = tuple(-1 if d is None else int(d) for d in shape)
+        self.dtype = dtype_name(dtype)
+        self.name = name
+
+    @classmethod
+    def from_tensor(cls, tensor, name=None):
+        return cls(tuple(tensor.shape), tensor.dtype, name)
+
+    def key(self):
+        return ("spec", self.shape, self.dtype)
+
+    def matches(self, tensor):
+        return (tensor.dim() == len(self.shape) and dtype_name(tensor.dtype) == self.dtype
+                and all(d in (-1, s) for d, s in zip(self.shape, tensor.shape)))
+
+    def __repr__(self):
+        return f"InputSpec(shape={list(self.shape)}, dtype={self.dtype!r}, name={self.name!r})"
+
+    def __eq__(self, other):
+        return isinstance(other, InputSpec) and (self.shape, self.dtype, self.name) == (other.shape, other.dtype, other.name)
+
+    __hash__ = None
+
+
+class ConcreteProgram:
+    """One traced program: its feeds (in argument order), its outputs (the
+    returned structure with Variables in it), and the compiled function."""
+
+    def __init__(self, main_program, startup_program, inputs, outputs, fetch_vars, out_tree):
+        self.main_program = main_program
+        self.startup_program = startup_program
+        self.inputs = inputs
+        self.outputs = outputs
+        self.fetch_vars = fetch_vars
+        self.out_tree = out_tree
+        self.compiled = Executor().compiled(main_program, [v.name for v in inputs], [v.name for v in fetch_vars])
+        self._bound = main_program.bound
+
+    def run(self, tensors):
+        params = [self._bound[n] for n in self.compiled.param_names]
+        results = run_compiled(self.compiled, list(tensors) + params)
+        return _rebuild(self.out_tree, results)
+
+
+class ProgramCache:
+    """Concrete programs of one StaticFunction, by cache key."""
+
+    def __init__(self):
+        self._programs = {}
+        self.last = None
+
+    def __len__(self):
+        return len(self._programs)
+
+    def __iter__(self):
+        return iter(self._programs.values())
+
+    def get(self, key):
+        return self._programs.get(key)
+
+    def put(self, key, concrete):
+        self._programs[key] = concrete
+
+    def clear(self):
+        self._programs.clear()
+
+
+# -- argument flattening --------------------------------------------------------------
+
+def _flatten_args(value, specs, tensors, path):
+    """A hashable key for `value`, collecting tensors (in order) into `tensors`.
+    `specs` maps a position in the tensor list to an InputSpec."""
+    if isinstance(value, torch.Tensor):
+        spec = specs.get(len(tensors)) if specs else None
+        tensors.append((path, value))
+        if spec is not None:
+            if not spec.matches(value):
+                raise ValueError(f"argument {path} has shape {list(value.shape)} and dtype "
+                                 f"{dtype_name(value.dtype)}, which does not match {spec}")
+            return spec.key() + (value.device.type,)
+        return ("tensor", tuple(value.shape), value.dtype, value.device.type, value.requires_grad)
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(
+            _flatten_args(v, specs, tensors, f"{path}[{i}]") for i, v in enumerate(value))
+    if isinstance(value, dict):
+        return ("dict",) + tuple((k, _flatten_args(v, specs, tensors, f"{path}[{k!r}]"))
+                                 for k, v in sorted(value.items(), key=lambda kv: repr(kv[0])))
+    if isinstance(value, torch.nn.Module):
+        return ("module", id(value))
+    try:
+        hash(value)
+        return ("value", type(value).__name__, value)
+    except TypeError:
+        return ("object", id(value))
+
+
+def _replace_tensors(value, feeds):
+    if isinstance(value, torch.Tensor):
+        return feeds.pop(0)
+    if isinstance(value, (list, tuple)):
+        items = [_replace_tensors(v, feeds) for v in value]
+        return type(value)(items) if not hasattr(value, "_fields") else type(value)(*items)
+    if isinstance(value, dict):
+        return {k: _replace_tensors(v, feeds) for k, v in value.items()}
+    return value
+
+
+def _collect_tensors(value, out):
+    if isinstance(value, torch.Tensor):
+        out.append(value)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _collect_tensors(v, out)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _collect_tensors(v, out)
+    return out
+
+
+def _output_tree(value, fetch):
+    """The returned structure with ('fetch', i) for each Variable."""
+    if isinstance(value, Variable):
+        fetch.append(value)
+        return ("fetch", len(fetch) - 1)
+    if isinstance(value, torch.Tensor):
+        fetch.append(lift(value))
+        return ("fetch", len(fetch) - 1)
+    if isinstance(value, (list, tuple)):
+        return (type(value), [_output_tree(v, fetch) for v in value])
+    if isinstance(value, dict):
+        return (dict, {k: _output_tree(v, fetch) for k, v in value.items()})
+    return ("const", value)
+
+
+def _rebuild(tree, results):
+    tag, body = tree
+    if tag == "fetch":
+        return results[body]
+    if tag == "const":
+        return body
+    if tag is dict:
+        return {k: _rebuild(v, results) for k, v in body.items()}
+    items = [_rebuild(v, results) for v in body]
+    return tag(*items) if hasattr(tag, "_fields") else tag(items)
+
+
+# -- StaticFunction -------------------------------------------------------------------
+
+def _converted(fn):
+    from . import conversion
+    return conversion.convert_function(fn)
+
+
+class StaticFunction:
+    """A function or method whose calls run as static programs."""
+
+    def __init__(self, function, input_spec=None, instance=None):
+        self._function = function
+        self._instance = instance
+        self._input_spec = list(input_spec) if input_spec is not None else None
+        self.program_cache = ProgramCache()
+        self._bound = {}
+        self._lock = threading.RLock()
+        functools.update_wrapper(self, function)
+
+    # methods: one StaticFunction (and program cache) per instance
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        key = id(instance)
+        bound = self._bound.get(key)
+        if bound is None or bound._instance is not instance:
+            bound = StaticFunction(self._function, self._input_spec, instance)
+            self._bound[key] = bound
+        return bound
+
+    @property
+    def dygraph_function(self):
+        """The original Python function (bound when this is a method)."""
+        if self._instance is not None:
+            return self._function.__get__(self._instance)
+        return self._function
+
+    def _full_args(self, args):
+        return ((self._instance,) + tuple(args)) if self._instance is not None else tuple(args)
+
+    def _modules(self, args):
+        mods = []
+        for v in (self._instance,) + tuple(args):
+            if isinstance(v, torch.nn.Module):
+                mods.extend(v.modules())
+        return mods
+
+    def cache_key(self, args, kwargs):
+        tensors = []
+        specs = dict(enumerate(self._input_spec)) if self._input_spec else None
+        key = (_flatten_args(tuple(args), specs, tensors, "args"),
+               _flatten_args(kwargs, None, tensors, "kwargs") if kwargs else (),
+               tuple(m.training for m in self._modules(args)))
+        return key, tensors
+
+    def __call__(self, *args, **kwargs):
+        if not ProgramTranslator().enable_to_static:
+            return self.dygraph_function(*args, **kwargs)
+        key, tensors = self.cache_key(args, kwargs)
+        concrete = self.program_cache.get(key)
+        if concrete is None:
+            concrete = self._build(key, args, kwargs, tensors)
+        ProgramTranslator()._last = concrete
+        self.program_cache.last = concrete
+        return concrete.run([t for _, t in tensors])
+
+    def get_concrete_program(self, *args, **kwargs):
+        key, tensors = self.cache_key(args, kwargs)
+        concrete = self.program_cache.get(key)
+        if concrete is None:
+            concrete = self._build(key, args, kwargs, tensors)
+        return concrete
+
+    @property
+    def concrete_program(self):
+        return self.program_cache.last
+
+    def _feed_names(self):
+        try:
+            params = list(inspect.signature(self._function).parameters)
+        except (TypeError, ValueError):
+            params = []
+        if self._instance is not None:
+            params = params[1:]
+        return params
+
+    def _build(self, key, args, kwargs, tensors):
+        with self._lock:
+            converted = _converted(self._function)
+            main, startup = Program(), Program()
+            main.name_hints = self._name_hints(args)
+            if tensors:
+                main.device = tensors[0][1].device
+            specs = self._input_spec or []
+            arg_names = self._feed_names()
+            feeds = []
+            with program_guard(main, startup):
+                for i, (path, t) in enumerate(tensors):
+                    spec = specs[i] if i < len(specs) else None
+                    name = spec.name if spec is not None and spec.name else _feed_name(path, arg_names)
+                    name = name if name not in main.global_block().vars else main.unique_name(name)
+                    shape = spec.shape if spec is not None else tuple(t.shape)
+                    var = main.global_block().create_var(name=name, shape=shape, dtype=t.dtype, is_data=True,
+                                                         stop_gradient=not t.requires_grad)
+                    feeds.append(var)
+                sym_args = _replace_tensors(tuple(args), list(feeds))
+                sym_kwargs = _replace_tensors(dict(kwargs), list(feeds[len(_collect_tensors(args, [])):]))
+                with CaptureMode():
+                    out = converted(*self._full_args(sym_args), **sym_kwargs)
+                fetch = []
+                out_tree = _output_tree(out, fetch)
+            main.verify()
+            concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree)
+            self.program_cache.put(key, concrete)
+            if len(self.program_cache) == MANY_PROGRAMS:
+                warnings.warn(
+                    f"{self._function.__qualname__} has built {MANY_PROGRAMS} programs: its arguments change "
+                    "shape or value between calls; use d2s.InputSpec with None dimensions, or pass changing "
+                    "Python values as tensors", stacklevel=3)
+            if _debug.level() >= 2:
+                print(f"[d2s] program of {self._function.__qualname__}:\n{main.to_string()}", file=sys.stderr)
+            return concrete
+
+    def _name_hints(self, args):
+        hints = {}
+        for obj in (self._instance,) + tuple(args):
+            if isinstance(obj, torch.nn.Module):
+                for name, t in obj.named_parameters():
+                    hints.setdefault(id(t), name)
+                for name, t in obj.named_buffers():
+                    hints.setdefault(id(t), name)
+        return hints
+
+
+def _feed_name(path, arg_names):
+    """'x' for the first positional argument named x, 'args_2_0' otherwise."""
+    import re
+    m = re.match(r"args\[(\d+)\]$", path)
+    if m and int(m.group(1)) < len(arg_names):
+        return arg_names[int(m.group(1))]
+    m = re.match(r"kwargs\['(\w+)'\]$", path)
+    if m:
+        return m.group(1)
+    return re.sub(r"\W+", "_", path).strip("_")
+
+
+def declarative(function=None, input_spec=None):
+    """Run `function` as a static program (a decorator; also takes a method,
+    or an `nn.Module` instance whose `forward` it converts in place)."""
+    if function is None:
+        return lambda f: declarative(f, input_spec=input_spec)
+    if isinstance(function, StaticFunction):
+        return function
+    if isinstance(function, torch.nn.Module):
+        module = function
+        forward = type(module).forward
+        if isinstance(forward, StaticFunction):
+            return module
+        static = StaticFunction(forward, input_spec, instance=module)
+        object.__setattr__(module, "forward", static)
+        return module
+    if inspect.ismethod(function):
+        return StaticFunction(function.__func__, input_spec, instance=function.__self__)
+    if not callable(function):
+        raise TypeError(f"declarative expects a function, a method or an nn.Module, got {type(function).__name__}")
+    return StaticFunction(function, input_spec)
+
+
+to_static = declarative
+
+
+class ProgramTranslator:
+    """The process-wide switch and inspection entry points."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            self = super().__new__(cls)
+            self.enable_to_static = True
+            self._last = None
+            cls._instance = self
+        return cls._instance
+
+    def enable(self, enable_to_static=True):
+        """False: every declarative function runs eagerly, as plain PyTorch."""
+        if not isinstance(enable_to_static, bool):
+            raise TypeError("enable() takes a bool")
+        self.enable_to_static = enable_to_static
+
+    @staticmethod
+    def _static(fn):
+        return fn if isinstance(fn, StaticFunction) else declarative(fn)
+
+    def get_output(self, fn, *args, **kwargs):
+        """Run `fn` as a static program (even when translation is disabled)."""
+        static = self._static(fn)
+        saved, self.enable_to_static = self.enable_to_static, True
+        try:
+            return static(*args, **kwargs)
+        finally:
+            self.enable_to_static = saved
+
+    def get_func(self, fn):
+        """The converted Python function."""
+        static = self._static(fn)
+        converted = _converted(static._function)
+        return converted.__get__(static._instance) if static._instance is not None else converted
+
+    def get_code(self, fn):
+        """The converted source code, as a string."""
+        from . import conversion
+        return conversion.get_code(self._static(fn)._function)
+
+    def get_program(self, fn, *args, **kwargs):
+        """(main_program, startup_program, inputs, outputs) for these arguments."""
+        concrete = self._static(fn).get_concrete_program(*args, **kwargs)
+        self._last = concrete
+        return concrete.main_program, concrete.startup_program, concrete.inputs, concrete.outputs
+
+    def save_inference_model(self, dirname, feed=None, fetch=None):
+        """Save the program of the latest declarative call; `feed`/`fetch`
+        select inputs/outputs by index (default: all)."""
+        concrete = self._last
+        if concrete is None:
+            raise ValueError("no declarative function has run yet: call it once before saving")
+        from runtime.io import save_inference_model
+        inputs = concrete.inputs if feed is None else [concrete.inputs[i] for i in feed]
+        outputs = concrete.fetch_vars if fetch is None else [concrete.fetch_vars[i] for i in fetch]
+        save_inference_model(dirname, [v.name for v in inputs], outputs, Executor(),
+                             main_program=concrete.main_program)
+

@@ -1,0 +1,53 @@
+"""`TracedLayer`: capture a layer's forward, called on example inputs, into a
+program without converting its source.
+
+Tracing records the ops a call runs. Python control flow on tensor values
+cannot be recorded this way (it would freeze the branch taken), so it is an
+error that points at the line: decorate such a forward with `@declarative`.
+"""
+
+
+from ops.capture import CaptureMode
+from runtime.executor import Executor, run_compiled
+from runtime.ir import Program, program_guard
+
+
+class TracedLayer:
+    def __init__(self, program, feed_vars, fetch_vars):
+        self.program = program
+        self.feed_vars = feed_vars
+        self.fetch_vars = fetch_vars
+        self._compiled = Executor().compiled(program, [v.name for v in feed_vars], [v.name for v in fetch_vars])
+
+    @staticmethod
+    def trace(layer, inputs):
+        """Run `layer(*inputs)` eagerly and capture it; returns (outputs, traced)."""
+        inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        outputs = layer(*inputs)
+        program = Program()
+        program.name_hints = {id(t): n for n, t in list(layer.named_parameters()) + list(layer.named_buffers())}
+        if inputs:
+            program.device = inputs[0].device
+        with program_guard(program, Program()):
+            feeds = [program.global_block().create_var(name=f"input_{i}", shape=tuple(t.shape), dtype=t.dtype,
+                                                       is_data=True, stop_gradient=True)
+                     for i, t in enumerate(inputs)]
+            with CaptureMode():
+                out = layer(*feeds)
+        fetch = list(out) if isinstance(out, (list, tuple)) else [out]
+        program.verify()
+        return outputs, TracedLayer(program, feeds, fetch)
+
+    def __call__(self, *inputs):
+        params = [self.program.bound[n] for n in self._compiled.param_names]
+        results = run_compiled(self._compiled, list(inputs) + params)
+        return results[0] if len(results) == 1 else list(results)
+
+    def save_inference_model(self, dirname, feed=None, fetch=None):
+        """Save for deployment; `feed`/`fetch` pick inputs/outputs by index."""
+        from runtime.io import save_inference_model
+        feeds = self.feed_vars if feed is None else [self.feed_vars[i] for i in feed]
+        fetches = self.fetch_vars if fetch is None else [self.fetch_vars[i] for i in fetch]
+        save_inference_model(dirname, [v.name for v in feeds], fetches, Executor(), main_program=self.program)
+
+
