@@ -1,0 +1,327 @@
+"""Programs as plain JSON-able dicts, and the checks a loaded one must pass.
+
+    {"blocks": [{"idx": 0, "parent_idx": -1,
+                 "vars": [{"name": "x", "shape": [-1, 4], "dtype": "float32",
+                           "persistable": false, "stop_gradient": true,
+                           "kind": "tensor", "is_data": true}, ...],
+                 "ops": [{"type": "torch.nn.functional.linear",
+                          "inputs": {"X": ["x", "w", "b"]}, "outputs": {"Out": ["y"]},
+                          "attrs": {"args": {"$tuple": [{"$in": 0}, ...]}, ...},
+                          "origin": ["model.py", 12, "y = self.fc(x)"]}]},   # optional
+                ...]}
+
+Attribute values use the tagged encoding of `runtime.attrs`. Tensor arrays
+also record `elem_known` (whether an element type has been seen).
+
+`program_from_dict` treats its input as untrusted (it may come from a file
+someone else wrote): it rebuilds the program only from the fields listed
+above, and refuses anything that could make the executor do something other
+than run registered kernels on declared variables -- see `_Validator`.
+"""
+
+from .attrs import InputRef, OutputRef, ReturnType, decode, encode
+from .errors import ModelFormatError
+from .ir import TENSOR, TENSOR_ARRAY, Block, Program, dtype_name
+
+FORMAT_VERSION = 1
+
+_KINDS = (TENSOR, TENSOR_ARRAY)
+
+
+# -- writing -------------------------------------------------------------------------
+
+def program_to_dict(program, keep_origin=False):
+    """The JSON-able form of `program`. Origins (user file, line, source
+    line) are left out unless `keep_origin`: a saved model should not carry
+    the author's file paths."""
+    return {"blocks": [_block_to_dict(b, keep_origin) for b in program.blocks]}
+
+
+def _block_to_dict(block, keep_origin):
+    return {
+        "idx": block.idx,
+        "parent_idx": block.parent_idx,
+        "vars": [_var_to_dict(v) for v in block.vars.values()],
+        "ops": [_op_to_dict(op, keep_origin) for op in block.ops],
+    }
+
+
+def _var_to_dict(var):
+    out = {
+        "name": var.name,
+        "shape": list(var.shape),
+        "dtype": var.dtype_name,
+        "persistable": bool(var.persistable),
+        "stop_gradient": bool(var.stop_gradient),
+        "kind": var.kind,
+        "is_data": bool(var.is_data),
+    }
+    # `elem_known` is set by the tensor-array builders; plain tensors lack it.
+    if "elem_known" in var.__dict__:
+        out["elem_known"] = bool(var.elem_known)
+    return out
+
+
+def _op_to_dict(op, keep_origin):
+    out = {
+        "type": op.type,
+        "inputs": {k: list(v) for k, v in op.inputs.items()},
+        "outputs": {k: list(v) for k, v in op.outputs.items()},
+        "attrs": {k: encode(v) for k, v in op.attrs.items()},
+    }
+    if keep_origin and op.origin is not None:
+        filename, lineno, line = op.origin
+        out["origin"] = [str(filename), int(lineno), line or ""]
+    return out
+
+
+# -- reading ---------------------------------------------------------------------------
+
+def program_from_dict(data):
+    """Rebuild a Program from `program_to_dict` output, validating every
+    field first; raises ModelFormatError naming the first problem."""
+    return _Validator(data).build()
+
+
+def _fail(where, message):
+    raise ModelFormatError(f"{where}: {message}" if where else message)
+
+
+def _expect(value, types, where, what):
+    # bool is an int subclass; a shape of [true, 3] is not a shape.
+    if isinstance(value, bool) and bool not in types:
+        _fail(where, f"{what} must be {_type_names(types)}, got {value!r}")
+    if not isinstance(value, types):
+        _fail(where, f"{what} must be {_type_names(types)}, got {type(value).__name__} {value!r:.60}")
+    return value
+
+
+def _type_names(types):
+    return " or ".join(t.__name__ for t in types)
+
+
+def _str_list(value, where, what):
+    _expect(value, (list,), where, what)
+    for item in value:
+        _expect(item, (str,), where, f"each entry of {what}")
+    return value
+
+
+class _Validator:
+    """Builds a Program from untrusted data, one pass per concern:
+    block structure, variables, ops (types, slots, names, attributes), then
+    the references between ops and blocks."""
+
+    def __init__(self, data):
+        self.data = data
+        self.program = Program()
+
+    def build(self):
+        blocks = self._check_blocks()
+        for i, raw in enumerate(blocks):
+            self._add_vars(self.program.blocks[i], raw)
+        for i, raw in enumerate(blocks):
+            self._add_ops(self.program.blocks[i], raw)
+        for block in self.program.blocks:
+            for j, op in enumerate(block.ops):
+                self._check_op_refs(block, j, op)
+        return self.program
+
+    # -- blocks ------------------------------------------------------------------
+    def _check_blocks(self):
+        _expect(self.data, (dict,), "program", "the program")
+        blocks = _expect(self.data.get("blocks"), (list,), "program", "'blocks'")
+        if not blocks:
+            _fail("program", "has no blocks")
+        parents = []
+        for i, raw in enumerate(blocks):
+            where = f"block {i}"
+            _expect(raw, (dict,), where, "a block")
+            idx = _expect(raw.get("idx"), (int,), where, "'idx'")
+            if idx != i:
+                _fail(where, f"has idx {idx}; blocks must be listed in index order")
+            parent = _expect(raw.get("parent_idx"), (int,), where, "'parent_idx'")
+            if i == 0 and parent != -1:
+                _fail(where, f"the global block must have parent_idx -1, got {parent}")
+            if i > 0 and not 0 <= parent < len(blocks):
+                _fail(where, f"parent_idx {parent} is not a block index (0..{len(blocks) - 1})")
+            parents.append(parent)
+        for i in range(1, len(blocks)):
+            seen, j = set(), i
+            while j != -1:
+                if j in seen:
+                    _fail(f"block {i}", "its chain of parent blocks contains a cycle")
+                seen.add(j)
+                j = parents[j]
+        for i in range(1, len(blocks)):
+            self.program.blocks.append(Block(self.program, i, parents[i]))
+        return blocks
+
+    # -- variables ---------------------------------------------------------------------
+    def _add_vars(self, block, raw):
+        for k, var in enumerate(_expect(raw.get("vars", []), (list,), f"block {block.idx}", "'vars'")):
+            where = f"block {block.idx}, var {k}"
+            _expect(var, (dict,), where, "a variable")
+            name = _expect(var.get("name"), (str,), where, "'name'")
+            where = f"block {block.idx}, var {name!r}"
+            if not name:
+                _fail(where, "empty variable name")
+            if name in block.vars:
+                _fail(where, "is declared twice")
+            shape = _expect(var.get("shape"), (list,), where, "'shape'")
+            for d in shape:
+                if not isinstance(d, int) or isinstance(d, bool) or d < -1:
+                    _fail(where, f"bad dimension {d!r} in shape {shape!r} (ints >= 0, or -1 for unknown)")
+            dtype = _expect(var.get("dtype"), (str,), where, "'dtype'")
+            try:
+                dtype_name(dtype)
+            except ValueError as exc:
+                _fail(where, str(exc))
+            kind = var.get("kind", TENSOR)
+            if kind not in _KINDS:
+                _fail(where, f"unknown kind {kind!r} (known: {', '.join(_KINDS)})")
+            flags = {f: _expect(var.get(f, False), (bool,), where, f"'{f}'")
+                     for f in ("persistable", "stop_gradient", "is_data")}
+            if flags["persistable"] and block.idx != 0:
+                # The executor passes parameters to the global block only.
+                _fail(where, "is persistable but not in the global block")
+            created = block.create_var(name=name, shape=shape, dtype=dtype, kind=kind, **flags)
+            if "elem_known" in var:
+                created.elem_known = _expect(var["elem_known"], (bool,), where, "'elem_known'")
+
+    # -- ops -----------------------------------------------------------------------------
+    def _add_ops(self, block, raw):
+        from ops.registry import get_op_def, is_registered
+        for j, op in enumerate(_expect(raw.get("ops", []), (list,), f"block {block.idx}", "'ops'")):
+            where = f"block {block.idx}, op {j}"
+            _expect(op, (dict,), where, "an op")
+            op_type = _expect(op.get("type"), (str,), where, "'type'")
+            if not is_registered(op_type):
+                _fail(where, f"op type {op_type!r} is not a registered d2s op; "
+                      "a saved program may only use the op allowlist (see ops/torch_ops.py)")
+            where = f"block {block.idx}, op {j} ({op_type})"
+            opdef = get_op_def(op_type)
+            inputs = self._slots(block, op.get("inputs", {}), opdef.inputs, where, "inputs")
+            outputs = self._slots(block, op.get("outputs", {}), opdef.outputs, where, "outputs")
+            raw_attrs = _expect(op.get("attrs", {}), (dict,), where, "'attrs'")
+            attrs = {}
+            for key, value in raw_attrs.items():
+                self._check_tags(value, len(self.program.blocks), f"{where}, attr {key!r}")
+                try:
+                    attrs[key] = decode(value, self.program)
+                except ModelFormatError as exc:
+                    _fail(f"{where}, attr {key!r}", str(exc))
+            missing = [a for a in opdef.attrs if a not in attrs]
+            if missing:
+                _fail(where, f"missing attribute(s) {missing}")
+            block.append_op(op_type, inputs, outputs, attrs, self._origin(op.get("origin"), where))
+
+    def _slots(self, block, slots, allowed, where, what):
+        _expect(slots, (dict,), where, f"'{what}'")
+        for slot, names in slots.items():
+            if slot not in allowed:
+                _fail(where, f"unknown {what[:-1]} slot {slot!r} (this op has {list(allowed)})")
+            for name in _str_list(names, where, f"{what}[{slot!r}]"):
+                if not _visible(block, name):
+                    _fail(where, f"{what[:-1]} {name!r} is not a variable visible from block {block.idx}")
+        return slots
+
+    def _check_tags(self, value, num_blocks, where):
+        """Reject malformed index tags before `decode` sees them: it would
+        accept `{"$block": -1}` (Python's negative indexing) or `"2"`."""
+        if isinstance(value, list):
+            for item in value:
+                self._check_tags(item, num_blocks, where)
+            return
+        if not isinstance(value, dict):
+            return
+        tags = [k for k in value if k.startswith("$")]
+        if not tags:
+            for item in value.values():
+                self._check_tags(item, num_blocks, where)
+            return
+        tag, body = tags[0], value[tags[0]]
+        if len(value) != (2 if tag == "$return_type" else 1):
+            _fail(where, f"malformed tagged value {value!r:.80}")
+        if tag in ("$block", "$in", "$out"):
+            if not isinstance(body, int) or isinstance(body, bool) or body < 0:
+                _fail(where, f"{tag} needs a non-negative int index, got {body!r}")
+            if tag == "$block" and not 0 < body < num_blocks:
+                _fail(where, f"block reference {body} is out of range (sub-blocks are 1..{num_blocks - 1})")
+        elif tag in ("$tuple", "$slice", "$size"):
+            self._check_tags(_expect(body, (list,), where, tag), num_blocks, where)
+        elif tag == "$dict":
+            for item in _expect(body, (dict,), where, tag).values():
+                self._check_tags(item, num_blocks, where)
+        elif tag == "$return_type":
+            self._check_tags(_expect(value.get("items"), (list,), where, "$return_type items"),
+                             num_blocks, where)
+
+    @staticmethod
+    def _origin(origin, where):
+        if origin is None:
+            return None
+        if (not isinstance(origin, list) or len(origin) != 3 or not isinstance(origin[0], str)
+                or not isinstance(origin[1], int) or not isinstance(origin[2], str)):
+            _fail(where, f"'origin' must be [filename, lineno, line], got {origin!r:.80}")
+        return tuple(origin)
+
+    # -- references between ops, variables and blocks ---------------------------------------
+    def _check_op_refs(self, block, j, op):
+        where = f"block {block.idx}, op {j} ({op.type})"
+        n_in, n_out = len(op.input("X")), len(op.output("Out"))
+        for key, value in op.attrs.items():
+            for ref in _refs(value):
+                if isinstance(ref, InputRef) and ref.index >= n_in:
+                    _fail(where, f"attr {key!r} refers to input {ref.index} but the op has {n_in} X input(s)")
+                if isinstance(ref, OutputRef) and ref.index >= n_out:
+                    _fail(where, f"attr {key!r} refers to output {ref.index} but the op has {n_out} Out output(s)")
+        subs = op.sub_blocks()
+        for sub in subs:
+            # A sub-block strictly below the op's block: the executor inlines
+            # it, so a reference upwards or to itself would never terminate.
+            if not _is_descendant(sub, block):
+                _fail(where, f"sub-block {sub.idx} is not nested inside block {block.idx}")
+        if subs:
+            # Control-flow ops name values of their sub-blocks in attributes
+            # (true_outs, loop_vars, cond_out, ...).
+            for key, value in op.attrs.items():
+                names = [value] if isinstance(value, str) else value if (
+                    isinstance(value, list) and all(isinstance(v, str) for v in value)) else []
+                for name in names:
+                    if not any(_visible(sub, name) for sub in subs):
+                        _fail(where, f"attr {key!r} names {name!r}, which no sub-block of this op can see")
+
+
+def _visible(block, name):
+    while block is not None:
+        if name in block.vars:
+            return True
+        block = block.parent
+    return False
+
+
+def _is_descendant(block, ancestor):
+    block = block.parent
+    while block is not None:
+        if block is ancestor:
+            return True
+        block = block.parent
+    return False
+
+
+def _refs(value):
+    """InputRef/OutputRef leaves of a decoded attribute tree."""
+    if isinstance(value, (InputRef, OutputRef)):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _refs(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _refs(v)
+    elif isinstance(value, slice):
+        for v in (value.start, value.stop, value.step):
+            yield from _refs(v)
+    elif isinstance(value, ReturnType):
+        yield from _refs(value.items)
