@@ -198,10 +198,12 @@ def compile_program(program, feed_names, fetch_names, get_op_def, trace_hook=Non
     """Compile the global block of `program` into a CompiledBlock."""
     gen = Codegen(program, get_op_def, trace_hook)
     block = program.global_block()
-    params = [v.name for v in program.persistable_vars()]
+    # Persistables an op assigns (optimizer state made by a startup program)
+    # are results to store in the scope; the others are arguments.
     written = sorted({n for b in program.blocks for op in b.ops for n in op.output_names
                       if n in block.vars and block.vars[n].persistable
                       and not get_op_def(op.type).mutates})
+    params = [v.name for v in program.persistable_vars() if v.name not in written]
     body = gen.emit_block(block, keep=set(fetch_names) | set(written))
     returns = [gen.load(n) for n in list(fetch_names) + written]
     body.append(ast.Return(value=ast.Tuple(elts=returns, ctx=ast.Load()), lineno=0))
