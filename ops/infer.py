@@ -8,6 +8,11 @@ stand-ins, and every output dimension that differs between the runs is -1:
 Ops whose output shape depends on values (`nonzero`, boolean masks) have no
 meta kernel; they run on small CPU tensors instead and all their output
 dimensions are -1.
+
+A 0-d integer Variable passed where the kernel wants a Python int (a size
+from `x.size(0)`, an index `x[k]`, a slice bound `x[:k]`) stands in as the
+stand-in size and also as a small index; the output dimensions that differ
+between all those runs are -1.
 """
 
 import torch
@@ -15,6 +20,8 @@ import torch
 from runtime.ir import TENSOR_ARRAY, Variable
 
 STAND_INS = (8, 12)
+# Stand-ins for run-time integers used as indices, one per STAND_INS entry.
+SMALL_INTS = {8: 1, 12: 2}
 
 
 class Meta:
@@ -34,13 +41,14 @@ def _has_unknown(inputs):
     return False
 
 
-def _stand_in(value, size, device, as_int):
+def _stand_in(value, size, device, as_int, int_value=None):
     if isinstance(value, Variable):
         shape = [size if d == -1 else d for d in value.shape]
         if value.kind == TENSOR_ARRAY:
             return [torch.empty(shape, dtype=value.dtype, device=device) for _ in range(size)]
         if as_int and not shape and not value.dtype.is_floating_point:
-            return size  # a run-time size used as an int argument
+            # a run-time value used as a Python int: a size, or an index
+            return size if int_value is None else int_value
         if device == "meta":
             return torch.empty(shape, dtype=value.dtype, device="meta")
         return torch.ones(shape, dtype=value.dtype)
@@ -66,8 +74,8 @@ def _substitute(tree, values):
     return tree
 
 
-def _run(fn, args, kwargs, inputs, size, device, as_int, factory):
-    values = [_stand_in(v, size, device, as_int) for v in inputs]
+def _run(fn, args, kwargs, inputs, size, device, as_int, factory, int_value=None):
+    values = [_stand_in(v, size, device, as_int, int_value) for v in inputs]
     call_kwargs = _substitute(kwargs, values)
     if factory and device == "meta":
         call_kwargs["device"] = "meta"
@@ -76,32 +84,40 @@ def _run(fn, args, kwargs, inputs, size, device, as_int, factory):
 
 def _run_some_way(fn, args, kwargs, inputs, size, factory):
     """Meta first; 0-d integer Variables as ints if tensors are refused; a
-    small CPU run for value-dependent ops. Returns (result, exact)."""
+    small CPU run for value-dependent ops. Returns (result, exact, as_int)."""
     errors = []
     for device, as_int in (("meta", False), ("meta", True)):
         try:
-            return _run(fn, args, kwargs, inputs, size, device, as_int, factory), True
+            return _run(fn, args, kwargs, inputs, size, device, as_int, factory), True, as_int
         except Exception as exc:  # noqa: BLE001 - any failure means "try the next way"
             errors.append(exc)
+    # A 0-d integer used as an index (`x[k]`, `x.narrow(0, 0, k)`) can be out
+    # of range as a stand-in size; small values are valid indices.
     try:
-        return _run(fn, args, kwargs, inputs, size, "cpu", True, factory), False
+        return _run(fn, args, kwargs, inputs, size, "meta", True, factory, SMALL_INTS[size]), True, True
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        return _run(fn, args, kwargs, inputs, size, "cpu", True, factory), False, True
     except Exception:  # noqa: BLE001
         raise errors[0] from None
 
 
-def _merge(a, b, exact):
-    """Combine two runs' results: tensors become Meta with -1 where they differ."""
+def _merge(runs, exact):
+    """Combine several runs' results: tensors become Meta with -1 in the
+    dimensions that differ between runs."""
+    a = runs[0]
     if isinstance(a, torch.Tensor):
         if not exact:
             return Meta([-1] * a.dim(), a.dtype)
-        shape = [x if x == y else -1 for x, y in zip(a.shape, b.shape)]
+        shape = [dims[0] if len(set(dims)) == 1 else -1 for dims in zip(*(r.shape for r in runs))]
         return Meta(shape, a.dtype)
     if isinstance(a, (list, tuple)):
-        items = [_merge(x, y, exact) for x, y in zip(a, b)]
+        items = [_merge(list(parts), exact) for parts in zip(*runs)]
         if hasattr(a, "_fields") or type(a).__module__ == "torch.return_types":
             return type(a)(items)
         return type(a)(items) if isinstance(a, tuple) else items
-    if a != b and not (a is b):
+    if any(r != a and r is not a for r in runs[1:]):
         return Dynamic(a)
     return a
 
@@ -123,8 +139,18 @@ def infer(fn, args, kwargs, inputs, factory=False):
 
 
 def _infer(fn, args, kwargs, inputs, factory):
-    first, exact = _run_some_way(fn, args, kwargs, inputs, STAND_INS[0], factory)
-    if not _has_unknown(inputs) and exact:
-        return _merge(first, first, True)
-    second, exact2 = _run_some_way(fn, args, kwargs, inputs, STAND_INS[1], factory)
-    return _merge(first, second, exact and exact2)
+    first, exact, as_int = _run_some_way(fn, args, kwargs, inputs, STAND_INS[0], factory)
+    if not _has_unknown(inputs) and exact and not as_int:
+        return _merge([first], True)
+    second, exact2, as_int2 = _run_some_way(fn, args, kwargs, inputs, STAND_INS[1], factory)
+    runs = [first, second]
+    if (as_int or as_int2) and exact and exact2:
+        # A run-time integer stood in as a size; it may instead be an index
+        # or a slice bound (`x[k:]` clamps an out-of-range stand-in to an
+        # empty slice), so small values must agree too.
+        for size in STAND_INS:
+            try:
+                runs.append(_run(fn, args, kwargs, inputs, size, "meta", True, factory, SMALL_INTS[size]))
+            except Exception:  # noqa: BLE001 - the value is not valid as an index here
+                pass
+    return _merge(runs, exact and exact2)
