@@ -1,0 +1,415 @@
+"""Saving and loading inference models.
+
+A saved model is a directory with two files:
+
+    program.json          {"format": "d2s.inference_model", "format_version": 1,
+                           "producer": {"d2s": "0.1.0", "torch": "2.x"},
+                           "feed": [names], "fetch": [names],
+                           "program": <runtime.serialization.program_to_dict>}
+    params.safetensors    one tensor per persistable variable of the program
+
+Loading treats the directory as untrusted: it validates every field, every op
+type against the registry (the allowlist) and every parameter against its
+declared variable before anything is bound or run, and it never unpickles.
+Saving writes a fresh directory next to the target and swaps it in, so an
+interrupted save leaves the previous model loadable.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections import namedtuple
+
+import torch
+
+from .errors import ModelFormatError, ProgramError
+from .executor import resolve_persistables
+from .ir import Variable, default_main_program
+from .serialization import FORMAT_VERSION, program_from_dict, program_to_dict
+
+PROGRAM_FILE = "program.json"
+PARAMS_FILE = "params.safetensors"
+FORMAT_NAME = "d2s.inference_model"
+
+SavedModel = namedtuple("SavedModel", "program feed_names fetch_names params format_version producer")
+SavedModel.__doc__ = """A validated model directory, parameters not yet bound
+(`params`: name -> tensor). What `python -m d2s inspect` shows."""
+
+
+# -- saving ---------------------------------------------------------------------------
+
+def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_program=None):
+    """Save what `main_program` needs to compute `target_vars` from the feeds.
+
+    The program is pruned to the ops the targets depend on (plus ops with
+    side effects such as `print` / `assert`); backward and optimizer ops are
+    dropped, and only the parameters the pruned program still reads are
+    written. Values come from the tensors the program is bound to (or the
+    global scope), detached and copied to CPU.
+
+    The save is atomic: both files are written and fsynced in a temporary
+    directory beside `dirname`, which then replaces `dirname`. If anything
+    fails first, `dirname` is untouched. An existing `dirname` is replaced
+    only if it holds nothing but a saved model.
+    """
+    del executor  # values are resolved from the program's bindings / the global scope
+    program = main_program if main_program is not None else default_main_program()
+    feed_names = [v.name if isinstance(v, Variable) else v for v in feeded_var_names]
+    targets = list(target_vars) if isinstance(target_vars, (list, tuple)) else [target_vars]
+    fetch_names = [v.name if isinstance(v, Variable) else v for v in targets]
+    _check_endpoints(program, feed_names, fetch_names)
+
+    pruned = prune_program(program, feed_names, fetch_names)
+    try:
+        pruned.verify()
+    except ProgramError as exc:
+        raise ValueError(f"cannot save: the pruned program is not valid: {exc}") from exc
+    param_vars = pruned.persistable_vars()
+    values = resolve_persistables(program, [v.name for v in param_vars])
+    params = {v.name: _param_value(v, value) for v, value in zip(param_vars, values)}
+
+    doc = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "producer": producer_versions(),
+        "feed": feed_names,
+        "fetch": fetch_names,
+        "program": program_to_dict(pruned),
+    }
+    text = _dump_document(doc)
+    # Never write what `load_inference_model` would reject.
+    _parse_document(json.loads(text), "program being saved")
+    _write_atomically(dirname, text, params)
+
+
+def _dump_document(doc):
+    """program.json's text: one line per variable and per op, so that the
+    file reads (and diffs) like the program it holds."""
+    dump = lambda value: json.dumps(value, allow_nan=False)
+    lines = ["{"]
+    lines += [f" {dump(k)}: {dump(v)}," for k, v in doc.items() if k != "program"]
+    blocks = []
+    for block in doc["program"]["blocks"]:
+        head = {k: v for k, v in block.items() if k not in ("vars", "ops")}
+        parts = [f"  {dump(head)[:-1]},"]
+        for key in ("vars", "ops"):
+            items = ",\n".join(f"    {dump(item)}" for item in block[key])
+            parts.append(f'   "{key}": [\n{items}\n   ]' if items else f'   "{key}": []')
+        blocks.append(parts[0] + "\n" + ",\n".join(parts[1:]) + "}")
+    lines.append(' "program": {"blocks": [\n' + ",\n".join(blocks) + "\n ]}")
+    return "\n".join(lines) + "\n}\n"
+
+
+def _check_endpoints(program, feed_names, fetch_names):
+    block = program.global_block()
+    for name in feed_names:
+        var = block.vars.get(name)
+        if var is None or not var.is_data:
+            known = ", ".join(v.name for v in program.data_vars()) or "none"
+            raise ValueError(f"feed {name!r} is not a data variable of the program (data variables: {known})")
+    if len(set(feed_names)) != len(feed_names):
+        raise ValueError(f"feed names repeat: {feed_names}")
+    if not fetch_names:
+        raise ValueError("save_inference_model needs at least one target variable")
+    for name in fetch_names:
+        if name not in block.vars:
+            raise ValueError(f"target {name!r} is not a variable of the program's global block")
+
+
+def _param_value(var, value):
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"persistable variable {var.name!r} is bound to a {type(value).__name__}, "
+                        "not a tensor; it cannot be saved")
+    if tuple(value.shape) != tuple(var.shape) or value.dtype != var.dtype:
+        raise ValueError(f"persistable variable {var.name!r} is declared {var.dtype_name}{list(var.shape)} "
+                         f"but its value is {str(value.dtype).replace('torch.', '')}{list(value.shape)}")
+    # A private copy: safetensors refuses tensors that share storage, and the
+    # model keeps training while the file is written.
+    return value.detach().to("cpu", copy=True).contiguous()
+
+
+def producer_versions():
+    try:
+        from importlib.metadata import version
+        d2s_version = version("d2s")
+    except Exception:  # noqa: BLE001 - running from a source tree without metadata
+        d2s_version = "unknown"
+    return {"d2s": d2s_version, "torch": torch.__version__.split("+")[0]}
+
+
+# -- pruning ---------------------------------------------------------------------------
+
+def prune_program(program, feed_names, fetch_names):
+    """A copy of `program` with only what computing `fetch_names` needs.
+
+    Walks the global block backwards: an op is kept if it writes a needed
+    name (in-place ops write their first input, which is also an output) or
+    has a side effect, then everything it reads becomes needed. A control-flow
+    op reads and writes everything its sub-blocks do. Training-only ops are
+    always dropped; blocks only dropped ops used are removed and the rest
+    renumbered. Global variables nothing kept mentions are removed.
+    """
+    from ops.registry import get_op_def
+
+    copy = program_from_dict(program_to_dict(program))
+    block = copy.global_block()
+    needed = set(fetch_names)
+    kept = []
+    for op in reversed(block.ops):
+        if get_op_def(op.type).training_only:
+            continue
+        reads, writes, side_effect = _effects(op, get_op_def)
+        if side_effect or writes & needed:
+            kept.append(op)
+            needed |= reads
+    block.ops = kept[::-1]
+
+    mentioned = set(feed_names) | set(fetch_names)
+    for op in block.ops:
+        reads, writes, _ = _effects(op, get_op_def)
+        mentioned |= reads | writes
+    unfed = [v.name for v in copy.data_vars() if v.name in mentioned and v.name not in feed_names]
+    if unfed:
+        raise ValueError(f"the targets depend on data variable(s) {unfed}, which are not in feeded_var_names")
+    block.vars = {n: v for n, v in block.vars.items() if n in mentioned}
+    _drop_unused_blocks(copy)
+    copy.bound = {v.name: program.bound[v.name] for v in copy.persistable_vars() if v.name in program.bound}
+    copy.device = program.device
+    copy._changed()
+    return copy
+
+
+def _effects(op, get_op_def):
+    """(names read, names written, has a side effect) of `op`, including
+    its sub-blocks and the names its attributes list (a branch may yield an
+    outer variable no op of the branch reads)."""
+    reads = set(op.input_names)
+    writes = set(op.output_names)
+    side_effect = bool(get_op_def(op.type).extra.get("side_effect"))
+    for value in op.attrs.values():
+        if isinstance(value, str):
+            reads.add(value)
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            reads.update(value)
+    for sub in op.sub_blocks():
+        for inner in sub.ops:
+            r, w, s = _effects(inner, get_op_def)
+            reads |= r | w
+            writes |= w
+            side_effect = side_effect or s
+    return reads, writes, side_effect
+
+
+def _drop_unused_blocks(program):
+    used = {0}
+    stack = [program.global_block()]
+    while stack:
+        for op in stack.pop().ops:
+            for sub in op.sub_blocks():
+                if sub.idx not in used:
+                    used.add(sub.idx)
+                    stack.append(sub)
+    blocks = [b for b in program.blocks if b.idx in used]
+    new_index = {b.idx: i for i, b in enumerate(blocks)}
+    for b in blocks:
+        # Sub-block attributes hold Block objects, so they follow the renumbering.
+        b.parent_idx = new_index[b.parent_idx] if b.parent_idx >= 0 else -1
+    for i, b in enumerate(blocks):
+        b.idx = i
+    program.blocks = blocks
+
+
+# -- writing ---------------------------------------------------------------------------
+
+def _write_atomically(dirname, program_text, params):
+    from safetensors.torch import save_file
+
+    target = os.path.abspath(dirname)
+    parent, base = os.path.split(target)
+    _check_replaceable(target)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{base}.saving-", dir=parent)
+    try:
+        with open(os.path.join(staging, PROGRAM_FILE), "w", encoding="utf-8") as f:
+            f.write(program_text)
+            f.flush()
+            os.fsync(f.fileno())
+        params_path = os.path.join(staging, PARAMS_FILE)
+        save_file(params, params_path, metadata={"format": FORMAT_NAME, "format_version": str(FORMAT_VERSION)})
+        _fsync_path(params_path)
+        _fsync_path(staging)
+        _swap_in(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _fsync_path(parent)
+
+
+def _check_replaceable(target):
+    if not os.path.lexists(target):
+        return
+    if not os.path.isdir(target) or os.path.islink(target):
+        raise FileExistsError(f"{target} exists and is not a directory; choose another path for the model")
+    others = sorted(set(os.listdir(target)) - {PROGRAM_FILE, PARAMS_FILE})
+    if others:
+        # Saving replaces the whole directory; never delete the user's files.
+        raise FileExistsError(f"{target} contains files that are not part of a saved model ({', '.join(others[:5])}); "
+                              "save into an empty or new directory")
+
+
+def _swap_in(staging, target):
+    """Move `staging` to `target`, replacing a previous model: the old one is
+    renamed aside first and restored if the second rename fails."""
+    if not os.path.exists(target):
+        os.rename(staging, target)
+        return
+    parent, base = os.path.split(target)
+    aside = os.path.join(parent, f".{base}.old-{uuid.uuid4().hex[:8]}")
+    os.rename(target, aside)
+    try:
+        os.rename(staging, target)
+    except BaseException:
+        os.rename(aside, target)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _fsync_path(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- loading ---------------------------------------------------------------------------
+
+def load_inference_model(dirname, executor):
+    """Load a model saved by `save_inference_model`.
+
+    Returns `[program, feed_target_names, fetch_targets]` (`fetch_targets`
+    are the program's Variables); run it with
+    `executor.run(program, feed={name: array}, fetch_list=fetch_targets)`.
+
+    Everything is validated before anything is bound or run; a directory
+    that is missing, truncated, of an unknown format version, names an op
+    outside the allowlist, or whose parameters do not match the program
+    raises ModelFormatError.
+
+    The parameters are bound to the returned program (`program.bound`), not
+    written into the global scope: two loaded models -- or a model and the
+    program it was saved from -- may use the same parameter names without
+    overwriting each other's values. They are placed on `executor`'s device.
+    """
+    device = getattr(getattr(executor, "place", None), "device", None)
+    model = read_model(dirname, device)
+    program = model.program
+    for name, value in model.params.items():
+        program.bind(name, value)
+    if device is not None:
+        program.device = device
+    block = program.global_block()
+    return [program, list(model.feed_names), [block.vars[n] for n in model.fetch_names]]
+
+
+def read_model(dirname, device=None):
+    """The validated contents of a model directory as a SavedModel (params
+    loaded, on `device` if given, not bound). Raises ModelFormatError."""
+    dirname = os.fspath(dirname)
+    if not os.path.isdir(dirname):
+        raise ModelFormatError(f"{dirname}: no saved model here (not a directory)")
+    program_path = os.path.join(dirname, PROGRAM_FILE)
+    params_path = os.path.join(dirname, PARAMS_FILE)
+    for path in (program_path, params_path):
+        if not os.path.isfile(path):
+            raise ModelFormatError(f"{dirname}: missing {os.path.basename(path)}; not a complete saved model")
+    doc = _read_json(program_path)
+    program, feed_names, fetch_names = _parse_document(doc, program_path)
+    params = _read_params(params_path, program, device)
+    return SavedModel(program, feed_names, fetch_names, params, doc["format_version"], doc["producer"])
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _read_json(path):
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        raise ModelFormatError(f"{path}: not valid JSON ({exc})") from None
+
+
+def _parse_document(doc, where):
+    """(program, feed names, fetch names) from program.json's contents."""
+    if not isinstance(doc, dict):
+        raise ModelFormatError(f"{where}: expected a JSON object at the top level")
+    version = doc.get("format_version")
+    if doc.get("format") != FORMAT_NAME or version is None:
+        raise ModelFormatError(f"{where}: not a d2s model (expected \"format\": \"{FORMAT_NAME}\" "
+                               "and a \"format_version\")")
+    if type(version) is not int or version != FORMAT_VERSION:
+        raise ModelFormatError(f"{where}: format version {version!r} is not supported; this d2s reads "
+                               f"version {FORMAT_VERSION} (a newer d2s may read it)")
+    producer = doc.get("producer")
+    if not isinstance(producer, dict) or not all(isinstance(v, str) for v in producer.values()):
+        raise ModelFormatError(f"{where}: \"producer\" must be an object of version strings")
+    names = {}
+    for key in ("feed", "fetch"):
+        value = doc.get(key)
+        if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+            raise ModelFormatError(f"{where}: \"{key}\" must be a list of variable names")
+        if len(set(value)) != len(value):
+            raise ModelFormatError(f"{where}: \"{key}\" lists a name twice: {value}")
+        names[key] = value
+    try:
+        program = program_from_dict(doc.get("program"))
+        program.verify()
+    except (ModelFormatError, ProgramError) as exc:
+        raise ModelFormatError(f"{where}: invalid program: {exc}") from None
+    block = program.global_block()
+    for name in names["feed"]:
+        if name not in block.vars or not block.vars[name].is_data:
+            raise ModelFormatError(f"{where}: feed {name!r} is not a data variable of the program")
+    if not names["fetch"]:
+        raise ModelFormatError(f"{where}: the model has no fetch targets")
+    for name in names["fetch"]:
+        if name not in block.vars:
+            raise ModelFormatError(f"{where}: fetch {name!r} is not a variable of the program's global block")
+    return program, names["feed"], names["fetch"]
+
+
+def _read_params(path, program, device):
+    """The tensors of params.safetensors, checked against the program's
+    persistable variables. safetensors reads raw tensor bytes only: no code
+    runs and nothing is unpickled."""
+    from safetensors import safe_open
+
+    expected = {v.name: v for v in program.persistable_vars()}
+    try:
+        with safe_open(path, framework="pt", device="cpu") as f:
+            stored = list(f.keys())
+            missing = sorted(set(expected) - set(stored))
+            extra = sorted(set(stored) - set(expected))
+            if missing:
+                raise ModelFormatError(f"{path}: missing parameter(s) {missing[:10]} the program needs")
+            if extra:
+                raise ModelFormatError(f"{path}: parameter(s) {extra[:10]} are not variables of the program")
+            tensors = {name: f.get_tensor(name) for name in expected}
+    except ModelFormatError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
+        raise ModelFormatError(f"{path}: not a readable safetensors file (truncated or corrupt?): {exc}") from None
+    for name, var in expected.items():
+        value = tensors[name]
+        if tuple(value.shape) != tuple(var.shape) or value.dtype != var.dtype:
+            raise ModelFormatError(
+                f"{path}: parameter {name!r} is {str(value.dtype).replace('torch.', '')}{list(value.shape)} "
+                f"but the program declares {var.dtype_name}{list(var.shape)}")
+    if device is not None:
+        tensors = {n: t.to(device) for n, t in tensors.items()}
+    return tensors
