@@ -113,6 +113,8 @@ def _merge(runs, exact):
         shape = [dims[0] if len(set(dims)) == 1 else -1 for dims in zip(*(r.shape for r in runs))]
         return Meta(shape, a.dtype)
     if isinstance(a, (list, tuple)):
+        if any(len(r) != len(a) for r in runs[1:]):
+            return Dynamic(a)  # e.g. the pieces of `split` along a run-time dim
         items = [_merge(list(parts), exact) for parts in zip(*runs)]
         if hasattr(a, "_fields") or type(a).__module__ == "torch.return_types":
             return type(a)(items)
