@@ -1,0 +1,159 @@
+"""Command line for saved models; needs no model source code.
+
+    python -m d2s inspect DIR
+    python -m d2s run DIR --input x=x.npy [--input y=y.npy ...] [--output-dir OUT]
+
+`inspect` prints the format version, producer versions, feeds, fetches,
+parameter count and the program text. `run` feeds .npy files (read with
+`allow_pickle=False`) and writes `OUT/<fetch>.npy` or prints a summary of
+each output. Mistakes in the command (an unknown or missing input, a wrong
+shape or dtype, an unreadable file, an invalid model) exit with status 2 and
+one line on stderr.
+
+Only `runtime` and `ops` are used, so a model runs without any of the code
+that produced it.
+"""
+
+import argparse
+import os
+import re
+import sys
+
+import numpy as np
+
+import ops  # noqa: F401 - fills the op registry the loader checks against
+from runtime import Executor, ModelFormatError
+from runtime.io import load_inference_model, read_model
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A mistake in the command line; reported as one line, exit status 2."""
+
+
+def _signature(var):
+    dims = ", ".join("any" if d == -1 else str(d) for d in var.shape)
+    return f"{var.dtype_name}[{dims}]"
+
+
+def inspect_model(dirname, out=sys.stdout):
+    model = read_model(dirname)
+    block = model.program.global_block()
+    n_elements = sum(t.numel() for t in model.params.values())
+    producer = ", ".join(f"{k} {v}" for k, v in model.producer.items())
+    print(f"model: {dirname}", file=out)
+    print(f"format version: {model.format_version}", file=out)
+    print(f"producer: {producer}", file=out)
+    print("feeds:", file=out)
+    for name in model.feed_names:
+        print(f"  {name}: {_signature(block.vars[name])}", file=out)
+    print("fetches:", file=out)
+    for name in model.fetch_names:
+        print(f"  {name}: {_signature(block.vars[name])}", file=out)
+    print(f"parameters: {n_elements:,} elements in {len(model.params)} tensors", file=out)
+    print("program:", file=out)
+    print(model.program.to_string(), end="", file=out)
+
+
+def _parse_inputs(pairs):
+    inputs = {}
+    for pair in pairs:
+        name, sep, path = pair.partition("=")
+        if not sep or not name or not path:
+            raise UsageError(f"--input expects NAME=FILE.npy, got {pair!r}")
+        if name in inputs:
+            raise UsageError(f"input {name!r} is given twice")
+        inputs[name] = path
+    return inputs
+
+
+def _load_feed(name, path, var):
+    import torch
+
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise UsageError(f"cannot read input {name!r} from {path!r}: {exc}") from None
+    if not isinstance(array, np.ndarray):
+        raise UsageError(f"input {name!r}: {path!r} holds several arrays (.npz); give one .npy file")
+    try:
+        tensor = torch.from_numpy(np.ascontiguousarray(array))
+    except TypeError:
+        raise UsageError(f"input {name!r} has dtype {array.dtype}, which tensors cannot hold") from None
+    if tensor.dim() != len(var.shape) or any(d not in (-1, s) for d, s in zip(var.shape, tensor.shape)):
+        raise UsageError(f"input {name!r} has shape {list(array.shape)} but the model expects "
+                         f"{_signature(var)} (any: any size)")
+    # Same-kind conversions (float64 -> float32) are what a user means;
+    # float -> int or int -> bool would silently change values.
+    if tensor.dtype != var.dtype and not torch.can_cast(tensor.dtype, var.dtype):
+        raise UsageError(f"input {name!r} has dtype {array.dtype} but the model expects {var.dtype_name}")
+    return tensor.to(var.dtype)
+
+
+def run_model(dirname, input_pairs, output_dir=None, out=sys.stdout):
+    executor = Executor()
+    program, feed_names, fetch_vars = load_inference_model(dirname, executor)
+    block = program.global_block()
+    given = _parse_inputs(input_pairs)
+    valid = ", ".join(feed_names) or "none"
+    for name in given:
+        if name not in feed_names:
+            raise UsageError(f"the model has no input {name!r}; its inputs are: {valid}")
+    for name in feed_names:
+        if name not in given:
+            raise UsageError(f"missing input {name!r} ({_signature(block.vars[name])}); "
+                             f"pass --input {name}=FILE.npy")
+    feed = {name: _load_feed(name, given[name], block.vars[name]) for name in feed_names}
+    results = executor.run(program, feed=feed, fetch_list=fetch_vars)
+    for var, value in zip(fetch_vars, results):
+        value = np.asarray(value)
+        if output_dir is not None:
+            os.makedirs(output_dir, exist_ok=True)
+            path = os.path.join(output_dir, re.sub(r"[^\w.-]", "_", var.name) + ".npy")
+            np.save(path, value, allow_pickle=False)
+            print(f"{var.name}: wrote {path} ({value.dtype}, shape {list(value.shape)})", file=out)
+        else:
+            print(_summary(var.name, value), file=out)
+
+
+def _summary(name, value):
+    head = f"{name}: {value.dtype}, shape {list(value.shape)}"
+    if value.size and (np.issubdtype(value.dtype, np.number) or value.dtype == np.bool_):
+        numbers = value.astype(np.float64)
+        head += f", min {numbers.min():.6g}, max {numbers.max():.6g}, mean {numbers.mean():.6g}"
+    values = np.array2string(value, threshold=20, edgeitems=3, precision=6)
+    return head + "\n  " + values.replace("\n", "\n  ")
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="python -m d2s", description="Inspect and run saved d2s models.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    inspect = commands.add_parser("inspect", help="print a saved model's program, feeds, fetches and parameters")
+    inspect.add_argument("dir", help="directory written by save_inference_model")
+    run = commands.add_parser("run", help="run a saved model on .npy inputs")
+    run.add_argument("dir", help="directory written by save_inference_model")
+    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                     help="feed NAME from a .npy file (repeat for each input)")
+    run.add_argument("--output-dir", metavar="OUT", help="write OUT/<fetch>.npy instead of printing")
+    return parser
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "inspect":
+            inspect_model(args.dir)
+        else:
+            run_model(args.dir, args.input, args.output_dir)
+    except ModelFormatError as exc:
+        print(f"error: invalid model: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
