@@ -76,10 +76,18 @@ def _substitute(tree, values):
 
 def _run(fn, args, kwargs, inputs, size, device, as_int, factory, int_value=None):
     values = [_stand_in(v, size, device, as_int, int_value) for v in inputs]
-    call_kwargs = _substitute(kwargs, values)
+    call_args, call_kwargs = _substitute(args, values), _substitute(kwargs, values)
     if factory and device == "meta":
-        call_kwargs["device"] = "meta"
-    return fn(*_substitute(args, values), **call_kwargs)
+        try:
+            return fn(*call_args, **dict(call_kwargs, device="meta"))
+        except TypeError:
+            pass  # `bernoulli(p)`, `normal(mean, std)`: no device argument; the inputs are meta
+    if device != "meta":
+        # A CPU run of a random op must not advance the global generator:
+        # the program's own draws at run time must equal eager's.
+        with torch.random.fork_rng(devices=[]):
+            return fn(*call_args, **call_kwargs)
+    return fn(*call_args, **call_kwargs)
 
 
 def _run_some_way(fn, args, kwargs, inputs, size, factory):
