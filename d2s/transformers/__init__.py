@@ -1,0 +1,63 @@
+"""The conversion pipeline: one transformer per Python feature, in a fixed order.
+
+Each pass takes the function's gast tree and returns it rewritten; the order
+matters and is part of the design:
+
+ 1. Unsupported   reject yield/await/async/global rebinding (nothing rewritten)
+ 2. ForLoop       ``for`` -> ``while`` over ``convert_for_iter/test/next``
+ 3. Return        early ``return`` -> ``do_return``/``retval`` flags (needs only ``while``)
+ 4. BreakContinue ``break``/``continue`` -> flags; loop ``else`` -> guarded block
+ 5. WhileLoop     ``while`` -> ``convert_while`` (loops are now jump-free)
+ 6. IfElse        ``if`` -> ``convert_ifelse`` (also the guards passes 3-4 produced)
+ 7. IfExp         ``a if c else b`` -> ``convert_ifexp``
+ 8. Logical       ``and``/``or``/``not``/chained comparisons -> ``convert_logical_*``
+                  (after 3-6, which generate ``not flag`` and ``test and not flag``)
+ 9. Assert        ``assert`` -> ``convert_assert``
+10. ListAppend    ``x.append(v)`` -> ``convert_list_append`` (after 5-6, whose
+                  analyses see ``x.append`` as modifying ``x``)
+11. Shape         ``x.shape`` -> ``convert_shape(x)``
+12. Call          ``f(...)`` -> ``convert_call(f)(...)`` (last: it must not wrap the
+                  helper calls earlier passes generate, and it must see every call)
+
+``run(tree, ctx, stop_after=n)`` runs the first ``n`` passes (``set_code_level``).
+"""
+
+from .asserts import Assert
+from .base import Context, Transformer
+from .break_continue import BreakContinue
+from .calls import Call
+from .for_loops import ForLoop
+from .if_else import IfElse
+from .ifexp import IfExp
+from .list_append import ListAppend
+from .logical import Logical
+from .returns import Return
+from .shape import Shape
+from .unsupported import Unsupported
+from .while_loops import WhileLoop
+
+PIPELINE = [
+    Unsupported,
+    ForLoop,
+    Return,
+    BreakContinue,
+    WhileLoop,
+    IfElse,
+    IfExp,
+    Logical,
+    Assert,
+    ListAppend,
+    Shape,
+    Call,
+]
+
+
+def run(tree, ctx, stop_after=None):
+    """Run the pipeline (or its first ``stop_after`` passes) on ``tree``."""
+    passes = PIPELINE if stop_after is None else PIPELINE[:stop_after]
+    for transformer in passes:
+        tree = transformer(ctx).transform(tree)
+    return tree
+
+
+__all__ = ["PIPELINE", "run", "Context", "Transformer"]

@@ -1,0 +1,595 @@
+"""The run-time helpers that converted code calls.
+
+Every helper decides when it is called: with plain Python values it does
+exactly what the Python construct it replaces does (only the taken branch
+runs, loops over Python sequences unroll, ``and``/``or`` short-circuit); with
+graph tensors (``runtime.ir.Variable``) it builds ops through ``ops``. Each
+docstring states the semantics as the equivalent Python.
+
+State passing: the transformers turn a branch or loop body into a function
+that declares the names it carries ``nonlocal``. The helpers read and write
+those names through the function's closure cells (``_State``), so a name
+that has no value yet reads as ``Undefined(name)`` instead of failing.
+"""
+
+import builtins
+import dis
+import functools
+import inspect
+import sys
+import types
+
+import torch
+
+from ops import control_flow as cf
+from ops import framework as fw
+from ops.capture import error_at_user_line, size as _variable_size
+from runtime.errors import ConversionError
+from runtime.ir import TENSOR_ARRAY, Variable, default_main_program
+
+Undefined = cf.Undefined
+
+
+def _is_var(value):
+    return isinstance(value, Variable)
+
+
+# -- state carried by branches and loops ---------------------------------------
+
+class _State:
+    """The named variables a branch or loop carries, as closure cells of the
+    generated functions that declare them ``nonlocal``."""
+
+    def __init__(self, functions, names):
+        cells = {}
+        for fn in functions:
+            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+                cells.setdefault(name, cell)
+        self.names = tuple(names)
+        self.cells = [cells[n] for n in self.names]
+
+    def get(self, names=None):
+        names = self.names if names is None else names
+        return tuple(self._read(self.cells[self.names.index(n)], n) for n in names)
+
+    @staticmethod
+    def _read(cell, name):
+        try:
+            return cell.cell_contents
+        except ValueError:  # empty cell: the name is not bound yet
+            return Undefined(name)
+
+    def set(self, values, names=None):
+        names = self.names if names is None else names
+        for n, v in zip(names, values):
+            self.cells[self.names.index(n)].cell_contents = v
+
+    def snapshot(self):
+        """A restorable copy: Python lists keep their identity and contents."""
+        values = self.get()
+        return [(v, list(v) if type(v) is list else None) for v in values]
+
+    def restore(self, snapshot):
+        for cell, (value, contents) in zip(self.cells, snapshot):
+            if contents is not None:
+                value[:] = contents
+            cell.cell_contents = value
+
+
+# -- if / else -----------------------------------------------------------------------
+
+def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=()):
+    """Equivalent Python::
+
+        if pred:
+            true_fn()
+        else:
+            false_fn()
+        return outputs  # the current values of the names in `outputs`
+
+    With a graph ``pred`` both branches are traced into a ``cond`` op (the
+    ``state`` names are restored before each) and the outputs become the
+    op's results. Names in ``return_names`` may be undefined on one side.
+    """
+    st = _State((true_fn, false_fn), state)
+    if not _is_var(pred):
+        (true_fn if pred else false_fn)()
+        return st.get(outputs)
+    before = st.snapshot()
+    seen = {}
+
+    def branch(fn, side):
+        def run():
+            st.restore(before)
+            fn()
+            seen[side] = st.get(outputs)
+            return seen[side]
+        return run
+
+    try:
+        merged = cf.cond(pred, branch(true_fn, "true"), branch(false_fn, "false"),
+                         names=tuple(outputs), return_names=tuple(return_names))
+    except ConversionError as e:
+        detailed = _branch_error(seen, true_fn, false_fn, outputs, return_names)
+        if detailed is None:
+            raise
+        raise detailed from e
+    st.restore(before)
+    st.set(merged, outputs)
+    return tuple(merged)
+
+
+def _branch_error(seen, true_fn, false_fn, outputs, return_names):
+    """A ConversionError naming the variable and the lines involved, for the
+    two mistakes users make most: a name assigned in one branch only, and a
+    tensor in one branch but None in the other."""
+    if "true" not in seen or "false" not in seen:
+        return None
+    for name, a, b in zip(outputs, seen["true"], seen["false"]):
+        lines = {"true": _store_line(true_fn.__code__, name), "false": _store_line(false_fn.__code__, name)}
+        if isinstance(a, Undefined) != isinstance(b, Undefined) and name not in return_names:
+            side, other = ("true", "false") if isinstance(b, Undefined) else ("false", "true")
+            return error_at_user_line(
+                f"{name!r} is assigned in the {side} branch (line {lines[side]}) but not in the {other} "
+                f"branch of the `if` on a tensor at this line, and is not defined before it; assign it "
+                "before the if or in both branches")
+        if (a is None) != (b is None) and not isinstance(a, Undefined) and not isinstance(b, Undefined):
+            side_none = "true" if a is None else "false"
+            side_tensor = "false" if a is None else "true"
+            what = "the function returns" if name in return_names else f"{name!r} is"
+            return error_at_user_line(
+                f"{what} a tensor in the {side_tensor} branch (line {lines[side_tensor]}) but None in the "
+                f"{side_none} branch (line {lines[side_none]}) of the `if` on a tensor at this line; give it "
+                "a tensor value in both branches")
+    return None
+
+
+def _store_line(code, name):
+    """The first line where ``code`` (or a function nested in it) assigns ``name``."""
+    lines = []
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("STORE_DEREF", "STORE_FAST", "STORE_NAME") and ins.argval == name:
+            lines.append(ins.positions.lineno)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            line = _store_line(const, name)
+            if line is not None:
+                lines.append(line)
+    lines = [l for l in lines if l is not None]
+    return min(lines) if lines else None
+
+
+def convert_ifexp(pred, true_fn, false_fn):
+    """``true_fn() if pred else false_fn()``; a ``cond`` op for a graph ``pred``."""
+    if not _is_var(pred):
+        return true_fn() if pred else false_fn()
+    return cf.cond(pred, true_fn, false_fn)
+
+
+# -- while ------------------------------------------------------------------------------
+
+def convert_while(test, body, names, return_names=()):
+    """Equivalent Python::
+
+        while test():
+            body()
+        return names  # the final values of the loop variables
+
+    As soon as ``test()`` is a graph tensor the loop becomes a ``while`` op
+    over the loop variables ``names`` (the body may be traced more than once).
+    Names in ``return_names`` may start undefined.
+    """
+    st = _State((body,), names)
+    while True:  # a plain Python loop while the test is a Python value
+        mark = _BlockMark()
+        test_value = test()
+        if _is_var(test_value):
+            mark.rollback()  # the `while` op evaluates its test in its own block
+            break
+        if not test_value:
+            return st.get()
+        body()
+
+    def cond_fn(*values):
+        st.set(values)
+        return test()
+
+    def body_fn(*values):
+        st.set(values)
+        body()
+        return list(st.get())
+
+    # Python numbers carried by a graph loop become 0-d tensors of the dtype
+    # torch.tensor would give them.
+    init = [_constant(v) if isinstance(v, (bool, int, float)) else v for v in st.get()]
+    final = cf.while_loop(cond_fn, body_fn, init, names=tuple(names), return_names=tuple(return_names))
+    st.set(final)
+    return tuple(final)
+
+
+class _BlockMark:
+    """The current block's ops and variables, to drop what a probe appended."""
+
+    def __init__(self):
+        self.program = default_main_program()
+        self.block = self.program.current_block()
+        self.n_ops, self.var_names = len(self.block.ops), set(self.block.vars)
+        self.n_blocks = len(self.program.blocks)
+
+    def rollback(self):
+        del self.block.ops[self.n_ops:]
+        for name in [n for n in self.block.vars if n not in self.var_names]:
+            del self.block.vars[name]
+        self.program.rollback(self.n_blocks)
+
+
+# -- for: iteration protocol used by the lowered `for` ---------------------------------------
+
+class _GraphIterable:
+    """Something a ``for`` loop iterates as a graph loop, by index ``i`` (a 0-d
+    int64 tensor): ``has(i)`` and ``get(i)``."""
+
+
+class _Rows(_GraphIterable):
+    """The rows of a tensor, or the elements of a tensor array."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def length(self):
+        if self.value.kind == TENSOR_ARRAY:
+            return fw.array_length(self.value)
+        if not self.value.shape:
+            raise error_at_user_line(f"iteration over a 0-d tensor `{self.value.name}`")
+        n = self.value.shape[0]
+        return n if n != -1 else fw.shape(self.value)[0]
+
+    def has(self, i):
+        return i < self.length()
+
+    def get(self, i):
+        if self.value.kind == TENSOR_ARRAY:
+            return fw.array_read(self.value, i)
+        return self.value[i]
+
+
+class _Range(_GraphIterable):
+    def __init__(self, start, stop, step):
+        if not _is_var(step) and step == 0:
+            raise error_at_user_line("range() arg 3 must not be zero")
+        self.start, self.stop, self.step = start, stop, step
+
+    def get(self, i):
+        value = i
+        if _is_var(self.step) or self.step != 1:
+            value = value * self.step
+        if _is_var(self.start) or self.start != 0:
+            value = value + self.start
+        return value
+
+    def has(self, i):
+        value = self.get(i)
+        if not _is_var(self.step):
+            return value < self.stop if self.step > 0 else value > self.stop
+        return torch.where(self.step > 0, value < self.stop, value > self.stop)
+
+
+class _Enumerate(_GraphIterable):
+    def __init__(self, inner, start):
+        self.inner, self.start = inner, start
+
+    def has(self, i):
+        return self.inner.has(i)
+
+    def get(self, i):
+        return (i + self.start if _is_var(self.start) or self.start != 0 else i), self.inner.get(i)
+
+
+class _Zip(_GraphIterable):
+    def __init__(self, inners):
+        self.inners = inners
+
+    def has(self, i):
+        test = self.inners[0].has(i)
+        for inner in self.inners[1:]:
+            test = convert_logical_and(lambda t=test: t, lambda inner=inner: inner.has(i))
+        return test
+
+    def get(self, i):
+        return tuple(inner.get(i) for inner in self.inners)
+
+
+class _PythonItems(_GraphIterable):
+    """A Python sequence zipped with tensors: indexed by a graph index."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def has(self, i):
+        return i < len(self.items)
+
+    def get(self, i):
+        return _python_item(self.items, i)
+
+
+def _graph_iterable(value):
+    if isinstance(value, _GraphIterable):
+        return value
+    if _is_var(value):
+        return _Rows(value)
+    return _PythonItems(value if isinstance(value, (range, list, tuple)) else list(value))
+
+
+def _python_item(items, i):
+    """``items[i]`` for a Python sequence and a graph index."""
+    if isinstance(items, range):
+        return items.start + i * items.step
+    values = list(items)
+    if all(isinstance(v, (Variable, torch.Tensor, int, float, bool)) for v in values) and values:
+        return fw.array_read(fw.array_from_list(values), i)
+    raise error_at_user_line(
+        "this loop over a Python sequence became a graph loop (its condition depends on a tensor, "
+        "e.g. through a tensor-dependent break or return), so its items must be tensors or numbers; "
+        "loop over range(len(items)) with a tensor condition inside instead")
+
+
+def convert_for_iter(iterable):
+    """Start iterating ``iterable``: returns ``(iterable, index)``.
+
+    Equivalent Python: ``return list(iterable), 0``. Tensors, tensor arrays and
+    the graph forms of ``range``/``enumerate``/``zip`` start a graph index.
+    """
+    if _is_var(iterable) or isinstance(iterable, _GraphIterable):
+        return _graph_iterable(iterable), fw.fill_constant(0, torch.int64)
+    if isinstance(iterable, (range, list, tuple, str)):
+        return iterable, 0
+    return list(iterable), 0
+
+
+def convert_for_test(items, i):
+    """Equivalent Python: ``return i < len(items)``."""
+    if isinstance(items, _GraphIterable):
+        return items.has(i)
+    return i < len(items)
+
+
+def convert_for_next(items, i):
+    """Equivalent Python: ``return items[i], i + 1``."""
+    if isinstance(items, _GraphIterable):
+        return items.get(i), i + 1
+    if _is_var(i):
+        return _python_item(items, i), i + 1
+    return items[i], i + 1
+
+
+def convert_range(*args):
+    """``range(*args)``; a graph range when a bound is a graph tensor."""
+    if not any(_is_var(a) for a in args):
+        return range(*args)
+    if len(args) == 1:
+        return _Range(0, args[0], 1)
+    if len(args) == 2:
+        return _Range(args[0], args[1], 1)
+    return _Range(*args)
+
+
+def convert_enumerate(iterable, start=0):
+    """``enumerate(iterable, start)``; graph form for tensors and graph ranges."""
+    if _is_var(iterable) or isinstance(iterable, _GraphIterable) or _is_var(start):
+        return _Enumerate(_graph_iterable(iterable), start)
+    return enumerate(iterable, start)
+
+
+def convert_zip(*iterables):
+    """``zip(*iterables)``; graph form when any of them is a tensor or graph range."""
+    if any(_is_var(it) or isinstance(it, _GraphIterable) for it in iterables):
+        return _Zip([_graph_iterable(it) for it in iterables])
+    return zip(*iterables)
+
+
+# -- and / or / not ----------------------------------------------------------------------------
+
+def _constant(value):
+    """A 0-d graph tensor for a Python number, with the dtype ``torch.tensor``
+    gives it (floats: the default dtype)."""
+    dtype = torch.bool if isinstance(value, bool) else torch.int64 if isinstance(value, int) else None
+    return fw.fill_constant(value, dtype or torch.get_default_dtype())
+
+
+def _as_bool_var(value):
+    return value if _is_var(value) or isinstance(value, torch.Tensor) else _constant(bool(value))
+
+
+def convert_logical_and(lhs, rhs):
+    """``lhs() and rhs()``; ``torch.logical_and`` when ``lhs()`` is a graph
+    tensor (then ``rhs()`` always runs)."""
+    a = lhs()
+    if not _is_var(a):
+        return rhs() if a else a
+    return torch.logical_and(a, _as_bool_var(rhs()))
+
+
+def convert_logical_or(lhs, rhs):
+    """``lhs() or rhs()``; ``torch.logical_or`` when ``lhs()`` is a graph
+    tensor (then ``rhs()`` always runs)."""
+    a = lhs()
+    if not _is_var(a):
+        return a if a else rhs()
+    return torch.logical_or(a, _as_bool_var(rhs()))
+
+
+def convert_logical_not(value):
+    """``not value``; ``torch.logical_not`` for a graph tensor."""
+    if _is_var(value):
+        return torch.logical_not(value)
+    return not value
+
+
+# -- builtins with a tensor meaning -----------------------------------------------------------
+
+def convert_len(value):
+    """``len(value)``: a Python int when known while converting, else a 0-d tensor."""
+    if not _is_var(value):
+        return len(value)
+    return _Rows(value).length()
+
+
+def convert_shape(value):
+    """``value.shape``: for a graph tensor a tuple of Python ints (known
+    dimensions) and 0-d tensors (dimensions known only at run time)."""
+    if _is_var(value):
+        return _variable_size(value)
+    return value.shape
+
+
+_CASTS = {int: torch.int64, float: torch.float32, bool: torch.bool}
+
+
+def convert_cast(value, kind):
+    """``kind(value)`` for ``kind`` in int/float/bool; a cast to a 0-d tensor
+    for a graph tensor (float -> float32, int -> int64)."""
+    if not _is_var(value):
+        return kind(value)
+    out = fw.cast(value, _CASTS[kind])
+    return out if out.shape == () else out.reshape(())
+
+
+def _cast_builtin(kind):
+    @functools.wraps(kind)
+    def cast(*args, **kwargs):
+        if len(args) == 1 and not kwargs and _is_var(args[0]):
+            return convert_cast(args[0], kind)
+        return kind(*args, **kwargs)
+    return cast
+
+
+def convert_print(*values, sep=" ", end="\n", file=None, flush=False):
+    """``print(*values)``; a run-time ``print`` op when a value is a graph tensor."""
+    if any(_is_var(v) for v in values):
+        fw.print_(*values, sep=sep, end=end)
+    else:
+        print(*values, sep=sep, end=end, file=file, flush=flush)
+
+
+def convert_assert(test, message=None):
+    """``assert test, message()``; a run-time ``assert`` op for a graph tensor."""
+    if _is_var(test):
+        fw.assert_(test, message() if message is not None else "")
+    elif not test:
+        raise AssertionError(message()) if message is not None else AssertionError()
+
+
+def convert_isinstance(value, classinfo):
+    """``isinstance(value, classinfo)``, where a graph tensor counts as a ``torch.Tensor``."""
+    if isinstance(value, classinfo):
+        return True
+    if _is_var(value):
+        kinds = classinfo if isinstance(classinfo, tuple) else (classinfo,)
+        return any(isinstance(k, type) and issubclass(torch.Tensor, k) for k in kinds)
+    return False
+
+
+def convert_list_append(target, value):
+    """``target.append(value)``; an ``array_append`` op for a tensor array."""
+    if _is_var(target) and target.kind == TENSOR_ARRAY:
+        fw.array_append(target, value)
+    else:
+        target.append(value)
+
+
+def convert_method(obj, name):
+    """``getattr(obj, name)`` for tensor methods that read a value: a graph
+    tensor's ``item()`` is the tensor reshaped to 0-d (its value exists only
+    at run time)."""
+    if _is_var(obj) and name == "item":
+        return lambda: obj if obj.shape == () else obj.reshape(())
+    return convert_call(getattr(obj, name))
+
+
+_BUILTINS = {
+    builtins.len: convert_len,
+    builtins.print: convert_print,
+    builtins.int: _cast_builtin(int),
+    builtins.float: _cast_builtin(float),
+    builtins.bool: _cast_builtin(bool),
+    builtins.range: convert_range,
+    builtins.enumerate: convert_enumerate,
+    builtins.zip: convert_zip,
+    builtins.isinstance: convert_isinstance,
+}
+
+
+# -- calls -----------------------------------------------------------------------------------------
+
+# Code from these top-level packages is called as it is, never converted.
+_NOT_CONVERTED = frozenset({
+    "torch", "numpy", "d2s", "ops", "runtime", "builtins", "gast", "astor", "safetensors",
+    "hypothesis", "pytest", "_pytest", "pluggy", "typing_extensions",
+}) | frozenset(getattr(sys, "stdlib_module_names", ()))
+
+
+def _is_user_code(obj):
+    module = getattr(obj, "__module__", None) or ""
+    return module.split(".")[0] not in _NOT_CONVERTED
+
+
+def _convertible(fn):
+    from . import conversion
+    code = fn.__code__
+    return (_is_user_code(fn) and not conversion.is_converted(fn)
+            and not code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR)
+            and not code.co_filename.startswith("<"))
+
+
+def convert_call(fn):
+    """The callable to call in place of ``fn``. Equivalent Python: ``return fn``.
+
+    User functions, lambdas, methods and user modules' ``forward`` are
+    converted (once; conversions are cached); builtins with a tensor meaning
+    map to their ``convert_*`` helper; everything else (torch, numpy, the
+    standard library, d2s itself, classes, C functions) is returned as it is.
+    """
+    from . import conversion
+    from .static_function import StaticFunction
+    try:
+        mapped = _BUILTINS.get(fn)
+    except TypeError:  # unhashable callable
+        mapped = None
+    if mapped is not None:
+        return mapped
+    if isinstance(fn, StaticFunction):
+        return convert_call(fn.dygraph_function)
+    if isinstance(fn, types.FunctionType):
+        return conversion.convert_function(fn) if _convertible(fn) else fn
+    if isinstance(fn, types.MethodType):
+        func = fn.__func__
+        if isinstance(func, StaticFunction):
+            func = func._function
+        if isinstance(func, types.FunctionType) and _convertible(func):
+            return types.MethodType(conversion.convert_function(func), fn.__self__)
+        return fn
+    if isinstance(fn, torch.nn.Module) and _is_user_code(type(fn)):
+        return _module_forward(fn)
+    return fn
+
+
+def _module_forward(module):
+    """A user module's converted ``forward``, bound; the module itself when
+    hooks must run (``Module.__call__`` runs them around ``forward``)."""
+    from . import conversion
+    from .static_function import StaticFunction
+    if (module._forward_hooks or module._forward_pre_hooks or torch.nn.modules.module._global_forward_hooks
+            or torch.nn.modules.module._global_forward_pre_hooks):
+        return module
+    forward = module.__dict__.get("forward")
+    if isinstance(forward, StaticFunction):
+        forward = forward._function
+    elif forward is None:
+        forward = type(module).forward
+        if isinstance(forward, StaticFunction):
+            forward = forward._function
+    else:
+        return module
+    if isinstance(forward, types.FunctionType) and _convertible(forward):
+        return types.MethodType(conversion.convert_function(forward), module)
+    return module

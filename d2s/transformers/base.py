@@ -1,0 +1,110 @@
+"""What every transformer shares: the conversion context and a base class."""
+
+from dataclasses import dataclass, field
+
+import gast
+
+from runtime.errors import ConversionError
+
+from ..ast_tools import origin, templates
+from ..ast_tools.naming import Namer
+
+
+@dataclass
+class Context:
+    """State of one function's conversion, shared by the pipeline's passes.
+
+    ``helpers`` is the fresh name under which generated code reaches
+    ``d2s.convert_operators``. ``return_names`` holds compiler-generated names
+    (the lowered return value) that control-flow ops may leave undefined on
+    one side: the return transformer adds to it, the loop and branch
+    transformers pass it on to the runtime.
+    """
+
+    filename: str
+    line_offset: int
+    namer: Namer
+    helpers: str
+    return_names: set = field(default_factory=set)
+
+    def error(self, node, message):
+        lineno = getattr(node, "lineno", None)
+        return ConversionError(message, self.filename,
+                               None if lineno is None else lineno + self.line_offset)
+
+    def user_line(self, node):
+        return node.lineno + self.line_offset
+
+
+class Transformer(gast.NodeTransformer):
+    """A pass over a function tree. ``transform`` runs it and returns the tree."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def transform(self, tree):
+        return self.visit(tree)
+
+    def template(self, source, node, **subs):
+        """Statements from ``source``; the helpers placeholder is always ``helpers``.
+
+        Every generated node takes ``node``'s location.
+        """
+        stmts = templates.replace(source, helpers=self.ctx.helpers, **subs)
+        origin.set_origin(stmts, node)
+        return stmts
+
+    def expression(self, source, node, **subs):
+        expr = templates.replace_as_expression(source, helpers=self.ctx.helpers, **subs)
+        origin.set_origin(expr, node)
+        return expr
+
+    def is_helper_call(self, node):
+        """True for a call to ``helpers.something`` (code we generated)."""
+        func = node.func
+        return (isinstance(func, gast.Attribute) and isinstance(func.value, gast.Name)
+                and func.value.id == self.ctx.helpers)
+
+
+def assign(names, value, node):
+    """``[a, b = value]`` (``[value]`` as a statement when ``names`` is empty),
+    located at ``node``."""
+    if not names:
+        stmt = gast.Expr(value=value)
+    else:
+        elts = [templates.name(n, gast.Store()) for n in names]
+        stmt = gast.Assign(targets=[gast.Tuple(elts=elts, ctx=gast.Store())], value=value, type_comment=None)
+    origin.set_origin(stmt, node)
+    return [stmt]
+
+
+def visit_block(transformer, stmts):
+    """Visit a statement list, splicing statements that turned into lists."""
+    out = []
+    for s in stmts:
+        result = transformer.visit(s)
+        if result is None:
+            continue
+        out.extend(result if isinstance(result, list) else [result])
+    return out
+
+
+def own_nodes(node, kinds):
+    """Nodes of ``kinds`` inside ``node`` that belong to it: not inside nested
+    functions, lambdas or classes (or, for Break/Continue, nested loops)."""
+    stop = (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef)
+    if any(k in (gast.Break, gast.Continue) for k in kinds):
+        stop += (gast.For, gast.While, gast.AsyncFor)
+    found = []
+    stack = list(gast.iter_child_nodes(node)) if isinstance(node, stop) else [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, kinds):
+            found.append(n)
+        if not isinstance(n, stop):
+            stack.extend(gast.iter_child_nodes(n))
+    return found
+
+
+def own_nodes_in(stmts, kinds):
+    return [n for s in stmts for n in own_nodes(s, kinds)]

@@ -1,0 +1,104 @@
+"""``break`` / ``continue`` -> flags; ``while ... else`` -> a guarded block.
+
+Before::
+
+    while test:
+        a()
+        if c:
+            break
+        if d:
+            continue
+        b()
+    else:
+        e()
+
+After::
+
+    broke = False
+    while test and not broke:
+        continued = False
+        a()
+        if c:
+            broke = True
+        if not broke:
+            if d:
+                continued = True
+            if not continued:
+                b()
+    if not broke:
+        e()
+
+Statements after one that may break or continue are guarded by the flags;
+statements after a bare ``break``/``continue`` are dropped. The loop's ``else``
+moves after the loop (guarded by ``not broke`` when the loop can break), so
+later passes only see ``while`` loops without ``else``. Runs after ``for`` and
+``return`` lowering, so every loop here is a ``while``.
+"""
+
+import gast
+
+from .base import Transformer, own_nodes, own_nodes_in, visit_block
+
+
+class BreakContinue(Transformer):
+    def visit_While(self, node):
+        node.body = visit_block(self, node.body)  # inner loops first: their jumps are theirs
+        node.orelse = visit_block(self, node.orelse)
+        breaks = own_nodes_in(node.body, (gast.Break,))
+        continues = own_nodes_in(node.body, (gast.Continue,))
+        self.broke = self.ctx.namer.new("broke") if breaks else None
+        self.continued = self.ctx.namer.new("continued") if continues else None
+        if not breaks and not continues:
+            before, after = [], node.orelse
+        else:
+            node.body = self._block(node.body)
+            before, after = [], node.orelse
+            if continues:
+                node.body = self.template("flag = False", node, flag=self.continued) + node.body
+            if breaks:
+                before = self.template("flag = False", node, flag=self.broke)
+                node.test = self.expression("test and not flag", node.test, test=node.test, flag=self.broke)
+                if after:
+                    after = self.template("if not flag:\n    orelse", node.orelse[0], flag=self.broke, orelse=after)
+        node.orelse = []
+        return before + [node] + after
+
+    def _block(self, stmts):
+        out = []
+        for i, s in enumerate(stmts):
+            may_break = bool(own_nodes(s, (gast.Break,)))
+            may_continue = bool(own_nodes(s, (gast.Continue,)))
+            out.extend(self._stmt(s))
+            rest = stmts[i + 1:]
+            if isinstance(s, (gast.Break, gast.Continue)) or not rest:
+                break
+            if may_break or may_continue:
+                out += self.template("if not jumped:\n    rest", rest[0],
+                                     jumped=self._jumped(rest[0], may_break, may_continue),
+                                     rest=self._block(rest))
+                break
+        return out
+
+    def _jumped(self, node, may_break, may_continue):
+        if may_break and may_continue:
+            return self.expression("broke or continued", node, broke=self.broke, continued=self.continued)
+        return self.expression("flag", node, flag=self.broke if may_break else self.continued)
+
+    def _stmt(self, s):
+        if isinstance(s, gast.Break):
+            return self.template("flag = True", s, flag=self.broke)
+        if isinstance(s, gast.Continue):
+            return self.template("flag = True", s, flag=self.continued)
+        if not own_nodes(s, (gast.Break, gast.Continue)):
+            return [s]
+        if isinstance(s, gast.If):
+            s.body, s.orelse = self._block(s.body), self._block(s.orelse)
+        elif isinstance(s, (gast.With, gast.AsyncWith)):
+            s.body = self._block(s.body)
+        elif isinstance(s, gast.Try):
+            s.body, s.orelse, s.finalbody = self._block(s.body), self._block(s.orelse), self._block(s.finalbody)
+            for h in s.handlers:
+                h.body = self._block(h.body)
+        else:
+            raise self.ctx.error(s, f"`break`/`continue` inside `{type(s).__name__}` is not supported")
+        return [s]

@@ -1,0 +1,68 @@
+"""``if`` statements -> ``helpers.convert_ifelse`` over two branch functions.
+
+Before::
+
+    if x.sum() > 0:
+        y = x + 1
+    else:
+        y = x - 1
+    return y
+
+After::
+
+    def if_true():
+        nonlocal y
+        y = x + 1
+    def if_false():
+        nonlocal y
+        y = x - 1
+    (y,) = helpers.convert_ifelse(x.sum() > 0, if_true, if_false, ('y',), ('y',), ())
+
+The state is the names either branch modifies that are live around the
+``if``; each branch function declares the ones it assigns ``nonlocal``. The
+runtime restores the state before each branch it traces and returns the
+outputs: the state names live after the ``if``. Names a branch only uses as
+temporaries stay local to it. The last argument lists compiler-generated
+names (the lowered return value) that may be undefined on one side. A Python
+condition runs only the taken branch, exactly like the ``if`` it replaces.
+"""
+
+import gast
+
+from ..ast_tools import activity, liveness, templates
+from .base import Transformer, assign, visit_block
+
+
+class IfElse(Transformer):
+    def transform(self, tree):
+        self.liveness = liveness.analyze(tree)
+        return self.visit(tree)
+
+    def visit_If(self, node):
+        live_in, live_out = self.liveness.live_in[node], self.liveness.live_out[node]
+        true_mod = activity.analyze(node.body).modified
+        false_mod = activity.analyze(node.orelse).modified
+        state = sorted((true_mod | false_mod) & (live_in | live_out))
+        outputs = [n for n in state if n in live_out]
+        node.body = visit_block(self, node.body)
+        node.orelse = visit_block(self, node.orelse)
+        true_fn = self.ctx.namer.new("if_true")
+        false_fn = self.ctx.namer.new("if_false")
+        stmts = self.template(
+            """
+            def true_fn():
+                nonlocal true_vars
+                body
+            def false_fn():
+                nonlocal false_vars
+                orelse
+            """,
+            node, true_fn=true_fn, false_fn=false_fn,
+            true_vars=[n for n in state if n in true_mod], false_vars=[n for n in state if n in false_mod],
+            body=node.body or [gast.Pass()], orelse=node.orelse or [gast.Pass()])
+        call = self.expression(
+            "helpers.convert_ifelse(test, true_fn, false_fn, state, outputs, return_names)", node,
+            test=node.test, true_fn=true_fn, false_fn=false_fn,
+            state=templates.constant(tuple(state)), outputs=templates.constant(tuple(outputs)),
+            return_names=templates.constant(tuple(n for n in outputs if n in self.ctx.return_names)))
+        return stmts + assign(outputs, call, node)

@@ -1,0 +1,56 @@
+"""``and`` / ``or`` / ``not`` and chained comparisons -> ``helpers.convert_logical_*``.
+
+Before::
+
+    if x > 0 and not done or 0 < i < n:
+        ...
+
+After::
+
+    if helpers.convert_logical_or(
+            lambda: helpers.convert_logical_and(lambda: x > 0, lambda: helpers.convert_logical_not(done)),
+            lambda: helpers.convert_logical_and(lambda: 0 < i, lambda: i < n)):
+        ...
+
+Operands become lambdas so that Python values keep their short-circuit
+evaluation. A chained comparison is split into pairs only when its middle
+operands are names, constants or attributes (evaluating them twice is then
+harmless); other chains stay as written.
+"""
+
+import copy
+
+import gast
+
+from ..ast_tools import origin
+from .base import Transformer
+
+class Logical(Transformer):
+    def visit_BoolOp(self, node):
+        self.generic_visit(node)
+        return self._chain(node, type(node.op), node.values)
+
+    def _chain(self, node, op, values):
+        if len(values) == 1:
+            return values[0]
+        template = {gast.And: "helpers.convert_logical_and(lambda: a, lambda: b)",
+                    gast.Or: "helpers.convert_logical_or(lambda: a, lambda: b)"}[op]
+        return self.expression(template, node, a=values[0], b=self._chain(node, op, values[1:]))
+
+    def visit_UnaryOp(self, node):
+        self.generic_visit(node)
+        if isinstance(node.op, gast.Not):
+            return self.expression("helpers.convert_logical_not(a)", node, a=node.operand)
+        return node
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        middle = node.comparators[:-1]
+        if len(node.ops) == 1 or not all(isinstance(m, (gast.Name, gast.Constant, gast.Attribute)) for m in middle):
+            return node
+        lefts = [node.left] + [copy.deepcopy(m) for m in middle]
+        pairs = [gast.Compare(left=l, ops=[op], comparators=[r])
+                 for l, op, r in zip(lefts, node.ops, node.comparators)]
+        for p in pairs:
+            origin.copy_location(p, node)
+        return self._chain(node, gast.And, pairs)

@@ -1,0 +1,117 @@
+"""Early ``return`` -> a flag, a value variable and one final ``return``.
+
+Before::
+
+    def f(x):
+        while cond:
+            if c:
+                return a
+            x = g(x)
+        return x
+
+After::
+
+    def f(x):
+        do_return = False
+        while cond and not do_return:
+            if c:
+                do_return = True
+                retval = a
+            if not do_return:
+                x = g(x)
+        if not do_return:
+            do_return = True
+            retval = x
+        return retval
+
+Statements after one that may return are guarded by ``if not do_return``;
+statements after one that always returns are dropped. A function that can
+fall off its end gets an explicit ``return None`` first, so every path sets
+``retval``. ``retval`` is registered in ``ctx.return_names``: a branch or loop
+may leave it undefined on one side. Functions whose only ``return`` is their
+last statement are left alone.
+"""
+
+import gast
+
+from ..ast_tools.origin import copy_location
+from .base import Transformer, own_nodes, own_nodes_in
+
+
+class Return(Transformer):
+    def visit_FunctionDef(self, node):
+        self.generic_visit(node)  # nested functions first; they are their own scopes
+        returns = own_nodes_in(node.body, (gast.Return,))
+        if not returns or (len(returns) == 1 and node.body[-1] is returns[0]):
+            return node
+        body = list(node.body)
+        if not _always_returns(body):
+            body.append(_located(gast.Return(value=None), body[-1]))
+        self.flag = self.ctx.namer.new("do_return")
+        self.value = self.ctx.namer.new("retval")
+        self.ctx.return_names.add(self.value)
+        node.body = (self.template("flag = False", node.body[0], flag=self.flag)
+                     + self._block(body)
+                     + self.template("return retval", returns[-1], retval=self.value))
+        return node
+
+    def visit_Lambda(self, node):
+        return node
+
+    def _block(self, stmts):
+        out = []
+        for i, s in enumerate(stmts):
+            always, may = _always_returns([s]), bool(own_nodes(s, (gast.Return,)))
+            out.extend(self._stmt(s))
+            rest = stmts[i + 1:]
+            if always or not rest:
+                break
+            if may:
+                out += self.template("if not flag:\n    rest", rest[0], flag=self.flag, rest=self._block(rest))
+                break
+        return out
+
+    def _stmt(self, s):
+        if isinstance(s, gast.Return):
+            value = s.value if s.value is not None else gast.Constant(value=None, kind=None)
+            return self.template("flag = True\nretval = value", s,
+                                 flag=self.flag, retval=self.value, value=value)
+        if not own_nodes(s, (gast.Return,)):
+            return [s]
+        if isinstance(s, gast.If):
+            s.body, s.orelse = self._block(s.body), self._block(s.orelse)
+        elif isinstance(s, gast.While):
+            s.body = self._block(s.body)
+            s.test = self.expression("test and not flag", s.test, test=s.test, flag=self.flag)
+        elif isinstance(s, (gast.With, gast.AsyncWith)):
+            s.body = self._block(s.body)
+        elif isinstance(s, gast.Try):
+            s.body, s.orelse, s.finalbody = self._block(s.body), self._block(s.orelse), self._block(s.finalbody)
+            for h in s.handlers:
+                h.body = self._block(h.body)
+        else:
+            raise self.ctx.error(s, f"`return` inside `{type(s).__name__}` is not supported")
+        return [s]
+
+
+def _always_returns(stmts):
+    """True when running ``stmts`` certainly ends in ``return`` or ``raise`` (or never ends)."""
+    for s in stmts:
+        if isinstance(s, (gast.Return, gast.Raise)):
+            return True
+        if isinstance(s, gast.If) and _always_returns(s.body) and _always_returns(s.orelse):
+            return True
+        if isinstance(s, (gast.With, gast.AsyncWith)) and _always_returns(s.body):
+            return True
+        if isinstance(s, gast.Try) and (_always_returns(s.finalbody) or (
+                _always_returns(s.body) and all(_always_returns(h.body) for h in s.handlers))):
+            return True
+        if (isinstance(s, gast.While) and isinstance(s.test, gast.Constant) and s.test.value is True
+                and not own_nodes(s, (gast.Break,))):
+            return True  # `while True:` without break only leaves by return or raise
+    return False
+
+
+def _located(node, origin):
+    copy_location(node, origin)
+    return node

@@ -1,0 +1,58 @@
+"""``while`` loops -> ``helpers.convert_while`` over a test and a body function.
+
+Before::
+
+    while i < n:
+        x = x * 2
+        i += 1
+
+After::
+
+    def loop_test():
+        return i < n
+    def loop_body():
+        nonlocal i, x
+        x = x * 2
+        i += 1
+    i, x = helpers.convert_while(loop_test, loop_body, ('i', 'x'), ())
+
+The loop variables are the names the body modifies that are live around the
+loop (read by the test or body before being written, or read after the
+loop); the body function declares them ``nonlocal`` and the runtime reads and
+writes them through its closure cells. Names the body only uses as
+temporaries stay local to it. The last argument lists the compiler-generated
+names that may start undefined (the lowered return value). Runs after
+``break``/``continue`` lowering, so loops have no ``else``.
+"""
+
+from ..ast_tools import activity, liveness, templates
+from .base import Transformer, assign, visit_block
+
+
+class WhileLoop(Transformer):
+    def transform(self, tree):
+        self.liveness = liveness.analyze(tree)
+        return self.visit(tree)
+
+    def visit_While(self, node):
+        live = self.liveness.live_in[node] | self.liveness.live_out[node]
+        loop_vars = sorted(activity.analyze(node.body).modified & live)
+        node.body = visit_block(self, node.body)
+        test_fn = self.ctx.namer.new("loop_test")
+        body_fn = self.ctx.namer.new("loop_body")
+        stmts = self.template(
+            """
+            def test_fn():
+                return test
+            def body_fn():
+                nonlocal loop_vars
+                body
+            """,
+            node, test_fn=test_fn, body_fn=body_fn, test=node.test, loop_vars=loop_vars,
+            body=node.body + node.orelse)
+        call = self.expression(
+            "helpers.convert_while(test_fn, body_fn, names, return_names)", node,
+            test_fn=test_fn, body_fn=body_fn, names=templates.constant(tuple(loop_vars)),
+            return_names=templates.constant(tuple(n for n in loop_vars if n in self.ctx.return_names)))
+        return stmts + assign(loop_vars, call, node)
+
