@@ -100,7 +100,7 @@ def test_scaled_dot_product_attention(dyn):
 RANDOM = {
     "dropout": lambda x: F.dropout(x, 0.5),
     "dropout_eval": lambda x: F.dropout(x, 0.5, training=False),
-    "dropout2d": lambda x: F.dropout2d(x.unsqueeze(-1), 0.3),
+    "dropout2d": lambda x: F.dropout2d(x[:, :, None, None], 0.3),
     "alpha_dropout": lambda x: F.alpha_dropout(x, 0.2, training=True),
     "two_dropouts": lambda x: (F.dropout(x, 0.5), F.dropout(x, 0.1)),  # draws in program order
     "rrelu": lambda x: F.rrelu(x, training=True),

@@ -1,0 +1,170 @@
+"""nn modules called on Variables: values, shapes, gradients into the bound
+parameters, and buffer updates shared with the module."""
+
+import copy
+
+import pytest
+import torch
+
+import runtime
+from opcheck import build, check, randn, run
+
+
+def _modules():
+    torch.manual_seed(0)
+    return {
+        "linear": (torch.nn.Linear(6, 4), lambda n: (randn(n, 6),)),
+        "conv2d": (torch.nn.Conv2d(3, 4, 3, padding=1), lambda n: (randn(n, 3, 5, 5),)),
+        "batchnorm_eval": (torch.nn.BatchNorm2d(3).eval(), lambda n: (randn(n, 3, 4, 4),)),
+        "layernorm": (torch.nn.LayerNorm(6), lambda n: (randn(n, 6),)),
+        "embedding": (torch.nn.Embedding(10, 3), lambda n: (torch.arange(n * 2).reshape(n, 2) % 10,)),
+        "lstm": (torch.nn.LSTM(6, 5, batch_first=True), lambda n: (randn(n, 4, 6),)),
+        "lstm_2layer": (torch.nn.LSTM(6, 5, num_layers=2), lambda n: (randn(4, n, 6),)),
+        "gru": (torch.nn.GRU(6, 5, batch_first=True, bidirectional=True), lambda n: (randn(n, 4, 6),)),
+        "lstm_cell": (torch.nn.LSTMCell(6, 5), lambda n: (randn(n, 6),)),
+        "gru_cell": (torch.nn.GRUCell(6, 5), lambda n: (randn(n, 6),)),
+        "mha": (torch.nn.MultiheadAttention(6, 2, batch_first=True).eval(), lambda n: (randn(n, 3, 6),)),
+        "sequential": (torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)),
+                       lambda n: (randn(n, 6),)),
+    }
+
+
+MODULES = _modules()
+
+
+def _call(module, x):
+    if isinstance(module, torch.nn.MultiheadAttention):
+        return module(x, x, x)
+    return module(x)
+
+
+RNN_HIDDEN_SIZE_CHECK = pytest.mark.xfail(strict=True, reason=(
+    "ops/capture.py size(): with a run-time batch, RNNBase.check_hidden_size compares "
+    "`hx.size() != expected_hidden_size`; each side holds a different 0-d Variable for the batch "
+    "(a fresh framework.shape(var)[dim] per size() call), so tuple != calls Variable.__ne__ and "
+    "then bool() -> ConversionError"))
+RNN_CELL_ZEROS = pytest.mark.xfail(strict=True, raises=TypeError, reason=(
+    "a run-time size from x.size(0) is a 0-d Variable, which torch's C++ argument parser rejects "
+    "in an int-list position before any __torch_function__/mode runs: "
+    "RNNCellBase.forward's torch.zeros(input.size(0), hidden) raises "
+    "'zeros() takes 1 positional argument but 2 were given'"))
+MHA_IS_NESTED = pytest.mark.xfail(strict=True, reason=(
+    "ops/capture.py _method(): MultiheadAttention.forward reads `query.is_nested`, a tensor "
+    "attribute not in the PROPERTIES allowlist, so capture raises ConversionError; Variables "
+    "should answer is_nested/is_sparse/layout as plain Python values (False/False/torch.strided)"))
+XFAIL_FORWARD = {("gru", "dynamic"): RNN_HIDDEN_SIZE_CHECK, ("lstm", "dynamic"): RNN_HIDDEN_SIZE_CHECK,
+                 ("lstm_2layer", "dynamic"): RNN_HIDDEN_SIZE_CHECK,
+                 ("gru_cell", "dynamic"): RNN_CELL_ZEROS, ("lstm_cell", "dynamic"): RNN_CELL_ZEROS,
+                 ("mha", "static"): MHA_IS_NESTED, ("mha", "dynamic"): MHA_IS_NESTED}
+
+
+def _forward_cases():
+    for name in sorted(MODULES):
+        for dyn_id, dyn in (("static", None), ("dynamic", {0: [0]})):
+            marks = [XFAIL_FORWARD[name, dyn_id]] if (name, dyn_id) in XFAIL_FORWARD else []
+            yield pytest.param(name, dyn, id=f"{name}-{dyn_id}", marks=marks)
+
+
+@pytest.mark.parametrize("name,dyn", _forward_cases())
+def test_module_forward(name, dyn):
+    module, make = MODULES[name]
+    if name == "lstm_2layer" and dyn:
+        dyn = {0: [1]}  # batch is dim 1 without batch_first
+    check(lambda x: _call(module, x), make, dyn)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[MHA_IS_NESTED] if n == "mha" else [])
+                                  for n in sorted(set(MODULES) - {"embedding"})])
+def test_module_gradients_equal_eager(name):
+    module, make = MODULES[name]
+    x = make(3)[0]
+    static_module = copy.deepcopy(module)
+
+    def loss_of(m, v):
+        out = _call(m, v)
+        out = out[0] if isinstance(out, tuple) else out
+        return (out * out).sum()
+
+    loss_of(module, x).backward()
+    # Static shapes: the RNNs fail to capture with a run-time batch (see the xfails above).
+    program, feeds, loss = build(lambda v: loss_of(static_module, v), [x])
+    got, = run(program, feeds, loss, [x])
+    got.backward()
+    for (pname, p), q in zip(module.named_parameters(), static_module.parameters()):
+        assert q.grad is not None, pname
+        assert torch.equal(p.grad, q.grad), pname
+    module.zero_grad(set_to_none=True)
+
+
+def test_embedding_gradient():
+    emb = torch.nn.Embedding(10, 3)
+    static = copy.deepcopy(emb)
+    idx = torch.tensor([[1, 2], [2, 9]])
+    emb(idx).sum().backward()
+    program, feeds, out = build(lambda i: static(i).sum(), [idx])
+    run(program, feeds, out, [idx])[0].backward()
+    assert torch.equal(emb.weight.grad, static.weight.grad)
+
+
+def test_batchnorm_train_updates_running_stats_shared_with_module():
+    bn = torch.nn.BatchNorm2d(3, momentum=0.3)
+    static = copy.deepcopy(bn)
+    x = randn(4, 3, 2, 2)
+    want = bn(x)
+    program, feeds, out = build(lambda v: static(v), [x], {0: [0]})
+    # Building must not touch the module's state; only running does.
+    assert torch.equal(static.running_mean, torch.zeros(3))
+    got, = run(program, feeds, out, [x])
+    assert torch.equal(got, want)
+    assert torch.equal(static.running_mean, bn.running_mean)
+    assert torch.equal(static.running_var, bn.running_var)
+    assert static.num_batches_tracked == bn.num_batches_tracked == 1
+    # A second run updates the same tensors again, as a second eager call does.
+    bn(x)
+    run(program, feeds, out, [x])
+    assert torch.equal(static.running_mean, bn.running_mean)
+    assert static.num_batches_tracked == 2
+
+
+def test_functional_batch_norm_training_with_stats():
+    mean, var = torch.zeros(3), torch.ones(3)
+    smean, svar = mean.clone(), var.clone()
+    x = randn(5, 3)
+    want = torch.nn.functional.batch_norm(x, mean, var, training=True, momentum=0.5)
+    program, feeds, out = build(lambda v: torch.nn.functional.batch_norm(v, smean, svar, training=True,
+                                                                           momentum=0.5), [x])
+    got, = run(program, feeds, out, [x])
+    assert torch.equal(got, want) and torch.equal(smean, mean) and torch.equal(svar, var)
+
+
+def test_dropout_module_same_mask_as_eager():
+    drop = torch.nn.Dropout(0.5)
+    check(lambda x: drop(x), lambda n: (randn(n, 32),), {0: [0]}, seed=7)
+
+
+def test_parameter_update_seen_by_next_run():
+    # Lifted parameters are bound to the module's tensors, not copied.
+    lin = torch.nn.Linear(2, 2)
+    x = randn(1, 2)
+    program, feeds, out = build(lambda v: lin(v), [x])
+    before, = run(program, feeds, out, [x])
+    with torch.no_grad():
+        lin.weight.add_(1.0)
+    after, = run(program, feeds, out, [x])
+    assert torch.equal(after, lin(x)) and not torch.equal(before, after)
+
+
+@pytest.mark.xfail(strict=True, raises=RecursionError, reason=(
+    "ops/capture.py dispatch(): constructing a module inside CaptureMode recurses forever. "
+    "torch.empty is a FACTORY op, so Linear.__init__ gets a Variable weight; "
+    "kaiming_uniform_(Variable) is a Python function outside the allowlist, so dispatch runs its "
+    "body under a freshly pushed CaptureMode, where its own has_torch_function preamble calls "
+    "handle_torch_function(kaiming_uniform_) -> dispatch -> push mode -> ... forever"))
+def test_module_constructed_inside_capture_mode():
+    from ops.capture import CaptureMode
+    program = runtime.Program()
+    with runtime.program_guard(program):
+        x = runtime.data("x", [None, 4])
+        with CaptureMode():
+            y = torch.nn.Linear(4, 2)(x)
+    assert y.shape == (-1, 2)
