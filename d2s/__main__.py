@@ -37,7 +37,8 @@ def _signature(var):
     return f"{var.dtype_name}[{dims}]"
 
 
-def inspect_model(dirname, out=sys.stdout):
+def inspect_model(dirname, out=None):
+    out = out or sys.stdout
     model = read_model(dirname)
     block = model.program.global_block()
     n_elements = sum(t.numel() for t in model.params.values())
@@ -91,7 +92,8 @@ def _load_feed(name, path, var):
     return tensor.to(var.dtype)
 
 
-def run_model(dirname, input_pairs, output_dir=None, out=sys.stdout):
+def run_model(dirname, input_pairs, output_dir=None, out=None):
+    out = out or sys.stdout
     executor = Executor()
     program, feed_names, fetch_vars = load_inference_model(dirname, executor)
     block = program.global_block()
