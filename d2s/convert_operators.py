@@ -199,12 +199,20 @@ def convert_while(test, body, names, return_names=()):
         body()
         return list(st.get())
 
-    # Python numbers carried by a graph loop become 0-d tensors of the dtype
-    # torch.tensor would give them.
-    init = [_constant(v) if isinstance(v, (bool, int, float)) else v for v in st.get()]
+    init = [_loop_init(v) for v in st.get()]
     final = cf.while_loop(cond_fn, body_fn, init, names=tuple(names), return_names=tuple(return_names))
     st.set(final)
     return tuple(final)
+
+
+def _loop_init(value):
+    """A graph loop's initial value: Python numbers become 0-d tensors of the
+    dtype ``torch.tensor`` would give them, Python lists become tensor arrays."""
+    if isinstance(value, (bool, int, float)):
+        return _constant(value)
+    if type(value) is list:
+        return fw.array_from_list(value) if value else fw.array_create()
+    return value
 
 
 class _BlockMark:
@@ -250,7 +258,8 @@ class _Rows(_GraphIterable):
     def get(self, i):
         if self.value.kind == TENSOR_ARRAY:
             return fw.array_read(self.value, i)
-        return self.value[i]
+        # index_select rather than `x[i]`: its shape inference needs no index value.
+        return torch.index_select(self.value, 0, i.reshape([1])).squeeze(0)
 
 
 class _Range(_GraphIterable):

@@ -90,19 +90,22 @@ def visit_block(transformer, stmts):
 
 
 def own_nodes(node, kinds):
-    """Nodes of ``kinds`` inside ``node`` that belong to it: not inside nested
-    functions, lambdas or classes (or, for Break/Continue, nested loops)."""
+    """Nodes of ``kinds`` inside statement ``node`` that belong to its scope:
+    not inside nested functions, lambdas or classes (nor, for Break/Continue,
+    inside nested loops). A function or (for jumps) loop statement owns none:
+    what it contains is its own business."""
     stop = (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef)
     if any(k in (gast.Break, gast.Continue) for k in kinds):
         stop += (gast.For, gast.While, gast.AsyncFor)
     found = []
-    stack = list(gast.iter_child_nodes(node)) if isinstance(node, stop) else [node]
+    stack = [node]
     while stack:
         n = stack.pop()
+        if isinstance(n, stop):
+            continue
         if isinstance(n, kinds):
             found.append(n)
-        if not isinstance(n, stop):
-            stack.extend(gast.iter_child_nodes(n))
+        stack.extend(gast.iter_child_nodes(n))
     return found
 
 

@@ -28,7 +28,9 @@ Statements after one that may return are guarded by ``if not do_return``;
 statements after one that always returns are dropped. A function that can
 fall off its end gets an explicit ``return None`` first, so every path sets
 ``retval``. ``retval`` is registered in ``ctx.return_names``: a branch or loop
-may leave it undefined on one side. Functions whose only ``return`` is their
+may leave it undefined on one side. When every ``return`` returns a literal
+k-tuple, there are k value variables (``retval_0, retval_1 = a, b``), so
+that branches and loops carry tensors rather than tuples. Functions whose only ``return`` is their
 last statement are left alone.
 """
 
@@ -48,8 +50,13 @@ class Return(Transformer):
         if not _always_returns(body):
             body.append(_located(gast.Return(value=None), body[-1]))
         self.flag = self.ctx.namer.new("do_return")
-        self.value = self.ctx.namer.new("retval")
-        self.ctx.return_names.add(self.value)
+        arity = _tuple_arity(returns) if _always_returns(node.body) else None
+        if arity is None:
+            self.value = self.ctx.namer.new("retval")
+            self.ctx.return_names.add(self.value)
+        else:  # one variable per element: branches and loops carry tensors, not tuples
+            self.value = [self.ctx.namer.new(f"retval_{i}") for i in range(arity)]
+            self.ctx.return_names.update(self.value)
         node.body = (self.template("flag = False", node.body[0], flag=self.flag)
                      + self._block(body)
                      + self.template("return retval", returns[-1], retval=self.value))
@@ -94,6 +101,15 @@ class Return(Transformer):
         return [s]
 
 
+def _tuple_arity(returns):
+    """k when every ``return`` returns a literal k-tuple (k >= 2, no ``*``), else None."""
+    sizes = {len(r.value.elts) if isinstance(r.value, gast.Tuple)
+             and not any(isinstance(e, gast.Starred) for e in r.value.elts) else None
+             for r in returns}
+    (size,) = sizes if len(sizes) == 1 else (None,)
+    return size if size is not None and size >= 2 else None
+
+
 def _always_returns(stmts):
     """True when running ``stmts`` certainly ends in ``return`` or ``raise`` (or never ends)."""
     for s in stmts:
@@ -107,7 +123,7 @@ def _always_returns(stmts):
                 _always_returns(s.body) and all(_always_returns(h.body) for h in s.handlers))):
             return True
         if (isinstance(s, gast.While) and isinstance(s.test, gast.Constant) and s.test.value is True
-                and not own_nodes(s, (gast.Break,))):
+                and not own_nodes_in(s.body, (gast.Break,))):
             return True  # `while True:` without break only leaves by return or raise
     return False
 
