@@ -85,8 +85,8 @@ def _load_feed(name, path, var):
     if tensor.dim() != len(var.shape) or any(d not in (-1, s) for d, s in zip(var.shape, tensor.shape)):
         raise UsageError(f"input {name!r} has shape {list(array.shape)} but the model expects "
                          f"{_signature(var)} (any: any size)")
-    # Same-kind conversions (float64 -> float32) are what a user means;
-    # float -> int or int -> bool would silently change values.
+    # float64 -> float32 or int -> float is what a user means (np.random
+    # gives float64); float -> int or int -> bool would silently change values.
     if tensor.dtype != var.dtype and not torch.can_cast(tensor.dtype, var.dtype):
         raise UsageError(f"input {name!r} has dtype {array.dtype} but the model expects {var.dtype_name}")
     return tensor.to(var.dtype)
