@@ -138,10 +138,14 @@ def _branch_error(seen, true_fn, false_fn, outputs, return_names):
             side_tensor = "false" if a is None else "true"
             what = "the function returns" if name in return_names else f"{name!r} is"
             return error_at_user_line(
-                f"{what} a tensor in the {side_tensor} branch (line {lines[side_tensor]}) but None in the "
-                f"{side_none} branch (line {lines[side_none]}) of the `if` on a tensor at this line; give it "
-                "a tensor value in both branches")
+                f"{what} a tensor in the {side_tensor} branch ({_where(lines[side_tensor])}) but None in "
+                f"the {side_none} branch ({_where(lines[side_none])}) of the `if` on a tensor at this line; "
+                "give it a tensor value in both branches")
     return None
+
+
+def _where(line):
+    return f"line {line}" if line is not None else "its value from before the `if`"
 
 
 def _store_line(code, name):
