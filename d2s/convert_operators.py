@@ -134,11 +134,14 @@ def _branch_error(seen, true_fn, false_fn, outputs, return_names):
                 f"branch of the `if` on a tensor at this line, and is not defined before it; assign it "
                 "before the if or in both branches")
         if (a is None) != (b is None) and not isinstance(a, Undefined) and not isinstance(b, Undefined):
+            if name in return_names:
+                return error_at_user_line(
+                    "the function returns a tensor on some paths and None on others (the `if` on a tensor "
+                    "at this line decides which); return a tensor on every path")
             side_none = "true" if a is None else "false"
             side_tensor = "false" if a is None else "true"
-            what = "the function returns" if name in return_names else f"{name!r} is"
             return error_at_user_line(
-                f"{what} a tensor in the {side_tensor} branch ({_where(lines[side_tensor])}) but None in "
+                f"{name!r} is a tensor in the {side_tensor} branch ({_where(lines[side_tensor])}) but None in "
                 f"the {side_none} branch ({_where(lines[side_none])}) of the `if` on a tensor at this line; "
                 "give it a tensor value in both branches")
     return None

@@ -1,0 +1,248 @@
+"""convert_function: globals, closures, caching, methods, lambdas, source
+locations; and the ConversionErrors users see, naming variable, file and line."""
+
+import inspect
+import traceback
+
+import pytest
+import torch
+
+import d2s
+from d2s import conversion, convert_operators
+from runtime.errors import ConversionError
+
+HERE = __file__
+COUNTER = []
+
+
+def line_of(fn, text):
+    """The file line number of the first line of ``fn`` containing ``text``."""
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+def appends_to_global(x):
+    COUNTER.append(1)
+    if x > 0:
+        return x * 2
+    return x
+
+
+def test_converted_function_shares_globals():
+    converted = conversion.convert_function(appends_to_global)
+    COUNTER.clear()
+    assert converted(3) == 6 and converted(-1) == -1
+    assert COUNTER == [1, 1]
+    assert "_d2s" not in appends_to_global.__globals__  # helpers are not injected into user globals
+
+
+def test_converted_closure_shares_cells():
+    state = {"n": 0}
+    total = 0
+
+    def add(v):
+        nonlocal total
+        for i in range(v):
+            total += i
+        state["n"] += 1
+        return total
+
+    converted = conversion.convert_function(add)
+    assert converted(4) == 6
+    assert total == 6 and state["n"] == 1  # the original cell changed
+    assert add(3) == 9 and converted(1) == 9
+
+
+def test_conversion_is_cached():
+    assert conversion.convert_function(appends_to_global) is conversion.convert_function(appends_to_global)
+    converted = conversion.convert_function(appends_to_global)
+    assert conversion.convert_function(converted) is converted
+    assert convert_operators.convert_call(converted) is converted
+
+
+def test_defaults_and_keyword_only_arguments_are_kept():
+    def f(x, k=2, *, scale=3):
+        if x > 0:
+            return x * k * scale
+        return x
+
+    converted = conversion.convert_function(f)
+    assert converted(1) == 6 and converted(1, 1, scale=1) == 1 and converted(-1) == -1
+
+
+class Box:
+    def __init__(self, k):
+        self.k = k
+
+    def scale(self, x):
+        while x < 100:
+            x = x * self.k
+        return x
+
+
+class Child(Box):
+    def scale(self, x):
+        return super().scale(x) + 1
+
+
+def test_bound_methods_and_zero_argument_super():
+    assert conversion.convert_function(Box(3).scale)(1) == 243
+    assert conversion.convert_function(Child(2).scale)(1) == 129
+
+
+def test_lambda_is_converted():
+    f = lambda v: v * 2 if v > 0 else -v  # noqa: E731
+    converted = conversion.convert_function(f)
+    assert conversion.is_converted(converted)
+    assert converted(3) == 6 and converted(-3) == 3
+
+
+def test_library_code_is_not_converted():
+    assert convert_operators.convert_call(torch.relu) is torch.relu
+    assert convert_operators.convert_call(inspect.getsource) is inspect.getsource
+    assert convert_operators.convert_call(len) is convert_operators.convert_len
+
+
+def test_get_code_and_code_level():
+    code = conversion.get_code(appends_to_global)
+    assert "convert_ifelse" in code and "convert_list_append(COUNTER, 1)" in code
+    after_loops = conversion.get_code(appends_to_global, level=2)   # Unsupported, ForLoop
+    assert "convert_ifelse" not in after_loops and "if x > 0" in after_loops
+    assert d2s.ProgramTranslator().get_code(appends_to_global) == code
+
+
+def raises_in_branch(x):
+    if x > 0:
+        y = x + 1
+        raise ValueError("boom")
+    return x
+
+
+def test_tracebacks_name_the_user_file_and_line():
+    converted = conversion.convert_function(raises_in_branch)
+    with pytest.raises(ValueError) as info:
+        converted(1)
+    frames = traceback.extract_tb(info.tb)
+    user = [f for f in frames if f.filename == HERE]
+    assert user[-1].lineno == line_of(raises_in_branch, 'raise ValueError("boom")')
+    assert user[-1].line == 'raise ValueError("boom")'
+    assert not any("<" in f.filename for f in frames)  # no generated-code pseudo files
+
+
+def branch_ops(x):
+    if x.sum() > 0:
+        y = torch.relu(x)
+    else:
+        y = torch.tanh(x)
+    return y
+
+
+def test_ops_record_the_user_line():
+    main, *_ = d2s.ProgramTranslator().get_program(branch_ops, torch.ones(3))
+    origins = {op.type: op.origin for b in main.blocks for op in b.ops}
+    cond_origin = origins["cond"]
+    assert cond_origin[0] == HERE and cond_origin[1] == line_of(branch_ops, "if x.sum() > 0")
+    relu = next(op for b in main.blocks for op in b.ops if "relu" in op.type)
+    assert relu.origin[1] == line_of(branch_ops, "torch.relu")
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+def assigned_in_one_branch(x):
+    if x.sum() > 0:
+        y = x + 1
+    return y
+
+
+def tensor_or_none(x):
+    y = None
+    if x.sum() > 0:
+        y = x + 1
+    return y
+
+
+def dtype_changes(x, n):
+    i = 0
+    s = x.sum().long()
+    while i < n:
+        s = s * 0.5
+        i += 1
+    return s
+
+
+def first_assigned_in_loop(x, n):
+    i = 0
+    while i < n:
+        z = x * i
+        i += 1
+    return z
+
+
+def a_generator(x):
+    yield x
+
+
+G = None
+
+
+def rebinds_global(x):
+    global G
+    G = x
+    return x
+
+
+def returns_tensor_or_none(x):
+    if x.sum() > 0:
+        return x
+
+
+@pytest.mark.parametrize("fn,args,line_text,pieces", [
+    (assigned_in_one_branch, (torch.ones(3),), "if x.sum() > 0",
+     ["'y' is assigned in the true branch (line {y}) but not in the false branch", "assign it before the if"]),
+    (tensor_or_none, (torch.ones(3),), "if x.sum() > 0",
+     ["'y' is a tensor in the true branch (line {y}) but None in the false branch"]),
+    (dtype_changes, (torch.ones(3), torch.tensor(3)), "while i < n",
+     ["loop variable 's' has dtype int64 before the loop but float32"]),
+    (first_assigned_in_loop, (torch.ones(3), torch.tensor(3)), "while i < n",
+     ["'z'", "must be defined before the loop"]),
+    (a_generator, (torch.ones(3),), "yield x", ["generators (`yield`) are not supported"]),
+    (rebinds_global, (torch.ones(3),), "global G", ["rebinding global 'G'"]),
+    (returns_tensor_or_none, (torch.ones(3),), "if x.sum() > 0",
+     ["the function returns a tensor on some paths and None on others"]),
+])
+def test_conversion_errors_name_variable_file_and_line(fn, args, line_text, pieces):
+    with pytest.raises(ConversionError) as info:
+        d2s.declarative(fn)(*args)
+    err = info.value
+    assert err.filename == HERE
+    assert err.lineno == line_of(fn, line_text)
+    message = str(err)
+    assert f'File "{HERE}", line {err.lineno}' in message
+    y_line = line_of(fn, "y = x + 1") if "y = x + 1" in inspect.getsource(fn) else None
+    for piece in pieces:
+        assert piece.format(y=y_line) in message
+
+
+def loops_over_modules_with_tensor_break(x):
+    layers = [torch.nn.Identity(), torch.nn.Identity()]
+    for layer in layers:
+        x = layer(x)
+        if x.sum() > 0:
+            break
+    return x
+
+
+def test_python_list_loop_that_must_become_graph_loop_is_rejected():
+    with pytest.raises(ConversionError, match="items must be tensors or numbers") as info:
+        d2s.declarative(loops_over_modules_with_tensor_break)(torch.ones(3))
+    assert info.value.filename == HERE
+
+
+def item_then_python(x):
+    return x.sum().tolist()
+
+
+def test_tolist_is_rejected_at_the_line():
+    with pytest.raises(ConversionError, match="tolist") as info:
+        d2s.declarative(item_then_python)(torch.ones(3))
+    assert info.value.lineno == line_of(item_then_python, "tolist")
