@@ -340,8 +340,8 @@ def _read_json(path):
         with open(path, "rb") as f:
             raw = f.read()
         return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
-        raise ModelFormatError(f"{path}: not valid JSON ({exc})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        raise ModelFormatError(f"{path}: not valid JSON ({type(exc).__name__}: {exc})") from None
 
 
 def _parse_document(doc, where):

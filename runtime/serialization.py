@@ -80,7 +80,10 @@ def _op_to_dict(op, keep_origin):
 def program_from_dict(data):
     """Rebuild a Program from `program_to_dict` output, validating every
     field first; raises ModelFormatError naming the first problem."""
-    return _Validator(data).build()
+    try:
+        return _Validator(data).build()
+    except RecursionError:
+        raise ModelFormatError("program: attribute values are nested too deeply") from None
 
 
 def _fail(where, message):
@@ -270,6 +273,10 @@ class _Validator:
     def _check_op_refs(self, block, j, op):
         where = f"block {block.idx}, op {j} ({op.type})"
         n_in, n_out = len(op.input("X")), len(op.output("Out"))
+        kwargs = op.attrs.get("kwargs", {})
+        if not isinstance(kwargs, dict) or not all(k.isidentifier() for k in kwargs):
+            # They become keyword arguments of the kernel call.
+            _fail(where, f"'kwargs' must map argument names to values, got {kwargs!r:.80}")
         for key, value in op.attrs.items():
             for ref in _refs(value):
                 if isinstance(ref, InputRef) and ref.index >= n_in:

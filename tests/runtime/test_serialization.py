@@ -271,6 +271,8 @@ TAMPERING = {
     "json not an object": (_write("program.json", b"[1, 2]"), "JSON object"),
     "NaN literal": (_write("program.json", lambda f: f.read_bytes().replace(b'"feed"', b'"nan": NaN, "feed"', 1)),
                     "not valid JSON"),
+    "deeply nested json": (_write("program.json", lambda f: f.read_bytes().replace(
+        b'"feed"', b'"deep": ' + b"[" * 100000 + b"]" * 100000 + b', "feed"', 1)), "not valid JSON"),
     "unknown version": (_edit_json(lambda d: d.update(format_version=2)), "format version 2 is not supported"),
     "version as string": (_edit_json(lambda d: d.update(format_version="1")), "is not supported"),
     "not a d2s model": (_edit_json(lambda d: d.pop("format")), "not a d2s model"),
@@ -294,6 +296,7 @@ TAMPERING = {
     # structure
     "attr tag garbage": (_edit_json(_set_in("torch.softmax", "args", {"$pickle": "gASVAAAA"})),
                          "unknown attribute tag"),
+    "kwargs not names": (_edit_json(_set_in("torch.softmax", "kwargs", {"dim=0)#": 1})), "'kwargs' must map"),
     "two tags": (_edit_json(_set_in("torch.softmax", "out", {"$out": 0, "$in": 0})), "malformed tagged value"),
     "input ref out of range": (_edit_json(_set_in("torch.softmax", "args", {"$tuple": [{"$in": 5}, -1]})),
                                "refers to input 5"),
