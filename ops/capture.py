@@ -70,7 +70,8 @@ def lift(tensor, program=None):
     program = program or default_main_program()
     lifted = program.__dict__.setdefault("_lifted", {})
     name = lifted.get(id(tensor))
-    if name is not None and program.bound.get(name) is tensor:
+    # The var may have been rolled back with a trial trace: then make it again.
+    if name is not None and program.bound.get(name) is tensor and name in program.global_block().vars:
         return program.global_block().vars[name]
     hints = program.__dict__.get("name_hints", {})
     hint = hints.get(id(tensor))
@@ -202,6 +203,9 @@ def record(opdef, fn, args, kwargs):
 
 # -- dispatch ----------------------------------------------------------------------
 
+_expanding = set()
+
+
 def dispatch(fn, args, kwargs):
     """Handle one torch call seen while capturing."""
     opdef = op_for_callable(fn)
@@ -211,11 +215,17 @@ def dispatch(fn, args, kwargs):
         return record(opdef, fn, args, kwargs)
     if not has_var:
         return fn(*args, **kwargs)
-    if inspect.isfunction(fn):
+    if inspect.isfunction(fn) and fn not in _expanding:
         # A Python-level torch function outside the allowlist: run its body,
-        # whose primitive calls are captured one by one.
-        with CaptureMode():
-            return fn(*args, **kwargs)
+        # whose primitive calls are captured one by one. Its own
+        # has_torch_function preamble dispatches here again; that re-entry
+        # must not expand it a second time.
+        _expanding.add(fn)
+        try:
+            with CaptureMode():
+                return fn(*args, **kwargs)
+        finally:
+            _expanding.discard(fn)
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
     raise error_at_user_line(
         f"torch function `{name}` cannot be captured into a program: it is not in d2s's allowlist "
@@ -240,6 +250,7 @@ _TO_PYTHON = {
     "__bool__": "bool(x)", "__int__": "int(x)", "__float__": "float(x)", "__index__": "an index",
     "__complex__": "complex(x)", "item": "x.item()", "tolist": "x.tolist()",
     "numpy": "x.numpy()", "__array__": "numpy.asarray(x)",
+    "__reduce_ex__": "a Python object to pickle (torch.save, pickle, copy)",
 }
 
 

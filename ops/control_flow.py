@@ -238,7 +238,12 @@ class _Spec:
         self.python_number = isinstance(value, (int, float, bool)) and not isinstance(value, torch.Tensor)
         self.kind = value.kind if isinstance(value, Variable) else (TENSOR_ARRAY if isinstance(value, list) else "tensor")
         self.shape = tuple(value.shape) if isinstance(value, (Variable, torch.Tensor)) else ()
-        self.dtype = value.dtype if isinstance(value, (Variable, torch.Tensor)) else None
+        if isinstance(value, (Variable, torch.Tensor)):
+            self.dtype = value.dtype
+        elif self.python_number:
+            self.dtype = framework.python_number_dtype(value)
+        else:
+            self.dtype = None
         self.elem_known = getattr(value, "elem_known", True)
 
 

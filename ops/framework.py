@@ -46,13 +46,15 @@ def _fill_constant_kernel(value, dtype):
 register(OpDef("fill_constant", kernel=_fill_constant_kernel))
 
 
+def python_number_dtype(value):
+    """int -> int64, float -> the default float dtype, bool -> bool, as `torch.tensor` would."""
+    return torch.tensor(value).dtype
+
+
 def fill_constant(value, dtype=None):
-    """A 0-d tensor holding the Python number `value` (int -> int64,
-    float -> float32, bool -> bool, as `torch.tensor` would)."""
+    """A 0-d tensor holding the Python number `value` (dtype as `torch.tensor(value)`)."""
     if dtype is None:
-        dtype = torch.tensor(value).dtype
-        if dtype == torch.float64:
-            dtype = torch.get_default_dtype()
+        dtype = python_number_dtype(value)
     out = _new_var((), dtype)
     _append("fill_constant", [], (value, dtype), {}, [out], OutputRef(0))
     return out

@@ -132,6 +132,11 @@ def decode(data, program):
     if not tags:
         return {k: decode(v, program) for k, v in data.items()}
     tag, body = tags[0], data[tags[0]]
+    allowed_keys = 2 if tag == "$return_type" else 1
+    if len(tags) != 1 or len(data) != allowed_keys:
+        raise ModelFormatError(f"malformed attribute {data!r}: a tagged value has exactly one tag")
+    if tag in ("$in", "$out", "$block") and (type(body) is not int or body < 0):
+        raise ModelFormatError(f"malformed attribute {data!r}: {tag} takes a non-negative int")
     try:
         if tag == "$tuple":
             return tuple(decode(v, program) for v in body)

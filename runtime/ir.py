@@ -138,6 +138,17 @@ class Variable:
     def is_floating_point(self):
         return self.dtype.is_floating_point
 
+    # Plain-Python answers torch's own Python code asks of any tensor.
+    is_nested = False
+    is_sparse = False
+    is_quantized = False
+    is_meta = False
+    layout = torch.strided
+
+    @property
+    def is_cuda(self):
+        return self.device.type == "cuda"
+
     def to_string(self):
         flags = []
         if self.persistable:
@@ -185,7 +196,7 @@ _OPERATORS = [
     # Conversions to Python values: the capture hook rejects them with a
     # message pointing at the line (the translator converts them first).
     "__bool__", "__int__", "__float__", "__index__", "__len__", "__iter__",
-    "__complex__", "__array__",
+    "__complex__", "__array__", "__reduce_ex__",
 ]
 
 

@@ -29,11 +29,6 @@ def _raises_at(fn, marker, *names, capture_mode=True):
     return err
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "torch.save has no __torch_function__ hook, so neither CaptureMode nor Variable sees it: it "
-    "pickles the Variable (and its whole Program) to disk at build time and returns None. "
-    "runtime/ir.py Variable should refuse pickling (__reduce_ex__ raising ConversionError at the "
-    "user's line), which also covers pickle.dump/copy of a Variable"))
 def test_torch_save_is_not_allowlisted(tmp_path):
     path = str(tmp_path / "x.pt")
     _raises_at(lambda x: torch.save(x, path), "torch.save(x, path)", "save", "allowlist")  # torch.save(x, path)

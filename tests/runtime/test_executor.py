@@ -216,21 +216,10 @@ def test_while_iterations_and_gradients(n):
         assert all(torch.equal(a, q.grad) for a, q in zip(eager, W.parameters()))
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError, reason=(
-    "ops/control_flow.py while_loop(): the probe call of cond_fn lifts the real tensor into "
-    "persistable `const_0` (capture.lift records program._lifted / program.bound), then "
-    "_rollback_block deletes the var but not those entries, so the next lift() of the same tensor "
-    "returns global_block().vars['const_0'] -> KeyError. Fix: rollback also drops the lifted/bound "
-    "entries it created, or lift() re-creates the var when it is missing"))
 def test_while_with_a_real_tensor_initial_value():
     _run_count_loop(2, start=torch.tensor(0))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "ops/control_flow.py _Spec: a Python number loop variable gets dtype None (only Variables and "
-    "tensors set it), the body var is created as float32 ('dtype or \"float32\"'), and after one "
-    "iteration torch.promote_types(None, float32) raises TypeError. Fix: _Spec.dtype = "
-    "torch.tensor(value).dtype for numbers (int64 / default float / bool), as fill_constant does"))
 def test_while_with_a_python_int_counter():
     _run_count_loop(2, start=0)
 
