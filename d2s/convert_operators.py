@@ -16,6 +16,7 @@ import builtins
 import dis
 import functools
 import inspect
+import operator
 import sys
 import types
 
@@ -503,6 +504,27 @@ def convert_isinstance(value, classinfo):
         kinds = classinfo if isinstance(classinfo, tuple) else (classinfo,)
         return any(isinstance(k, type) and issubclass(torch.Tensor, k) for k in kinds)
     return False
+
+
+_AUGMENTED = {
+    "+=": (operator.iadd, operator.add), "-=": (operator.isub, operator.sub),
+    "*=": (operator.imul, operator.mul), "/=": (operator.itruediv, operator.truediv),
+    "//=": (operator.ifloordiv, operator.floordiv), "%=": (operator.imod, operator.mod),
+    "**=": (operator.ipow, operator.pow), "@=": (operator.imatmul, operator.matmul),
+    "&=": (operator.iand, operator.and_), "|=": (operator.ior, operator.or_),
+    "^=": (operator.ixor, operator.xor), "<<=": (operator.ilshift, operator.lshift),
+    ">>=": (operator.irshift, operator.rshift),
+}
+
+
+def convert_augassign(symbol, value, operand):
+    """``value += operand`` (for ``symbol`` ``'+='``, and so on), returning the
+    new value. Equivalent Python: ``return operator.iadd(value, operand)``.
+    A 0-d graph tensor is updated out of place (``value + operand``): it may
+    stand for a Python number (a counter a tensor loop carries), which other
+    names must not see change (``last = i; i += 1``)."""
+    inplace, binary = _AUGMENTED[symbol]
+    return binary(value, operand) if _is_var(value) and value.shape == () else inplace(value, operand)
 
 
 def convert_list_append(target, value):

@@ -13,16 +13,19 @@ matters and is part of the design:
  8. Logical       ``and``/``or``/``not``/chained comparisons -> ``convert_logical_*``
                   (after 3-6, which generate ``not flag`` and ``test and not flag``)
  9. Assert        ``assert`` -> ``convert_assert``
-10. ListAppend    ``x.append(v)`` -> ``convert_list_append`` (after 5-6, whose
+10. AugAssign     ``x += v`` -> ``x = convert_augassign('+=', x, v)`` (out of place
+                  for graph tensors, which may stand for Python numbers)
+11. ListAppend    ``x.append(v)`` -> ``convert_list_append`` (after 5-6, whose
                   analyses see ``x.append`` as modifying ``x``)
-11. Shape         ``x.shape`` -> ``convert_shape(x)``
-12. Call          ``f(...)`` -> ``convert_call(f)(...)`` (last: it must not wrap the
+12. Shape         ``x.shape`` -> ``convert_shape(x)``
+13. Call          ``f(...)`` -> ``convert_call(f)(...)`` (last: it must not wrap the
                   helper calls earlier passes generate, and it must see every call)
 
 ``run(tree, ctx, stop_after=n)`` runs the first ``n`` passes (``set_code_level``).
 """
 
 from .asserts import Assert
+from .augassign import AugAssign
 from .base import Context, Transformer
 from .break_continue import BreakContinue
 from .calls import Call
@@ -46,6 +49,7 @@ PIPELINE = [
     IfExp,
     Logical,
     Assert,
+    AugAssign,
     ListAppend,
     Shape,
     Call,

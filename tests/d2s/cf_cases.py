@@ -753,6 +753,25 @@ def module_with_control_flow(x, n):
     return _STACK(x, n)
 
 
+@case((POS, I(3)), (POS, I(0)), (POS, I(1)), ops={"while"})
+def counter_alias_is_not_mutated(x, n):
+    i = 0
+    last = 0
+    while i < n:
+        last = i
+        i += 1
+    return x * last
+
+
+@case((POS,), (NEG,), ops={"cond"})
+def inplace_update_of_tensor_alias(x):
+    y = x * 1
+    z = y
+    if x.sum() > 0:
+        y += 1
+    return y, z
+
+
 # -- combinations -----------------------------------------------------------------------------
 
 

@@ -197,6 +197,15 @@ TRANSFORMER_CASES = {
             _d2s.convert_assert(x > 0, lambda : 'positive')
             _d2s.convert_assert(x)
         """),
+    "augassign": (T.AugAssign, """
+        def f(x, v):
+            x += v
+            x.n *= 2
+        """, """
+        def f(x, v):
+            x = _d2s.convert_augassign('+=', x, v)
+            x.n *= 2
+        """),
     "list_append": (T.ListAppend, """
         def f(xs, x):
             xs.append(x)
@@ -238,7 +247,7 @@ def test_transformer(name):
 def test_pipeline_has_every_transformer_once_in_order():
     names = [t.__name__ for t in T.PIPELINE]
     assert names == ["Unsupported", "ForLoop", "Return", "BreakContinue", "WhileLoop", "IfElse", "IfExp",
-                     "Logical", "Assert", "ListAppend", "Shape", "Call"]
+                     "Logical", "Assert", "AugAssign", "ListAppend", "Shape", "Call"]
 
 
 def test_fresh_names_avoid_user_names():

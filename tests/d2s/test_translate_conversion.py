@@ -246,3 +246,21 @@ def test_tolist_is_rejected_at_the_line():
     with pytest.raises(ConversionError, match="tolist") as info:
         d2s.declarative(item_then_python)(torch.ones(3))
     assert info.value.lineno == line_of(item_then_python, "tolist")
+
+
+def dynamic_rows(x):
+    s = x[0] * 0
+    for i in range(x.shape[0]):
+        s = s + x[i]
+    return s, len(x), x.size(0)
+
+
+def test_unknown_dimensions_become_graph_values():
+    static = d2s.declarative(dynamic_rows, input_spec=[d2s.InputSpec([None, 3])])
+    for rows in (2, 5, 1):
+        x = torch.arange(rows * 3.0).reshape(rows, 3)
+        s, n, m = static(x)
+        assert torch.equal(s, dynamic_rows(x)[0]) and int(n) == rows and int(m) == rows
+    assert len(static.program_cache) == 1
+    types = {op.type for b in static.program_cache.last.main_program.blocks for op in b.ops}
+    assert {"while", "shape"} <= types
