@@ -115,22 +115,21 @@ class Executor:
         feed = dict(feed or {})
         fetch_names = [v.name if isinstance(v, Variable) else str(v) for v in (fetch_list or [])]
         block = program.global_block()
+        facts = _program_facts(program)
         for name in fetch_names:
-            if not any(name in b.vars for b in program.blocks):
+            if name not in facts.all_vars:
                 raise ValueError(f"fetch target {name!r} is not a variable of the program")
         for name in feed:
             var = block.vars.get(name)
             if var is None or not var.is_data:
                 known = ", ".join(v.name for v in program.data_vars()) or "none"
                 raise ValueError(f"feed {name!r} is not a data variable of the program (data variables: {known})")
-        needed = _used_data_vars(program)
-        missing = [n for n in needed if n not in feed]
+        missing = [n for n in facts.needed_feeds if n not in feed]
         if missing:
             raise ValueError(f"data variable(s) {missing} are used by the program but not fed")
         feed_names = sorted(feed)
         entry = self.compiled(program, feed_names, fetch_names)
-        mutated = _mutated_feeds(program)
-        feeds = [self._to_tensor(feed[n], block.vars[n], copy=n in mutated) for n in feed_names]
+        feeds = [self._to_tensor(feed[n], block.vars[n], copy=n in facts.mutated_feeds) for n in feed_names]
         params = resolve_persistables(program, entry.param_names, scope)
         results = run_compiled(entry, feeds + params)
         target_scope = scope or global_scope()
@@ -170,19 +169,28 @@ def _to_numpy(value):
     return value
 
 
-def _used_data_vars(program):
-    data = {v.name for v in program.data_vars()}
-    used = {n for b in program.blocks for op in b.ops for n in op.input_names + op.output_names}
-    return sorted(data & used)
+class _Facts:
+    """What `run` checks on every call, computed once per program version."""
+
+    def __init__(self, program):
+        from ops.registry import get_op_def
+        ops = [op for b in program.blocks for op in b.ops]
+        data = {v.name for v in program.data_vars()}
+        used = {n for op in ops for n in op.input_names + op.output_names}
+        self.version = program._version
+        self.all_vars = {n for b in program.blocks for n in b.vars}
+        self.needed_feeds = sorted(data & used)
+        # Feeds written in place by some op: numpy feeds share memory with
+        # the caller's array, so those are copied first.
+        self.mutated_feeds = {op.input_names[0] for op in ops
+                              if op.input_names and get_op_def(op.type).mutates and op.input_names[0] in data}
 
 
-def _mutated_feeds(program):
-    """Feeds written in place by some op: numpy feeds share memory with the
-    caller's array, so those are copied first."""
-    from ops.registry import get_op_def
-    data = {v.name for v in program.data_vars()}
-    return {op.input_names[0] for b in program.blocks for op in b.ops
-            if op.input_names and get_op_def(op.type).mutates and op.input_names[0] in data}
+def _program_facts(program):
+    facts = program.__dict__.get("_facts")
+    if facts is None or facts.version != program._version:
+        facts = program.__dict__["_facts"] = _Facts(program)
+    return facts
 
 
 def resolve_persistables(program, names, scope=None):
