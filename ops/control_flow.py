@@ -23,7 +23,7 @@ import ast
 import torch
 
 from runtime.errors import ConversionError
-from runtime.ir import TENSOR_ARRAY, Variable, default_main_program
+from runtime.ir import TENSOR_ARRAY, Variable, default_main_program, torch_dtype
 
 from . import framework
 from .capture import error_at_user_line, lift, user_origin
@@ -395,7 +395,8 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
                 var = framework.cast(var, spec.dtype)
         init.append(var)
     outs = [parent.create_var(name=program.unique_name(_base(names, i, "loop_out")), shape=specs[i].shape,
-                              dtype=specs[i].dtype, kind=specs[i].kind, stop_gradient=False)
+                              dtype=specs[i].dtype, kind=specs[i].kind,
+                              stop_gradient=not torch_dtype(specs[i].dtype).is_floating_point)
             for i in carried]
     for o, i in zip(outs, carried):
         o.elem_known = specs[i].elem_known

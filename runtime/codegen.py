@@ -17,6 +17,7 @@ the user line that created it).
 """
 
 import ast
+import builtins
 import itertools
 import re
 
@@ -219,8 +220,9 @@ def compile_program(program, feed_names, fetch_names, get_op_def, trace_hook=Non
             node.end_lineno, node.end_col_offset = node.lineno, node.col_offset
     code = compile(module, gen.filename, "exec")
     namespace = dict(gen.globals)
-    namespace["__builtins__"] = {"slice": slice, "bool": bool, "len": len, "range": range,
-                                 "int": int}
+    # Full builtins: C code called from this frame (a lazy import inside
+    # torch) looks `__import__` up in the calling frame's builtins.
+    namespace["__builtins__"] = builtins
     exec(code, namespace)
     return CompiledBlock(namespace["program"], list(feed_names), params, list(fetch_names), written,
                          gen.line_ops, ast.unparse(module))

@@ -155,7 +155,7 @@ class Variable:
             flags.append("persistable")
         if self.is_data:
             flags.append("data")
-        if self.stop_gradient and not self.persistable:
+        if self.stop_gradient and not (self.persistable or self.is_data):
             flags.append("stop_gradient")
         if self.kind != TENSOR:
             head = f"{self.name}: {self.kind}<{self._dtype}>"
