@@ -17,7 +17,9 @@ import dis
 import functools
 import inspect
 import operator
+import os
 import sys
+import sysconfig
 import types
 
 import torch
@@ -563,7 +565,13 @@ _BUILTINS = {
 _NOT_CONVERTED = frozenset({
     "torch", "numpy", "d2s", "ops", "runtime", "builtins", "gast", "astor", "safetensors",
     "hypothesis", "pytest", "_pytest", "pluggy", "typing_extensions",
-}) | frozenset(getattr(sys, "stdlib_module_names", ()))
+})
+# ... and so is the standard library, recognised by where its files live
+# (a user module may well be called `test` or `types`).
+_STDLIB_DIRS = tuple({os.path.join(os.path.realpath(sysconfig.get_paths()[k]), "")
+                      for k in ("stdlib", "platstdlib")})
+_SITE_DIRS = tuple({os.path.join(os.path.realpath(p), "")
+                    for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])})
 
 
 def _is_user_code(obj):
@@ -571,12 +579,17 @@ def _is_user_code(obj):
     return module.split(".")[0] not in _NOT_CONVERTED
 
 
+def _is_stdlib_file(filename):
+    path = os.path.realpath(filename)
+    return path.startswith(_STDLIB_DIRS) and not path.startswith(_SITE_DIRS)
+
+
 def _convertible(fn):
     from . import conversion
     code = fn.__code__
     return (_is_user_code(fn) and not conversion.is_converted(fn)
             and not code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR)
-            and not code.co_filename.startswith("<"))
+            and not code.co_filename.startswith("<") and not _is_stdlib_file(code.co_filename))
 
 
 def convert_call(fn):

@@ -264,3 +264,18 @@ def test_unknown_dimensions_become_graph_values():
     assert len(static.program_cache) == 1
     types = {op.type for b in static.program_cache.last.main_program.blocks for op in b.ops}
     assert {"while", "shape"} <= types
+
+
+def test_set_code_level_prints_code_after_that_many_passes(capsys):
+    def fresh(x):
+        if x.sum() > 0:
+            x = x + 1
+        return x
+
+    d2s.set_code_level(5)  # up to WhileLoop: the `if` is still an `if`
+    try:
+        conversion.convert_function(fresh)
+    finally:
+        d2s.set_code_level(None)
+    err = capsys.readouterr().err
+    assert "[d2s] converted" in err and "if x.sum() > 0:" in err and "convert_ifelse" not in err
