@@ -99,27 +99,79 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=()):
         (true_fn if pred else false_fn)()
         return st.get(outputs)
     before = st.snapshot()
-    seen = {}
+    seen, specs, leaf_names = {}, {}, []
 
     def branch(fn, side):
         def run():
             st.restore(before)
             fn()
-            seen[side] = st.get(outputs)
-            return seen[side]
+            seen[side] = values = st.get(outputs)
+            # Tuples and lists are flattened: the op merges their elements.
+            leaves, specs[side] = [], []
+            for k, value in enumerate(values):
+                if side == "false" and isinstance(value, Undefined) and specs["true"][k] is not None:
+                    value = _unflatten(iter(lambda: Undefined(outputs[k]), None), specs["true"][k])
+                flat, spec = _flatten(value)
+                leaves += flat
+                specs[side].append(spec)
+                if side == "true":
+                    leaf_names.extend([outputs[k]] * len(flat))
+            return tuple(leaves)
         return run
 
     try:
         merged = cf.cond(pred, branch(true_fn, "true"), branch(false_fn, "false"),
-                         names=tuple(outputs), return_names=tuple(return_names))
+                         names=leaf_names, return_names=tuple(return_names))
     except ConversionError as e:
-        detailed = _branch_error(seen, true_fn, false_fn, outputs, return_names)
+        detailed = _structure_error(specs, outputs) or _branch_error(seen, true_fn, false_fn, outputs,
+                                                                     return_names)
         if detailed is None:
             raise
         raise detailed from e
+    structure = _structure_error(specs, outputs)
+    if structure is not None:
+        raise structure
+    leaves = iter(merged)
+    merged = tuple(_unflatten(leaves, spec) for spec in specs["true"])
     st.restore(before)
     st.set(merged, outputs)
-    return tuple(merged)
+    return merged
+
+
+def _flatten(value):
+    """(leaves, spec) of nested tuples/lists; spec None for a single value."""
+    if isinstance(value, (tuple, list)):
+        leaves, specs = [], []
+        for v in value:
+            flat, spec = _flatten(v)
+            leaves += flat
+            specs.append(spec)
+        return leaves, (type(value), tuple(specs))
+    return [value], None
+
+
+def _unflatten(leaves, spec):
+    if spec is None:
+        return next(leaves)
+    kind, specs = spec
+    return kind(_unflatten(leaves, s) for s in specs)
+
+
+def _describe(spec):
+    return "single value" if spec is None else f"{spec[0].__name__} of {len(spec[1])}"
+
+
+def _structure_error(specs, outputs):
+    if "true" not in specs or "false" not in specs:
+        return None
+    for name, a, b in zip(outputs, specs["true"], specs["false"]):
+        if a != b and not (a is None and b is None):
+            return error_at_user_line(
+                f"{name!r} is a {_describe(a)} in the true branch but a {_describe(b)} in the false branch "
+                "of the `if` on a tensor at this line; a Python list or tuple cannot change its length "
+                "under a tensor condition: build it the same way in both branches, or use a tensor "
+                "(torch.cat / torch.stack / torch.where)")
+    return None
 
 
 def _branch_error(seen, true_fn, false_fn, outputs, return_names):

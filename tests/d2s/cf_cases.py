@@ -772,6 +772,14 @@ def inplace_update_of_tensor_alias(x):
     return y, z
 
 
+@case((POS,), (NEG,), ops={"cond"})
+def tuple_state_in_branches(x):
+    state = (x, x * 2)
+    if x.sum() > 0:
+        state = (state[1], state[0] + 1)
+    return state[0] - state[1]
+
+
 # -- combinations -----------------------------------------------------------------------------
 
 

@@ -223,6 +223,19 @@ def test_conversion_errors_name_variable_file_and_line(fn, args, line_text, piec
         assert piece.format(y=y_line) in message
 
 
+def list_grows_in_one_branch(x):
+    outs = [x]
+    if x.sum() > 0:
+        outs.append(x + 1)
+    return torch.stack(outs)
+
+
+def test_list_changed_under_tensor_condition_is_an_error_not_a_wrong_answer():
+    with pytest.raises(ConversionError, match="'outs' is a list of 2 in the true branch but a list of 1") as info:
+        d2s.declarative(list_grows_in_one_branch)(torch.ones(3))
+    assert info.value.lineno == line_of(list_grows_in_one_branch, "if x.sum() > 0")
+
+
 def loops_over_modules_with_tensor_break(x):
     layers = [torch.nn.Identity(), torch.nn.Identity()]
     for layer in layers:
