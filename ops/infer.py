@@ -19,9 +19,13 @@ import torch
 
 from runtime.ir import TENSOR_ARRAY, Variable
 
-STAND_INS = (8, 12)
+# Meta tensors cost no memory, so the stand-in sizes are large and highly
+# divisible: `x.view(-1, 8)` must infer for any size the user may feed.
+STAND_INS = (5040, 7560)
 # Stand-ins for run-time integers used as indices, one per STAND_INS entry.
-SMALL_INTS = {8: 1, 12: 2}
+SMALL_INTS = {5040: 1, 7560: 2}
+# Real (CPU) runs and tensor-array lengths use small sizes instead.
+SMALL_SIZES = {5040: 8, 7560: 12}
 
 
 class Meta:
@@ -45,7 +49,8 @@ def _stand_in(value, size, device, as_int, int_value=None):
     if isinstance(value, Variable):
         shape = [size if d == -1 else d for d in value.shape]
         if value.kind == TENSOR_ARRAY:
-            return [torch.empty(shape, dtype=value.dtype, device=device) for _ in range(size)]
+            length = SMALL_SIZES.get(size, size)
+            return [torch.empty(shape, dtype=value.dtype, device=device) for _ in range(length)]
         if as_int and not shape and not value.dtype.is_floating_point:
             # a run-time value used as a Python int: a size, or an index
             return size if int_value is None else int_value
@@ -106,7 +111,7 @@ def _run_some_way(fn, args, kwargs, inputs, size, factory):
     except Exception:  # noqa: BLE001
         pass
     try:
-        return _run(fn, args, kwargs, inputs, size, "cpu", True, factory), False, True
+        return _run(fn, args, kwargs, inputs, SMALL_SIZES.get(size, size), "cpu", True, factory), False, True
     except Exception:  # noqa: BLE001
         raise errors[0] from None
 
