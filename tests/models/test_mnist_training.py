@@ -1,0 +1,219 @@
+"""The tutorial's digits classifier trains the same eagerly and declaratively.
+
+Eager and declarative copies start from the same weights, see the same
+batches and (for dropout) the same random seed before every step; losses,
+accuracies and parameters must agree step by step. Also: train/eval select
+separate cached programs, batch-norm running statistics are updated in place
+like eager, dropout draws the same random numbers, and gradients through
+`cond` and `while` match eager for every branch and trip count.
+"""
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+import d2s
+from mnist import MNIST, loss_fn, synthetic_digits
+
+STEPS = 10
+BATCH = 16
+
+
+@pytest.fixture(scope="module")
+def data():
+    return synthetic_digits(STEPS * BATCH, seed=3)
+
+
+def _pair(seed=0, **kwargs):
+    torch.manual_seed(seed)
+    eager = MNIST(**kwargs)
+    static = d2s.declarative(copy.deepcopy(eager))
+    return eager, static
+
+
+def _optimizer(name, params):
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+    return torch.optim.Adam(params, lr=1e-3)
+
+
+def _train(model, opt, data, seed):
+    images, labels = data
+    losses, accs = [], []
+    model.train()
+    for step in range(STEPS):
+        x, y = images[step * BATCH:(step + 1) * BATCH], labels[step * BATCH:(step + 1) * BATCH]
+        torch.manual_seed(seed + step)  # dropout draws the same numbers in both models
+        probs, acc = model(x, y)
+        loss = loss_fn(probs, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+        accs.append(acc.detach())
+    return torch.stack(losses), torch.stack(accs)
+
+
+@pytest.mark.parametrize("optimizer, variant", [
+    ("sgd", {}),
+    ("adam", {}),
+    ("adam", {"dropout": 0.3}),
+    ("sgd", {"batch_norm": True}),
+    ("adam", {"dropout": 0.2, "batch_norm": True}),
+], ids=["sgd-plain", "adam-plain", "adam-dropout", "sgd-batchnorm", "adam-dropout+batchnorm"])
+def test_training_matches_eager_step_by_step(data, optimizer, variant):
+    eager, static = _pair(**variant)
+    eager_loss, eager_acc = _train(eager, _optimizer(optimizer, eager.parameters()), data, seed=100)
+    static_loss, static_acc = _train(static, _optimizer(optimizer, static.parameters()), data, seed=100)
+
+    torch.testing.assert_close(static_loss, eager_loss, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(static_acc, eager_acc, rtol=1e-5, atol=0)
+    assert eager_loss[-1] < eager_loss[0]  # it does learn
+    for (name, p), (static_name, q) in zip(eager.named_parameters(), static.named_parameters()):
+        assert name == static_name
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
+    for (name, b), (_, c) in zip(eager.named_buffers(), static.named_buffers()):
+        torch.testing.assert_close(c, b, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
+    # one program served all ten training steps
+    assert len(static.forward.program_cache) == 1
+
+
+@pytest.mark.parametrize("batch_norm", [False, True])
+def test_train_and_eval_select_separate_cached_programs(data, batch_norm):
+    eager, static = _pair(dropout=0.5, batch_norm=batch_norm)
+    images, labels = data
+    x, y = images[:BATCH], labels[:BATCH]
+    cache = static.forward.program_cache
+
+    eager.train()
+    static.train()
+    for model in (eager, static):  # the same batch-norm statistics in both
+        torch.manual_seed(1)
+        model(x, y)
+    assert len(cache) == 1
+    train_program = static.forward.concrete_program
+
+    eager.eval()
+    static.eval()
+    static_probs, static_acc = static(x, y)
+    assert len(cache) == 2
+    assert static.forward.concrete_program is not train_program
+    eager_probs, eager_acc = eager(x, y)
+    # eval: no dropout, running statistics; equal to eager eval
+    torch.testing.assert_close(static_probs, eager_probs, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(static_acc, eager_acc)
+    torch.testing.assert_close(static(x), eager(x), rtol=1e-5, atol=1e-7)
+    assert len(cache) == 3  # label=None is another program
+
+    # back to train mode: the first program again, no rebuild
+    static.train()
+    static(x, y)
+    assert len(cache) == 3
+    assert static.forward.concrete_program is train_program
+
+
+def test_batch_norm_running_stats_updated_in_place_like_eager(data):
+    eager, static = _pair(batch_norm=True)
+    images, labels = data
+    mean, var = static.norm.running_mean, static.norm.running_var
+    before = mean.clone()
+    eager.train()
+    static.train()
+    for step in range(3):
+        x, y = images[step * BATCH:(step + 1) * BATCH], labels[step * BATCH:(step + 1) * BATCH]
+        with torch.no_grad():
+            eager(x, y)
+            static(x, y)
+        torch.testing.assert_close(static.norm.running_mean, eager.norm.running_mean, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(static.norm.running_var, eager.norm.running_var, rtol=1e-5, atol=1e-7)
+        assert int(static.norm.num_batches_tracked) == int(eager.norm.num_batches_tracked) == step + 1
+    # the very tensors the module holds were updated (no rebinding)
+    assert static.norm.running_mean is mean and static.norm.running_var is var
+    assert not torch.equal(mean, before)
+
+    # eval mode reads, and does not update, the statistics
+    eager.eval()
+    static.eval()
+    snapshot = mean.clone()
+    torch.testing.assert_close(static(images[:BATCH]), eager(images[:BATCH]), rtol=1e-5, atol=1e-7)
+    assert torch.equal(static.norm.running_mean, snapshot)
+    assert int(static.norm.num_batches_tracked) == 3
+
+
+def test_dropout_draws_the_same_random_numbers(data):
+    eager, static = _pair(dropout=0.5)
+    eager.train()
+    static.train()
+    x = data[0][:BATCH]
+    outs = {}
+    for seed in (7, 8):
+        torch.manual_seed(seed)
+        eager_out = eager(x)
+        torch.manual_seed(seed)
+        static_out = static(x)
+        torch.testing.assert_close(static_out, eager_out, rtol=1e-5, atol=1e-7)
+        torch.manual_seed(seed)
+        assert torch.equal(static(x), static_out)  # same seed, same mask
+        outs[seed] = static_out
+    assert not torch.allclose(outs[7], outs[8])  # and dropout is really on
+
+
+# -- gradients through cond and while ------------------------------------------------------
+
+class Branchy(nn.Module):
+    """`if` on a tensor mean and a `while` over a tensor count."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(6, 6)
+        self.b = nn.Linear(6, 6)
+
+    def forward(self, x, n):
+        if x.mean() > 0:
+            h = torch.tanh(self.a(x))
+        else:
+            h = torch.sigmoid(self.b(x)) * 2.0
+        i = 0
+        while i < n:
+            h = 0.5 * torch.tanh(self.b(h)) + h
+            i += 1
+        return h.sum() + h.pow(2).mean()
+
+
+CASES = [(1.0, 0), (1.0, 3), (-1.0, 1), (-1.0, 4), (1.0, 2), (-1.0, 0)]
+
+
+def _case(sign, n):
+    x = torch.randn(5, 6, generator=torch.Generator().manual_seed(n)).abs() * sign
+    return x.requires_grad_(True), torch.tensor(n)
+
+
+@pytest.mark.parametrize("first", range(len(CASES)), ids=[f"built-from-{'pos' if s > 0 else 'neg'}-n{n}"
+                                                        for s, n in CASES])
+def test_gradients_through_cond_and_while_match_eager(first):
+    torch.manual_seed(0)
+    eager = Branchy()
+    static = d2s.declarative(copy.deepcopy(eager))
+    order = CASES[first:] + CASES[:first]  # the program is built from case `first`, reused for the rest
+    for sign, n in order:
+        x_eager, count = _case(sign, n)
+        x_static = x_eager.detach().clone().requires_grad_(True)
+        eager.zero_grad()
+        static.zero_grad()
+        out_eager = eager(x_eager, count)
+        out_static = static(x_static, count)
+        torch.testing.assert_close(out_static, out_eager, rtol=1e-5, atol=1e-6)
+        out_eager.backward()
+        out_static.backward()
+        torch.testing.assert_close(x_static.grad, x_eager.grad, rtol=1e-5, atol=1e-6)
+        for (name, p), (_, q) in zip(eager.named_parameters(), static.named_parameters()):
+            if p.grad is None:  # a layer the taken path does not use
+                assert q.grad is None or not q.grad.any(), name
+            else:
+                torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-6,
+                                           msg=lambda m: f"sign {sign}, n {n}, {name}: {m}")
+    assert len(static.forward.program_cache) == 1
+    ops = [op.type for block in static.forward.concrete_program.main_program.blocks for op in block.ops]
+    assert "cond" in ops and "while" in ops
