@@ -194,6 +194,13 @@ class StaticFunction:
         self._bound = {}
         self._lock = threading.RLock()
         functools.update_wrapper(self, function)
+        try:
+            self._signature = inspect.signature(function)
+        except (TypeError, ValueError):
+            self._signature = None
+        positional = [p for p in (self._signature.parameters.values() if self._signature else ())
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        self._n_positional = len(positional) - (1 if instance is not None else 0)
 
     # methods: one StaticFunction (and program cache) per instance
     def __get__(self, instance, owner=None):
@@ -223,6 +230,16 @@ class StaticFunction:
                 mods.extend(v.modules())
         return mods
 
+    def _normalize(self, args, kwargs):
+        """Arguments as (positional, keyword) with defaults filled in, so that
+        `f(x)` and `f(x, 2)` with a default of 2 share one program."""
+        if self._signature is None or (not kwargs and len(args) == self._n_positional):
+            return args, kwargs
+        bound = self._signature.bind(*self._full_args(args), **kwargs)
+        bound.apply_defaults()
+        full = bound.args[1:] if self._instance is not None else bound.args
+        return tuple(full), dict(bound.kwargs)
+
     def cache_key(self, args, kwargs):
         tensors = []
         specs = dict(enumerate(self._input_spec)) if self._input_spec else None
@@ -234,6 +251,7 @@ class StaticFunction:
     def __call__(self, *args, **kwargs):
         if not ProgramTranslator().enable_to_static:
             return self.dygraph_function(*args, **kwargs)
+        args, kwargs = self._normalize(args, kwargs)
         key, tensors = self.cache_key(args, kwargs)
         concrete = self.program_cache.get(key)
         if concrete is None:
@@ -243,6 +261,7 @@ class StaticFunction:
         return concrete.run([t for _, t in tensors])
 
     def get_concrete_program(self, *args, **kwargs):
+        args, kwargs = self._normalize(args, kwargs)
         key, tensors = self.cache_key(args, kwargs)
         concrete = self.program_cache.get(key)
         if concrete is None:

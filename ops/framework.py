@@ -47,8 +47,14 @@ register(OpDef("fill_constant", kernel=_fill_constant_kernel))
 
 
 def python_number_dtype(value):
-    """int -> int64, float -> the default float dtype, bool -> bool, as `torch.tensor` would."""
-    return torch.tensor(value).dtype
+    """bool -> bool, int -> int64, float -> the default float dtype, as `torch.tensor` would."""
+    if isinstance(value, bool):
+        return torch.bool
+    if isinstance(value, int):
+        return torch.int64
+    if isinstance(value, complex):
+        return torch.complex64
+    return torch.get_default_dtype()
 
 
 def fill_constant(value, dtype=None):

@@ -106,10 +106,11 @@ def _run_some_way(fn, args, kwargs, inputs, size, factory):
             errors.append(exc)
     # A 0-d integer used as an index (`x[k]`, `x.narrow(0, 0, k)`) can be out
     # of range as a stand-in size; small values are valid indices.
-    try:
-        return _run(fn, args, kwargs, inputs, size, "meta", True, factory, SMALL_INTS[size]), True, True
-    except Exception:  # noqa: BLE001
-        pass
+    for small in (SMALL_INTS[size], 0):
+        try:
+            return _run(fn, args, kwargs, inputs, size, "meta", True, factory, small), True, True
+        except Exception:  # noqa: BLE001 - not a valid index for this input; try the next value
+            pass
     try:
         return _run(fn, args, kwargs, inputs, SMALL_SIZES.get(size, size), "cpu", True, factory), False, True
     except Exception:  # noqa: BLE001

@@ -1,0 +1,161 @@
+"""StaticFunction and ProgramTranslator: the program cache and its key,
+methods bound per instance, modules, enable(False), get_* inspection."""
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import d2s
+from d2s import static_function
+
+
+def _ops(program):
+    return [op.type for block in program.blocks for op in block.ops]
+
+
+@d2s.declarative
+def scale_or_negate(x, factor=2):
+    if x.sum() > 0:
+        y = x * factor
+    else:
+        y = -x
+    return y
+
+
+def test_one_program_for_both_branches_and_a_new_one_per_shape():
+    scale_or_negate.program_cache.clear()
+    assert torch.equal(scale_or_negate(torch.ones(3)), torch.ones(3) * 2)
+    assert torch.equal(scale_or_negate(-torch.ones(3)), torch.ones(3))
+    assert len(scale_or_negate.program_cache) == 1
+    scale_or_negate(torch.ones(4))
+    assert len(scale_or_negate.program_cache) == 2
+    assert "cond" in _ops(scale_or_negate.concrete_program.main_program)
+
+
+@pytest.mark.parametrize("factor, expected_programs", [(2, 1), (3, 2)])
+def test_non_tensor_arguments_are_part_of_the_key(factor, expected_programs):
+    f = d2s.declarative(scale_or_negate.dygraph_function)
+    f(torch.ones(3))
+    out = f(torch.ones(3), factor)
+    assert torch.equal(out, torch.ones(3) * factor)
+    assert len(f.program_cache) == expected_programs
+
+
+def test_input_spec_none_dims_stay_dynamic():
+    f = d2s.declarative(scale_or_negate.dygraph_function, input_spec=[d2s.InputSpec([None, 3])])
+    for batch in (1, 4, 9):
+        x = torch.randn(batch, 3)
+        assert torch.equal(f(x), scale_or_negate.dygraph_function(x))
+    assert len(f.program_cache) == 1
+    (feed,) = f.concrete_program.inputs
+    assert feed.shape == (-1, 3)
+
+
+def test_input_spec_mismatch_is_an_error():
+    f = d2s.declarative(scale_or_negate.dygraph_function, input_spec=[d2s.InputSpec([None, 3])])
+    with pytest.raises(ValueError, match="does not match"):
+        f(torch.randn(2, 4))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.drop = nn.Dropout(0.5)
+
+    @d2s.declarative
+    def forward(self, x):
+        h = self.drop(self.fc(x))
+        if h.mean() > 0:
+            h = h * 2
+        return h
+
+
+def test_methods_are_bound_per_instance_and_training_flag_selects_programs():
+    torch.manual_seed(0)
+    a, b = Net(), Net()
+    x = torch.randn(2, 4)
+    a.eval()
+    b.eval()
+    assert torch.equal(a(x), Net.forward.dygraph_function(a, x))
+    assert torch.equal(b(x), Net.forward.dygraph_function(b, x))
+    assert a.forward is not b.forward and len(a.forward.program_cache) == 1
+    a.train()
+    torch.manual_seed(1)
+    got = a(x)
+    torch.manual_seed(1)
+    want = Net.forward.dygraph_function(a, x)
+    assert torch.equal(got, want)
+    assert len(a.forward.program_cache) == 2
+
+
+def test_declarative_on_a_module_instance():
+    torch.manual_seed(0)
+
+    class Plain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+
+        def forward(self, x):
+            while x.norm() < 10:
+                x = self.fc(x) + x
+            return x
+
+    eager = Plain()
+    static = d2s.declarative(Plain())
+    static.load_state_dict(eager.state_dict())
+    for scale in (0.1, 1.0, 20.0):
+        x = torch.ones(2, 3) * scale
+        assert torch.equal(static(x), eager(x))
+    assert len(static.forward.program_cache) == 1
+    assert "while" in _ops(static.forward.concrete_program.main_program)
+
+
+def test_enable_false_runs_eagerly():
+    tr = d2s.ProgramTranslator()
+    f = d2s.declarative(scale_or_negate.dygraph_function)
+    tr.enable(False)
+    try:
+        assert torch.equal(f(torch.ones(3)), torch.ones(3) * 2)
+        assert len(f.program_cache) == 0
+    finally:
+        tr.enable(True)
+    f(torch.ones(3))
+    assert len(f.program_cache) == 1
+
+
+def test_translator_inspection():
+    tr = d2s.ProgramTranslator()
+    assert tr is d2s.ProgramTranslator()
+    x = torch.ones(2)
+    main, startup, inputs, outputs = tr.get_program(scale_or_negate.dygraph_function, x)
+    assert [v.name for v in inputs] == ["x"]
+    assert outputs.shape == (2,)
+    assert "cond" in _ops(main)
+    assert "convert_ifelse" in tr.get_code(scale_or_negate.dygraph_function)
+    assert torch.equal(tr.get_output(scale_or_negate.dygraph_function, x), x * 2)
+    converted = tr.get_func(scale_or_negate.dygraph_function)
+    assert torch.equal(converted(-x), x)  # eager tensors: plain Python control flow
+
+
+def test_many_programs_warning(monkeypatch):
+    monkeypatch.setattr(static_function, "MANY_PROGRAMS", 3)
+    f = d2s.declarative(scale_or_negate.dygraph_function)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(1, 5):
+            f(torch.ones(n))
+    assert any("built 3 programs" in str(w.message) for w in caught)
+
+
+def test_save_inference_model_of_latest_call(tmp_path):
+    f = d2s.declarative(scale_or_negate.dygraph_function)
+    x = torch.ones(3)
+    f(x)
+    d2s.ProgramTranslator().save_inference_model(str(tmp_path / "m"))
+    program, feeds, fetches = d2s.load_inference_model(str(tmp_path / "m"), d2s.Executor())
+    (out,) = d2s.Executor().run(program, feed={feeds[0]: -x.numpy()}, fetch_list=fetches)
+    assert (out == 1).all()

@@ -1,0 +1,73 @@
+"""TracedLayer: capture a forward on example inputs, call it, save it."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import d2s
+
+
+class Digits(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4 * 13 * 13, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2)
+        return F.softmax(self.fc(x.flatten(1)), -1)
+
+
+@pytest.fixture()
+def traced():
+    torch.manual_seed(0)
+    model = Digits().eval()
+    x = torch.randn(5, 1, 28, 28)
+    outputs, traced = d2s.TracedLayer.trace(model, [x])
+    return model, x, outputs, traced
+
+
+def test_trace_returns_eager_outputs_and_a_bit_identical_program(traced):
+    model, x, outputs, layer = traced
+    assert torch.equal(outputs, model(x))
+    other = torch.randn(5, 1, 28, 28)
+    assert torch.equal(layer(other), model(other))
+    types = [op.type for op in layer.program.global_block().ops]
+    assert "torch.conv2d" in types and "torch.nn.functional.batch_norm" in types
+
+
+def test_traced_save_and_load_in_a_fresh_process(traced, tmp_path):
+    model, _, _, layer = traced
+    layer.save_inference_model(str(tmp_path / "digits"))
+    x = np.random.RandomState(0).randn(5, 1, 28, 28).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys, numpy as np, d2s\n"
+        "exe = d2s.Executor(d2s.CPUPlace())\n"
+        "program, feeds, fetches = d2s.load_inference_model(sys.argv[1], exe)\n"
+        "out, = exe.run(program, feed={feeds[0]: np.load(sys.argv[2])}, fetch_list=fetches)\n"
+        "np.save(sys.argv[3], out)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, str(script), str(tmp_path / "digits"), str(tmp_path / "x.npy"),
+                    str(tmp_path / "out.npy")], check=True, cwd=tmp_path, env=env)
+    want = model(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, rtol=1e-5, atol=1e-7)
+
+
+def test_tensor_control_flow_cannot_be_traced():
+    class Branchy(nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x
+            return -x
+
+    with pytest.raises(d2s.ConversionError, match="known only when the program runs"):
+        d2s.TracedLayer.trace(Branchy(), [torch.ones(2)])
