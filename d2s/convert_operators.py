@@ -644,6 +644,18 @@ def _convertible(fn):
             and not code.co_filename.startswith("<") and not _is_stdlib_file(code.co_filename))
 
 
+# Factories taking sizes as varargs: torch's argument parser rejects a
+# run-time size (a Variable) in `zeros(n, 3)` before any capture hook runs,
+# but accepts it in the tuple form `zeros((n, 3))`.
+_SIZE_VARARGS = {torch.zeros, torch.ones, torch.empty, torch.rand, torch.randn}
+
+
+def _call_with_packed_sizes(fn, *sizes, **kwargs):
+    if len(sizes) > 1 and any(isinstance(s, Variable) for s in sizes):
+        return fn(tuple(sizes), **kwargs)
+    return fn(*sizes, **kwargs)
+
+
 def convert_call(fn):
     """The callable to call in place of ``fn``. Equivalent Python: ``return fn``.
 
@@ -660,6 +672,8 @@ def convert_call(fn):
         mapped = None
     if mapped is not None:
         return mapped
+    if fn in _SIZE_VARARGS:
+        return functools.partial(_call_with_packed_sizes, fn)
     if isinstance(fn, StaticFunction):
         return convert_call(fn.dygraph_function)
     if isinstance(fn, types.FunctionType):

@@ -159,3 +159,16 @@ def test_save_inference_model_of_latest_call(tmp_path):
     program, feeds, fetches = d2s.load_inference_model(str(tmp_path / "m"), d2s.Executor())
     (out,) = d2s.Executor().run(program, feed={feeds[0]: -x.numpy()}, fetch_list=fetches)
     assert (out == 1).all()
+
+
+@pytest.mark.parametrize("factory", [torch.zeros, torch.ones, torch.empty])
+def test_run_time_sizes_in_factory_varargs(factory):
+    @d2s.declarative(input_spec=[d2s.InputSpec([None, 4])])
+    def f(x):
+        h = factory(x.shape[0], 3)
+        return h.shape[0] + x[:, :3] * 0 if factory is torch.empty else h + x[:, :3]
+
+    for batch in (1, 6):
+        x = torch.ones(batch, 4)
+        assert torch.equal(f(x), f.dygraph_function(x))
+    assert len(f.program_cache) == 1
