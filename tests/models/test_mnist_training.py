@@ -217,3 +217,32 @@ def test_gradients_through_cond_and_while_match_eager(first):
     assert len(static.forward.program_cache) == 1
     ops = [op.type for block in static.forward.concrete_program.main_program.blocks for op in block.ops]
     assert "cond" in ops and "while" in ops
+
+
+class CumulativeNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.bn = nn.BatchNorm1d(4, momentum=None)  # cumulative moving average: 1 / num_batches_tracked
+
+    def forward(self, x):
+        return self.bn(self.fc(x))
+
+
+@pytest.mark.xfail(strict=True, raises=ZeroDivisionError, reason=(
+    "ops/capture.py (CaptureMode): nn.BatchNorm with momentum=None computes "
+    "`1.0 / float(self.num_batches_tracked)` right after `self.num_batches_tracked.add_(1)`. Under capture the "
+    "add_ on the bound buffer is recorded as an op, not executed, and float() of the *real* buffer tensor is "
+    "evaluated at build time (contract item 7 says never silently): a fresh model reads 0 and raises "
+    "ZeroDivisionError; a model that already ran once bakes 1/n as a constant, so later running statistics "
+    "silently differ from eager. Fix: once a concrete tensor has been lifted and written in place by a "
+    "captured op, route its __float__/__int__/__bool__/item() through the Variable (a cast op) or raise a "
+    "ConversionError naming the line."))
+def test_batch_norm_cumulative_average_matches_eager():
+    torch.manual_seed(0)
+    eager = CumulativeNorm()
+    static = d2s.declarative(copy.deepcopy(eager))
+    for step in range(3):
+        x = torch.randn(8, 4, generator=torch.Generator().manual_seed(step))
+        torch.testing.assert_close(static(x), eager(x))
+        torch.testing.assert_close(static.bn.running_mean, eager.bn.running_mean)
