@@ -9,6 +9,7 @@ like eager, dropout draws the same random numbers, and gradients through
 """
 
 import copy
+import os
 
 import pytest
 import torch
@@ -246,3 +247,36 @@ def test_batch_norm_cumulative_average_matches_eager():
         x = torch.randn(8, 4, generator=torch.Generator().manual_seed(step))
         torch.testing.assert_close(static(x), eager(x))
         torch.testing.assert_close(static.bn.running_mean, eager.bn.running_mean)
+
+
+# -- the example script ------------------------------------------------------------------------
+
+def _write_idx(path, array, gz):
+    import gzip
+    import struct
+    header = struct.pack(">HBB", 0, 0x08, array.ndim) + struct.pack(">" + "I" * array.ndim, *array.shape)
+    opener = gzip.open if gz else open
+    with opener(str(path) + (".gz" if gz else ""), "wb") as f:
+        f.write(header + array.astype("uint8").tobytes())
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_example_reads_idx_files_and_runs_end_to_end(tmp_path, gz, capsys):
+    import mnist
+    images, labels = synthetic_digits(96, seed=4)
+    raw = (images.squeeze(1) * 255).round().numpy()
+    for split, (n0, n1) in {"train": (0, 64), "test": (64, 96)}.items():
+        image_file, label_file = mnist.IDX_FILES[split]
+        _write_idx(tmp_path / image_file, raw[n0:n1], gz)
+        _write_idx(tmp_path / label_file, labels[n0:n1].numpy(), gz)
+    got_images, got_labels = mnist.load_mnist(str(tmp_path), "train")
+    assert got_images.shape == (64, 1, 28, 28) and torch.equal(got_labels, labels[:64])
+    torch.testing.assert_close(got_images, torch.from_numpy(raw[:64]).unsqueeze(1) / 255.0)
+
+    status = mnist.main(["--data-dir", str(tmp_path), "--epochs", "1", "--batch-size", "32",
+                         "--save-dir", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "64 train / 32 test images" in out
+    assert sorted(os.listdir(tmp_path / "out")) == ["mnist_infer", "mnist_with_acc"]
+    assert "probabilities equal eager: True" in out
