@@ -61,7 +61,7 @@ def _forward_cases():
             yield pytest.param(name, dyn, id=f"{name}-{dyn_id}", marks=marks)
 
 
-@pytest.mark.parametrize("name,dyn", _forward_cases())
+@pytest.mark.parametrize("name,dyn", list(_forward_cases()))
 def test_module_forward(name, dyn):
     module, make = MODULES[name]
     if name == "lstm_2layer" and dyn:
