@@ -160,6 +160,8 @@ def batches(images, labels, batch_size, seed):
 # -- training --------------------------------------------------------------------------
 
 def progress(done, total, text, width=24):
+    if not sys.stdout.isatty():  # logs and pipes get the per-epoch lines only
+        return
     filled = int(width * done / max(total, 1))
     bar = "#" * filled + "." * (width - filled)
     line = f"  [{bar}] {done:>4}/{total} {text}"
