@@ -302,7 +302,9 @@ class StaticFunction:
                     feeds.append(var)
                 sym_args = _replace_tensors(tuple(args), list(feeds))
                 sym_kwargs = _replace_tensors(dict(kwargs), list(feeds[len(_collect_tensors(args, [])):]))
-                with CaptureMode():
+                # Trace with autograd on whatever the caller's mode: only a
+                # `no_grad` block inside the function marks ops gradient-free.
+                with CaptureMode(), torch.enable_grad():
                     out = converted(*self._full_args(sym_args), **sym_kwargs)
                 fetch = []
                 out_tree = _output_tree(out, fetch)

@@ -195,8 +195,12 @@ def record(opdef, fn, args, kwargs):
         out_tree = OutputRef(0) if returns_tensor else None
         outs = [refs.inputs[0]]
         result = refs.inputs[0] if returns_tensor else None
-    block.append_op(opdef.type, inputs={"X": refs.inputs}, outputs={"Out": outs},
-                    attrs={"args": args_tree, "kwargs": kwargs_tree, "out": out_tree},
+    attrs = {"args": args_tree, "kwargs": kwargs_tree, "out": out_tree}
+    if not torch.is_grad_enabled():
+        # Recorded inside `with torch.no_grad():` in the user's code: the
+        # op must run without autograd when the program runs, too.
+        attrs["no_grad"] = True
+    block.append_op(opdef.type, inputs={"X": refs.inputs}, outputs={"Out": outs}, attrs=attrs,
                     origin=user_origin())
     return result
 

@@ -21,6 +21,8 @@ import builtins
 import itertools
 import re
 
+import torch
+
 from .attrs import InputRef, OutputRef, ReturnType
 from .ir import Block
 
@@ -135,8 +137,13 @@ class Codegen:
         call = self.call(self.kernel(opdef), args, kwargs)
         out = op.attrs.get("out")
         if out is None or opdef.mutates:
-            return [ast.Expr(value=call)]
-        return [self.assign(self.out_target(out, op.output("Out")), call)]
+            stmts = [ast.Expr(value=call)]
+        else:
+            stmts = [self.assign(self.out_target(out, op.output("Out")), call)]
+        if op.attrs.get("no_grad"):
+            no_grad = self.call(self.global_ref(torch.no_grad, "no_grad"))
+            stmts = [ast.With(items=[ast.withitem(context_expr=no_grad)], body=stmts)]
+        return stmts
 
     def emit_block(self, block, keep=()):
         """Statements for every op of `block`, freeing each local defined in

@@ -20,6 +20,8 @@ def _call_text(op):
     parts += [f"{k}={render(v, ins)}" for k, v in op.attrs.get("kwargs", {}).items()]
     lhs = render(op.attrs["out"], ins, outs) if "out" in op.attrs else ", ".join(outs)
     call = f"{op.type}({', '.join(parts)})"
+    if op.attrs.get("no_grad"):
+        call += "  {no_grad}"
     return f"{lhs} = {call}" if lhs and lhs != "None" else call
 
 

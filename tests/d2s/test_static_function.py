@@ -172,3 +172,25 @@ def test_run_time_sizes_in_factory_varargs(factory):
         x = torch.ones(batch, 4)
         assert torch.equal(f(x), f.dygraph_function(x))
     assert len(f.program_cache) == 1
+
+
+def test_no_grad_block_inside_the_function_stays_gradient_free(tmp_path):
+    w = nn.Parameter(torch.arange(1.0, 4.0))
+
+    def f(x):
+        with torch.no_grad():
+            t = x * w
+        return t * w
+
+    static = d2s.declarative(f)
+    x = torch.ones(3)
+    with torch.no_grad():
+        static(x)  # the first call, made under no_grad, must not make the whole program gradient-free
+    static(x).sum().backward()
+    got, w.grad = w.grad.clone(), None
+    f(x).sum().backward()
+    assert torch.equal(got, w.grad)
+    program = static.concrete_program.main_program
+    assert "{no_grad}" in program.to_string()
+    from runtime.serialization import program_from_dict, program_to_dict
+    assert program_from_dict(program_to_dict(program)).to_string() == program.to_string()
