@@ -273,6 +273,15 @@ class Block:
         self.program._changed()
         return var
 
+    def is_under(self, ancestor):
+        """True if `ancestor` is this block or one of its parents."""
+        block = self
+        while block is not None:
+            if block is ancestor:
+                return True
+            block = block.parent
+        return False
+
     def has_var(self, name):
         return name in self.vars
 

@@ -287,7 +287,7 @@ class _Validator:
         for sub in subs:
             # A sub-block strictly below the op's block: the executor inlines
             # it, so a reference upwards or to itself would never terminate.
-            if not _is_descendant(sub, block):
+            if sub.parent is None or not sub.parent.is_under(block):
                 _fail(where, f"sub-block {sub.idx} is not nested inside block {block.idx}")
         if subs:
             # Control-flow ops name values of their sub-blocks in attributes
@@ -303,15 +303,6 @@ class _Validator:
 def _visible(block, name):
     while block is not None:
         if name in block.vars:
-            return True
-        block = block.parent
-    return False
-
-
-def _is_descendant(block, ancestor):
-    block = block.parent
-    while block is not None:
-        if block is ancestor:
             return True
         block = block.parent
     return False

@@ -49,14 +49,6 @@ def _refs(tree, cls):
         yield from _refs(tree.items, cls)
 
 
-def _is_under(program, block, ancestor):
-    while block is not None:
-        if block is ancestor:
-            return True
-        block = block.parent
-    return False
-
-
 def verify_program(program):
     from ops.registry import is_registered
 
@@ -109,7 +101,7 @@ def verify_program(program):
                     if value.program is not program or value.idx >= len(program.blocks) \
                             or program.blocks[value.idx] is not value:
                         _fail(block, index, f"attribute {key!r} refers to a block outside this program")
-                    if not _is_under(program, value.parent, block):
+                    if value.parent is None or not value.parent.is_under(block):
                         _fail(block, index, f"attribute {key!r} refers to block {value.idx}, which is not "
                                             f"nested under block {block.idx}")
             if "args" in op.attrs:

@@ -111,3 +111,20 @@ def own_nodes(node, kinds):
 
 def own_nodes_in(stmts, kinds):
     return [n for s in stmts for n in own_nodes(s, kinds)]
+
+
+def map_bodies(stmt, rewrite):
+    """Apply `rewrite` (a list of statements -> a list of statements) to every
+    statement list of an `if`, `with` or `try`; returns False for any other
+    statement, whose bodies a jump transformer cannot rewrite in place."""
+    if isinstance(stmt, gast.If):
+        stmt.body, stmt.orelse = rewrite(stmt.body), rewrite(stmt.orelse)
+    elif isinstance(stmt, (gast.With, gast.AsyncWith)):
+        stmt.body = rewrite(stmt.body)
+    elif isinstance(stmt, gast.Try):
+        stmt.body, stmt.orelse, stmt.finalbody = rewrite(stmt.body), rewrite(stmt.orelse), rewrite(stmt.finalbody)
+        for handler in stmt.handlers:
+            handler.body = rewrite(handler.body)
+    else:
+        return False
+    return True

@@ -37,7 +37,7 @@ later passes only see ``while`` loops without ``else``. Runs after ``for`` and
 
 import gast
 
-from .base import Transformer, own_nodes, own_nodes_in, visit_block
+from .base import Transformer, map_bodies, own_nodes, own_nodes_in, visit_block
 
 
 class BreakContinue(Transformer):
@@ -91,14 +91,6 @@ class BreakContinue(Transformer):
             return self.template("flag = True", s, flag=self.continued)
         if not own_nodes(s, (gast.Break, gast.Continue)):
             return [s]
-        if isinstance(s, gast.If):
-            s.body, s.orelse = self._block(s.body), self._block(s.orelse)
-        elif isinstance(s, (gast.With, gast.AsyncWith)):
-            s.body = self._block(s.body)
-        elif isinstance(s, gast.Try):
-            s.body, s.orelse, s.finalbody = self._block(s.body), self._block(s.orelse), self._block(s.finalbody)
-            for h in s.handlers:
-                h.body = self._block(h.body)
-        else:
+        if not map_bodies(s, self._block):
             raise self.ctx.error(s, f"`break`/`continue` inside `{type(s).__name__}` is not supported")
         return [s]

@@ -37,7 +37,7 @@ last statement are left alone.
 import gast
 
 from ..ast_tools.origin import copy_location
-from .base import Transformer, own_nodes, own_nodes_in
+from .base import Transformer, map_bodies, own_nodes, own_nodes_in
 
 
 class Return(Transformer):
@@ -85,18 +85,10 @@ class Return(Transformer):
                                  flag=self.flag, retval=self.value, value=value)
         if not own_nodes(s, (gast.Return,)):
             return [s]
-        if isinstance(s, gast.If):
-            s.body, s.orelse = self._block(s.body), self._block(s.orelse)
-        elif isinstance(s, gast.While):
+        if isinstance(s, gast.While):
             s.body = self._block(s.body)
             s.test = self.expression("test and not flag", s.test, test=s.test, flag=self.flag)
-        elif isinstance(s, (gast.With, gast.AsyncWith)):
-            s.body = self._block(s.body)
-        elif isinstance(s, gast.Try):
-            s.body, s.orelse, s.finalbody = self._block(s.body), self._block(s.orelse), self._block(s.finalbody)
-            for h in s.handlers:
-                h.body = self._block(h.body)
-        else:
+        elif not map_bodies(s, self._block):
             raise self.ctx.error(s, f"`return` inside `{type(s).__name__}` is not supported")
         return [s]
 
