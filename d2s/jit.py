@@ -38,6 +38,11 @@ def save(layer_or_function, path, input_spec=None):
     """Save the program of `layer_or_function` for the inputs `input_spec`
     describes (InputSpecs, with None for dynamic dimensions, or example
     tensors). Without `input_spec`, the program of the latest call is saved."""
+    if isinstance(layer_or_function, TranslatedLayer):
+        # Already a program (e.g. a loaded model after fine-tuning): save it as it is.
+        save_inference_model(path, layer_or_function.feed_names, layer_or_function.fetch_vars, Executor(),
+                             main_program=layer_or_function.program)
+        return
     static = _static_of(layer_or_function, input_spec)
     if input_spec is not None:
         specs = [s if isinstance(s, InputSpec) else InputSpec.from_tensor(s) for s in input_spec]

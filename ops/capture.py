@@ -188,6 +188,10 @@ def record(opdef, fn, args, kwargs):
         raise error_at_user_line(f"`{opdef.type}` fails on inputs ({shapes}): {exc}") from None
     outs = []
     result, out_tree = _build_outputs(meta, block, opdef, refs.inputs, outs, _stop_gradient(refs.inputs))
+    if opdef.mutates and refs.inputs[0].persistable:
+        # A parameter/buffer the program writes: its value at build time is
+        # not its value at run time (see dispatch).
+        program.__dict__.setdefault("_written_ids", set()).add(id(program.bound.get(refs.inputs[0].name)))
     if opdef.mutates:
         # An in-place op writes its first input; `out` names it so the
         # executor knows the op's result is that same tensor.
@@ -210,6 +214,21 @@ def record(opdef, fn, args, kwargs):
 _expanding = set()
 
 
+def _check_not_written(fn, args):
+    """Reading the value of a buffer that the program updates in place
+    (`float(self.num_batches_tracked)` after its `add_`) at build time would
+    freeze a stale value into the program."""
+    written = default_main_program().__dict__.get("_written_ids")
+    if not written:
+        return
+    for a in args:
+        if isinstance(a, torch.Tensor) and id(a) in written:
+            name = getattr(fn, "__name__", repr(fn))
+            raise error_at_user_line(
+                f"`{name}` reads the value of a tensor that the program updates in place; that value is "
+                "known only when the program runs, so it cannot become a Python value here")
+
+
 def dispatch(fn, args, kwargs):
     """Handle one torch call seen while capturing."""
     opdef = op_for_callable(fn)
@@ -218,6 +237,7 @@ def dispatch(fn, args, kwargs):
                               _contains_tensor(args) or _contains_tensor(kwargs)):
         return record(opdef, fn, args, kwargs)
     if not has_var:
+        _check_not_written(fn, args)
         return fn(*args, **kwargs)
     if inspect.isfunction(fn) and fn not in _expanding:
         # A Python-level torch function outside the allowlist: run its body,
@@ -267,15 +287,35 @@ def _to_python_error(var, how):
 
 def size(var, dim=None):
     """`x.size()`: Python ints for known dimensions, 0-d int64 Variables for
-    the ones known only at run time."""
-    from . import framework
+    the ones known only at run time. The same dimension of the same Variable
+    is always the same 0-d Variable (made once per block), so comparing two
+    sizes of one tensor does not need its value."""
+    dims = _runtime_dims(var)
     if dim is not None:
-        d = var.shape[dim]
-        return d if d != -1 else framework.shape(var)[dim]
+        return dims[dim]
     if -1 not in var.shape:
         return torch.Size(var.shape)
-    runtime_shape = framework.shape(var)
-    return tuple(d if d != -1 else runtime_shape[i] for i, d in enumerate(var.shape))
+    return dims
+
+
+def _runtime_dims(var):
+    program = var.block.program
+    block = program.current_block()
+    cache = program.__dict__.setdefault("_size_vars", {})
+    dims = cache.get((var.name, block.idx))
+    if dims is None:
+        from . import framework
+        runtime_shape = framework.shape(var) if -1 in var.shape else None
+        dims = []
+        for i, d in enumerate(var.shape):
+            if d != -1:
+                dims.append(d)
+                continue
+            elem = dispatch(torch.Tensor.__getitem__, (runtime_shape, i), {})
+            elem.is_size = True  # shape inference stands it in as a size, never as an index
+            dims.append(elem)
+        dims = cache[(var.name, block.idx)] = tuple(dims)
+    return dims
 
 
 def _method(var, name):

@@ -53,6 +53,8 @@ def _stand_in(value, size, device, as_int, int_value=None):
             return [torch.empty(shape, dtype=value.dtype, device=device) for _ in range(length)]
         if as_int and not shape and not value.dtype.is_floating_point:
             # a run-time value used as a Python int: a size, or an index
+            if getattr(value, "is_size", False):
+                return size  # a dimension of a tensor: exactly that dimension's stand-in
             return size if int_value is None else int_value
         if device == "meta":
             return torch.empty(shape, dtype=value.dtype, device="meta")

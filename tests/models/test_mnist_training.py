@@ -230,23 +230,15 @@ class CumulativeNorm(nn.Module):
         return self.bn(self.fc(x))
 
 
-@pytest.mark.xfail(strict=True, raises=ZeroDivisionError, reason=(
-    "ops/capture.py (CaptureMode): nn.BatchNorm with momentum=None computes "
-    "`1.0 / float(self.num_batches_tracked)` right after `self.num_batches_tracked.add_(1)`. Under capture the "
-    "add_ on the bound buffer is recorded as an op, not executed, and float() of the *real* buffer tensor is "
-    "evaluated at build time (contract item 7 says never silently): a fresh model reads 0 and raises "
-    "ZeroDivisionError; a model that already ran once bakes 1/n as a constant, so later running statistics "
-    "silently differ from eager. Fix: once a concrete tensor has been lifted and written in place by a "
-    "captured op, route its __float__/__int__/__bool__/item() through the Variable (a cast op) or raise a "
-    "ConversionError naming the line."))
-def test_batch_norm_cumulative_average_matches_eager():
+def test_batch_norm_cumulative_average_is_refused_not_frozen():
+    """BatchNorm(momentum=None) turns `num_batches_tracked`, which the program
+    updates in place, into a Python float; freezing its build-time value would
+    make the running statistics drift from eager, so it is an error at the line."""
     torch.manual_seed(0)
-    eager = CumulativeNorm()
-    static = d2s.declarative(copy.deepcopy(eager))
-    for step in range(3):
-        x = torch.randn(8, 4, generator=torch.Generator().manual_seed(step))
-        torch.testing.assert_close(static(x), eager(x))
-        torch.testing.assert_close(static.bn.running_mean, eager.bn.running_mean)
+    static = d2s.declarative(CumulativeNorm())
+    with pytest.raises(d2s.ConversionError, match="updates in place") as err:
+        static(torch.randn(8, 4))
+    assert err.value.filename == __file__
 
 
 # -- the example script ------------------------------------------------------------------------
