@@ -11,7 +11,7 @@ trains, as in the tutorials' static programming model.
 
 import torch
 
-from ops.capture import lift  # noqa: F401 - parameters are already lifted when the loss is built
+from runtime.attrs import InputRef, OutputRef
 from runtime.ir import default_startup_program
 
 
@@ -63,19 +63,13 @@ class Optimizer:
                                                  stop_gradient=True)
         startup.global_block().append_op(
             "torch.zeros", inputs={"X": []}, outputs={"Out": [svar]},
-            attrs={"args": (tuple(shape),), "kwargs": {"dtype": dtype}, "out": _out(0)})
+            attrs={"args": (tuple(shape),), "kwargs": {"dtype": dtype}, "out": OutputRef(0)})
         return var
 
 
-def _out(i):
-    from runtime.attrs import OutputRef
-    return OutputRef(i)
-
-
 def _append_call(block, op_type, inputs, outputs, extra_args=()):
-    from runtime.attrs import InputRef
     args = tuple(InputRef(i) for i in range(len(inputs))) + tuple(extra_args)
-    out = tuple(_out(i) for i in range(len(outputs))) if op_type == "backward" else _out(0)
+    out = tuple(OutputRef(i) for i in range(len(outputs))) if op_type == "backward" else OutputRef(0)
     block.append_op(op_type, inputs={"X": inputs}, outputs={"Out": outputs},
                     attrs={"args": args, "kwargs": {}, "out": out})
 

@@ -147,12 +147,9 @@ def _stop_gradient(inputs):
 def _build_outputs(meta, block, opdef, inputs, outs, stop_gradient):
     """The user-facing result and the attr tree with OutputRef leaves."""
     if isinstance(meta, Meta):
-        if opdef.mutates and inputs and tuple(meta.shape) == tuple(inputs[0].shape):
-            var = inputs[0]
-        else:
-            var = block.create_var(name=block.program.unique_name("tmp"), shape=meta.shape,
-                                   dtype=meta.dtype, stop_gradient=stop_gradient
-                                   or not (meta.dtype.is_floating_point or meta.dtype.is_complex))
+        var = block.create_var(name=block.program.unique_name("tmp"), shape=meta.shape,
+                               dtype=meta.dtype, stop_gradient=stop_gradient
+                               or not (meta.dtype.is_floating_point or meta.dtype.is_complex))
         outs.append(var)
         return var, OutputRef(len(outs) - 1)
     if isinstance(meta, Dynamic):
@@ -187,7 +184,11 @@ def record(opdef, fn, args, kwargs):
         shapes = ", ".join(f"{v.name}: {v.dtype_name}{list(v.shape)}" for v in refs.inputs)
         raise error_at_user_line(f"`{opdef.type}` fails on inputs ({shapes}): {exc}") from None
     outs = []
-    result, out_tree = _build_outputs(meta, block, opdef, refs.inputs, outs, _stop_gradient(refs.inputs))
+    if opdef.mutates:
+        result, out_tree = None, None
+    else:
+        stop_gradient = _stop_gradient(refs.inputs) or not torch.is_grad_enabled()
+        result, out_tree = _build_outputs(meta, block, opdef, refs.inputs, outs, stop_gradient)
     if opdef.mutates and refs.inputs[0].persistable:
         # A parameter/buffer the program writes: its value at build time is
         # not its value at run time (see dispatch).

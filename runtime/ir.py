@@ -18,7 +18,6 @@ registry.
 """
 
 import contextlib
-import itertools
 import threading
 
 import torch
@@ -451,5 +450,3 @@ def data(name, shape, dtype="float32"):
     block = default_main_program().global_block()
     return block.create_var(name=name, shape=shape, dtype=dtype, is_data=True, stop_gradient=True)
 
-
-_uid = itertools.count()
