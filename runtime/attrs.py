@@ -69,6 +69,23 @@ class ReturnType:
         return getattr(torch.return_types, self.name)(values)
 
 
+def refs(tree):
+    """The InputRef/OutputRef leaves of an attribute tree, in order."""
+    if isinstance(tree, (InputRef, OutputRef)):
+        yield tree
+    elif isinstance(tree, (list, tuple)):
+        for t in tree:
+            yield from refs(t)
+    elif isinstance(tree, dict):
+        for t in tree.values():
+            yield from refs(t)
+    elif isinstance(tree, slice):
+        for t in (tree.start, tree.stop, tree.step):
+            yield from refs(t)
+    elif isinstance(tree, ReturnType):
+        yield from refs(tree.items)
+
+
 _MEMORY_FORMATS = {
     "contiguous_format": torch.contiguous_format,
     "channels_last": torch.channels_last,

@@ -19,7 +19,7 @@ above, and refuses anything that could make the executor do something other
 than run registered kernels on declared variables -- see `_Validator`.
 """
 
-from .attrs import InputRef, OutputRef, ReturnType, decode, encode
+from .attrs import InputRef, OutputRef, decode, encode, refs
 from .errors import ModelFormatError
 from .ir import TENSOR, TENSOR_ARRAY, Block, Program, dtype_name
 
@@ -278,7 +278,7 @@ class _Validator:
             # They become keyword arguments of the kernel call.
             _fail(where, f"'kwargs' must map argument names to values, got {kwargs!r:.80}")
         for key, value in op.attrs.items():
-            for ref in _refs(value):
+            for ref in refs(value):
                 if isinstance(ref, InputRef) and ref.index >= n_in:
                     _fail(where, f"attr {key!r} refers to input {ref.index} but the op has {n_in} X input(s)")
                 if isinstance(ref, OutputRef) and ref.index >= n_out:
@@ -306,20 +306,3 @@ def _visible(block, name):
             return True
         block = block.parent
     return False
-
-
-def _refs(value):
-    """InputRef/OutputRef leaves of a decoded attribute tree."""
-    if isinstance(value, (InputRef, OutputRef)):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _refs(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _refs(v)
-    elif isinstance(value, slice):
-        for v in (value.start, value.stop, value.step):
-            yield from _refs(v)
-    elif isinstance(value, ReturnType):
-        yield from _refs(value.items)

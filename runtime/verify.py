@@ -15,7 +15,7 @@ Invariants:
 A breach raises ProgramError showing the bad op among its neighbours.
 """
 
-from .attrs import InputRef, OutputRef
+from .attrs import InputRef, OutputRef, refs
 from .errors import ProgramError
 from .ir import Block
 
@@ -31,22 +31,6 @@ def _context(block, index):
 
 def _fail(block, index, message):
     raise ProgramError(f"block {block.idx}, op {index}: {message}\n{_context(block, index)}")
-
-
-def _refs(tree, cls):
-    if isinstance(tree, cls):
-        yield tree.index
-    elif isinstance(tree, (list, tuple)):
-        for t in tree:
-            yield from _refs(t, cls)
-    elif isinstance(tree, dict):
-        for t in tree.values():
-            yield from _refs(t, cls)
-    elif isinstance(tree, slice):
-        for t in (tree.start, tree.stop, tree.step):
-            yield from _refs(t, cls)
-    elif hasattr(tree, "items") and not isinstance(tree, dict):
-        yield from _refs(tree.items, cls)
 
 
 def verify_program(program):
@@ -106,10 +90,11 @@ def verify_program(program):
                                             f"nested under block {block.idx}")
             if "args" in op.attrs:
                 n_in, n_out = len(op.input("X")), len(op.output("Out"))
-                refs_in = list(_refs((op.attrs.get("args"), op.attrs.get("kwargs")), InputRef))
+                refs_in = [r.index for r in refs((op.attrs.get("args"), op.attrs.get("kwargs")))
+                           if isinstance(r, InputRef)]
                 if any(r >= n_in for r in refs_in):
                     _fail(block, index, f"an argument refers to input {max(refs_in)} but the op has {n_in} inputs")
-                refs_out = list(_refs(op.attrs.get("out"), OutputRef))
+                refs_out = [r.index for r in refs(op.attrs.get("out")) if isinstance(r, OutputRef)]
                 if any(r >= n_out for r in refs_out):
                     _fail(block, index, f"the result refers to output {max(refs_out)} but the op has {n_out} outputs")
     return program
