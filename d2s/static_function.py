@@ -99,24 +99,23 @@ class ProgramCache:
 
 # -- argument flattening --------------------------------------------------------------
 
-def _flatten_args(value, specs, tensors, path):
-    """A hashable key for `value`, collecting tensors (in order) into `tensors`.
-    `specs` maps a position in the tensor list to an InputSpec."""
+def _flatten_args(value, specs, tensors):
+    """A hashable key for `value`, collecting its tensors (in order) into
+    `tensors`. `specs` maps a position in the tensor list to an InputSpec.
+    This runs on every call: it builds nothing but the key."""
     if isinstance(value, torch.Tensor):
         spec = specs.get(len(tensors)) if specs else None
-        tensors.append((path, value))
+        tensors.append(value)
         if spec is not None:
             if not spec.matches(value):
-                raise ValueError(f"argument {path} has shape {list(value.shape)} and dtype "
+                raise ValueError(f"tensor argument {len(tensors) - 1} has shape {list(value.shape)} and dtype "
                                  f"{dtype_name(value.dtype)}, which does not match {spec}")
             return spec.key() + (value.device.type,)
         return ("tensor", tuple(value.shape), value.dtype, value.device.type, value.requires_grad)
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__,) + tuple(
-            _flatten_args(v, specs, tensors, f"{path}[{i}]") for i, v in enumerate(value))
+        return (type(value).__name__,) + tuple(_flatten_args(v, specs, tensors) for v in value)
     if isinstance(value, dict):
-        return ("dict",) + tuple((k, _flatten_args(v, specs, tensors, f"{path}[{k!r}]"))
-                                 for k, v in sorted(value.items(), key=lambda kv: repr(kv[0])))
+        return ("dict",) + tuple((k, _flatten_args(v, specs, tensors)) for k, v in value.items())
     if isinstance(value, torch.nn.Module):
         return ("module", id(value))
     try:
@@ -124,6 +123,19 @@ def _flatten_args(value, specs, tensors, path):
         return ("value", type(value).__name__, value)
     except TypeError:
         return ("object", id(value))
+
+
+def _tensor_leaves(value, path):
+    """(where, tensor) for each tensor of `value` ("args[0]", "kwargs['h']"),
+    in the order `_flatten_args` collects them; used to name feeds."""
+    if isinstance(value, torch.Tensor):
+        yield path, value
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _tensor_leaves(v, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _tensor_leaves(v, f"{path}[{k!r}]")
 
 
 def _replace_tensors(value, feeds):
@@ -135,18 +147,6 @@ def _replace_tensors(value, feeds):
     if isinstance(value, dict):
         return {k: _replace_tensors(v, feeds) for k, v in value.items()}
     return value
-
-
-def _collect_tensors(value, out):
-    if isinstance(value, torch.Tensor):
-        out.append(value)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _collect_tensors(v, out)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _collect_tensors(v, out)
-    return out
 
 
 def _output_tree(value, fetch):
@@ -190,6 +190,7 @@ class StaticFunction:
         self._function = function
         self._instance = instance
         self._input_spec = list(input_spec) if input_spec is not None else None
+        self._specs = dict(enumerate(self._input_spec)) if self._input_spec else None
         self.program_cache = ProgramCache()
         self._bound = {}
         self._lock = threading.RLock()
@@ -224,11 +225,9 @@ class StaticFunction:
         return ((self._instance,) + tuple(args)) if self._instance is not None else tuple(args)
 
     def _modules(self, args):
-        mods = []
         for v in (self._instance,) + tuple(args):
             if isinstance(v, torch.nn.Module):
-                mods.extend(v.modules())
-        return mods
+                yield from v.modules()
 
     def _normalize(self, args, kwargs):
         """Arguments as (positional, keyword) with defaults filled in, so that
@@ -242,31 +241,30 @@ class StaticFunction:
 
     def cache_key(self, args, kwargs):
         tensors = []
-        specs = dict(enumerate(self._input_spec)) if self._input_spec else None
-        key = (_flatten_args(tuple(args), specs, tensors, "args"),
-               _flatten_args(kwargs, None, tensors, "kwargs") if kwargs else (),
+        key = (_flatten_args(tuple(args), self._specs, tensors),
+               _flatten_args(kwargs, None, tensors) if kwargs else (),
                tuple(m.training for m in self._modules(args)))
         return key, tensors
 
-    def __call__(self, *args, **kwargs):
-        if not ProgramTranslator().enable_to_static:
-            return self.dygraph_function(*args, **kwargs)
+    def _lookup(self, args, kwargs):
+        """(the concrete program for these arguments, their tensors), built on a miss."""
         args, kwargs = self._normalize(args, kwargs)
         key, tensors = self.cache_key(args, kwargs)
         concrete = self.program_cache.get(key)
         if concrete is None:
-            concrete = self._build(key, args, kwargs, tensors)
-        ProgramTranslator()._last = concrete
-        self.program_cache.last = concrete
-        return concrete.run([t for _, t in tensors])
+            concrete = self._build(key, args, kwargs)
+        return concrete, tensors
+
+    def __call__(self, *args, **kwargs):
+        translator = ProgramTranslator()
+        if not translator.enable_to_static:
+            return self.dygraph_function(*args, **kwargs)
+        concrete, tensors = self._lookup(args, kwargs)
+        translator._last = self.program_cache.last = concrete
+        return concrete.run(tensors)
 
     def get_concrete_program(self, *args, **kwargs):
-        args, kwargs = self._normalize(args, kwargs)
-        key, tensors = self.cache_key(args, kwargs)
-        concrete = self.program_cache.get(key)
-        if concrete is None:
-            concrete = self._build(key, args, kwargs, tensors)
-        return concrete
+        return self._lookup(args, kwargs)[0]
 
     @property
     def concrete_program(self):
@@ -281,18 +279,20 @@ class StaticFunction:
             params = params[1:]
         return params
 
-    def _build(self, key, args, kwargs, tensors):
+    def _build(self, key, args, kwargs):
         with self._lock:
             converted = _converted(self._function)
             main, startup = Program(), Program()
             main.name_hints = self._name_hints(args)
-            if tensors:
-                main.device = tensors[0][1].device
+            arg_leaves = list(_tensor_leaves(tuple(args), "args"))
+            leaves = arg_leaves + list(_tensor_leaves(kwargs, "kwargs"))
+            if leaves:
+                main.device = leaves[0][1].device
             specs = self._input_spec or []
             arg_names = self._feed_names()
             feeds = []
             with program_guard(main, startup):
-                for i, (path, t) in enumerate(tensors):
+                for i, (path, t) in enumerate(leaves):
                     spec = specs[i] if i < len(specs) else None
                     name = spec.name if spec is not None and spec.name else _feed_name(path, arg_names)
                     name = name if name not in main.global_block().vars else main.unique_name(name)
@@ -301,7 +301,7 @@ class StaticFunction:
                                                          stop_gradient=not t.requires_grad)
                     feeds.append(var)
                 sym_args = _replace_tensors(tuple(args), list(feeds))
-                sym_kwargs = _replace_tensors(dict(kwargs), list(feeds[len(_collect_tensors(args, [])):]))
+                sym_kwargs = _replace_tensors(dict(kwargs), list(feeds[len(arg_leaves):]))
                 # Trace with autograd on whatever the caller's mode: only a
                 # `no_grad` block inside the function marks ops gradient-free.
                 with CaptureMode(), torch.enable_grad():

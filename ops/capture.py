@@ -87,25 +87,16 @@ def lift(tensor, program=None):
 
 # -- recording ---------------------------------------------------------------------
 
-def _contains_variable(tree):
-    if isinstance(tree, Variable):
+def _contains(tree, cls):
+    """Whether an argument tree holds an instance of `cls` (Variable or Tensor)."""
+    if isinstance(tree, cls):
         return True
     if isinstance(tree, (list, tuple)):
-        return any(_contains_variable(t) for t in tree)
+        return any(_contains(t, cls) for t in tree)
     if isinstance(tree, dict):
-        return any(_contains_variable(t) for t in tree.values())
+        return any(_contains(t, cls) for t in tree.values())
     if isinstance(tree, slice):
-        return any(_contains_variable(t) for t in (tree.start, tree.stop, tree.step))
-    return False
-
-
-def _contains_tensor(tree):
-    if isinstance(tree, torch.Tensor):
-        return True
-    if isinstance(tree, (list, tuple)):
-        return any(_contains_tensor(t) for t in tree)
-    if isinstance(tree, dict):
-        return any(_contains_tensor(t) for t in tree.values())
+        return any(_contains(t, cls) for t in (tree.start, tree.stop, tree.step))
     return False
 
 
@@ -233,9 +224,9 @@ def _check_not_written(fn, args):
 def dispatch(fn, args, kwargs):
     """Handle one torch call seen while capturing."""
     opdef = op_for_callable(fn)
-    has_var = _contains_variable(args) or _contains_variable(kwargs)
+    has_var = _contains((args, kwargs), Variable)
     if opdef is not None and (has_var or opdef.extra.get("factory") or
-                              _contains_tensor(args) or _contains_tensor(kwargs)):
+                              _contains((args, kwargs), torch.Tensor)):
         return record(opdef, fn, args, kwargs)
     if not has_var:
         _check_not_written(fn, args)

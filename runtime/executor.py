@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import torch
 
+from . import _debug
 from .codegen import compile_program
 from .errors import OpRuntimeError
 from .ir import Program, Variable, default_main_program
@@ -75,10 +76,6 @@ def global_scope():
     return _global_scope
 
 
-def debug_level():
-    """The D2S_DEBUG ladder: 1 converted source, 2 programs, 3 every op as it runs."""
-    from . import _debug
-    return _debug.level()
 
 
 def _trace_op(op):
@@ -93,7 +90,7 @@ class Executor:
     def compiled(self, program, feed_names, fetch_names):
         """The CompiledBlock for these feeds/fetches, built once per program version."""
         from ops.registry import get_op_def
-        trace = debug_level() >= 3
+        trace = _debug.level() >= 3
         key = (program._version, tuple(feed_names), tuple(fetch_names), trace)
         cache = program.__dict__.setdefault("_compiled", {})
         entry = cache.get(key)
@@ -103,7 +100,7 @@ class Executor:
             entry = compile_program(program, feed_names, fetch_names, get_op_def,
                                     _trace_op if trace else None)
             cache[key] = entry
-            if debug_level() >= 2:
+            if _debug.level() >= 2:
                 print(f"[d2s] compiled program:\n{entry.source}", file=sys.stderr)
         return entry
 
