@@ -194,3 +194,18 @@ def test_no_grad_block_inside_the_function_stays_gradient_free(tmp_path):
     assert "{no_grad}" in program.to_string()
     from runtime.serialization import program_from_dict, program_to_dict
     assert program_from_dict(program_to_dict(program)).to_string() == program.to_string()
+
+
+def test_dict_arguments_feed_each_tensor_to_its_own_key():
+    # Keys out of sorted order: the feeds must follow the dict, not a sort.
+    @d2s.declarative
+    def f(d):
+        if d["b"].sum() > 0:
+            return d["b"] * 2 + d["a"]
+        return d["a"]
+
+    for b in (torch.ones(2), -torch.ones(2)):
+        d = {"b": b, "a": torch.full((3, 2), 5.0)}
+        assert torch.equal(f(d), f.dygraph_function(d))
+    assert len(f.program_cache) == 1
+    assert "cond" in _ops(f.concrete_program.main_program)
