@@ -10,6 +10,7 @@ import torch
 
 from runtime.executor import Executor, check_feed_shape, run_compiled
 from runtime.io import load_inference_model, save_inference_model
+from runtime.ir import torch_dtype
 
 from .static_function import InputSpec, StaticFunction, declarative
 
@@ -20,7 +21,7 @@ def _example(spec):
         return spec
     if not isinstance(spec, InputSpec):
         raise TypeError(f"input_spec entries must be d2s.InputSpec or tensors, got {type(spec).__name__}")
-    return torch.zeros([2 if d == -1 else d for d in spec.shape], dtype=getattr(torch, spec.dtype))
+    return torch.zeros([2 if d == -1 else d for d in spec.shape], dtype=torch_dtype(spec.dtype))
 
 
 def _static_of(layer_or_function, input_spec):

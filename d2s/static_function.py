@@ -11,6 +11,7 @@ the compiled program: no Python-level model code runs at all.
 
 import functools
 import inspect
+import re
 import sys
 import threading
 import warnings
@@ -333,7 +334,6 @@ class StaticFunction:
 
 def _feed_name(path, arg_names):
     """'x' for the first positional argument named x, 'args_2_0' otherwise."""
-    import re
     m = re.match(r"args\[(\d+)\]$", path)
     if m and int(m.group(1)) < len(arg_names):
         return arg_names[int(m.group(1))]
