@@ -27,7 +27,7 @@ import torch
 from ops import control_flow as cf
 from ops import framework as fw
 from ops import tracer
-from ops.capture import error_at_user_line, size as _variable_size
+from ops.capture import error_at_user_line, graph_tensor, is_symbolic_value, size as _variable_size
 from runtime.errors import ConversionError
 from runtime.ir import TENSOR_ARRAY, Variable
 
@@ -35,7 +35,8 @@ Undefined = cf.Undefined
 
 
 def _is_var(value):
-    return isinstance(value, Variable)
+    # A SymInt/SymBool is a size (or comparison of sizes) known only at run time.
+    return isinstance(value, Variable) or is_symbolic_value(value)
 
 
 # -- state carried by branches and loops ---------------------------------------
@@ -297,8 +298,7 @@ class _Rows(_GraphIterable):
             return fw.array_length(self.value)
         if not self.value.shape:
             raise error_at_user_line(f"iteration over a 0-d tensor `{self.value.name}`")
-        n = self.value.shape[0]
-        return n if n != -1 else fw.shape(self.value)[0]
+        return _variable_size(self.value, 0)
 
     def has(self, i):
         return i < self.length()
@@ -463,7 +463,7 @@ def convert_logical_and(lhs, rhs):
     a = lhs()
     if not _is_var(a):
         return rhs() if a else a
-    return torch.logical_and(a, _as_bool_var(rhs()))
+    return torch.logical_and(graph_tensor(a), _as_bool_var(graph_tensor(rhs())))
 
 
 def convert_logical_or(lhs, rhs):
@@ -472,13 +472,13 @@ def convert_logical_or(lhs, rhs):
     a = lhs()
     if not _is_var(a):
         return a if a else rhs()
-    return torch.logical_or(a, _as_bool_var(rhs()))
+    return torch.logical_or(graph_tensor(a), _as_bool_var(graph_tensor(rhs())))
 
 
 def convert_logical_not(value):
     """``not value``; ``torch.logical_not`` for a graph tensor."""
     if _is_var(value):
-        return torch.logical_not(value)
+        return torch.logical_not(graph_tensor(value))
     return not value
 
 
@@ -507,7 +507,9 @@ def convert_cast(value, kind):
     for a graph tensor (float -> float32, int -> int64)."""
     if not _is_var(value):
         return kind(value)
-    out = fw.cast(value, _CASTS[kind])
+    if kind is int and isinstance(value, torch.SymInt):
+        return value  # a run-time size is a Python int already
+    out = fw.cast(graph_tensor(value), _CASTS[kind])
     return out if out.shape == () else out.reshape(())
 
 

@@ -18,7 +18,7 @@ import warnings
 
 import torch
 
-from ops.capture import CaptureMode, lift
+from ops.capture import CaptureMode, graph_condition, lift
 from ops.tracer import Tracer
 from runtime import _debug
 from runtime.executor import Executor, run_compiled
@@ -153,6 +153,7 @@ def _replace_tensors(value, feeds):
 
 def _output_tree(value, fetch):
     """The returned structure with ('fetch', i) for each Variable."""
+    value = graph_condition(value)  # a returned run-time size: fetched as a Python number
     if isinstance(value, Variable):
         fetch.append(value)
         return ("fetch", len(fetch) - 1)
@@ -292,7 +293,7 @@ class StaticFunction:
             specs = self._input_spec or []
             arg_names = self._feed_names()
             feeds = []
-            with program_guard(main, startup), Tracer(main, self._name_hints(args)):
+            with program_guard(main, startup), Tracer(main, self._name_hints(args)) as tracer:
                 for i, (path, t) in enumerate(leaves):
                     spec = specs[i] if i < len(specs) else None
                     name = spec.name if spec is not None and spec.name else _feed_name(path, arg_names)
@@ -300,6 +301,7 @@ class StaticFunction:
                     shape = spec.shape if spec is not None else tuple(t.shape)
                     var = main.global_block().create_var(name=name, shape=shape, dtype=t.dtype, is_data=True,
                                                          stop_gradient=not t.requires_grad)
+                    tracer.symbolize(var, hints=tuple(t.shape))  # example sizes decide what tracing assumes
                     feeds.append(var)
                 sym_args = _replace_tensors(tuple(args), list(feeds))
                 sym_kwargs = _replace_tensors(dict(kwargs), list(feeds[len(arg_leaves):]))

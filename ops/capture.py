@@ -29,7 +29,7 @@ from runtime.ir import TENSOR_ARRAY, Variable
 
 from . import torch_ops  # noqa: F401 - fills the registry
 from . import tracer
-from .infer import Dynamic, Meta, infer
+from .infer import Meta, infer
 from .registry import op_for_callable
 
 _INTERNAL_DIRS = tuple(
@@ -116,11 +116,11 @@ class _Refs:
                 i = self._index[id(value)] = len(self.inputs)
                 self.inputs.append(value)
             return InputRef(i)
-        if isinstance(value, torch.Size):
-            return tuple(value)
+        if isinstance(value, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+            return self.ref(_materialize(value))
         if isinstance(value, list):
             return [self.ref(v) for v in value]
-        if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        if isinstance(value, tuple) and (not hasattr(value, "_fields") or isinstance(value, torch.Size)):
             return tuple(self.ref(v) for v in value)
         if isinstance(value, dict):
             return {k: self.ref(v) for k, v in value.items()}
@@ -141,10 +141,8 @@ def _build_outputs(meta, block, opdef, inputs, outs, stop_gradient):
                                or not (meta.dtype.is_floating_point or meta.dtype.is_complex))
         outs.append(var)
         return var, OutputRef(len(outs) - 1)
-    if isinstance(meta, Dynamic):
-        raise error_at_user_line(
-            f"`{opdef.type}` returns a Python value ({meta.example!r} for one input size) that "
-            "depends on a dimension known only at run time; compute it with tensor ops instead")
+    if isinstance(meta, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+        return meta, None  # a value known by its symbol: computed from sizes where it is used
     if isinstance(meta, (list, tuple)):
         pairs = [_build_outputs(m, block, opdef, inputs, outs, stop_gradient) for m in meta]
         values = [p[0] for p in pairs]
@@ -166,11 +164,13 @@ def record(opdef, fn, args, kwargs):
     args_tree = refs.ref(tuple(args))
     kwargs_tree = refs.ref(dict(kwargs))
     try:
-        meta = infer(fn, args_tree, kwargs_tree, refs.inputs, factory=bool(opdef.extra.get("factory")))
-    except ConversionError:
+        meta = infer(fn, args_tree, kwargs_tree, refs.inputs, tr, factory=bool(opdef.extra.get("factory")))
+    except ConversionError as exc:
+        if exc.filename is None:
+            raise error_at_user_line(f"`{opdef.type}`: {exc.message}") from None
         raise
     except Exception as exc:  # noqa: BLE001 - the kernel's own complaint, at the user's line
-        shapes = ", ".join(f"{v.name}: {v.dtype_name}{list(v.shape)}" for v in refs.inputs)
+        shapes = ", ".join(f"{v.name}: {v.dtype_name}[{', '.join(map(str, v.dims))}]" for v in refs.inputs)
         raise error_at_user_line(f"`{opdef.type}` fails on inputs ({shapes}): {exc}") from None
     outs = []
     if opdef.mutates:
@@ -196,6 +196,9 @@ def record(opdef, fn, args, kwargs):
         attrs["no_grad"] = True
     block.append_op(opdef.type, inputs={"X": refs.inputs}, outputs={"Out": outs}, attrs=attrs,
                     origin=user_origin())
+    # Checks of what inference assumed about run-time sizes; after the op,
+    # so an input that breaks the op's own preconditions gets the op's error.
+    tr.emit_guards()
     return result
 
 
@@ -274,36 +277,63 @@ def _to_python_error(var, how):
 
 
 def size(var, dim=None):
-    """`x.size()`: Python ints for known dimensions, 0-d int64 Variables for
-    the ones known only at run time. The same dimension of the same Variable
-    is always the same 0-d Variable (made once per block), so comparing two
-    sizes of one tensor does not need its value."""
-    dims = _runtime_dims(var)
-    if dim is not None:
-        return dims[dim]
-    if -1 not in var.shape:
-        return torch.Size(var.shape)
-    return dims
+    """`x.size()`: Python ints for static dimensions, `torch.SymInt`s (the
+    dimension's symbol) for the ones known only at run time; no op is
+    recorded until a size is used (see ops/symbolic.py)."""
+    dims = var.dims
+    if not any(isinstance(d, str) or d == -1 for d in dims):
+        return dims[dim] if dim is not None else torch.Size(dims)
+    shapes = tracer.current().shapes
+    sizes = []
+    for i, d in enumerate(dims):
+        s = shapes.symint(d, var, i)
+        if not isinstance(s, int):
+            shapes.note_source(s, var, i)
+        sizes.append(s)
+    return sizes[dim] if dim is not None else torch.Size(sizes)
 
 
-def _runtime_dims(var):
-    tr = tracer.current()
-    block = tr.block
-    cache = tr.size_vars
-    dims = cache.get((var.name, block.idx))
-    if dims is None:
-        from . import framework
-        runtime_shape = framework.shape(var) if -1 in var.shape else None
-        dims = []
-        for i, d in enumerate(var.shape):
-            if d != -1:
-                dims.append(d)
-                continue
-            elem = dispatch(torch.Tensor.__getitem__, (runtime_shape, i), {})
-            elem.is_size = True  # shape inference stands it in as a size, never as an index
-            dims.append(elem)
-        dims = cache[(var.name, block.idx)] = tuple(dims)
-    return dims
+SYMBOLIC_TYPES = (torch.SymInt, torch.SymBool, torch.SymFloat)
+
+
+def is_symbolic_value(value):
+    """A size known only at run time (SymInt), or a comparison of sizes
+    (SymBool) that tracing cannot decide."""
+    if not isinstance(value, SYMBOLIC_TYPES):
+        return False
+    node = value.node
+    constant = node.maybe_as_bool() if isinstance(value, torch.SymBool) else node.maybe_as_int() \
+        if isinstance(value, torch.SymInt) else node.maybe_as_float()
+    return constant is None
+
+
+def graph_condition(value):
+    """A SymBool condition as the run-time Python bool Variable computing
+    it (a decided one as a Python bool); anything else unchanged."""
+    if isinstance(value, SYMBOLIC_TYPES):
+        return _materialize(value)
+    return value
+
+
+def graph_tensor(value):
+    """A SymInt/SymBool as a 0-d tensor Variable holding its run-time value,
+    for tensor-valued contexts (logical ops, branch and loop values)."""
+    if not isinstance(value, SYMBOLIC_TYPES):
+        return value
+    from . import framework
+    dtype = torch.bool if isinstance(value, torch.SymBool) else \
+        torch.int64 if isinstance(value, torch.SymInt) else torch.get_default_dtype()
+    return framework.fill_constant(_materialize(value), dtype)
+
+
+def _materialize(value):
+    """A run-time Variable (or constant) for a SymInt/SymBool."""
+    out = tracer.current().shapes.materialize(value)
+    if out is None:
+        raise error_at_user_line(
+            f"the size `{value}` is known only when the program runs, and d2s cannot tell which tensor "
+            "it is read from here")
+    return out
 
 
 def _method(var, name):
@@ -313,10 +343,8 @@ def _method(var, name):
         return lambda dim=None: size(var, dim)
     if name == "numel":
         def numel():
-            if -1 in var.shape:
-                raise _to_python_error(var, "a Python int (numel)")
             n = 1
-            for d in var.shape:
+            for d in size(var):
                 n *= d
             return n
         return numel

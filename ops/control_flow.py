@@ -26,7 +26,7 @@ from runtime.errors import ConversionError
 from runtime.ir import TENSOR_ARRAY, Variable, torch_dtype
 
 from . import framework, tracer
-from .capture import error_at_user_line, lift, user_origin
+from .capture import SYMBOLIC_TYPES, error_at_user_line, graph_condition, graph_tensor, lift, user_origin
 from .registry import OpDef, register
 
 
@@ -41,7 +41,7 @@ class Undefined:
 
 
 def _tensor_like(value):
-    return isinstance(value, (Variable, torch.Tensor)) or (
+    return isinstance(value, (Variable, torch.Tensor) + SYMBOLIC_TYPES) or (
         isinstance(value, (int, float, bool)) and not isinstance(value, Undefined))
 
 
@@ -64,6 +64,7 @@ def _unflatten(leaves, spec):
 
 def _as_var(value, dtype=None):
     """A Variable in the current block for a Variable, tensor or number."""
+    value = graph_tensor(value)  # sizes carried through branches and loops become 0-d tensors
     if isinstance(value, Variable):
         return value
     if isinstance(value, torch.Tensor):
@@ -173,6 +174,7 @@ def cond(pred, true_fn, false_fn, names=None, return_names=()):
     (`names[i]`). A value undefined in one branch becomes a zeros placeholder
     only when its name is in `return_names`.
     """
+    pred = graph_condition(pred)  # a comparison of run-time sizes decides at run time
     if not isinstance(pred, Variable):
         if isinstance(pred, torch.Tensor):
             pred = bool(pred)
@@ -248,7 +250,7 @@ class _Spec:
 
 
 def _is_loop_carried(value):
-    return isinstance(value, (Variable, torch.Tensor, int, float, bool, list)) and not isinstance(value, Undefined)
+    return isinstance(value, (Variable, torch.Tensor, int, float, bool, list) + SYMBOLIC_TYPES) and not isinstance(value, Undefined)
 
 
 def while_loop(cond_fn, body_fn, loop_vars, names=None, return_names=()):
@@ -265,7 +267,7 @@ def while_loop(cond_fn, body_fn, loop_vars, names=None, return_names=()):
     tr = tracer.current()
     while True:
         mark = tr.mark()
-        c = cond_fn(*values)
+        c = graph_condition(cond_fn(*values))
         if isinstance(c, Variable):
             _check_pred(c)
             # This evaluation only told us the loop is a graph loop: the
@@ -286,6 +288,7 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
     program = tr.program
     parent = tr.block
     origin = user_origin()
+    values = [graph_tensor(v) for v in values]  # run-time sizes carried by the loop: 0-d tensors
     specs = []
     for i, v in enumerate(values):
         if isinstance(v, Undefined):

@@ -8,13 +8,15 @@ attribute and X/Out slots) so the executor and the printer treat them like
 captured torch calls.
 """
 
+import operator
+
 import torch
 
 from runtime.attrs import InputRef, OutputRef
 from runtime.ir import TENSOR_ARRAY, Variable, torch_dtype
 
 from . import tracer
-from .capture import error_at_user_line, lift, user_origin
+from .capture import SYMBOLIC_TYPES, error_at_user_line, graph_condition, lift, user_origin
 from .registry import OpDef, register
 
 
@@ -31,6 +33,8 @@ def _new_var(shape, dtype, kind="tensor", stop_gradient=True):
 
 
 def _as_var(value):
+    if isinstance(value, SYMBOLIC_TYPES):
+        value = graph_condition(value)  # a run-time size: a Python number Variable
     if isinstance(value, Variable):
         return value
     if isinstance(value, torch.Tensor):
@@ -59,10 +63,14 @@ def python_number_dtype(value):
 
 
 def fill_constant(value, dtype=None):
-    """A 0-d tensor holding the Python number `value` (dtype as `torch.tensor(value)`)."""
+    """A 0-d tensor holding the Python number `value` (dtype as
+    `torch.tensor(value)`), or the run-time number of a SCALAR Variable."""
     if dtype is None:
         dtype = python_number_dtype(value)
     out = _new_var((), dtype)
+    if isinstance(value, Variable):
+        _append("fill_constant", [value], (InputRef(0), dtype), {}, [out], OutputRef(0))
+        return out
     _append("fill_constant", [], (value, dtype), {}, [out], OutputRef(0))
     return out
 
@@ -100,6 +108,30 @@ def shape(x):
     return out
 
 
+# -- sizes: Python numbers at run time ----------------------------------------------
+# A run-time size and arithmetic/comparisons on sizes (ops/symbolic.py
+# materializes SymInts into these ops); each output is a SCALAR Variable.
+
+def _size_kernel(x, dim):
+    return x.size(dim)
+
+
+register(OpDef("size", kernel=_size_kernel))
+
+
+def scalar_op_type(fn):
+    """'operator.add' for operator.add, 'builtins.max' for max."""
+    module = "operator" if fn.__module__ == "_operator" else fn.__module__
+    return f"{module}.{fn.__name__}"
+
+
+SCALAR_FUNCTIONS = (operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.pow,
+                    operator.neg, operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge,
+                    operator.and_, operator.or_, operator.not_, max, min)
+for _fn in SCALAR_FUNCTIONS:
+    register(OpDef(scalar_op_type(_fn), kernel=_fn))
+
+
 # -- print / assert ------------------------------------------------------------------
 
 def _print_kernel(*values, sep=" ", end="\n"):
@@ -122,7 +154,9 @@ def print_(*values, sep=" ", end="\n"):
 
 
 def _assert_kernel(cond, message):
-    if not bool(cond.all() if cond.numel() != 1 else cond):
+    if isinstance(cond, torch.Tensor) and cond.numel() != 1:
+        cond = cond.all()
+    if not bool(cond):
         raise AssertionError(message)
 
 
@@ -170,13 +204,13 @@ register(OpDef("array_from_list", kernel=_array_from_list_kernel))
 
 def _note_element(array, x):
     if not getattr(array, "elem_known", False):
-        array.shape, array.dtype, array.elem_known = x.shape, x.dtype, True
+        array.shape, array.dtype, array.elem_known = x.dims, x.dtype, True
         return
     if len(x.shape) != len(array.shape) or x.dtype != array.dtype:
         raise error_at_user_line(
             f"tensor array `{array.name}` holds {array.dtype_name}{list(array.shape)} elements; "
             f"cannot append {x.dtype_name}{list(x.shape)}")
-    array.shape = tuple(a if a == b else -1 for a, b in zip(array.shape, x.shape))
+    array.shape = tuple(a if a == b else -1 for a, b in zip(array.dims, x.dims))
 
 
 def array_create(dtype="float32"):

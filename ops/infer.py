@@ -1,35 +1,30 @@
 """Shape/dtype inference shared by every captured torch call: run the kernel
-on meta tensors.
+on tensors without data.
 
-A dimension that is -1 (known only at run time) is given a stand-in size.
-When any input has such a dimension the kernel runs twice, with two different
-stand-ins, and every output dimension that differs between the runs is -1:
-`data("x", [None, 784])` through `nn.Linear(784, 10)` gives `[-1, 10]`.
-Ops whose output shape depends on values (`nonzero`, boolean masks) have no
-meta kernel; they run on small CPU tensors instead and all their output
-dimensions are -1.
+With static shapes the kernel runs on meta tensors. As soon as an input has
+a dimension known only at run time (or is a run-time size), it runs on fake
+tensors whose sizes are symbols of the trace's `ShapeEnv` (ops/symbolic.py):
+`data("x", [None, 784])` through `nn.Linear(784, 10)` gives `[s0, 10]`, and
+`torch.zeros(x.size(0) * 2, 3)` gives `[2*s0, 3]`.
 
-A 0-d integer Variable passed where the kernel wants a Python int (a size
-from `x.size(0)`, an index `x[k]`, a slice bound `x[:k]`) stands in as the
-stand-in size and also as a small index; the output dimensions that differ
-between all those runs are -1.
+Ops whose output shape depends on values (`nonzero`, boolean masks) get a
+fresh symbol for each data-dependent dimension.
+
+A 0-d integer tensor Variable passed where the kernel wants a Python int
+(`x.narrow(0, 0, k)`, `x[:k]`) stands in as a fresh symbol, so the output
+dimensions that depend on it are symbols too.
 """
+
+import contextlib
 
 import torch
 
-from runtime.ir import TENSOR_ARRAY, Variable
-
-# Meta tensors cost no memory, so the stand-in sizes are large and highly
-# divisible: `x.view(-1, 8)` must infer for any size the user may feed.
-STAND_INS = (5040, 7560)
-# Stand-ins for run-time integers used as indices, one per STAND_INS entry.
-SMALL_INTS = {5040: 1, 7560: 2}
-# Real (CPU) runs and tensor-array lengths use small sizes instead.
-SMALL_SIZES = {5040: 8, 7560: 12}
+from runtime.ir import SCALAR, TENSOR_ARRAY, Variable
 
 
 class Meta:
-    """The inferred type of one tensor output."""
+    """The inferred type of one tensor output (`shape` holds ints and the
+    texts of symbolic dimensions)."""
 
     __slots__ = ("shape", "dtype")
 
@@ -38,30 +33,8 @@ class Meta:
         self.dtype = dtype
 
 
-def _has_unknown(inputs):
-    for v in inputs:
-        if isinstance(v, Variable) and (v.kind == TENSOR_ARRAY or -1 in v.shape):
-            return True
-    return False
-
-
-def _stand_in(value, size, device, as_int, int_value=None):
-    if isinstance(value, Variable):
-        shape = [size if d == -1 else d for d in value.shape]
-        if value.kind == TENSOR_ARRAY:
-            length = SMALL_SIZES.get(size, size)
-            return [torch.empty(shape, dtype=value.dtype, device=device) for _ in range(length)]
-        if as_int and not shape and not value.dtype.is_floating_point:
-            # a run-time value used as a Python int: a size, or an index
-            if getattr(value, "is_size", False):
-                return size  # a dimension of a tensor: exactly that dimension's stand-in
-            return size if int_value is None else int_value
-        if device == "meta":
-            return torch.empty(shape, dtype=value.dtype, device="meta")
-        return torch.ones(shape, dtype=value.dtype)
-    if isinstance(value, torch.Tensor):
-        return value.to("meta") if device == "meta" else value.detach()
-    return value
+def _is_symbolic(v):
+    return isinstance(v, Variable) and (v.kind != "tensor" or any(isinstance(d, str) or d == -1 for d in v.dims))
 
 
 def _substitute(tree, values):
@@ -81,94 +54,179 @@ def _substitute(tree, values):
     return tree
 
 
-def _run(fn, args, kwargs, inputs, size, device, as_int, factory, int_value=None):
-    values = [_stand_in(v, size, device, as_int, int_value) for v in inputs]
+def _call(fn, args, kwargs, values, factory, device=None):
     call_args, call_kwargs = _substitute(args, values), _substitute(kwargs, values)
-    if factory and device == "meta":
+    if factory and device is not None:
         try:
-            return fn(*call_args, **dict(call_kwargs, device="meta"))
+            return fn(*call_args, **dict(call_kwargs, device=device))
         except TypeError:
-            pass  # `bernoulli(p)`, `normal(mean, std)`: no device argument; the inputs are meta
-    if device != "meta":
-        # A CPU run of a random op must not advance the global generator:
-        # the program's own draws at run time must equal eager's.
-        with torch.random.fork_rng(devices=[]):
-            return fn(*call_args, **call_kwargs)
+            pass  # `bernoulli(p)`, `normal(mean, std)`: no device argument; the inputs carry it
     return fn(*call_args, **call_kwargs)
 
 
-def _run_some_way(fn, args, kwargs, inputs, size, factory):
-    """Meta first; 0-d integer Variables as ints if tensors are refused; a
-    small CPU run for value-dependent ops. Returns (result, exact, as_int)."""
-    errors = []
-    for device, as_int in (("meta", False), ("meta", True)):
+def _int_like(v):
+    return isinstance(v, Variable) and v.kind == "tensor" and not v.dims and not v.dtype.is_floating_point \
+        and not v.dtype.is_complex
+
+
+def infer(fn, args, kwargs, inputs, tracer, factory=False):
+    """The result structure of `fn(*args, **kwargs)` with tensors replaced by
+    `Meta` (SymInts stay SymInts). `args`/`kwargs` hold InputRef(i) for
+    `inputs[i]`."""
+    # The inference runs are real torch calls: keep capture modes out of them.
+    if not any(_is_symbolic(v) for v in inputs):
         try:
-            return _run(fn, args, kwargs, inputs, size, device, as_int, factory), True, as_int
-        except Exception as exc:  # noqa: BLE001 - any failure means "try the next way"
-            errors.append(exc)
-    # A 0-d integer used as an index (`x[k]`, `x.narrow(0, 0, k)`) can be out
-    # of range as a stand-in size; small values are valid indices.
-    for small in (SMALL_INTS[size], 0):
-        try:
-            return _run(fn, args, kwargs, inputs, size, "meta", True, factory, small), True, True
-        except Exception:  # noqa: BLE001 - not a valid index for this input; try the next value
-            pass
+            with torch._C.DisableTorchFunction():
+                values = [torch.empty(v.dims, dtype=v.dtype, device="meta") for v in inputs]
+                return _to_meta(_call(fn, args, kwargs, values, factory, "meta"), None)
+        except Exception as exc:  # noqa: BLE001 - value-dependent or int-valued inputs: go symbolic
+            if not any(_int_like(v) for v in inputs) and not _value_dependent(exc):
+                raise
+    # Fake tensors dispatch through torch functions themselves (decompositions
+    # call back into torch.*): pop the capture modes instead of disabling them.
+    with _without_function_modes():
+        return _infer_symbolic(fn, args, kwargs, inputs, tracer.shapes, factory)
+
+
+@contextlib.contextmanager
+def _without_function_modes():
+    from torch.overrides import _pop_mode, _push_mode
+    modes = [_pop_mode() for _ in range(torch._C._len_torch_function_stack())]
     try:
-        return _run(fn, args, kwargs, inputs, SMALL_SIZES.get(size, size), "cpu", True, factory), False, True
-    except Exception:  # noqa: BLE001
-        raise errors[0] from None
+        yield
+    finally:
+        for mode in reversed(modes):
+            _push_mode(mode)
 
 
-def _merge(runs, exact):
-    """Combine several runs' results: tensors become Meta with -1 in the
-    dimensions that differ between runs."""
-    a = runs[0]
+def _value_dependent(exc):
+    return isinstance(exc, NotImplementedError) or "data-dependent" in str(exc) or "meta" in str(exc)
+
+
+def _infer_symbolic(fn, args, kwargs, inputs, shapes, factory):
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+    arrays = any(isinstance(v, Variable) and v.kind == TENSOR_ARRAY for v in inputs)
+    first_error, value_dependent = None, False
+    for as_int in (False, True):
+        try:
+            runs = []
+            for length in ((2, 3) if arrays else (2,)):
+                values = [shapes.fake(v, length) for v in inputs]
+                if as_int:
+                    values = [shapes.new_symbol(1, v.name) if _int_like(v) else x for v, x in zip(inputs, values)]
+                with shapes.active():
+                    runs.append(_call(fn, args, kwargs, values, factory))
+            return _merge_runs(runs, shapes)
+        except Exception as exc:  # noqa: BLE001 - maybe a 0-d integer used as an int: try that
+            first_error = first_error or exc
+            value_dependent = value_dependent or isinstance(
+                exc, (DataDependentOutputException, DynamicOutputShapeException, GuardOnDataDependentSymNode))
+            if not any(_int_like(v) for v in inputs):
+                break
+    return _infer_by_samples(fn, args, kwargs, inputs, shapes, factory, first_error, value_dependent)
+
+
+def _infer_by_samples(fn, args, kwargs, inputs, shapes, factory, error, value_dependent):
+    """Real runs on small CPU tensors, for ops the fake tensors cannot run
+    (value-dependent outputs, or a fake kernel that fails). Two runs with
+    different sizes for the symbolic dimensions: an output dimension that
+    follows one input symbol is that symbol, one that stays the same is
+    static, any other (and every dimension of a value-dependent output) is a
+    fresh symbol."""
+    runs, seen = [], {}
+    for offset in (0, 7):
+        try:
+            values = [_sample(v, shapes, offset, seen) for v in inputs]
+            with torch.random.fork_rng(devices=[]):
+                runs.append(_call(fn, args, kwargs, values, factory))
+        except Exception:  # noqa: BLE001 - the op's own complaint is the fake run's
+            if not runs:
+                raise error from None
+            break
+    if value_dependent or len(runs) == 1:
+        return _to_meta(runs[0], shapes, fresh=True)
+    return _follow(runs[0], runs[1], seen, shapes)
+
+
+def _follow(a, b, seen, shapes):
     if isinstance(a, torch.Tensor):
-        if not exact:
-            return Meta([-1] * a.dim(), a.dtype)
-        shape = [dims[0] if len(set(dims)) == 1 else -1 for dims in zip(*(r.shape for r in runs))]
-        return Meta(shape, a.dtype)
-    if isinstance(a, (list, tuple)):
-        if any(len(r) != len(a) for r in runs[1:]):
-            return Dynamic(a)  # e.g. the pieces of `split` along a run-time dim
-        items = [_merge(list(parts), exact) for parts in zip(*runs)]
+        dims = [x if x == y else shapes.text(seen.get((x, y)) or shapes.new_symbol(x, "size"))
+                for x, y in zip(a.shape, b.shape)]
+        return Meta(dims, a.dtype)
+    if isinstance(a, (list, tuple)) and len(a) == len(b):
+        items = [_follow(x, y, seen, shapes) for x, y in zip(a, b)]
         if hasattr(a, "_fields") or type(a).__module__ == "torch.return_types":
             return type(a)(items)
         return type(a)(items) if isinstance(a, tuple) else items
-    if any(r != a and r is not a for r in runs[1:]):
-        return Dynamic(a)
-    return a
+    if not isinstance(a, (list, tuple)) and a == b:
+        return a
+    raise _depends(a)
 
 
-class Dynamic:
-    """A non-tensor result that differs between stand-in sizes, i.e. depends
-    on a run-time dimension."""
-
-    def __init__(self, example):
-        self.example = example
-
-
-def infer(fn, args, kwargs, inputs, factory=False):
-    """The result structure of `fn(*args, **kwargs)` with tensors replaced by
-    `Meta`. `args`/`kwargs` hold InputRef(i) for `inputs[i]`."""
-    # The stand-in runs are real torch calls: keep capture modes out of them.
-    with torch._C.DisableTorchFunction():
-        return _infer(fn, args, kwargs, inputs, factory)
+def _depends(example):
+    from runtime.errors import ConversionError
+    what = f"{len(example)} values" if isinstance(example, (list, tuple)) else repr(example)
+    return ConversionError(f"the result ({what} for one input size) depends on a dimension known only at run "
+                           "time; compute it with tensor ops instead")
 
 
-def _infer(fn, args, kwargs, inputs, factory):
-    first, exact, as_int = _run_some_way(fn, args, kwargs, inputs, STAND_INS[0], factory)
-    if not _has_unknown(inputs) and exact and not as_int:
-        return _merge([first], True)
-    second, exact2, as_int2 = _run_some_way(fn, args, kwargs, inputs, STAND_INS[1], factory)
-    runs = [first, second]
-    if (as_int or as_int2) and exact and exact2:
-        # A run-time integer stood in as a size; it may instead be an index
-        # or a slice bound (`x[k:]` clamps an out-of-range stand-in to an
-        # empty slice), so small values must agree too.
-        for size in STAND_INS:
-            try:
-                runs.append(_run(fn, args, kwargs, inputs, size, "meta", True, factory, SMALL_INTS[size]))
-            except Exception:  # noqa: BLE001 - the value is not valid as an index here
-                pass
-    return _merge(runs, exact and exact2)
+def _sample(v, shapes, offset, seen):
+    """A real value standing for `v`: symbolic sizes are their example size
+    plus `offset`; `seen` maps (size, size + offset) to the symbol."""
+    if not isinstance(v, Variable):
+        return v
+
+    def size(sym):
+        hint = int(shapes.env.guarding_hint_or_throw(sym.node.expr))
+        seen.setdefault((hint, hint + 7), sym)
+        return hint + offset
+
+    if v.kind == SCALAR:
+        return size(shapes.scalars[id(v)])
+    sizes = [size(shapes.symint(d, v, i)) if isinstance(d, str) or d == -1 else d for i, d in enumerate(v.dims)]
+    make = lambda: torch.ones(sizes, dtype=v.dtype)  # noqa: E731
+    return [make() for _ in range(3)] if v.kind == TENSOR_ARRAY else make()
+
+
+def _merge_runs(runs, shapes):
+    """One run's result as Meta; with several runs (tensor arrays of
+    different lengths) dimensions that differ become fresh symbols."""
+    if len(runs) == 1:
+        return _to_meta(runs[0], shapes)
+    metas = [_to_meta(r, shapes) for r in runs]
+    return _merge(metas, shapes)
+
+
+def _merge(metas, shapes):
+    a = metas[0]
+    if isinstance(a, Meta):
+        dims = [d[0] if len(set(d)) == 1 else shapes.text(shapes.new_symbol(8, "array length"))
+                for d in zip(*(m.shape for m in metas))]
+        return Meta(dims, a.dtype)
+    if isinstance(a, (list, tuple)) and all(len(m) == len(a) for m in metas):
+        items = [_merge(list(parts), shapes) for parts in zip(*metas)]
+        return type(a)(items) if isinstance(a, tuple) else items
+    if not isinstance(a, (list, tuple)) and all(m == a for m in metas):
+        return a
+    raise _depends(a)
+
+
+def _to_meta(result, shapes, fresh=False):
+    if isinstance(result, torch.Tensor):
+        if fresh:
+            dims = [shapes.text(shapes.new_symbol(int(s), "data-dependent size")) for s in result.shape]
+        elif shapes is None:
+            dims = list(result.shape)
+        else:
+            dims = [shapes.text(s) for s in result.shape]
+        return Meta(dims, result.dtype)
+    if isinstance(result, (list, tuple)):
+        items = [_to_meta(r, shapes, fresh) for r in result]
+        if hasattr(result, "_fields") or type(result).__module__ == "torch.return_types":
+            return type(result)(items)
+        return type(result)(items) if isinstance(result, tuple) else items
+    if isinstance(result, torch.SymInt) and shapes is not None:
+        t = shapes.text(result)
+        return t if isinstance(t, int) else shapes.backed(result)
+    return result

@@ -3,7 +3,7 @@
 Recording ops into a `Program` needs state that is not part of the program
 itself: the block ops go to now, which real tensors were lifted into which
 persistable Variables, the names to give them, which parameters/buffers the
-program writes in place, the Variables standing for run-time sizes, and the
+program writes in place, the symbolic shapes (ops/symbolic.py), and the
 Python-level torch functions being expanded. One `Tracer` holds all of it
 for one trace; `current()` finds it through a context variable.
 
@@ -24,7 +24,7 @@ import contextlib
 import contextvars
 import weakref
 
-from runtime.ir import Variable, default_main_program
+from runtime.ir import default_main_program
 
 _current = contextvars.ContextVar("d2s_tracer", default=None)
 _implicit = weakref.WeakKeyDictionary()
@@ -47,12 +47,13 @@ class Mark:
     and variable counts (blocks only grow while tracing, variables in
     insertion order)."""
 
-    __slots__ = ("block", "blocks", "written")
+    __slots__ = ("block", "blocks", "written", "guards")
 
     def __init__(self, tracer):
         self.block = tracer.block
         self.blocks = [(len(b.ops), len(b.vars)) for b in tracer.program.blocks]
         self.written = set(tracer.written)
+        self.guards = tracer._shapes.emitted if tracer._shapes is not None else 0
 
 
 class Tracer:
@@ -68,9 +69,28 @@ class Tracer:
         self.name_hints = dict(name_hints or {})
         self.lifted = {}        # id(tensor) -> name of its persistable Variable
         self.written = set()    # id(tensor) of parameters/buffers the program updates in place
-        self.size_vars = {}     # (var name, block idx) -> tuple of dims (ints or 0-d Variables)
         self.expanding = set()  # Python-level torch functions whose body is being captured
+        self._shapes = None     # ops.symbolic.Shapes, made on the first dynamic dimension
         self._token = None
+
+    @property
+    def shapes(self):
+        """The trace's symbolic shapes (ShapeEnv + FakeTensorMode), made on
+        first use so that static traces never import sympy."""
+        if self._shapes is None:
+            from .symbolic import Shapes
+            self._shapes = Shapes(self)
+        return self._shapes
+
+    def symbolize(self, var, hints=None):
+        """Give `var`'s run-time dimensions (-1) symbols; `hints` are example sizes."""
+        if any(d == -1 or isinstance(d, str) for d in var.dims):
+            self.shapes.symbolize(var, hints)
+
+    def emit_guards(self):
+        """Assert ops for the size assumptions made since the last call."""
+        if self._shapes is not None:
+            self._shapes.emit_guards()
 
     # -- activation ----------------------------------------------------------------
     def __enter__(self):
@@ -79,7 +99,9 @@ class Tracer:
         self._token = _current.set(self)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
+        if exc_type is None and self._shapes is not None:
+            self._shapes.finish(self.program)
         _current.reset(self._token)
         self._token = None
 
@@ -115,12 +137,8 @@ class Tracer:
                 program.bound.pop(name, None)
         live = program.global_block().vars
         self.lifted = {k: n for k, n in self.lifted.items() if n in live}
-        self.size_vars = {k: dims for k, dims in self.size_vars.items()
-                          if all(_alive(d, program) for d in dims if isinstance(d, Variable))}
         self.block = mark.block
         self.written = set(mark.written)
-
-
-def _alive(var, program):
-    block = var.block
-    return block.idx < len(program.blocks) and program.blocks[block.idx] is block and block.vars.get(var.name) is var
+        if self._shapes is not None:
+            # Assumptions whose checks were rolled back are checked again at the next op.
+            self._shapes.emitted = min(self._shapes.emitted, mark.guards)

@@ -351,6 +351,9 @@ def _parse_document(doc, where):
     if doc.get("format") != FORMAT_NAME or version is None:
         raise ModelFormatError(f"{where}: not a d2s model (expected \"format\": \"{FORMAT_NAME}\" "
                                "and a \"format_version\")")
+    if type(version) is int and 0 < version < FORMAT_VERSION:
+        raise ModelFormatError(f"{where}: format version {version} is older than the version {FORMAT_VERSION} this "
+                               "d2s reads (version 2 saves symbolic shapes); save the model again with this d2s")
     if type(version) is not int or version != FORMAT_VERSION:
         raise ModelFormatError(f"{where}: format version {version!r} is not supported; this d2s reads "
                                f"version {FORMAT_VERSION} (a newer d2s may read it)")

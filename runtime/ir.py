@@ -36,6 +36,8 @@ _DTYPES = {name: dt for dt, name in _DTYPE_NAMES.items()}
 
 TENSOR = "tensor"
 TENSOR_ARRAY = "tensor_array"
+# A Python number at run time (a size, or arithmetic on sizes): shape ().
+SCALAR = "scalar"
 
 
 def dtype_name(dtype):
@@ -67,11 +69,19 @@ def _normalize_shape(shape):
     for d in shape:
         if d is None:
             out.append(-1)
-        elif isinstance(d, int) and d >= -1:
+        elif isinstance(d, int) and not isinstance(d, bool) and d >= -1:
             out.append(int(d))
+        elif isinstance(d, str) and d:
+            out.append(d)  # a symbolic dimension: "s0", "2*s0"
         else:
-            raise ValueError(f"bad dimension {d!r} in shape {shape!r}: use an int >= 0, or -1/None for unknown")
+            raise ValueError(f"bad dimension {d!r} in shape {shape!r}: use an int >= 0, a symbol such as "
+                             "'s0', or -1/None for unknown")
     return tuple(out)
+
+
+def is_symbolic(dim):
+    """Whether a dimension is known only at run time (a symbol or -1)."""
+    return isinstance(dim, str) or dim == -1
 
 
 class Variable:
@@ -101,11 +111,17 @@ class Variable:
     # -- IR view -----------------------------------------------------------
     @property
     def shape(self):
-        return self._shape
+        """The shape with -1 for every dimension known only at run time."""
+        return tuple(-1 if isinstance(d, str) else d for d in self._shape)
 
     @shape.setter
     def shape(self, value):
         self._shape = _normalize_shape(value)
+
+    @property
+    def dims(self):
+        """The shape with symbolic dimensions as their expressions ("s0", "2*s0")."""
+        return self._shape
 
     @property
     def dtype(self):

@@ -1,7 +1,7 @@
 """Programs as plain JSON-able dicts, and the checks a loaded one must pass.
 
     {"blocks": [{"idx": 0, "parent_idx": -1,
-                 "vars": [{"name": "x", "shape": [-1, 4], "dtype": "float32",
+                 "vars": [{"name": "x", "shape": ["s0", 4], "dtype": "float32",
                            "persistable": false, "stop_gradient": true,
                            "kind": "tensor", "is_data": true}, ...],
                  "ops": [{"type": "torch.nn.functional.linear",
@@ -19,14 +19,19 @@ above, and refuses anything that could make the executor do something other
 than run registered kernels on declared variables -- see `_Validator`.
 """
 
+import re
+
 from .attrs import InputRef, OutputRef, decode, encode, refs
 from .errors import ModelFormatError
-from .ir import TENSOR, TENSOR_ARRAY, Block, Program, dtype_name
+from .ir import SCALAR, TENSOR, TENSOR_ARRAY, Block, Program, dtype_name
 from .optable import get_op_def, is_registered
 
-FORMAT_VERSION = 1
+# 2: symbolic dimensions ("s0", "2*s0") in shapes; scalar variables.
+FORMAT_VERSION = 2
 
-_KINDS = (TENSOR, TENSOR_ARRAY)
+_KINDS = (TENSOR, TENSOR_ARRAY, SCALAR)
+# The text of a symbolic dimension: symbols, integers, arithmetic, min/max.
+_SYMBOLIC_DIM = re.compile(r"[A-Za-z0-9_ +\-*/%(),]{1,200}")
 
 
 # -- writing -------------------------------------------------------------------------
@@ -50,7 +55,7 @@ def _block_to_dict(block, keep_origin):
 def _var_to_dict(var):
     out = {
         "name": var.name,
-        "shape": list(var.shape),
+        "shape": list(var.dims),
         "dtype": var.dtype_name,
         "persistable": bool(var.persistable),
         "stop_gradient": bool(var.stop_gradient),
@@ -174,8 +179,10 @@ class _Validator:
                 _fail(where, "is declared twice")
             shape = _expect(var.get("shape"), (list,), where, "'shape'")
             for d in shape:
-                if not isinstance(d, int) or isinstance(d, bool) or d < -1:
-                    _fail(where, f"bad dimension {d!r} in shape {shape!r} (ints >= 0, or -1 for unknown)")
+                if not (_SYMBOLIC_DIM.fullmatch(d) if isinstance(d, str) else
+                        isinstance(d, int) and not isinstance(d, bool) and d >= -1):
+                    _fail(where, f"bad dimension {d!r} in shape {shape!r} (ints >= 0, -1 for unknown, "
+                          "or a size expression such as \"2*s0\")")
             dtype = _expect(var.get("dtype"), (str,), where, "'dtype'")
             try:
                 dtype_name(dtype)

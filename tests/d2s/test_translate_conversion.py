@@ -276,7 +276,7 @@ def test_unknown_dimensions_become_graph_values():
         assert torch.equal(s, dynamic_rows(x)[0]) and int(n) == rows and int(m) == rows
     assert len(static.program_cache) == 1
     types = {op.type for b in static.program_cache.last.main_program.blocks for op in b.ops}
-    assert {"while", "shape"} <= types
+    assert {"while", "size"} <= types
 
 
 def test_set_code_level_prints_code_after_that_many_passes(capsys):

@@ -53,16 +53,13 @@ def test_building_does_not_consume_random_draws():
 
 def test_factory_with_runtime_size():
     def fn(x):
-        n = x.size(0)  # a 0-d int Variable: the batch, known only at run time
+        n = x.size(0)  # a SymInt: the batch, known only at run time
         return torch.arange(n), torch.zeros((n, 3)), torch.full((n,), 2.0), x.new_ones(n, 2)
     check(fn, lambda n: (randn(n, 4),), {0: [0]}, shapes=[(-1,), (-1, 3), (-1,), (-1, 2)])
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "torch's C++ parser accepts a non-int object in `zeros(*size)` only as the sole argument "
-    "(zeros(n) and zeros((n, 3)) capture), so zeros(n, 3) with a 0-d Variable n raises "
-    "'zeros() takes 1 positional argument but 2 were given' before __torch_function__ runs"))
 def test_factory_varargs_with_runtime_size():
+    # x.size(0) is a torch.SymInt, which torch's argument parser takes anywhere an int goes.
     check(lambda x: torch.zeros(x.size(0), 3), lambda n: (randn(n, 4),), {0: [0]}, shapes=[(-1, 3)])
 
 

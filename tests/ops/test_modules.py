@@ -39,26 +39,10 @@ def _call(module, x):
     return module(x)
 
 
-RNN_HIDDEN_SIZE_CHECK = pytest.mark.xfail(strict=True, reason=(
-    "ops/capture.py size(): with a run-time batch, RNNBase.check_hidden_size compares "
-    "`hx.size() != expected_hidden_size`; each side holds a different 0-d Variable for the batch "
-    "(a fresh framework.shape(var)[dim] per size() call), so tuple != calls Variable.__ne__ and "
-    "then bool() -> ConversionError"))
-RNN_CELL_ZEROS = pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "a run-time size from x.size(0) is a 0-d Variable, which torch's C++ argument parser rejects "
-    "in an int-list position before any __torch_function__/mode runs: "
-    "RNNCellBase.forward's torch.zeros(input.size(0), hidden) raises "
-    "'zeros() takes 1 positional argument but 2 were given'"))
-XFAIL_FORWARD = {("gru", "dynamic"): RNN_HIDDEN_SIZE_CHECK, ("lstm", "dynamic"): RNN_HIDDEN_SIZE_CHECK,
-                 ("lstm_2layer", "dynamic"): RNN_HIDDEN_SIZE_CHECK,
-                 ("gru_cell", "dynamic"): RNN_CELL_ZEROS, ("lstm_cell", "dynamic"): RNN_CELL_ZEROS}
-
-
 def _forward_cases():
     for name in sorted(MODULES):
         for dyn_id, dyn in (("static", None), ("dynamic", {0: [0]})):
-            marks = [XFAIL_FORWARD[name, dyn_id]] if (name, dyn_id) in XFAIL_FORWARD else []
-            yield pytest.param(name, dyn, id=f"{name}-{dyn_id}", marks=marks)
+            yield pytest.param(name, dyn, id=f"{name}-{dyn_id}")
 
 
 @pytest.mark.parametrize("name,dyn", list(_forward_cases()))
@@ -82,7 +66,6 @@ def test_module_gradients_equal_eager(name):
         return (out * out).sum()
 
     loss_of(module, x).backward()
-    # Static shapes: the RNNs fail to capture with a run-time batch (see the xfails above).
     program, feeds, loss = build(lambda v: loss_of(static_module, v), [x])
     got, = run(program, feeds, loss, [x])
     got.backward()

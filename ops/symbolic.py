@@ -1,0 +1,325 @@
+"""Symbolic shapes: a dimension known only at run time is a symbol of
+PyTorch's own `ShapeEnv`, and shape inference runs kernels on fake tensors
+(`FakeTensorMode`), as `torch.export` does.
+
+    x: float32[s0, 16]                         InputSpec([None, 16])
+    n = x.size(0)          -> torch.SymInt s0  (no op: a value known by its symbol)
+    torch.zeros(n * 2, 3)  -> float32[2*s0, 3]; the op's size argument is
+                              computed when the program runs, as a Python int:
+        tmp_0 = size(x, 0)
+        tmp_1 = operator.mul(tmp_0, 2)
+        tmp_2 = torch.zeros(tmp_1, 3)
+
+While tracing, sizes are `torch.SymInt`s, so torch's own Python code
+(`torch.zeros(input.size(0), hidden)` in `nn.LSTMCell`) works on them
+unchanged. A SymInt or SymBool that reaches an op argument or a graph
+condition is *materialized*: its expression is turned into ops over the
+run-time sizes of the tensors its symbols came from (`materialize`).
+
+Decisions torch takes on symbols while tracing (`s0 != 1` for broadcasting,
+`s1 == 3` for a matmul's reduction dimension) are guards of the `ShapeEnv`,
+decided on the example sizes; each becomes an `assert` op evaluated when the
+program runs, so a program never silently computes with an assumption its
+input breaks.
+
+The IR keeps only the text of each symbolic dimension ("s0", "2*s0"), so
+`runtime` needs neither sympy nor a ShapeEnv. This module is imported on the
+first dynamic dimension of a trace: a static trace does not pay for sympy.
+"""
+
+import contextlib
+import dataclasses
+import operator
+
+import sympy
+import torch
+from torch._dispatch.python import enable_python_dispatcher
+from torch._guards import GuardSource, Source
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental import _config as fx_config
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, free_unbacked_symbols
+from torch.utils._sympy import functions as sym_fns
+from torch.utils._sympy.printers import PythonPrinter
+
+from runtime.attrs import InputRef, OutputRef
+from runtime.ir import SCALAR, TENSOR_ARRAY
+
+from .framework import scalar_op_type
+
+_PRINTER = PythonPrinter()
+
+
+class SpecializesSize(RuntimeError):
+    """A kernel wanted a symbolic size as a Python int."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _DimSource(Source):
+    """Where a symbol comes from, for ShapeEnv's messages ("x.size(0)")."""
+
+    label: str = ""
+
+    @property
+    def _name_template(self):
+        return self.label
+
+    @property
+    def guard_source(self):
+        return GuardSource.CONSTANT
+
+
+# sympy node -> (op type, Python function the op runs), for materialize.
+_BINARY = {
+    sympy.Add: operator.add, sympy.Mul: operator.mul, sym_fns.FloorDiv: operator.floordiv,
+    sym_fns.PythonMod: operator.mod, sympy.Mod: operator.mod, sym_fns.Mod: operator.mod,
+    sympy.Pow: operator.pow, sym_fns.Max: max, sym_fns.Min: min, sympy.Max: max, sympy.Min: min,
+    sympy.Eq: operator.eq, sympy.Ne: operator.ne, sympy.Lt: operator.lt, sympy.Le: operator.le,
+    sympy.Gt: operator.gt, sympy.Ge: operator.ge, sympy.And: operator.and_, sympy.Or: operator.or_,
+}
+
+
+class Shapes:
+    """The ShapeEnv and FakeTensorMode of one trace, and what links its
+    symbols to the program: display names, the (Variable, dim) each symbol
+    is read from at run time, and the Variables already computing an
+    expression."""
+
+    def __init__(self, tracer):
+        self.tracer = tracer
+        # Size-oblivious reasoning: torch's framework checks such as "is
+        # this dimension 1?" (broadcasting, view) are answered for sizes in
+        # general instead of becoming guards on the example's size, so one
+        # program serves batch 1 as well as batch 64.
+        self.config = fx_config.patch(backed_size_oblivious=True)
+        self.env = ShapeEnv(specialize_zero_one=False)
+        self._guard_ints = False
+        self.env.evaluate_sym_node = self._evaluate_sym_node
+        # No fallback kernels: running a real kernel would fix every size to its example.
+        self.mode = FakeTensorMode(shape_env=self.env, allow_non_fake_inputs=True, allow_fallback_kernels=False)
+        self._display = {}      # sympy symbol -> display symbol s<k>
+        self._symints = {}      # dim text -> SymInt
+        self.sources = {}       # sympy symbol -> (Variable, dim)
+        self._values = {}       # sympy expr -> Variable computing it at run time
+        self.scalars = {}       # id(SCALAR Variable) -> its SymInt/SymBool
+        self.emitted = 0        # how many ShapeEnv guards have become assert ops
+
+    # -- symbols ---------------------------------------------------------------------
+    def _evaluate_sym_node(self, node, *args, **kwargs):
+        # A kernel reading a symbolic size as a plain int (C++ composite ops
+        # such as max_pool1d, `int(n)` in Python) would fix that size to its
+        # example for the rest of the trace: refuse, so inference falls back
+        # to real runs at two sizes (ops/infer.py) and the symbol stays free.
+        if self._guard_ints and node.pytype is int and node.expr.free_symbols:
+            raise SpecializesSize(str(node.expr))
+        return ShapeEnv.evaluate_sym_node(self.env, node, *args, **kwargs)
+
+    @contextlib.contextmanager
+    def active(self):
+        """Fake tensors and size-oblivious reasoning, for one inference. The
+        Python dispatcher runs composite ops' decompositions on SymInts
+        (as torch.export does); without it their C++ bodies read sizes as
+        ints, fixing each to its example."""
+        self._guard_ints = True
+        try:
+            with self.config, self.mode, enable_python_dispatcher():
+                yield
+        finally:
+            self._guard_ints = False
+
+    def new_symbol(self, hint, label):
+        sym = self.env.create_symbol(int(hint), _DimSource(label), dynamic_dim=DimDynamic.DYNAMIC)
+        return self._name(sym, hint)
+
+    def _name(self, sym, hint):
+        self._display[sym] = sympy.Symbol(f"s{len(self._display)}", integer=True, nonnegative=True)
+        return self.env.create_symintnode(sym, hint=int(hint))
+
+    def symbolize(self, var, hints=None):
+        """Give each run-time dimension of `var` (-1 or an unknown text) a new
+        symbol read from `var` when the program runs."""
+        dims = list(var.dims)
+        for i, d in enumerate(dims):
+            if isinstance(d, str) and d in self._symints:
+                continue
+            if d == -1 or isinstance(d, str):
+                hint = hints[i] if hints is not None else 8
+                s = self.new_symbol(hint, f"{var.name}.size({i})")
+                self.sources[s.node.expr] = (var, i)
+                dims[i] = self.text(s)
+        var.shape = dims
+
+    def text(self, d):
+        """The IR form of a dimension: an int, or the expression's text."""
+        if isinstance(d, int):
+            return d
+        d = self.backed(d)
+        expr = self.env.simplify(d.node.expr)
+        if expr.is_number:
+            return int(expr)
+        text = _PRINTER.doprint(expr.xreplace(self._display))
+        self._symints.setdefault(text, d)
+        return text
+
+    def backed(self, d):
+        """`d` with symbols of data-dependent sizes (nonzero, masks) replaced
+        by fresh symbols with a sample size, so later ops can reason on them."""
+        expr = d.node.expr
+        unbacked = free_unbacked_symbols(expr)
+        if not unbacked:
+            return d
+        fresh = {u: self.new_symbol(8, f"{u}").node.expr for u in unbacked}
+        new = expr.xreplace(fresh)
+        return self.env.create_symintnode(new, hint=int(self.env.guarding_hint_or_throw(new)))
+
+    def symint(self, text, var=None, dim=None):
+        """The SymInt of a dimension's text (a fresh symbol if unknown)."""
+        if isinstance(text, int) and text != -1:
+            return text
+        s = self._symints.get(text)
+        if s is None:
+            s = self.new_symbol(8, f"{getattr(var, 'name', '?')}.size({dim})")
+            if var is not None:
+                self.sources[s.node.expr] = (var, dim)
+        return s
+
+    def note_source(self, sym, var, dim):
+        """Remember that `var.size(dim)` reads symbol `sym` at run time."""
+        expr = sym.node.expr
+        if isinstance(expr, sympy.Symbol) and expr not in self.sources:
+            self.sources[expr] = (var, dim)
+
+    # -- fake tensors ---------------------------------------------------------------------
+    def fake(self, var, length=2):
+        """A fake tensor standing for `var` (a list of them for a tensor array,
+        a SymInt for a scalar)."""
+        if var.kind == SCALAR:
+            return self.scalars[id(var)]
+        if any(d == -1 or (isinstance(d, str) and d not in self._symints) for d in var.dims):
+            self.symbolize(var)
+        sizes = [self.symint(d, var, i) for i, d in enumerate(var.dims)]
+        with self.mode:
+            t = torch.empty(sizes, dtype=var.dtype, device=var.device)
+            if var.kind == TENSOR_ARRAY:
+                return [torch.empty(sizes, dtype=var.dtype, device=var.device) for _ in range(length)]
+        return t
+
+    # -- materializing ----------------------------------------------------------------------
+    def materialize(self, value):
+        """A Variable computing the SymInt/SymBool `value` when the program
+        runs (or a plain Python value when it is a constant)."""
+        return self._emit(self.env.simplify(value.node.expr), value)
+
+    def _emit(self, expr, value=None):
+        if expr in (sympy.true, sympy.false):
+            return bool(expr)
+        if expr.is_number:
+            return int(expr)
+        var = self._values.get(expr)
+        if var is not None and self._usable(var):
+            return var
+        if isinstance(expr, sympy.Symbol):
+            src = self.sources.get(expr)
+            if src is None or not self._usable(src[0]):
+                return None
+            x, dim = src
+            var = self._append("size", [x], (InputRef(0), dim), self._symbolic(expr, value), block=x.block)
+        else:
+            fn = operator.not_ if isinstance(expr, sympy.Not) else _BINARY.get(type(expr))
+            if fn is None:
+                return None
+            args = list(expr.args)
+            if isinstance(expr, sympy.Pow) and not (args[1].is_Integer and args[1] >= 0):
+                return None
+            parts = [self._emit(a) for a in args]
+            if any(p is None for p in parts):
+                return None
+            var = parts[0]
+            for k, p in enumerate(parts[1:], 1):
+                partial = expr.func(*args[:k + 1]) if k + 1 < len(args) else expr
+                var = self._binary(fn, var, p, partial, value if partial is expr else None)
+            if fn is operator.not_:
+                var = self._binary(fn, var, None, expr, value)
+        self._values[expr] = var
+        return var
+
+    def _binary(self, fn, a, b, expr, value):
+        vars_ = [v for v in (a, b) if not isinstance(v, (int, bool, type(None)))]
+        refs = {id(v): InputRef(i) for i, v in enumerate(vars_)}
+        args = tuple(refs.get(id(v), v) for v in ((a,) if b is None else (a, b)))
+        blocks = [v.block for v in vars_]
+        block = max(blocks, key=lambda b: len(_ancestors(b))) if blocks else None
+        return self._append(scalar_op_type(fn), vars_, args, self._symbolic(expr, value), block=block)
+
+    def _symbolic(self, expr, value):
+        if value is not None:
+            return value
+        if _is_bool(expr):
+            return self.env.create_symboolnode(expr)
+        return self.env.create_symintnode(expr, hint=int(self.env.guarding_hint_or_throw(expr)))
+
+    def _usable(self, var):
+        block = var.block
+        program = self.tracer.program
+        alive = block.idx < len(program.blocks) and program.blocks[block.idx] is block \
+            and block.vars.get(var.name) is var
+        return alive and self.tracer.block.is_under(block)
+
+    def _append(self, op_type_, inputs, args, value, block=None):
+        """One op computing a Python number from `inputs`; its SCALAR output."""
+        from .capture import user_origin
+        block = block if block is not None and self.tracer.block.is_under(block) else self.tracer.block
+        is_bool = isinstance(value, torch.SymBool)
+        out = block.create_var(name=block.program.unique_name("size"), shape=(),
+                               dtype="bool" if is_bool else "int64", kind=SCALAR, stop_gradient=True)
+        block.append_op(op_type_, inputs={"X": inputs}, outputs={"Out": [out]},
+                        attrs={"args": args, "kwargs": {}, "out": OutputRef(0)}, origin=user_origin())
+        self.scalars[id(out)] = value
+        return out
+
+    # -- guards ----------------------------------------------------------------------------
+    def emit_guards(self):
+        """An `assert` op for each guard ShapeEnv has recorded since the last
+        call: what this trace assumed about run-time sizes."""
+        from . import framework
+        guards = self.env.guards
+        while self.emitted < len(guards):
+            expr = guards[self.emitted].expr
+            self.emitted += 1
+            # Not simplified: ShapeEnv would substitute what the guard decided (s1 -> 3).
+            check = self._emit(expr)
+            if check is True:
+                continue
+            if check is None or check is False:
+                continue  # not checkable: its symbols are not readable here (see docs)
+            framework.assert_(check, f"this program was converted for inputs where {self.describe(expr)}; "
+                                     "an input breaks that assumption (convert again for such inputs)")
+
+    def finish(self, program):
+        """Rewrite every symbolic dimension with what tracing decided
+        (`w: [s1, s2]` becomes `[3, s2]` after a guard `s1 == 3`)."""
+        for var in program.all_vars():
+            if any(isinstance(d, str) for d in var.dims):
+                var.shape = [self.text(self._symints[d]) if d in self._symints else d for d in var.dims]
+
+    def describe(self, expr):
+        text = _PRINTER.doprint(expr.xreplace(self._display))
+        where = []
+        for sym in sorted(expr.free_symbols, key=str):
+            src = self.sources.get(sym)
+            if src is not None:
+                where.append(f"{self._display.get(sym, sym)} = {src[0].name}.size({src[1]})")
+        return text + (f" ({', '.join(where)})" if where else "")
+
+
+def _is_bool(expr):
+    # sympy.Symbol is also a sympy Boolean: test the boolean forms themselves.
+    return expr.is_Relational or isinstance(expr, (sympy.logic.boolalg.BooleanFunction,
+                                                   sympy.logic.boolalg.BooleanAtom))
+
+
+def _ancestors(block):
+    out = []
+    while block is not None:
+        out.append(block)
+        block = block.parent
+    return out
