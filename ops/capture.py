@@ -338,6 +338,9 @@ def _method(var, name):
                 raise _to_python_error(var, "a Python iterable")
             return iter(dispatch(torch.Tensor.unbind, (var, 0), {}))
         return iterate
+    if name == "backward":  # appends the backward ops (ops/optimizer_ops.py)
+        from .optimizer_ops import record_backward
+        return lambda *args, **kwargs: record_backward(var, *args, **kwargs)
     if var.kind == TENSOR_ARRAY:
         from . import framework
         if name == "append":
