@@ -82,6 +82,8 @@ def lift(tensor, program=None):
         stop_gradient=not tensor.requires_grad)
     program.bind(hint, tensor)
     lifted[id(tensor)] = hint
+    from .framework import init_in_startup  # framework imports this module
+    init_in_startup(hint, tensor, program)
     return var
 
 
