@@ -106,7 +106,8 @@ class Graph(torch.nn.Module):
         return out
 
     def _check_built(self, concrete, seconds):
-        if self._optimizers and not concrete.main_program.__dict__.get("_has_backward"):
+        steps = [op for op in concrete.main_program.global_block().ops if op.type == "optimizer_step"]
+        if self._optimizers and not steps:
             static = self._build_fn
             static.program_cache.clear()
             raise ConversionError(f"{type(self).__name__}.build() never calls loss.backward(), so its "

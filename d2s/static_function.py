@@ -19,10 +19,12 @@ import warnings
 import torch
 
 from ops.capture import CaptureMode, lift
+from ops import tracer
+from ops.tracer import Tracer
 from runtime import _debug
 from runtime.executor import Executor, run_compiled
 from runtime.errors import ConversionError
-from runtime.ir import Program, Variable, default_main_program, dtype_name, program_guard
+from runtime.ir import Program, Variable, dtype_name, program_guard
 
 MANY_PROGRAMS = 8
 
@@ -277,8 +279,7 @@ class StaticFunction:
     def _inline(self, args, kwargs):
         """Called on Variables (static code inside program_guard): run the
         converted function on them, so its ops join the current program."""
-        program = default_main_program()
-        hints = program.__dict__.setdefault("name_hints", {})
+        hints = tracer.current().name_hints
         for tensor_id, name in self._name_hints(args).items():
             hints.setdefault(tensor_id, name)
         with CaptureMode(), torch.enable_grad():
@@ -311,7 +312,6 @@ class StaticFunction:
         with self._lock:
             converted = _converted(self._function)
             main, startup = Program(), Program()
-            main.name_hints = self._name_hints(args)
             arg_leaves = list(_tensor_leaves(tuple(args), "args"))
             leaves = arg_leaves + list(_tensor_leaves(kwargs, "kwargs"))
             if leaves:
@@ -319,7 +319,7 @@ class StaticFunction:
             specs = self._input_spec or []
             arg_names = self._feed_names()
             feeds = []
-            with program_guard(main, startup):
+            with program_guard(main, startup), Tracer(main, self._name_hints(args)):
                 for i, (path, t) in enumerate(leaves):
                     spec = specs[i] if i < len(specs) else None
                     name = spec.name if spec is not None and spec.name else _feed_name(path, arg_names)

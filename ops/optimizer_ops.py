@@ -35,8 +35,9 @@ import itertools
 import torch
 
 from runtime.attrs import InputRef, OutputRef
-from runtime.ir import Variable, default_main_program
+from runtime.ir import Variable
 
+from . import tracer
 from .capture import error_at_user_line, user_origin
 from .registry import OpDef, register
 
@@ -141,25 +142,25 @@ def _optimizer_ref(optimizer):
     return ref
 
 
-def _param_vars(program, optimizer):
+def _param_vars(optimizer):
     """The Variables of `program` bound to the optimizer's parameters (lifted
     here when the program has not read them yet: the op still touches them)."""
     from .capture import lift
-    return [lift(p, program) for group in optimizer.param_groups for p in group["params"]]
+    return [lift(p) for group in optimizer.param_groups for p in group["params"]]
 
 
 def _append_optimizer_op(op_type, optimizer, kwargs=None):
-    program = default_main_program()
-    block = program.current_block()
+    tr = tracer.current()
+    block = tr.block
     if block.idx != 0:
         raise error_at_user_line(f"`{type(optimizer).__name__}.{op_type.split('_', 1)[1]}()` under a tensor "
                                  "condition or loop cannot become part of a program; call it at the top "
                                  "level of the function")
-    params = _param_vars(program, optimizer)
+    params = _param_vars(optimizer)
     if not params:
         raise error_at_user_line(f"the {type(optimizer).__name__} optimizer has no parameters")
     append_call(block, op_type, params, params, kwargs=kwargs, leading=(_optimizer_ref(optimizer),))
-    program.__dict__.setdefault("_written_ids", set()).update(id(program.bound[v.name]) for v in params)
+    tr.written.update(id(tr.program.bound[v.name]) for v in params)
 
 
 def optimizer_step(optimizer):
@@ -233,7 +234,7 @@ def record_backward(loss, gradient=None, retain_graph=None, create_graph=False, 
     """`loss.backward()` on a Variable: append `backward` and
     `accumulate_grad` (and, inside a Graph, the optimizers' zero_grad/step)."""
     program = loss.block.program
-    block = program.current_block()
+    block = tracer.current().block
     if block.idx != 0:
         raise error_at_user_line("`loss.backward()` under a tensor condition or loop cannot become part of a "
                                  "program; compute the loss in the branch and call backward() after it")
@@ -266,4 +267,3 @@ def record_backward(loss, gradient=None, retain_graph=None, create_graph=False, 
         append_call(block, "accumulate_grad", leaves + grads, leaves)
     for optimizer in stepped:
         optimizer_step(optimizer)
-    program.__dict__["_has_backward"] = True
