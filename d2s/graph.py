@@ -34,7 +34,7 @@ from ops.optimizer_ops import backward_steps
 from runtime import _debug
 from runtime.errors import ConversionError
 
-from .static_function import StaticFunction
+from .static_function import ProgramTranslator, StaticFunction
 
 
 class Graph(torch.nn.Module):
@@ -93,6 +93,8 @@ class Graph(torch.nn.Module):
 
     def __call__(self, *args, **kwargs):
         static = self._static()
+        if not ProgramTranslator().enable_to_static:  # the same step in plain PyTorch
+            return self._eager_step(static.dygraph_function, args, kwargs)
         built = len(static.program_cache)
         level = self._debug_level
         with _debug.verbosity(level), backward_steps(opt for opt, _ in self._optimizers):
@@ -101,6 +103,16 @@ class Graph(torch.nn.Module):
         if len(static.program_cache) != built:
             self._check_built(static.concrete_program, time.perf_counter() - start)
         for _, scheduler in self._optimizers:
+            if scheduler is not None:
+                scheduler.step()
+        return out
+
+    def _eager_step(self, build, args, kwargs):
+        for optimizer, _ in self._optimizers:
+            optimizer.zero_grad()
+        out = build(*args, **kwargs)
+        for optimizer, scheduler in self._optimizers:
+            optimizer.step()
             if scheduler is not None:
                 scheduler.step()
         return out

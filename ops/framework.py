@@ -107,6 +107,13 @@ def init_in_startup(name, tensor, program):
         return
     block = startup.global_block()
     if name in block.vars:
+        # The name was freed by a rolled-back trial trace and reused: the
+        # initial value comes from the tensor it names now.
+        for op in block.ops:
+            if op.type == "scope_copy" and op.output("Out") == [name]:
+                for var_name in (op.input("X")[0], name):
+                    block.vars[var_name].shape, block.vars[var_name].dtype = tuple(tensor.shape), tensor.dtype
+                startup.bind(op.input("X")[0], tensor)
         return
     source = startup.unique_name(name + "@INIT")
     init = block.create_var(name=source, shape=tuple(tensor.shape), dtype=tensor.dtype, persistable=True,

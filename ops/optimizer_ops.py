@@ -35,7 +35,6 @@ import itertools
 import torch
 
 from runtime.attrs import InputRef, OutputRef
-from runtime.ir import Variable
 
 from . import tracer
 from .capture import error_at_user_line, user_origin
@@ -249,16 +248,19 @@ def record_backward(loss, gradient=None, retain_graph=None, create_graph=False, 
     if gradient is None and loss.shape != ():
         raise error_at_user_line(f"`{loss.name}.backward()`: grad can be implicitly created only for a scalar "
                                  f"loss, and this one has shape {list(loss.shape)}; pass gradient=")
+    if isinstance(gradient, torch.Tensor):
+        from .capture import lift
+        gradient = lift(gradient)
     leaves = _leaves(program)
     stepped = _STEPPED_BY_BACKWARD.get()
     for optimizer in stepped:
         optimizer_zero_grad(optimizer)
     grads = [block.create_var(name=program.unique_name(v.name + "@GRAD"), shape=v.shape, dtype=v.dtype,
                               stop_gradient=True) for v in leaves]
-    inputs = [loss] + leaves + ([gradient] if isinstance(gradient, Variable) else [])
+    inputs = [loss] + leaves + ([gradient] if gradient is not None else [])
     kwargs = {"retain_graph": retain_graph, "unused": "none"}
     if gradient is not None:
-        kwargs["grad_output"] = InputRef(len(inputs) - 1) if isinstance(gradient, Variable) else gradient
+        kwargs["grad_output"] = InputRef(len(inputs) - 1)
     args = tuple(InputRef(i) for i in range(1 + len(leaves)))
     block.append_op("backward", inputs={"X": inputs}, outputs={"Out": grads},
                     attrs={"args": args, "kwargs": kwargs, "out": tuple(OutputRef(i) for i in range(len(grads)))},

@@ -126,3 +126,20 @@ def test_what_cannot_be_staged_is_refused_at_the_users_line(fn, message):
     with pytest.raises(d2s.ConversionError, match=message) as err:
         d2s.declarative(fn)(*args, torch.randn(2, 4).abs())
     assert err.value.filename == __file__
+
+
+def _weighted_backward(model, x, weights):
+    out = model(x)
+    out.backward(torch.ones_like(out) * weights)
+    return out
+
+
+def test_backward_of_a_non_scalar_with_gradient():
+    torch.manual_seed(0)
+    eager = nn.Linear(3, 2)
+    model = copy.deepcopy(eager)
+    x, weights = torch.randn(4, 3), torch.tensor([1.0, -2.0])
+    torch.testing.assert_close(d2s.declarative(_weighted_backward)(model, x, weights),
+                               _weighted_backward(eager, x, weights))
+    torch.testing.assert_close(model.weight.grad, eager.weight.grad)
+    torch.testing.assert_close(model.bias.grad, eager.bias.grad)

@@ -1,6 +1,8 @@
 """d2s.Graph: inference graphs, the debug ladder, eval/train programs, saving
 an inference graph, and the mistakes it refuses."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn as nn
@@ -116,3 +118,34 @@ def test_static_function_repr():
     assert repr(static.forward) == "<d2s.StaticFunction Gate.forward of Gate, 0 programs cached>"
     static(torch.ones(2, 4))
     assert repr(static.forward).endswith("1 program cached>")
+
+
+class StepGraph(d2s.Graph):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        opt = torch.optim.Adam(model.parameters(), lr=0.1)
+        self.add_optimizer(opt, lr_scheduler=torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5))
+
+    def build(self, x):
+        loss = self.model(x).pow(2).mean()
+        loss.backward()
+        return loss
+
+
+def test_with_translation_disabled_the_graph_runs_the_same_step_eagerly():
+    torch.manual_seed(0)
+    model = Gate().eval()
+    eager_model = copy.deepcopy(model)
+    static, eager = StepGraph(model), StepGraph(eager_model)
+    translator = d2s.ProgramTranslator()
+    for x in (torch.ones(2, 4), -torch.ones(2, 4), torch.ones(2, 4) * 3):
+        translator.enable(False)
+        try:
+            expected = eager(x)
+        finally:
+            translator.enable(True)
+        assert torch.equal(static(x), expected)
+    for p, q in zip(eager_model.parameters(), model.parameters()):
+        assert torch.equal(p, q)
+    assert eager._build_fn is None or len(eager._build_fn.program_cache) == 0
