@@ -91,13 +91,14 @@ def _scope_copy_kernel(value):
     return value.detach().clone().requires_grad_(value.requires_grad)
 
 
-register(OpDef("scope_copy", kernel=_scope_copy_kernel))
+register(OpDef("scope_copy", kernel=_scope_copy_kernel, extra={"scope_init": True}))
 
 
 def init_in_startup(name, tensor, program):
     """Make the startup program paired with `program` initialise the
     persistable `name` from `tensor` in the scope it runs in, so one program
-    run with several scopes keeps one set of values per scope:
+    run with several scopes keeps one set of values per scope (run without a
+    scope, the executor keeps no copy: programs then read `tensor` itself):
 
         startup: fc.weight = scope_copy(fc.weight@INIT)   # fc.weight@INIT: the module's tensor
     """
