@@ -5,7 +5,7 @@ block names its parent (`parent_idx`). Control-flow ops (`cond`, `while`) refer
 to their sub-blocks through block attributes, so nesting is first-class: a
 name is resolved in its own block first, then in the parents.
 
-An `Operator` has a `type` (a key of the op registry in `ops/`), named inputs
+An `Operator` has a `type` (a key of the op table, `runtime/optable.py`, which `ops/` fills), named inputs
 and outputs (slot -> list of variable names) and attributes. A `Variable` has a
 `name`, a `shape` (-1 for a dimension known only at run time), a `dtype`, and
 the `persistable` / `stop_gradient` flags. Persistable variables hold state
@@ -23,6 +23,7 @@ import threading
 import torch
 
 from .errors import ProgramError
+from .optable import get_op_def
 
 # dtype names are the IR's spelling; torch dtypes are what users and kernels see.
 _DTYPE_NAMES = {
@@ -303,6 +304,13 @@ class Block:
         self.program._changed()
         return op
 
+    def truncate(self, num_ops, var_names):
+        """Drop the ops after the first `num_ops`, and the variables `var_names`."""
+        del self.ops[num_ops:]
+        for name in var_names:
+            del self.vars[name]
+        self.program._changed()
+
     def to_string(self):
         from .printer import block_to_string
         return block_to_string(self)
@@ -313,7 +321,6 @@ class Program:
 
     def __init__(self):
         self.blocks = [Block(self, 0, -1)]
-        self._current = 0
         self._name_counters = {}
         self._version = 0
         # persistable variable name -> the tensor it is bound to (parameters,
@@ -326,32 +333,17 @@ class Program:
     def global_block(self):
         return self.blocks[0]
 
-    def current_block(self):
-        return self.blocks[self._current]
-
     def block(self, idx):
         return self.blocks[idx]
 
-    def create_block(self, parent_idx=None):
-        parent = self._current if parent_idx is None else parent_idx
-        block = Block(self, len(self.blocks), parent)
+    def create_block(self, parent_idx=0):
+        block = Block(self, len(self.blocks), parent_idx)
         self.blocks.append(block)
         self._changed()
         return block
 
-    @contextlib.contextmanager
-    def block_guard(self, block):
-        """Make `block` the current one: ops recorded inside go there."""
-        saved = self._current
-        self._current = block.idx
-        try:
-            yield block
-        finally:
-            self._current = saved
-
-    def rollback(self, num_blocks):
-        """Drop blocks created after the program had `num_blocks` blocks (a
-        trial trace of a loop body that is traced again)."""
+    def truncate_blocks(self, num_blocks):
+        """Drop the blocks after the first `num_blocks`."""
         del self.blocks[num_blocks:]
         self._changed()
 
@@ -402,7 +394,6 @@ class Program:
         copy.bound = dict(self.bound)
         copy.device = self.device
         if for_test:
-            from ops.registry import get_op_def
             block = copy.global_block()
             block.ops = [op for op in block.ops if not get_op_def(op.type).training_only]
         return copy
