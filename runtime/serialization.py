@@ -23,6 +23,7 @@ from .attrs import InputRef, OutputRef, ReturnType, decode, encode, refs
 from .errors import ModelFormatError
 from .format_rules import check_collisions, check_name, check_size, current_limits
 from .ir import TENSOR, TENSOR_ARRAY, Block, Program, dtype_name
+from .optable import get_op_def, is_registered
 
 FORMAT_VERSION = 1
 
@@ -215,7 +216,6 @@ class _Validator:
 
     # -- ops -----------------------------------------------------------------------------
     def _add_ops(self, block, raw):
-        from ops.registry import get_op_def, is_registered
         for j, op in enumerate(_expect(raw.get("ops", []), (list,), f"block {block.idx}", "'ops'")):
             where = f"block {block.idx}, op {j}"
             _expect(op, (dict,), where, "an op")
