@@ -26,9 +26,10 @@ import torch
 
 from ops import control_flow as cf
 from ops import framework as fw
+from ops import tracer
 from ops.capture import error_at_user_line, size as _variable_size
 from runtime.errors import ConversionError
-from runtime.ir import TENSOR_ARRAY, Variable, default_main_program
+from runtime.ir import TENSOR_ARRAY, Variable
 
 Undefined = cf.Undefined
 
@@ -242,11 +243,12 @@ def convert_while(test, body, names, return_names=()):
     Names in ``return_names`` may start undefined.
     """
     st = _State((body,), names)
+    tr = tracer.current()
     while True:  # a plain Python loop while the test is a Python value
-        mark = _BlockMark()
+        mark = tr.mark()
         test_value = test()
         if _is_var(test_value):
-            mark.rollback()  # the `while` op evaluates its test in its own block
+            tr.rollback(mark)  # the `while` op evaluates its test in its own block
             break
         if not test_value:
             return st.get()
@@ -275,22 +277,6 @@ def _loop_init(value):
     if type(value) is list:
         return fw.array_from_list(value) if value else fw.array_create()
     return value
-
-
-class _BlockMark:
-    """The current block's ops and variables, to drop what a probe appended."""
-
-    def __init__(self):
-        self.program = default_main_program()
-        self.block = self.program.current_block()
-        self.n_ops, self.var_names = len(self.block.ops), set(self.block.vars)
-        self.n_blocks = len(self.program.blocks)
-
-    def rollback(self):
-        del self.block.ops[self.n_ops:]
-        for name in [n for n in self.block.vars if n not in self.var_names]:
-            del self.block.vars[name]
-        self.program.rollback(self.n_blocks)
 
 
 # -- for: iteration protocol used by the lowered `for` ---------------------------------------
