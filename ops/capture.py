@@ -159,6 +159,17 @@ def _build_outputs(meta, block, opdef, inputs, outs, stop_gradient):
     return meta, meta
 
 
+def stands_for_number(value):
+    """True for a Python number, and for a 0-d Variable that stands for one
+    while tracing: a number a graph loop or branch carries, ``int(t)``,
+    ``t.item()``, and arithmetic on nothing but such values. Eager Python
+    would have a number there, so it is never updated in place
+    (``j = i; i += 1`` leaves ``j`` alone) and ``isinstance`` sees a number."""
+    if isinstance(value, Variable):
+        return value.__dict__.get("python_number", False)
+    return isinstance(value, (int, float, bool))
+
+
 def record(opdef, fn, args, kwargs):
     """Append one call-style op running `fn(*args, **kwargs)`; return its
     result with Variables in place of tensors."""
@@ -180,6 +191,9 @@ def record(opdef, fn, args, kwargs):
     else:
         stop_gradient = _stop_gradient(refs.inputs) or not torch.is_grad_enabled()
         result, out_tree = _build_outputs(meta, block, opdef, refs.inputs, outs, stop_gradient)
+        if (isinstance(result, Variable) and result.shape == () and refs.inputs
+                and all(stands_for_number(v) for v in refs.inputs)):
+            result.python_number = True
     if opdef.mutates and refs.inputs[0].persistable:
         # A parameter/buffer the program writes: its value at build time is
         # not its value at run time (see dispatch).

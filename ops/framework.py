@@ -63,6 +63,7 @@ def fill_constant(value, dtype=None):
     if dtype is None:
         dtype = python_number_dtype(value)
     out = _new_var((), dtype)
+    out.python_number = True  # see ops.capture.stands_for_number
     _append("fill_constant", [], (value, dtype), {}, [out], OutputRef(0))
     return out
 
