@@ -28,6 +28,8 @@ from ops import control_flow as cf
 from ops import framework as fw
 from ops import tracer
 from ops.capture import error_at_user_line, graph_tensor, is_symbolic_value, size as _variable_size
+from ops.capture import stands_for_number
+from ops.optimizer_ops import record_optimizer_call
 from runtime.errors import ConversionError
 from runtime.ir import TENSOR_ARRAY, Variable
 
@@ -306,8 +308,8 @@ class _Rows(_GraphIterable):
     def get(self, i):
         if self.value.kind == TENSOR_ARRAY:
             return fw.array_read(self.value, i)
-        # index_select rather than `x[i]`: its shape inference needs no index value.
-        return torch.index_select(self.value, 0, i.reshape([1])).squeeze(0)
+        # A view, as in eager iteration: `row *= 2` writes into the tensor.
+        return torch.select(self.value, 0, i)
 
 
 class _Range(_GraphIterable):
@@ -510,7 +512,9 @@ def convert_cast(value, kind):
     if kind is int and isinstance(value, torch.SymInt):
         return value  # a run-time size is a Python int already
     out = fw.cast(graph_tensor(value), _CASTS[kind])
-    return out if out.shape == () else out.reshape(())
+    out = out if out.shape == () else out.reshape(())
+    out.python_number = True
+    return out
 
 
 def _cast_builtin(kind):
@@ -539,12 +543,18 @@ def convert_assert(test, message=None):
 
 
 def convert_isinstance(value, classinfo):
-    """``isinstance(value, classinfo)``, where a graph tensor counts as a ``torch.Tensor``."""
+    """``isinstance(value, classinfo)``, where a graph tensor counts as a
+    ``torch.Tensor``, and one that stands for a Python number (``t.item()``,
+    ``int(t)``, a counter a graph loop carries) as that number: ``bool``,
+    ``int`` or ``float`` by its dtype."""
     if isinstance(value, classinfo):
         return True
     if _is_var(value):
+        kind = torch.Tensor
+        if stands_for_number(value):
+            kind = bool if value.dtype == torch.bool else float if value.dtype.is_floating_point else int
         kinds = classinfo if isinstance(classinfo, tuple) else (classinfo,)
-        return any(isinstance(k, type) and issubclass(torch.Tensor, k) for k in kinds)
+        return any(isinstance(k, type) and issubclass(kind, k) for k in kinds)
     return False
 
 
@@ -562,11 +572,12 @@ _AUGMENTED = {
 def convert_augassign(symbol, value, operand):
     """``value += operand`` (for ``symbol`` ``'+='``, and so on), returning the
     new value. Equivalent Python: ``return operator.iadd(value, operand)``.
-    A 0-d graph tensor is updated out of place (``value + operand``): it may
-    stand for a Python number (a counter a tensor loop carries), which other
-    names must not see change (``last = i; i += 1``)."""
+    A graph tensor is updated in place, as in eager (views and other names
+    bound to it see the change), unless it stands for a Python number (a
+    counter a graph loop carries, ``t.item()``): then other names must not
+    see it change (``last = i; i += 1``), so the update is out of place."""
     inplace, binary = _AUGMENTED[symbol]
-    return binary(value, operand) if _is_var(value) and value.shape == () else inplace(value, operand)
+    return binary(value, operand) if _is_var(value) and stands_for_number(value) else inplace(value, operand)
 
 
 def convert_list_append(target, value):
@@ -579,11 +590,19 @@ def convert_list_append(target, value):
 
 def convert_method(obj, name):
     """``getattr(obj, name)`` for tensor methods that read a value: a graph
-    tensor's ``item()`` is the tensor reshaped to 0-d (its value exists only
-    at run time)."""
+    tensor's ``item()`` is a 0-d tensor standing for the number (its value
+    exists only at run time; see ``_item``)."""
     if _is_var(obj) and name == "item":
-        return lambda: obj if obj.shape == () else obj.reshape(())
+        return lambda: _item(obj)
     return convert_call(getattr(obj, name))
+
+
+def _item(value):
+    """``value.item()`` of a graph tensor: a new 0-d Variable (never ``value``
+    itself) that stands for the Python number eager code would have."""
+    out = value.reshape(())
+    out.python_number = True
+    return out
 
 
 _BUILTINS = {
@@ -644,6 +663,9 @@ def _call_with_packed_sizes(fn, *sizes, **kwargs):
     return fn(*sizes, **kwargs)
 
 
+_OPTIMIZERS = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
+
+
 def convert_call(fn):
     """The callable to call in place of ``fn``. Equivalent Python: ``return fn``.
 
@@ -666,6 +688,8 @@ def convert_call(fn):
         return convert_call(fn.dygraph_function)
     if isinstance(fn, types.FunctionType):
         return conversion.convert_function(fn) if _convertible(fn) else fn
+    if isinstance(fn, types.MethodType) and isinstance(fn.__self__, _OPTIMIZERS):
+        return record_optimizer_call(fn)  # opt.step() is an op of the program, not a build-time call
     if isinstance(fn, types.MethodType):
         func = fn.__func__
         if isinstance(func, StaticFunction):

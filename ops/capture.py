@@ -25,7 +25,7 @@ from torch.overrides import TorchFunctionMode
 
 from runtime.attrs import InputRef, OutputRef, ReturnType
 from runtime.errors import ConversionError
-from runtime.ir import TENSOR_ARRAY, Variable
+from runtime.ir import SCALAR, TENSOR_ARRAY, Variable
 
 from . import torch_ops  # noqa: F401 - fills the registry
 from . import tracer
@@ -64,6 +64,10 @@ def error_at_user_line(message):
     return ConversionError(text, filename, lineno)
 
 
+# Sizes known only at run time while tracing (ops/symbolic.py).
+SYMBOLIC_TYPES = (torch.SymInt, torch.SymBool, torch.SymFloat)
+
+
 # -- lifting real tensors --------------------------------------------------------
 
 def lift(tensor):
@@ -81,6 +85,8 @@ def lift(tensor):
         stop_gradient=not tensor.requires_grad)
     program.bind(hint, tensor)
     tr.lifted[id(tensor)] = hint
+    from .framework import init_in_startup  # framework imports this module
+    init_in_startup(hint, tensor, program)
     return var
 
 
@@ -155,6 +161,17 @@ def _build_outputs(meta, block, opdef, inputs, outs, stop_gradient):
     return meta, meta
 
 
+def stands_for_number(value):
+    """True for a Python number, and for a 0-d Variable that stands for one
+    while tracing: a number a graph loop or branch carries, ``int(t)``,
+    ``t.item()``, and arithmetic on nothing but such values. Eager Python
+    would have a number there, so it is never updated in place
+    (``j = i; i += 1`` leaves ``j`` alone) and ``isinstance`` sees a number."""
+    if isinstance(value, Variable):
+        return value.kind == SCALAR or value.__dict__.get("python_number", False)
+    return isinstance(value, (int, float, bool) + SYMBOLIC_TYPES)
+
+
 def record(opdef, fn, args, kwargs):
     """Append one call-style op running `fn(*args, **kwargs)`; return its
     result with Variables in place of tensors."""
@@ -178,6 +195,9 @@ def record(opdef, fn, args, kwargs):
     else:
         stop_gradient = _stop_gradient(refs.inputs) or not torch.is_grad_enabled()
         result, out_tree = _build_outputs(meta, block, opdef, refs.inputs, outs, stop_gradient)
+        if (isinstance(result, Variable) and result.shape == () and refs.inputs
+                and all(stands_for_number(v) for v in refs.inputs)):
+            result.python_number = True
     if opdef.mutates and refs.inputs[0].persistable:
         # A parameter/buffer the program writes: its value at build time is
         # not its value at run time (see dispatch).
@@ -293,9 +313,6 @@ def size(var, dim=None):
     return sizes[dim] if dim is not None else torch.Size(sizes)
 
 
-SYMBOLIC_TYPES = (torch.SymInt, torch.SymBool, torch.SymFloat)
-
-
 def is_symbolic_value(value):
     """A size known only at run time (SymInt), or a comparison of sizes
     (SymBool) that tracing cannot decide."""
@@ -362,6 +379,9 @@ def _method(var, name):
                 raise _to_python_error(var, "a Python iterable")
             return iter(dispatch(torch.Tensor.unbind, (var, 0), {}))
         return iterate
+    if name == "backward":  # appends the backward ops (ops/optimizer_ops.py)
+        from .optimizer_ops import record_backward
+        return lambda *args, **kwargs: record_backward(var, *args, **kwargs)
     if var.kind == TENSOR_ARRAY:
         from . import framework
         if name == "append":

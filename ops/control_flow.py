@@ -26,7 +26,8 @@ from runtime.errors import ConversionError
 from runtime.ir import TENSOR_ARRAY, Variable, torch_dtype
 
 from . import framework, tracer
-from .capture import SYMBOLIC_TYPES, error_at_user_line, graph_condition, graph_tensor, lift, user_origin
+from .capture import (SYMBOLIC_TYPES, error_at_user_line, graph_condition, graph_tensor, lift,
+                      stands_for_number, user_origin)
 from .registry import OpDef, register
 
 
@@ -161,6 +162,7 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, origi
     out = parent.create_var(name=tr.program.unique_name(names[i] if names and i < len(names) else "cond_out"),
                             shape=shape, dtype=va.dtype, kind=va.kind,
                             stop_gradient=va.stop_gradient and vb.stop_gradient)
+    out.python_number = stands_for_number(va) and stands_for_number(vb)
     return out, (va.name, vb.name)
 
 
@@ -247,6 +249,7 @@ class _Spec:
         else:
             self.dtype = None
         self.elem_known = getattr(value, "elem_known", True)
+        self.number = stands_for_number(value)  # until an iteration makes it a tensor
 
 
 def _is_loop_carried(value):
@@ -308,6 +311,7 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
                 var = body.create_var(name=program.unique_name(_base(names, i, "loop_var")), shape=spec.shape,
                                       dtype=spec.dtype or "float32", kind=spec.kind, stop_gradient=False)
                 var.elem_known = spec.elem_known
+                var.python_number = spec.number
                 carried.append(i)
                 args.append(var)
             else:
@@ -345,6 +349,9 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
             with tr.block_guard(body):
                 nv = _as_var(v, spec.dtype if not isinstance(v, (Variable, torch.Tensor)) else None)
             new[i] = nv
+            if spec.number and not stands_for_number(nv):
+                spec.number = False
+                changed = True
             if nv.kind != spec.kind:
                 raise error_at_user_line(f"loop variable {label} changes from a {spec.kind} to a {nv.kind} in the loop")
             if spec.kind == TENSOR_ARRAY and not spec.elem_known:
@@ -391,6 +398,7 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
             for i in carried]
     for o, i in zip(outs, carried):
         o.elem_known = specs[i].elem_known
+        o.python_number = specs[i].number
     loop_names = [args[i].name for i in carried]
     inputs = [n for n in _outer_reads([body, cblock]) if n not in loop_names]
     parent.append_op("while", inputs={"Init": init, "X": inputs}, outputs={"Out": outs},

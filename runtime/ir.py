@@ -406,7 +406,7 @@ class Program:
         """A deep copy of the structure; bound tensors are shared, not copied.
         `for_test=True` drops backward and optimizer ops."""
         from .serialization import program_from_dict, program_to_dict
-        copy = program_from_dict(program_to_dict(self, keep_origin=True))
+        copy = program_from_dict(program_to_dict(self, keep_origin=True), trusted=True)
         copy.bound = dict(self.bound)
         copy.device = self.device
         if for_test:
