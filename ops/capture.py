@@ -176,6 +176,7 @@ def record(opdef, fn, args, kwargs):
     """Append one call-style op running `fn(*args, **kwargs)`; return its
     result with Variables in place of tensors."""
     tr = tracer.current()
+    tr.emit_guards()  # assumptions taken outside an op's inference (torch's own Python code)
     block = tr.block
     refs = _Refs()
     args_tree = refs.ref(tuple(args))
@@ -218,7 +219,10 @@ def record(opdef, fn, args, kwargs):
                     origin=user_origin())
     # Checks of what inference assumed about run-time sizes; after the op,
     # so an input that breaks the op's own preconditions gets the op's error.
-    tr.emit_guards()
+    if opdef.mutates:
+        tr.emit_guards()
+    else:
+        result = tr.guard_result(result)
     return result
 
 

@@ -115,8 +115,12 @@ def _infer_symbolic(fn, args, kwargs, inputs, shapes, factory):
                 values = [shapes.fake(v, length) for v in inputs]
                 if as_int:
                     values = [shapes.new_symbol(1, v.name) if _int_like(v) else x for v, x in zip(inputs, values)]
+                start, ranges = len(shapes.env.guards), dict(shapes.env.var_to_range)
                 with shapes.active():
                     runs.append(_call(fn, args, kwargs, values, factory))
+                if not arrays:
+                    shapes.drop_small_size_guards(start, ranges, lambda sym, size: _same_shape_at(
+                        fn, args, kwargs, inputs, shapes, factory, runs[0], sym, size))
             return _merge_runs(runs, shapes)
         except Exception as exc:  # noqa: BLE001 - maybe a 0-d integer used as an int: try that
             first_error = first_error or exc
@@ -125,6 +129,50 @@ def _infer_symbolic(fn, args, kwargs, inputs, shapes, factory):
             if not any(_int_like(v) for v in inputs):
                 break
     return _infer_by_samples(fn, args, kwargs, inputs, shapes, factory, first_error, value_dependent)
+
+
+def _same_shape_at(fn, args, kwargs, inputs, shapes, factory, result, sym, size):
+    """Whether the op's real output shapes, with symbol `sym` at `size` and
+    every other symbol at its example size, are what the symbolic result
+    says for that point (a meta run)."""
+    point = {s: int(v) for s, v in shapes.env.backed_var_to_val.items()}
+    point[sym] = size
+
+    def at(d):
+        # `_expr`: the symbol itself, not what a guard of this very op replaced it with.
+        return int(d.node._expr.xreplace(point)) if isinstance(d, torch.SymInt) else int(d)
+
+    try:
+        values = []
+        for v in inputs:
+            if v.kind == SCALAR:
+                values.append(at(shapes.scalars[id(v)]))
+            elif v.kind == TENSOR_ARRAY:
+                return False
+            else:
+                values.append([at(shapes.symint(d, v, i)) for i, d in enumerate(v.dims)])
+    except Exception:  # noqa: BLE001 - a size without an example: cannot tell, keep the check
+        return False
+    for device in ("meta", "cpu"):  # cpu: ops without a meta kernel
+        try:
+            concrete = [torch.empty(x, dtype=v.dtype, device=device).fill_(1) if v.kind != SCALAR and device == "cpu"
+                        else torch.empty(x, dtype=v.dtype, device=device) if v.kind != SCALAR else x
+                        for v, x in zip(inputs, values)]
+            with torch._C.DisableTorchFunction(), torch.random.fork_rng(devices=[]):
+                real = _call(fn, args, kwargs, concrete, factory, device if device == "meta" else None)
+            return _shapes_match(result, real, at)
+        except Exception as exc:  # noqa: BLE001 - try the next way; none: keep the check
+            continue
+    return False
+
+
+def _shapes_match(symbolic, real, at):
+    if isinstance(symbolic, torch.Tensor):
+        return isinstance(real, torch.Tensor) and [at(d) for d in symbolic.shape] == list(real.shape)
+    if isinstance(symbolic, (list, tuple)):
+        return isinstance(real, (list, tuple)) and len(real) == len(symbolic) and all(
+            _shapes_match(a, b, at) for a, b in zip(symbolic, real))
+    return True
 
 
 def _infer_by_samples(fn, args, kwargs, inputs, shapes, factory, error, value_dependent):

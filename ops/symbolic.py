@@ -36,13 +36,12 @@ import torch
 from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import GuardSource, Source
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental import _config as fx_config
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, free_unbacked_symbols
 from torch.utils._sympy import functions as sym_fns
 from torch.utils._sympy.printers import PythonPrinter
 
 from runtime.attrs import InputRef, OutputRef
-from runtime.ir import SCALAR, TENSOR_ARRAY
+from runtime.ir import SCALAR, TENSOR_ARRAY, Variable
 
 from .framework import scalar_op_type
 
@@ -86,11 +85,6 @@ class Shapes:
 
     def __init__(self, tracer):
         self.tracer = tracer
-        # Size-oblivious reasoning: torch's framework checks such as "is
-        # this dimension 1?" (broadcasting, view) are answered for sizes in
-        # general instead of becoming guards on the example's size, so one
-        # program serves batch 1 as well as batch 64.
-        self.config = fx_config.patch(backed_size_oblivious=True)
         self.env = ShapeEnv(specialize_zero_one=False)
         self._guard_ints = False
         self.env.evaluate_sym_node = self._evaluate_sym_node
@@ -115,13 +109,13 @@ class Shapes:
 
     @contextlib.contextmanager
     def active(self):
-        """Fake tensors and size-oblivious reasoning, for one inference. The
+        """Fake tensors, for one inference. The
         Python dispatcher runs composite ops' decompositions on SymInts
         (as torch.export does); without it their C++ bodies read sizes as
         ints, fixing each to its example."""
         self._guard_ints = True
         try:
-            with self.config, self.mode, enable_python_dispatcher():
+            with self.mode, enable_python_dispatcher():
                 yield
         finally:
             self._guard_ints = False
@@ -277,22 +271,44 @@ class Shapes:
         return out
 
     # -- guards ----------------------------------------------------------------------------
-    def emit_guards(self):
-        """An `assert` op for each guard ShapeEnv has recorded since the last
-        call: what this trace assumed about run-time sizes."""
-        from . import framework
+    def drop_small_size_guards(self, start, ranges, same_shape_at):
+        """Forget the guards since `start` that only exclude a size of 0 or 1
+        for one symbol (`s0 != 1`, `s0 >= 2`: torch's framework checks such
+        as memory overlap ask them) when `same_shape_at(symbol, size)` shows
+        the op's output shapes follow the symbolic result at that size too,
+        so one program serves batch 1 as well. The symbol's range is
+        restored: nothing later may assume the excluded size away."""
+        guards = self.env.guards
+        kept = guards[:start]
+        for guard in guards[start:]:
+            expr = guard.expr
+            syms = list(expr.free_symbols)
+            if len(syms) == 1 and syms[0] in ranges:
+                excluded = [v for v in (0, 1) if _at(expr, syms[0], v) is False]
+                if excluded and all(same_shape_at(syms[0], v) for v in excluded):
+                    self.env.var_to_range[syms[0]] = ranges[syms[0]]
+                    self.env._update_version_counter()
+                    continue
+            kept.append(guard)
+        if len(kept) != len(guards):
+            guards[:] = kept
+
+    def new_guards(self):
+        """(check, message) for each guard ShapeEnv has recorded since the
+        last call: what this trace assumed about run-time sizes. `check` is
+        a Variable computing the assumption when the program runs."""
+        out = []
         guards = self.env.guards
         while self.emitted < len(guards):
             expr = guards[self.emitted].expr
             self.emitted += 1
             # Not simplified: ShapeEnv would substitute what the guard decided (s1 -> 3).
             check = self._emit(expr)
-            if check is True:
-                continue
-            if check is None or check is False:
-                continue  # not checkable: its symbols are not readable here (see docs)
-            framework.assert_(check, f"this program was converted for inputs where {self.describe(expr)}; "
-                                     "an input breaks that assumption (convert again for such inputs)")
+            if isinstance(check, Variable):
+                out.append((check, f"this program was converted for inputs where {self.describe(expr)}; "
+                                   "an input breaks that assumption (convert again for such inputs)"))
+            # A constant check holds by construction; None: its symbols are not readable here.
+        return out
 
     def finish(self, program):
         """Rewrite every symbolic dimension with what tracing decided
@@ -304,11 +320,20 @@ class Shapes:
     def describe(self, expr):
         text = _PRINTER.doprint(expr.xreplace(self._display))
         where = []
-        for sym in sorted(expr.free_symbols, key=str):
+        for sym in sorted(expr.free_symbols, key=lambda sym: int(str(self._display.get(sym, "s0"))[1:])):
             src = self.sources.get(sym)
             if src is not None:
                 where.append(f"{self._display.get(sym, sym)} = {src[0].name}.size({src[1]})")
         return text + (f" ({', '.join(where)})" if where else "")
+
+
+def _at(expr, sym, value):
+    """The truth of `expr` with `sym` = `value` (None when undefined)."""
+    try:
+        out = expr.subs({sym: value})
+    except Exception:  # noqa: BLE001 - e.g. a division by zero
+        return None
+    return True if out == sympy.true else False if out == sympy.false else None
 
 
 def _is_bool(expr):

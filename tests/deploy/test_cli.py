@@ -61,7 +61,7 @@ def test_inspect_prints_program_feeds_fetches_and_versions(model):
     result = _cli("inspect", model["dir"], cwd=model["tmp"])
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "format version: 1" in out
+    assert "format version: 2" in out
     assert f"torch {torch.__version__.split('+')[0]}" in out
     assert "feeds:\n  x: float32[any, 4]\n  ids: int64[any]\n" in out
     assert f"fetches:\n  {model['fetch']}: float32[any, 2]\n" in out

@@ -1,0 +1,128 @@
+"""Symbolic shapes: dynamic dimensions are ShapeEnv symbols, sizes are
+SymInts while tracing and Python ints when the program runs."""
+
+import textwrap
+
+import pytest
+import torch
+
+import d2s
+
+
+def _run_all(static, eager, inputs):
+    for args in inputs:
+        want, got = eager(*args), static(*args)
+        want = want if isinstance(want, tuple) else (want,)
+        got = got if isinstance(got, tuple) else (got,)
+        assert len(want) == len(got)
+        for w, g in zip(want, got):
+            assert torch.equal(w, g), args
+    assert len(static.program_cache) == 1
+
+
+def matmul(y, w):
+    return y @ w
+
+
+def test_matmul_with_two_dynamic_dims():
+    static = d2s.declarative(matmul, input_spec=[d2s.InputSpec([None, 3]), d2s.InputSpec([None, None])])
+    _run_all(static, matmul, [(torch.randn(4, 3), torch.randn(3, 5)), (torch.randn(1, 3), torch.randn(3, 2)),
+                              (torch.randn(9, 3), torch.randn(3, 7))])
+    program = static.concrete_program.main_program
+    # The reduction dimension of w is fixed by the matmul: w is [3, s2], checked when the program runs.
+    assert program.to_string() == textwrap.dedent("""\
+        block 0 (parent -1)
+          var y: float32[s0, 3] (data)
+          var w: float32[3, s2] (data)
+          var tmp_0: float32[s0, s2] (stop_gradient)
+          var size_0: scalar<int64> (stop_gradient)
+          var size_1: scalar<bool> (stop_gradient)
+          var tmp_1: float32[s0, s2] (stop_gradient)
+          tmp_0 = torch.Tensor.__matmul__(y, w)
+          size_0 = size(w, 0)
+          size_1 = operator.eq(size_0, 3)
+          (tmp_1,) = guard([tmp_0], [size_1], ['this program was converted for inputs where s1 == 3 (s1 = w.size(0)); an input breaks that assumption (convert again for such inputs)'])
+        """)
+
+
+def sizes(x):
+    n = x.size(0)
+    return torch.zeros(n * 2, 3), x.view(x.size(0), -1), torch.zeros(x.size(0), 3)
+
+
+def test_view_and_zeros_of_a_dynamic_batch_and_the_compiled_code_uses_python_ints():
+    static = d2s.declarative(sizes, input_spec=[d2s.InputSpec([None, 2, 2])])
+    _run_all(static, sizes, [(torch.randn(n, 2, 2),) for n in (5, 1, 8)])
+    concrete = static.concrete_program
+    assert concrete.main_program.to_string() == textwrap.dedent("""\
+        block 0 (parent -1)
+          var x: float32[s0, 2, 2] (data)
+          var size_0: scalar<int64> (stop_gradient)
+          var size_1: scalar<int64> (stop_gradient)
+          var tmp_0: float32[2*s0, 3] (stop_gradient)
+          var tmp_1: float32[s0, 4] (stop_gradient)
+          var tmp_2: float32[s0, 3] (stop_gradient)
+          size_0 = size(x, 0)
+          size_1 = operator.mul(2, size_0)
+          tmp_0 = torch.zeros(size_1, 3)
+          tmp_1 = torch.Tensor.view(x, size_0, -1)
+          tmp_2 = torch.zeros(size_0, 3)
+        """)
+    # The sizes are plain Python ints at run time: x.size(0), then int arithmetic.
+    source = concrete.compiled.source
+    assert "v_size_0 = k__size_kernel(v_x, 0)" in source
+    assert "v_size_1 = k_mul(2, v_size_0)" in source
+    assert "k_zeros(v_size_0, 3)" in source
+
+
+def broadcast_add(x, y):
+    return x + y
+
+
+def test_an_assumption_on_sizes_is_checked_when_the_program_runs():
+    # Tracing takes x and y to have the same batch (not a broadcast of 1):
+    # a program input breaking that raises instead of computing something else.
+    static = d2s.declarative(broadcast_add, input_spec=[d2s.InputSpec([None, 3]), d2s.InputSpec([None, 3])])
+    _run_all(static, broadcast_add, [(torch.randn(4, 3), torch.randn(4, 3)), (torch.randn(2, 3), torch.randn(2, 3))])
+    with pytest.raises(AssertionError, match=r"s0 == s1 \(s0 = x.size\(0\), s1 = y.size\(0\)\)"):
+        static(torch.randn(4, 3), torch.randn(1, 3))
+
+
+def size_control_flow(x):
+    n = x.size(0)
+    total = torch.zeros(3)
+    if x.sum() > 0:                  # tensor condition: a cond op
+        rows = x.view(n, -1)[:, :3] * (n * 2 - 1)
+    else:
+        rows = torch.ones(n + 1, 3)[1:] * n
+    if n > 3:                         # a comparison of sizes: decided at run time
+        total = total + rows.sum(0)
+    else:
+        total = total - rows[: n // 2 + 1].sum(0)
+    i = 0
+    while i < n and total.sum() < 1000:   # loop over a size, with a tensor test
+        total = total + i
+        i += 1
+    return total, torch.zeros(max(n - 1, 1), 2) if n > 3 else torch.ones(n * 3, 2)
+
+
+@pytest.mark.parametrize("sign", [1, -1], ids=["positive", "negative"])
+def test_size_arithmetic_and_comparisons_inside_tensor_control_flow(sign):
+    static = d2s.declarative(size_control_flow, input_spec=[d2s.InputSpec([None, 4])])
+    inputs = [(sign * torch.rand(n, 4) + sign * 0.1,) for n in (2, 5, 1, 7)]
+    _run_all(static, size_control_flow, inputs)
+    types = {op.type for b in static.concrete_program.main_program.blocks for op in b.ops}
+    assert {"cond", "while", "size", "operator.gt"} <= types
+
+
+def squeeze_then_size(x):
+    return torch.zeros(x.squeeze(0).size(0))
+
+
+def test_an_assumption_that_changes_a_shape_at_size_1_is_kept():
+    # squeeze(0) removes the batch only when it is 1: tracing with batch 4
+    # assumes it is not, and a batch of 1 must not silently get batch-4 semantics.
+    static = d2s.declarative(squeeze_then_size, input_spec=[d2s.InputSpec([None, 3])])
+    _run_all(static, squeeze_then_size, [(torch.randn(4, 3),), (torch.randn(2, 3),)])
+    with pytest.raises(AssertionError, match=r"s0 != 1 \(s0 = x.size\(0\)\)"):
+        static(torch.randn(1, 3))
