@@ -12,6 +12,7 @@ from runtime.executor import Executor, check_feed_shape, run_compiled
 from runtime.io import read_model, save_model
 from runtime.ir import torch_dtype
 
+from .graph import Graph
 from .static_function import InputSpec, StaticFunction, declarative
 
 
@@ -82,6 +83,9 @@ def save(layer_or_function, path, input_spec=None):
     layer's `train()` / `eval()` switch between them; without `input_spec`
     only the latest call's mode is saved. The module's state-dict keys are
     recorded, so the loaded layer's `state_dict()` has the same keys."""
+    if isinstance(layer_or_function, Graph):  # its inference part, traced in eval mode
+        with layer_or_function.serving() as part:
+            return save(part, path, input_spec)
     if isinstance(layer_or_function, TranslatedLayer):
         # Already a program (e.g. a loaded model after fine-tuning): save it as it is.
         layer_or_function._save(path)
