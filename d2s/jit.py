@@ -68,7 +68,9 @@ def _same_program(a, b):
 
 def _module_state(module):
     """{"parameters": {key: tensor}, "buffers": {key: tensor}} in state-dict order."""
-    state = module.state_dict(keep_vars=True)
+    # nn.Module's own: a d2s.Graph's state_dict adds optimizer state.
+    state = torch.nn.Module.state_dict(module, keep_vars=True)
+    state = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
     return {"parameters": {k: v for k, v in state.items() if isinstance(v, torch.nn.Parameter)},
             "buffers": {k: v for k, v in state.items() if not isinstance(v, torch.nn.Parameter)}}
 
@@ -257,10 +259,7 @@ class TranslatedLayer(torch.nn.Module):
             mode = modes[0]
             main = self._programs[mode]
             alternate = self._programs[modes[1]] if len(modes) == 2 else None
-        state = self.state_dict(keep_vars=True)
-        state = {"parameters": {k: v for k, v in state.items() if isinstance(v, torch.nn.Parameter)},
-                 "buffers": {k: v for k, v in state.items() if not isinstance(v, torch.nn.Parameter)}}
-        save_model(path, main, mode=mode, alternate=alternate, state=state)
+        save_model(path, main, mode=mode, alternate=alternate, state=_module_state(self))
 
     def __repr__(self):
         block = self.program.global_block()

@@ -196,13 +196,6 @@ def _converted(fn):
 class StaticFunction:
     """A function or method whose calls run as static programs."""
 
-    def __repr__(self):
-        fn = getattr(self._function, "__qualname__", repr(self._function))
-        owner = f" of {type(self._instance).__name__} at {id(self._instance):#x}" if self._instance is not None else ""
-        spec = f", input_spec={self._input_spec}" if self._input_spec else ""
-        n = len(self.program_cache)
-        return f"<StaticFunction {fn}{owner}{spec}: {n} program{'s' if n != 1 else ''} cached>"
-
     def __init__(self, function, input_spec=None, instance=None):
         self._function = function
         self._instance = instance
