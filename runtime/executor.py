@@ -19,6 +19,7 @@ from . import _debug
 from .codegen import compile_program
 from .errors import OpRuntimeError
 from .ir import Program, Variable, default_main_program
+from .optable import get_op_def
 
 
 class CPUPlace:
@@ -89,7 +90,6 @@ class Executor:
     # -- compilation ------------------------------------------------------------------
     def compiled(self, program, feed_names, fetch_names):
         """The CompiledBlock for these feeds/fetches, built once per program version."""
-        from ops.registry import get_op_def
         trace = _debug.level() >= 3
         key = (program._version, tuple(feed_names), tuple(fetch_names), trace)
         cache = program.__dict__.setdefault("_compiled", {})
@@ -170,7 +170,6 @@ class _Facts:
     """What `run` checks on every call, computed once per program version."""
 
     def __init__(self, program):
-        from ops.registry import get_op_def
         ops = [op for b in program.blocks for op in b.ops]
         data = {v.name for v in program.data_vars()}
         used = {n for op in ops for n in op.input_names + op.output_names}

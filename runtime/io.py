@@ -27,6 +27,7 @@ import torch
 from .errors import ModelFormatError, ProgramError
 from .executor import resolve_persistables
 from .ir import Variable, default_main_program
+from .optable import get_op_def
 from .serialization import FORMAT_VERSION, program_from_dict, program_to_dict
 
 PROGRAM_FILE = "program.json"
@@ -151,8 +152,6 @@ def prune_program(program, feed_names, fetch_names):
     always dropped; blocks only dropped ops used are removed and the rest
     renumbered. Global variables nothing kept mentions are removed.
     """
-    from ops.registry import get_op_def
-
     copy = program_from_dict(program_to_dict(program))
     block = copy.global_block()
     needed = set(fetch_names)

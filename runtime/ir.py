@@ -5,7 +5,7 @@ block names its parent (`parent_idx`). Control-flow ops (`cond`, `while`) refer
 to their sub-blocks through block attributes, so nesting is first-class: a
 name is resolved in its own block first, then in the parents.
 
-An `Operator` has a `type` (a key of the op registry in `ops/`), named inputs
+An `Operator` has a `type` (a key of the op table, `runtime/optable.py`, which `ops/` fills), named inputs
 and outputs (slot -> list of variable names) and attributes. A `Variable` has a
 `name`, a `shape` (-1 for a dimension known only at run time), a `dtype`, and
 the `persistable` / `stop_gradient` flags. Persistable variables hold state
@@ -23,6 +23,7 @@ import threading
 import torch
 
 from .errors import ProgramError
+from .optable import get_op_def
 
 # dtype names are the IR's spelling; torch dtypes are what users and kernels see.
 _DTYPE_NAMES = {
@@ -402,7 +403,6 @@ class Program:
         copy.bound = dict(self.bound)
         copy.device = self.device
         if for_test:
-            from ops.registry import get_op_def
             block = copy.global_block()
             block.ops = [op for op in block.ops if not get_op_def(op.type).training_only]
         return copy

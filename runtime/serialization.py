@@ -22,6 +22,7 @@ than run registered kernels on declared variables -- see `_Validator`.
 from .attrs import InputRef, OutputRef, decode, encode, refs
 from .errors import ModelFormatError
 from .ir import TENSOR, TENSOR_ARRAY, Block, Program, dtype_name
+from .optable import get_op_def, is_registered
 
 FORMAT_VERSION = 1
 
@@ -194,7 +195,6 @@ class _Validator:
 
     # -- ops -----------------------------------------------------------------------------
     def _add_ops(self, block, raw):
-        from ops.registry import get_op_def, is_registered
         for j, op in enumerate(_expect(raw.get("ops", []), (list,), f"block {block.idx}", "'ops'")):
             where = f"block {block.idx}, op {j}"
             _expect(op, (dict,), where, "an op")

@@ -18,6 +18,7 @@ A breach raises ProgramError showing the bad op among its neighbours.
 from .attrs import InputRef, OutputRef, refs
 from .errors import ProgramError
 from .ir import Block
+from .optable import is_registered
 
 
 def _context(block, index):
@@ -34,8 +35,6 @@ def _fail(block, index, message):
 
 
 def verify_program(program):
-    from ops.registry import is_registered
-
     seen = {}
     for i, block in enumerate(program.blocks):
         if block.idx != i:
@@ -65,7 +64,7 @@ def verify_program(program):
             parent = parent.parent
         for index, op in enumerate(block.ops):
             if not is_registered(op.type):
-                _fail(block, index, f"op type {op.type!r} is not registered; only ops in the op registry "
+                _fail(block, index, f"op type {op.type!r} is not registered; only ops in the op table "
                                     "(ops/) may appear in a program")
             for name in op.input_names:
                 try:

@@ -1,0 +1,88 @@
+"""The op table: every op type a program may contain, defined once.
+
+`runtime` owns the structure and reads it (the executor compiles ops from it,
+`verify` and the loader check op types against it, `io` prunes by its
+effects); `ops` fills it when imported. So `runtime` never imports `ops`.
+
+An `OpDef` holds, side by side, what the rest of the system needs to know
+about one op type:
+  - `kernel`: the PyTorch callable that runs it;
+  - `infer`: shape/dtype inference (`infer(op, block)` sets the output
+    Variables' shapes and dtypes), for ops built by hand rather than captured;
+  - `emit`: how the executor lowers it to Python (`emit(op, ctx)` returns
+    `ast` statements); call-style ops share one emitter;
+  - `inputs`/`outputs`/`attrs`: the slot and attribute schema;
+  - effects: `mutates` (the op writes its first input in place: `x.add_(1)`,
+    `x[i] = v`, an optimizer update), `random` (draws from the global
+    generator), `extra["side_effect"]` (prints, checks);
+  - `training_only`: dropped by `Program.clone(for_test=True)`.
+
+The table is the allowlist: a loaded program may only name op types in it,
+so nothing outside this table can ever be called.
+"""
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+
+@dataclass
+class OpDef:
+    type: str
+    kernel: Optional[Callable] = None
+    infer: Optional[Callable] = None
+    emit: Optional[Callable] = None
+    inputs: tuple = ("X",)
+    outputs: tuple = ("Out",)
+    attrs: tuple = ()
+    mutates: bool = False
+    training_only: bool = False
+    random: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+_OPS = {}
+_BY_CALLABLE = {}
+
+
+def register(opdef, *callables):
+    """Add `opdef`; `callables` are the Python objects (e.g. `torch.add`)
+    whose calls on Variables are recorded as this op type."""
+    if opdef.type in _OPS:
+        raise ValueError(f"op type {opdef.type!r} is registered twice")
+    _OPS[opdef.type] = opdef
+    for fn in callables:
+        _BY_CALLABLE.setdefault(_key(fn), opdef)
+    return opdef
+
+
+def _key(fn):
+    try:
+        hash(fn)
+        return fn
+    except TypeError:
+        return id(fn)
+
+
+def get_op_def(op_type):
+    try:
+        return _OPS[op_type]
+    except KeyError:
+        if not _OPS:
+            raise KeyError(f"unknown op type {op_type!r}: the op table is empty (import ops to fill it)") from None
+        raise KeyError(f"unknown op type {op_type!r}") from None
+
+
+def is_registered(op_type):
+    return op_type in _OPS
+
+
+def op_for_callable(fn):
+    """The OpDef recording calls to `fn`, or None if `fn` is not in the table."""
+    try:
+        return _BY_CALLABLE.get(_key(fn))
+    except TypeError:
+        return None
+
+
+def registered_types():
+    return sorted(_OPS)
