@@ -11,8 +11,9 @@ with 1, 10 and 100 submodules.
 Method: one thread; every contender is warmed up, then the contenders run
 interleaved, round after round (a round times `calls` calls of each), so
 machine noise hits them alike. A speedup is eager time / contender time of
-the same round; the table shows the median over rounds and, in brackets, the
-25th-75th percentile spread. Ratios are what to read: the absolute times
+the same round, each contender timed by its fastest slice of the round (load
+from other processes only adds time); the table shows the median over rounds
+and, in brackets, the 25th-75th percentile spread. Ratios are what to read: the absolute times
 depend on the machine and its load.
 """
 
@@ -214,11 +215,18 @@ def bench_workload(make_call, contenders, rounds, budget):
             notes[name] = fn
         else:
             calls[name] = fn
-    # Calls per round: about `budget` seconds of eager per round.
-    n = max(1, int(budget / max(per_call(calls["eager"], 3), 1e-6)))
+    # A round is `chunks` slices of about budget/chunks seconds of eager
+    # time each; inside a round the contenders alternate slice by slice and
+    # each keeps its fastest slice: on a shared machine, load from elsewhere
+    # only ever adds time, so the fastest slice is the least disturbed one.
+    chunks = 8
+    n = max(1, int(budget / chunks / max(per_call(calls["eager"], 3), 1e-6)))
     ratios = {name: [] for name in calls}
     for _ in range(rounds):
-        times = {name: per_call(fn, n) for name, fn in calls.items()}
+        times = dict.fromkeys(calls, float("inf"))
+        for _ in range(chunks):
+            for name, fn in calls.items():
+                times[name] = min(times[name], per_call(fn, n))
         for name, t in times.items():
             ratios[name].append(times["eager"] / t)
     return ratios, notes
@@ -247,7 +255,11 @@ def cache_hit_overhead(rounds, calls=2000):
         full = lambda: model(x)  # noqa: E731
         diffs = []
         for _ in range(rounds):
-            diffs.append((per_call(full, calls) - per_call(direct, calls)) * 1e6)
+            full_t = direct_t = float("inf")
+            for _ in range(10):
+                full_t = min(full_t, per_call(full, calls // 10))
+                direct_t = min(direct_t, per_call(direct, calls // 10))
+            diffs.append((full_t - direct_t) * 1e6)
         rows[n] = diffs
     return rows
 
