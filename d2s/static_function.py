@@ -24,6 +24,7 @@ from ops.tracer import Tracer
 from runtime import _debug
 from runtime.executor import Executor, run_compiled
 from runtime.ir import Program, Variable, dtype_name, program_guard
+from runtime.passes import check_level
 
 from . import module_watch
 
@@ -66,14 +67,16 @@ class ConcreteProgram:
     """One traced program: its feeds (in argument order), its outputs (the
     returned structure with Variables in it), and the compiled function."""
 
-    def __init__(self, main_program, startup_program, inputs, outputs, fetch_vars, out_tree):
+    def __init__(self, main_program, startup_program, inputs, outputs, fetch_vars, out_tree, optimize="default"):
         self.main_program = main_program
         self.startup_program = startup_program
         self.inputs = inputs
         self.outputs = outputs
         self.fetch_vars = fetch_vars
         self.out_tree = out_tree
-        self.compiled = Executor().compiled(main_program, [v.name for v in inputs], [v.name for v in fetch_vars])
+        self.optimize = optimize
+        self.compiled = Executor().compiled(main_program, [v.name for v in inputs], [v.name for v in fetch_vars],
+                                            optimize)
         self._params_version = None
         self._params = ()
         # A single returned tensor (the common case) needs no tree rebuild.
@@ -212,8 +215,10 @@ def _converted(fn):
 class StaticFunction:
     """A function or method whose calls run as static programs."""
 
-    def __init__(self, function, input_spec=None, instance=None):
+    def __init__(self, function, input_spec=None, instance=None, optimize=None):
         self._function = function
+        # None: the translator's level (ProgramTranslator().optimize).
+        self._optimize = None if optimize is None else check_level(optimize)
         self._instance = instance
         self._input_spec = list(input_spec) if input_spec is not None else None
         self._specs = dict(enumerate(self._input_spec)) if self._input_spec else None
@@ -238,7 +243,7 @@ class StaticFunction:
         key = id(instance)
         bound = self._bound.get(key)
         if bound is None or bound._instance is not instance:
-            bound = StaticFunction(self._function, self._input_spec, instance)
+            bound = StaticFunction(self._function, self._input_spec, instance, self._optimize)
             self._bound[key] = bound
         return bound
 
@@ -284,7 +289,8 @@ class StaticFunction:
             stale = stale or any(isinstance(v, torch.nn.Module) for v in kwargs.values())
         if stale:
             self._refresh_training_flags(args, kwargs)
-        return (args_key, _flatten_args(kwargs, None, tensors) if kwargs else (), self._flags), tensors
+        level = self._optimize or (ProgramTranslator._instance or ProgramTranslator())._optimize
+        return (args_key, _flatten_args(kwargs, None, tensors) if kwargs else (), self._flags, level), tensors
 
     def _refresh_training_flags(self, args, kwargs):
         """Re-read the `training` flag of every module involved (the
@@ -362,7 +368,7 @@ class StaticFunction:
                 fetch = []
                 out_tree = _output_tree(out, fetch)
             main.verify()
-            concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree)
+            concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree, key[-1])
             self.program_cache.put(key, concrete)
             if len(self.program_cache) == MANY_PROGRAMS:
                 warnings.warn(
@@ -395,11 +401,17 @@ def _feed_name(path, arg_names):
     return re.sub(r"\W+", "_", path).strip("_")
 
 
-def declarative(function=None, input_spec=None):
+def declarative(function=None, input_spec=None, optimize=None):
     """Run `function` as a static program (a decorator; also takes a method,
-    or an `nn.Module` instance whose `forward` it converts in place)."""
+    or an `nn.Module` instance whose `forward` it converts in place).
+
+    `optimize`: "default" (results bit-identical to eager on CPU) or "fast"
+    (fused RNN loops and other rewrites exact up to floating-point rounding;
+    see docs/performance.md); None follows `ProgramTranslator().optimize`."""
+    if optimize is not None:
+        check_level(optimize)
     if function is None:
-        return lambda f: declarative(f, input_spec=input_spec)
+        return lambda f: declarative(f, input_spec=input_spec, optimize=optimize)
     if isinstance(function, StaticFunction):
         return function
     if isinstance(function, torch.nn.Module):
@@ -407,14 +419,14 @@ def declarative(function=None, input_spec=None):
         forward = type(module).forward
         if isinstance(forward, StaticFunction):
             return module
-        static = StaticFunction(forward, input_spec, instance=module)
+        static = StaticFunction(forward, input_spec, instance=module, optimize=optimize)
         object.__setattr__(module, "forward", static)
         return module
     if inspect.ismethod(function):
-        return StaticFunction(function.__func__, input_spec, instance=function.__self__)
+        return StaticFunction(function.__func__, input_spec, instance=function.__self__, optimize=optimize)
     if not callable(function):
         raise TypeError(f"declarative expects a function, a method or an nn.Module, got {type(function).__name__}")
-    return StaticFunction(function, input_spec)
+    return StaticFunction(function, input_spec, optimize=optimize)
 
 
 to_static = declarative
@@ -429,6 +441,7 @@ class ProgramTranslator:
         if cls._instance is None:
             self = super().__new__(cls)
             self.enable_to_static = True
+            self._optimize = "default"
             self._last = None
             cls._instance = self
         return cls._instance
@@ -438,6 +451,16 @@ class ProgramTranslator:
         if not isinstance(enable_to_static, bool):
             raise TypeError("enable() takes a bool")
         self.enable_to_static = enable_to_static
+
+    @property
+    def optimize(self):
+        """The optimisation level of declarative functions that do not name
+        one: "default" or "fast" (settable)."""
+        return self._optimize
+
+    @optimize.setter
+    def optimize(self, level):
+        self._optimize = check_level(level)
 
     @staticmethod
     def _static(fn):

@@ -28,14 +28,14 @@ import sys
 
 from .. import _debug
 from ..optable import get_op_def
-from . import dce, hoist_constants, scalars
+from . import dce, fuse_rnn_loops, hoist_constants, scalars
 from ._util import copy_program
 
 LEVELS = ("default", "fast")
 
 PIPELINES = {
     "default": (dce, scalars, hoist_constants, dce),
-    "fast": (dce, scalars, hoist_constants, dce),
+    "fast": (fuse_rnn_loops, dce, scalars, hoist_constants, dce),
 }
 
 

@@ -231,8 +231,10 @@ def _find(program, name):
 
 # -- rewriting -----------------------------------------------------------------------------------
 
-def _index_positions(op):
+def _index_positions(op, get_op_def):
     """Input positions where a scalar may stay a Python int (an index)."""
+    if get_op_def(op.type).extra.get("takes_python_ints"):
+        return set(range(len(op.input("X"))))
     if op.type == "torch.Tensor.__getitem__" and len(op.attrs["args"]) == 2:
         return {r.index for r in _refs(op.attrs["args"][1])} - {r.index for r in _refs(op.attrs["args"][0])}
     if op.type == "array_read":
@@ -295,7 +297,7 @@ def run(ctx):
                 new_ops.append(Operator(block, py, {"X": names}, {"Out": op.output("Out")},
                                         {"args": args, "kwargs": {}, "out": OutputRef(0)}, op.origin))
                 continue
-            keep_scalar = _index_positions(op)
+            keep_scalar = _index_positions(op, ctx.get_op_def)
             if op.type == "while":
                 lvs = op.attrs["loop_vars"]
                 keep_scalar = {i for i, lv in enumerate(lvs) if lv in kinds}  # Init positions
