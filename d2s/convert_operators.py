@@ -505,10 +505,11 @@ _CASTS = {int: torch.int64, float: torch.float32, bool: torch.bool}
 
 def convert_cast(value, kind):
     """``kind(value)`` for ``kind`` in int/float/bool; a cast to a 0-d tensor
-    for a graph tensor (float -> float32, int -> int64)."""
+    for a graph tensor (float -> float32, int -> int64). Detached: eagerly the
+    result is a Python number, which carries no gradient."""
     if not _is_var(value):
         return kind(value)
-    out = fw.cast(value, _CASTS[kind])
+    out = fw.cast(value.detach(), _CASTS[kind])
     out = out if out.shape == () else out.reshape(())
     out.python_number = True
     return out
