@@ -219,10 +219,7 @@ def record(opdef, fn, args, kwargs):
                     origin=user_origin())
     # Checks of what inference assumed about run-time sizes; after the op,
     # so an input that breaks the op's own preconditions gets the op's error.
-    if opdef.mutates:
-        tr.emit_guards()
-    else:
-        result = tr.guard_result(result)
+    tr.emit_guards()
     return result
 
 

@@ -212,33 +212,17 @@ def assert_(cond, message=""):
     _append("assert", [cond], (InputRef(0), "" if message is None else str(message)), {}, [], None)
 
 
-# -- guards: size assumptions checked where the values they protect are used ----
+# -- size checks: what tracing assumed about run-time sizes ----------------------
+# An assert op of its own type, so that saving a program pruned to some
+# fetches can drop the checks of sizes of inputs it no longer feeds.
 
-def _guard_kernel(values, checks, messages):
-    for ok, message in zip(checks, messages):
-        if not ok:
-            raise AssertionError(message)
-    return tuple(values)
+register(OpDef("check_sizes", kernel=_assert_kernel, extra={"side_effect": True, "size_check": True}))
 
 
-register(OpDef("guard", kernel=_guard_kernel))
-
-
-def guard(values, checks):
-    """`values` once each check holds (the run-time Python bools of
-    `checks`, pairs of (Variable, message)); new Variables for them."""
-    inputs = list(values) + [c for c, _ in checks]
-    outs = []
-    for v in values:
-        out = _new_var(v.dims, v.dtype, stop_gradient=v.stop_gradient)
-        if "python_number" in v.__dict__:
-            out.python_number = v.python_number
-        outs.append(out)
-    n = len(values)
-    args = ([InputRef(i) for i in range(n)], [InputRef(n + i) for i in range(len(checks))],
-            [m for _, m in checks])
-    _append("guard", inputs, args, {}, outs, tuple(OutputRef(i) for i in range(n)))
-    return outs
+def check_sizes(cond, message):
+    """Raise `AssertionError(message)` when the program runs and the
+    run-time Python bool `cond` is false."""
+    _append("check_sizes", [cond], (InputRef(0), message), {}, [], None)
 
 
 # -- tensor arrays -----------------------------------------------------------------------

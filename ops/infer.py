@@ -119,7 +119,7 @@ def _infer_symbolic(fn, args, kwargs, inputs, shapes, factory):
                 with shapes.active():
                     runs.append(_call(fn, args, kwargs, values, factory))
                 if not arrays:
-                    shapes.drop_small_size_guards(start, ranges, lambda sym, size: _same_shape_at(
+                    shapes.drop_shape_neutral_guards(start, ranges, lambda sym, size: _same_shape_at(
                         fn, args, kwargs, inputs, shapes, factory, runs[0], sym, size))
             return _merge_runs(runs, shapes)
         except Exception as exc:  # noqa: BLE001 - maybe a 0-d integer used as an int: try that

@@ -136,7 +136,9 @@ class Shapes:
             if isinstance(d, str) and d in self._symints:
                 continue
             if d == -1 or isinstance(d, str):
-                hint = hints[i] if hints is not None else 8
+                # An example size of 0 or 1 would make torch specialize the
+                # symbol to it (broadcasting, strides): trace with 2 instead.
+                hint = max(hints[i], 2) if hints is not None else 8
                 s = self.new_symbol(hint, f"{var.name}.size({i})")
                 self.sources[s.node.expr] = (var, i)
                 dims[i] = self.text(s)
@@ -271,22 +273,27 @@ class Shapes:
         return out
 
     # -- guards ----------------------------------------------------------------------------
-    def drop_small_size_guards(self, start, ranges, same_shape_at):
-        """Forget the guards since `start` that only exclude a size of 0 or 1
-        for one symbol (`s0 != 1`, `s0 >= 2`: torch's framework checks such
-        as memory overlap ask them) when `same_shape_at(symbol, size)` shows
-        the op's output shapes follow the symbolic result at that size too,
-        so one program serves batch 1 as well. The symbol's range is
-        restored: nothing later may assume the excluded size away."""
+    def drop_shape_neutral_guards(self, start, ranges, same_shape_at):
+        """Forget the guards since `start` on one symbol that do not change
+        the op's output shapes: torch's kernels also decide memory layout or
+        overlap checks on sizes (`s0 != 1`, `s0 < 16`), which the real
+        kernel re-decides when the program runs. A guard goes when
+        `same_shape_at(symbol, size)` holds at sizes that break it (0 and 1
+        first, then larger ones): the op's real output shapes there are what
+        the symbolic result says. The symbol's range is restored, so nothing
+        later assumes the broken sizes away. Every other guard stays a check."""
         guards = self.env.guards
         kept = guards[:start]
         for guard in guards[start:]:
             expr = guard.expr
             syms = list(expr.free_symbols)
             if len(syms) == 1 and syms[0] in ranges:
-                excluded = [v for v in (0, 1) if _at(expr, syms[0], v) is False]
-                if excluded and all(same_shape_at(syms[0], v) for v in excluded):
-                    self.env.var_to_range[syms[0]] = ranges[syms[0]]
+                sym = syms[0]
+                hint = int(self.env.backed_var_to_val.get(sym, 8))
+                breaking = [v for v in dict.fromkeys((0, 1, 2, 3, hint + 1, 16, 64, 2 * hint + 1, 1000))
+                            if _at(expr, sym, v) is False][:3]
+                if breaking and all(same_shape_at(sym, v) for v in breaking):
+                    self.env.var_to_range[sym] = ranges[sym]
                     self.env._update_version_counter()
                     continue
             kept.append(guard)

@@ -24,7 +24,7 @@ import contextlib
 import contextvars
 import weakref
 
-from runtime.ir import TENSOR, Variable, default_main_program
+from runtime.ir import default_main_program
 
 _current = contextvars.ContextVar("d2s_tracer", default=None)
 _implicit = weakref.WeakKeyDictionary()
@@ -88,28 +88,11 @@ class Tracer:
             self.shapes.symbolize(var, hints)
 
     def emit_guards(self):
-        """Assert ops for the size assumptions made since the last call."""
+        """A check op for each size assumption made since the last call."""
         if self._shapes is not None:
             from . import framework
-            for check, message in self._shapes.new_guards():
-                framework.assert_(check, message)
-
-    def guard_result(self, result):
-        """`result` (an op's Variables) passed through a `guard` op checking
-        the size assumptions its inference made, so the checks run exactly
-        when something uses the result (and are pruned with it)."""
-        if self._shapes is None:
-            return result
-        checks = list({id(c): (c, m) for c, m in self._shapes.new_guards()}.values())
-        if not checks:
-            return result
-        leaves = [v for v in _leaves(result) if isinstance(v, Variable) and v.kind == TENSOR]
-        from . import framework
-        if not leaves:
-            for check, message in checks:
-                framework.assert_(check, message)
-            return result
-        return _replace(result, dict(zip(map(id, leaves), framework.guard(leaves, checks))))
+            for check, message in {id(c): (c, m) for c, m in self._shapes.new_guards()}.values():
+                framework.check_sizes(check, message)
 
     # -- activation ----------------------------------------------------------------
     def __enter__(self):
@@ -162,19 +145,3 @@ class Tracer:
             # Assumptions whose checks were rolled back are checked again at the next op.
             self._shapes.emitted = min(self._shapes.emitted, mark.guards)
 
-
-def _leaves(tree):
-    if isinstance(tree, (list, tuple)):
-        for t in tree:
-            yield from _leaves(t)
-    else:
-        yield tree
-
-
-def _replace(tree, mapping):
-    if isinstance(tree, (list, tuple)):
-        items = [_replace(t, mapping) for t in tree]
-        if hasattr(tree, "_fields") or type(tree).__module__ == "torch.return_types":
-            return type(tree)(items)
-        return type(tree)(items) if isinstance(tree, tuple) else items
-    return mapping.get(id(tree), tree)

@@ -196,12 +196,22 @@ def prune_program(program, feed_names, fetch_names):
     """
     copy = program_from_dict(program_to_dict(program), trusted=True)
     block = copy.global_block()
+    # Checks of assumed input sizes (op extra "size_check") go with the
+    # inputs they read: a check of a data variable that is not fed is dropped.
+    unfed = {v.name for v in copy.data_vars() if v.name not in feed_names}
+    for op in block.ops:
+        reads, writes, _ = _effects(op, get_op_def)
+        if reads & unfed:
+            unfed |= writes
     needed = set(fetch_names)
     kept = []
     for op in reversed(block.ops):
-        if get_op_def(op.type).training_only:
+        opdef = get_op_def(op.type)
+        if opdef.training_only:
             continue
         reads, writes, side_effect = _effects(op, get_op_def)
+        if side_effect and opdef.extra.get("size_check") and reads & unfed:
+            continue
         if side_effect or writes & needed:
             kept.append(op)
             needed |= reads

@@ -111,8 +111,9 @@ class Variable:
     # -- IR view -----------------------------------------------------------
     @property
     def shape(self):
-        """The shape with -1 for every dimension known only at run time."""
-        return tuple(-1 if isinstance(d, str) else d for d in self._shape)
+        """The shape (a torch.Size, as a tensor's) with -1 for every dimension
+        known only at run time."""
+        return torch.Size(-1 if isinstance(d, str) else d for d in self._shape)
 
     @shape.setter
     def shape(self, value):

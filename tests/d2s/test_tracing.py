@@ -55,7 +55,8 @@ def test_traced_save_and_load_in_a_fresh_process(traced, tmp_path):
         "program, feeds, fetches = d2s.load_inference_model(sys.argv[1], exe)\n"
         "out, = exe.run(program, feed={feeds[0]: np.load(sys.argv[2])}, fetch_list=fetches)\n"
         "np.save(sys.argv[3], out)\n")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # This checkout's packages (the installed d2s may be another checkout); no model code.
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     subprocess.run([sys.executable, str(script), str(tmp_path / "digits"), str(tmp_path / "x.npy"),
                     str(tmp_path / "out.npy")], check=True, cwd=tmp_path, env=env)
     want = model(torch.from_numpy(x)).detach().numpy()

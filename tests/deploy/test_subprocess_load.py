@@ -81,7 +81,8 @@ def test_saved_classifier_runs_in_a_fresh_process_without_model_source(tmp_path)
     work.mkdir()
     (work / "run_model.py").write_text(SCRIPT)
     np.save(work / "images.npy", images.numpy())
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # This checkout's packages (the installed d2s may be another checkout); no model code.
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     result = subprocess.run(
         [sys.executable, "run_model.py", str(model_dir), "images.npy", "probs.npy"],
         cwd=work, env=env, capture_output=True, text=True, timeout=120)

@@ -37,11 +37,10 @@ def test_matmul_with_two_dynamic_dims():
           var tmp_0: float32[s0, s2] (stop_gradient)
           var size_0: scalar<int64> (stop_gradient)
           var size_1: scalar<bool> (stop_gradient)
-          var tmp_1: float32[s0, s2] (stop_gradient)
           tmp_0 = torch.Tensor.__matmul__(y, w)
           size_0 = size(w, 0)
           size_1 = operator.eq(size_0, 3)
-          (tmp_1,) = guard([tmp_0], [size_1], ['this program was converted for inputs where s1 == 3 (s1 = w.size(0)); an input breaks that assumption (convert again for such inputs)'])
+          check_sizes(size_1, 'this program was converted for inputs where s1 == 3 (s1 = w.size(0)); an input breaks that assumption (convert again for such inputs)')
         """)
 
 
