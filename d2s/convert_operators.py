@@ -28,6 +28,7 @@ from ops import control_flow as cf
 from ops import framework as fw
 from ops import tracer
 from ops.capture import error_at_user_line, size as _variable_size, stands_for_number
+from ops.optimizer_ops import record_optimizer_call
 from runtime.errors import ConversionError
 from runtime.optable import get_op_def
 from runtime.ir import TENSOR_ARRAY, Variable
@@ -741,6 +742,9 @@ def _call_with_packed_sizes(fn, *sizes, **kwargs):
     return fn(*sizes, **kwargs)
 
 
+_OPTIMIZERS = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
+
+
 def convert_call(fn):
     """The callable to call in place of ``fn``. Equivalent Python: ``return fn``.
 
@@ -763,6 +767,8 @@ def convert_call(fn):
         return convert_call(fn.dygraph_function)
     if isinstance(fn, types.FunctionType):
         return conversion.convert_function(fn) if _convertible(fn) else fn
+    if isinstance(fn, types.MethodType) and isinstance(fn.__self__, _OPTIMIZERS):
+        return record_optimizer_call(fn)  # opt.step() is an op of the program, not a build-time call
     if isinstance(fn, types.MethodType):
         func = fn.__func__
         if isinstance(func, StaticFunction):

@@ -12,6 +12,7 @@ from runtime.executor import Executor, check_feed_shape, run_compiled
 from runtime.io import load_inference_model, save_inference_model
 from runtime.ir import torch_dtype
 
+from .graph import Graph
 from .static_function import InputSpec, StaticFunction, declarative
 
 
@@ -39,6 +40,9 @@ def save(layer_or_function, path, input_spec=None):
     """Save the program of `layer_or_function` for the inputs `input_spec`
     describes (InputSpecs, with None for dynamic dimensions, or example
     tensors). Without `input_spec`, the program of the latest call is saved."""
+    if isinstance(layer_or_function, Graph):  # its inference part, traced in eval mode
+        with layer_or_function.serving() as part:
+            return save(part, path, input_spec)
     if isinstance(layer_or_function, TranslatedLayer):
         # Already a program (e.g. a loaded model after fine-tuning): save it as it is.
         save_inference_model(path, layer_or_function.feed_names, layer_or_function.fetch_vars, Executor(),

@@ -19,9 +19,11 @@ import warnings
 import torch
 
 from ops.capture import CaptureMode, lift
+from ops import tracer
 from ops.tracer import Tracer
 from runtime import _debug
 from runtime.executor import Executor, run_compiled
+from runtime.errors import ConversionError
 from runtime.ir import Program, Variable, dtype_name, program_guard
 
 MANY_PROGRAMS = 8
@@ -99,6 +101,10 @@ class ProgramCache:
         self._programs.clear()
 
 
+class _SymbolicArguments(Exception):
+    """A Variable among the arguments: the caller is building a program."""
+
+
 # -- argument flattening --------------------------------------------------------------
 
 def _flatten_args(value, specs, tensors):
@@ -120,6 +126,8 @@ def _flatten_args(value, specs, tensors):
         return ("dict",) + tuple((k, _flatten_args(v, specs, tensors)) for k, v in value.items())
     if isinstance(value, torch.nn.Module):
         return ("module", id(value))
+    if isinstance(value, Variable):
+        raise _SymbolicArguments
     try:
         hash(value)
         return ("value", type(value).__name__, value)
@@ -261,9 +269,28 @@ class StaticFunction:
         translator = ProgramTranslator()
         if not translator.enable_to_static:
             return self.dygraph_function(*args, **kwargs)
-        concrete, tensors = self._lookup(args, kwargs)
+        try:
+            concrete, tensors = self._lookup(args, kwargs)
+        except _SymbolicArguments:
+            return self._inline(args, kwargs)
         translator._last = self.program_cache.last = concrete
         return concrete.run(tensors)
+
+    def _inline(self, args, kwargs):
+        """Called on Variables (static code inside program_guard): run the
+        converted function on them, so its ops join the current program."""
+        hints = tracer.current().name_hints
+        for tensor_id, name in self._name_hints(args).items():
+            hints.setdefault(tensor_id, name)
+        with CaptureMode(), torch.enable_grad():
+            return _converted(self._function)(*self._full_args(args), **kwargs)
+
+    def __repr__(self):
+        owner = f" of {type(self._instance).__name__}" if self._instance is not None else ""
+        specs = f", input_spec={self._input_spec}" if self._input_spec else ""
+        n = len(self.program_cache)
+        return (f"<d2s.StaticFunction {self._function.__qualname__}{owner}{specs}, "
+                f"{n} program{'' if n == 1 else 's'} cached>")
 
     def get_concrete_program(self, *args, **kwargs):
         return self._lookup(args, kwargs)[0]
@@ -350,6 +377,11 @@ def declarative(function=None, input_spec=None):
         return lambda f: declarative(f, input_spec=input_spec)
     if isinstance(function, StaticFunction):
         return function
+    if isinstance(function, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+        raise ConversionError(
+            f"d2s.declarative({type(function).__name__}(model)): the {type(function).__name__} wrapper "
+            "synchronises gradients from Python hooks and cannot become a program; wrap the other way "
+            f"round, {type(function).__name__}(d2s.declarative(model)) (see docs/distributed.md)")
     if isinstance(function, torch.nn.Module):
         module = function
         forward = type(module).forward

@@ -131,6 +131,8 @@ class Executor:
         results = run_compiled(entry, feeds + params)
         target_scope = scope or global_scope()
         for name, value in zip(entry.written_params, results[len(fetch_names):]):
+            if scope is None and name in facts.module_copies:
+                continue  # without a scope, programs read the module's own tensors: no copy to keep
             target_scope.set(name, value)
         results = results[:len(fetch_names)]
         if return_numpy:
@@ -178,6 +180,10 @@ class _Facts:
         self.needed_feeds = sorted(data & used)
         # Feeds written in place by some op: numpy feeds share memory with
         # the caller's array, so those are copied first.
+        # Per-scope copies of module tensors a startup program makes (ops
+        # flagged `scope_init`; see ops/framework.py init_in_startup).
+        self.module_copies = {n for op in ops if get_op_def(op.type).extra.get("scope_init")
+                              for n in op.output_names}
         self.mutated_feeds = {op.input_names[0] for op in ops
                               if op.input_names and get_op_def(op.type).mutates and op.input_names[0] in data}
 
