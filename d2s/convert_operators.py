@@ -109,40 +109,30 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
         (true_fn if pred else false_fn)()
         return st.get()
     before = st.snapshot()
-    seen, specs, leaf_names = {}, {}, []
-
-    def branch(fn, side):
-        def run():
-            st.restore(before)
-            if isinstance(_raising_as_op(fn)(), cf.Unreachable):
-                return cf.Unreachable(side)
-            seen[side] = values = st.get(outputs)
-            returned = any(values[outputs.index(f)] is True for f in return_flags)
-            # Tuples and lists are flattened: the op merges their elements.
-            leaves, specs[side] = [], []
-            for k, value in enumerate(values):
-                if isinstance(value, Undefined) and (returned or outputs[k] in return_names):
-                    value = cf.Unreachable(outputs[k])  # no use after the `if` sees it
-                true_spec = specs["true"][k] if side == "false" and "true" in specs else None
-                if isinstance(value, Undefined) and true_spec is not None:
-                    value = _unflatten(iter(lambda: value, None), true_spec)
-                flat, spec = _flatten(value)
-                leaves += flat
-                specs[side].append(spec)
-                if side == "true" or "true" not in specs:
-                    leaf_names.extend([outputs[k]] * len(flat))
-            return tuple(leaves)
-        return run
-
-    try:
-        merged = cf.cond(pred, branch(true_fn, "true"), branch(false_fn, "false"),
-                         names=leaf_names, return_names=tuple(return_names))
-    except ConversionError as e:
-        detailed = _structure_error(specs, outputs) or _branch_error(seen, true_fn, false_fn, outputs,
-                                                                     return_names)
-        if detailed is None:
-            raise
-        raise detailed from e
+    tr = tracer.current()
+    # Outputs carried as one tensor array: a list that a tensor loop in one
+    # branch turned into an array is turned into one in the other branch too.
+    arrays = set()
+    while True:
+        mark = tr.mark()
+        seen, specs, leaf_names = {}, {}, []
+        branches = [_branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names,
+                            return_names, return_flags)
+                    for fn, side in ((true_fn, "true"), (false_fn, "false"))]
+        try:
+            merged = cf.cond(pred, *branches, names=leaf_names, return_names=tuple(return_names))
+        except ConversionError as e:
+            became_arrays = _lists_become_arrays(seen, arrays)
+            if became_arrays:
+                tr.rollback(mark)
+                arrays |= became_arrays
+                continue
+            detailed = _structure_error(specs, outputs) or _branch_error(seen, true_fn, false_fn, outputs,
+                                                                         return_names)
+            if detailed is None:
+                raise
+            raise detailed from e
+        break
     st.restore(before)
     if isinstance(merged, cf.Unreachable):  # both branches raise: nothing after the `if` runs
         return st.get()
@@ -153,6 +143,47 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     merged = tuple(_unflatten(leaves, spec) for spec in specs.get("true", specs.get("false")))
     st.set(merged, outputs)
     return st.get()
+
+
+def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, return_names, return_flags):
+    """The function `cf.cond` traces for one side: run the branch from the
+    state `before`, then return its outputs flattened (tuples and lists are
+    flattened: the op merges their elements), except the outputs in `arrays`,
+    which are tensor arrays. A value no later use can see (the branch
+    returned, or it is the return value and undefined) is `Unreachable`; a
+    branch that raises yields one `Unreachable` for all its values."""
+    def run():
+        st.restore(before)
+        if isinstance(_raising_as_op(fn)(), cf.Unreachable):
+            return cf.Unreachable(side)
+        seen[side] = values = st.get(outputs)
+        returned = any(values[outputs.index(f)] is True for f in return_flags)
+        leaves, specs[side] = [], []
+        for k, value in enumerate(values):
+            if k in arrays and type(value) is list:
+                value = _loop_init(value)
+            if isinstance(value, Undefined) and (returned or outputs[k] in return_names):
+                value = cf.Unreachable(outputs[k])
+            true_spec = specs["true"][k] if side == "false" and "true" in specs else None
+            if isinstance(value, Undefined) and true_spec is not None:
+                value = _unflatten(iter(lambda: value, None), true_spec)
+            flat, spec = _flatten(value)
+            leaves += flat
+            specs[side].append(spec)
+            if side == "true" or "true" not in specs:
+                leaf_names.extend([outputs[k]] * len(flat))
+        return tuple(leaves)
+    return run
+
+
+def _lists_become_arrays(seen, arrays):
+    """Outputs that are a Python list in one branch and a tensor array in the other."""
+    if "true" not in seen or "false" not in seen:
+        return set()
+    def kind(value):
+        return "list" if type(value) is list else "array" if _is_var(value) and value.kind == TENSOR_ARRAY else None
+    return {k for k, (a, b) in enumerate(zip(seen["true"], seen["false"]))
+            if k not in arrays and {kind(a), kind(b)} == {"list", "array"}}
 
 
 def _flatten(value):
@@ -587,10 +618,11 @@ _CASTS = {int: torch.int64, float: torch.float32, bool: torch.bool}
 
 def convert_cast(value, kind):
     """``kind(value)`` for ``kind`` in int/float/bool; a cast to a 0-d tensor
-    for a graph tensor (float -> float32, int -> int64)."""
+    for a graph tensor (float -> float32, int -> int64). Detached: eagerly the
+    result is a Python number, which carries no gradient."""
     if not _is_var(value):
         return kind(value)
-    out = fw.cast(value, _CASTS[kind])
+    out = fw.cast(value.detach(), _CASTS[kind])
     out = out if out.shape == () else out.reshape(())
     out.python_number = True
     return out
