@@ -9,6 +9,7 @@ Program with op capture on, and compiles the result. On a hit it only calls
 the compiled program: no Python-level model code runs at all.
 """
 
+import collections
 import functools
 import inspect
 import re
@@ -25,8 +26,14 @@ from runtime import _debug
 from runtime.executor import Executor, run_compiled
 from runtime.errors import ConversionError
 from runtime.ir import Program, Variable, dtype_name, program_guard
+from runtime.passes import check_level
+
+from . import module_watch
 
 MANY_PROGRAMS = 8
+# Programs one StaticFunction keeps (per bound instance) before evicting the
+# least recently used; `fn.program_cache.max_size = n` changes one cache.
+PROGRAM_CACHE_SIZE = 64
 
 
 class InputSpec:
@@ -62,27 +69,39 @@ class ConcreteProgram:
     """One traced program: its feeds (in argument order), its outputs (the
     returned structure with Variables in it), and the compiled function."""
 
-    def __init__(self, main_program, startup_program, inputs, outputs, fetch_vars, out_tree):
+    def __init__(self, main_program, startup_program, inputs, outputs, fetch_vars, out_tree, optimize="default"):
         self.main_program = main_program
         self.startup_program = startup_program
         self.inputs = inputs
         self.outputs = outputs
         self.fetch_vars = fetch_vars
         self.out_tree = out_tree
-        self.compiled = Executor().compiled(main_program, [v.name for v in inputs], [v.name for v in fetch_vars])
-        self._bound = main_program.bound
+        self.optimize = optimize
+        self.compiled = Executor().compiled(main_program, [v.name for v in inputs], [v.name for v in fetch_vars],
+                                            optimize)
+        self._params_version = None
+        self._params = ()
+        # A single returned tensor (the common case) needs no tree rebuild.
+        self._single = out_tree == ("fetch", 0)
 
     def run(self, tensors):
-        params = [self._bound[n] for n in self.compiled.param_names]
-        results = run_compiled(self.compiled, list(tensors) + params)
-        return _rebuild(self.out_tree, results)
+        program = self.main_program
+        if self._params_version != program._version:
+            # Bound tensors change only through Program.bind, which bumps the version.
+            self._params = [program.bound[n] for n in self.compiled.param_names]
+            self._params_version = program._version
+        results = run_compiled(self.compiled, [*tensors, *self._params])
+        return results[0] if self._single else _rebuild(self.out_tree, results)
 
 
 class ProgramCache:
-    """Concrete programs of one StaticFunction, by cache key."""
+    """Concrete programs of one StaticFunction, by cache key, least recently
+    used first; past `max_size` programs (default `PROGRAM_CACHE_SIZE`) the
+    least recently used one is dropped."""
 
-    def __init__(self):
-        self._programs = {}
+    def __init__(self, max_size=None):
+        self._programs = collections.OrderedDict()
+        self.max_size = PROGRAM_CACHE_SIZE if max_size is None else max_size
         self.last = None
 
     def __len__(self):
@@ -92,13 +111,20 @@ class ProgramCache:
         return iter(self._programs.values())
 
     def get(self, key):
-        return self._programs.get(key)
+        concrete = self._programs.get(key)
+        if concrete is not None:
+            self._programs.move_to_end(key)
+        return concrete
 
     def put(self, key, concrete):
         self._programs[key] = concrete
+        while len(self._programs) > max(1, self.max_size):
+            self._programs.popitem(last=False)
 
     def clear(self):
+        """Drop every program (the next call builds anew)."""
         self._programs.clear()
+        self.last = None
 
 
 class _SymbolicArguments(Exception):
@@ -119,7 +145,8 @@ def _flatten_args(value, specs, tensors):
                 raise ValueError(f"tensor argument {len(tensors) - 1} has shape {list(value.shape)} and dtype "
                                  f"{dtype_name(value.dtype)}, which does not match {spec}")
             return spec.key() + (value.device.type,)
-        return ("tensor", tuple(value.shape), value.dtype, value.device.type, value.requires_grad)
+        # torch.Size hashes and compares as the tuple of its sizes.
+        return ("tensor", value.shape, value.dtype, value.device, value.requires_grad)
     if isinstance(value, (list, tuple)):
         return (type(value).__name__,) + tuple(_flatten_args(v, specs, tensors) for v in value)
     if isinstance(value, dict):
@@ -196,13 +223,17 @@ def _converted(fn):
 class StaticFunction:
     """A function or method whose calls run as static programs."""
 
-    def __init__(self, function, input_spec=None, instance=None):
+    def __init__(self, function, input_spec=None, instance=None, optimize=None):
         self._function = function
+        # None: the translator's level (ProgramTranslator().optimize).
+        self._optimize = None if optimize is None else check_level(optimize)
         self._instance = instance
         self._input_spec = list(input_spec) if input_spec is not None else None
         self._specs = dict(enumerate(self._input_spec)) if self._input_spec else None
         self.program_cache = ProgramCache()
         self._bound = {}
+        self._flags_generation = None
+        self._flags = ()
         self._lock = threading.RLock()
         functools.update_wrapper(self, function)
         try:
@@ -220,7 +251,7 @@ class StaticFunction:
         key = id(instance)
         bound = self._bound.get(key)
         if bound is None or bound._instance is not instance:
-            bound = StaticFunction(self._function, self._input_spec, instance)
+            bound = StaticFunction(self._function, self._input_spec, instance, self._optimize)
             self._bound[key] = bound
         return bound
 
@@ -234,11 +265,6 @@ class StaticFunction:
     def _full_args(self, args):
         return ((self._instance,) + tuple(args)) if self._instance is not None else tuple(args)
 
-    def _modules(self, args):
-        for v in (self._instance,) + tuple(args):
-            if isinstance(v, torch.nn.Module):
-                yield from v.modules()
-
     def _normalize(self, args, kwargs):
         """Arguments as (positional, keyword) with defaults filled in, so that
         `f(x)` and `f(x, 2)` with a default of 2 share one program."""
@@ -250,11 +276,38 @@ class StaticFunction:
         return tuple(full), dict(bound.kwargs)
 
     def cache_key(self, args, kwargs):
+        """(key, tensors): runs on every call, so it builds nothing but the key."""
         tensors = []
-        key = (_flatten_args(tuple(args), self._specs, tensors),
-               _flatten_args(kwargs, None, tensors) if kwargs else (),
-               tuple(m.training for m in self._modules(args)))
-        return key, tensors
+        stale = self._flags_generation != module_watch._generation[0]
+        if self._specs is None:
+            # The common case, flat: a top-level tensor's key is its 4-tuple.
+            parts = []
+            for v in args:
+                if isinstance(v, torch.Tensor):
+                    tensors.append(v)
+                    parts.append((v.shape, v.dtype, v.device, v.requires_grad))
+                else:
+                    stale = stale or isinstance(v, torch.nn.Module)
+                    parts.append(_flatten_args(v, None, tensors))
+            args_key = tuple(parts)
+        else:
+            stale = stale or any(isinstance(v, torch.nn.Module) for v in args)
+            args_key = _flatten_args(tuple(args), self._specs, tensors)
+        if kwargs:
+            stale = stale or any(isinstance(v, torch.nn.Module) for v in kwargs.values())
+        if stale:
+            self._refresh_training_flags(args, kwargs)
+        level = self._optimize or (ProgramTranslator._instance or ProgramTranslator())._optimize
+        return (args_key, _flatten_args(kwargs, None, tensors) if kwargs else (), self._flags, level), tensors
+
+    def _refresh_training_flags(self, args, kwargs):
+        """Re-read the `training` flag of every module involved (the
+        instance's tree, then modules passed as arguments). Between refreshes
+        the flags are cached: `module_watch` says when some module's flag or
+        submodules changed."""
+        self._flags_generation = module_watch._generation[0]
+        self._flags = tuple(m.training for v in (self._instance, *args, *kwargs.values())
+                            if isinstance(v, torch.nn.Module) for m in v.modules())
 
     def _lookup(self, args, kwargs):
         """(the concrete program for these arguments, their tensors), built on a miss."""
@@ -266,13 +319,18 @@ class StaticFunction:
         return concrete, tensors
 
     def __call__(self, *args, **kwargs):
-        translator = ProgramTranslator()
+        translator = ProgramTranslator._instance or ProgramTranslator()
         if not translator.enable_to_static:
             return self.dygraph_function(*args, **kwargs)
+        if kwargs or len(args) != self._n_positional:
+            args, kwargs = self._normalize(args, kwargs)
         try:
-            concrete, tensors = self._lookup(args, kwargs)
+            key, tensors = self.cache_key(args, kwargs)
         except _SymbolicArguments:
             return self._inline(args, kwargs)
+        concrete = self.program_cache.get(key)
+        if concrete is None:
+            concrete = self._build(key, args, kwargs)
         translator._last = self.program_cache.last = concrete
         return concrete.run(tensors)
 
@@ -337,7 +395,7 @@ class StaticFunction:
                 fetch = []
                 out_tree = _output_tree(out, fetch)
             main.verify()
-            concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree)
+            concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree, key[-1])
             self.program_cache.put(key, concrete)
             if len(self.program_cache) == MANY_PROGRAMS:
                 warnings.warn(
@@ -380,11 +438,17 @@ def data_parallel_message(wrapper):
             "call it outside declarative code (see docs/distributed.md)")
 
 
-def declarative(function=None, input_spec=None):
+def declarative(function=None, input_spec=None, optimize=None):
     """Run `function` as a static program (a decorator; also takes a method,
-    or an `nn.Module` instance whose `forward` it converts in place)."""
+    or an `nn.Module` instance whose `forward` it converts in place).
+
+    `optimize`: "default" (results bit-identical to eager on CPU) or "fast"
+    (fused RNN loops and other rewrites exact up to floating-point rounding;
+    see docs/performance.md); None follows `ProgramTranslator().optimize`."""
+    if optimize is not None:
+        check_level(optimize)
     if function is None:
-        return lambda f: declarative(f, input_spec=input_spec)
+        return lambda f: declarative(f, input_spec=input_spec, optimize=optimize)
     if isinstance(function, StaticFunction):
         return function
     if isinstance(function, DATA_PARALLEL):
@@ -395,14 +459,14 @@ def declarative(function=None, input_spec=None):
         forward = type(module).forward
         if isinstance(forward, StaticFunction):
             return module
-        static = StaticFunction(forward, input_spec, instance=module)
+        static = StaticFunction(forward, input_spec, instance=module, optimize=optimize)
         object.__setattr__(module, "forward", static)
         return module
     if inspect.ismethod(function):
-        return StaticFunction(function.__func__, input_spec, instance=function.__self__)
+        return StaticFunction(function.__func__, input_spec, instance=function.__self__, optimize=optimize)
     if not callable(function):
         raise TypeError(f"declarative expects a function, a method or an nn.Module, got {type(function).__name__}")
-    return StaticFunction(function, input_spec)
+    return StaticFunction(function, input_spec, optimize=optimize)
 
 
 to_static = declarative
@@ -417,6 +481,7 @@ class ProgramTranslator:
         if cls._instance is None:
             self = super().__new__(cls)
             self.enable_to_static = True
+            self._optimize = "default"
             self._last = None
             cls._instance = self
         return cls._instance
@@ -426,6 +491,16 @@ class ProgramTranslator:
         if not isinstance(enable_to_static, bool):
             raise TypeError("enable() takes a bool")
         self.enable_to_static = enable_to_static
+
+    @property
+    def optimize(self):
+        """The optimisation level of declarative functions that do not name
+        one: "default" or "fast" (settable)."""
+        return self._optimize
+
+    @optimize.setter
+    def optimize(self, level):
+        self._optimize = check_level(level)
 
     @staticmethod
     def _static(fn):

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from . import _debug
+from . import passes
 from .codegen import compile_program
 from .errors import OpRuntimeError
 from .ir import Program, Variable, default_main_program
@@ -88,17 +89,21 @@ class Executor:
         self.place = place or CPUPlace()
 
     # -- compilation ------------------------------------------------------------------
-    def compiled(self, program, feed_names, fetch_names):
-        """The CompiledBlock for these feeds/fetches, built once per program version."""
+    def compiled(self, program, feed_names, fetch_names, optimize="default"):
+        """The CompiledBlock for these feeds/fetches, built once per program
+        version: the program is rewritten by the passes of level `optimize`
+        (see `passes`; the program itself is not changed), then compiled."""
         trace = _debug.level() >= 3
-        key = (program._version, tuple(feed_names), tuple(fetch_names), trace)
+        key = (program._version, tuple(feed_names), tuple(fetch_names), trace, optimize)
         cache = program.__dict__.setdefault("_compiled", {})
         entry = cache.get(key)
         if entry is None:
             if len(cache) > 64:
                 cache.clear()
-            entry = compile_program(program, feed_names, fetch_names, get_op_def,
+            optimized, fetches = passes.optimize(program, feed_names, fetch_names, optimize)
+            entry = compile_program(optimized, feed_names, fetches, get_op_def,
                                     _trace_op if trace else None)
+            entry.fetch_names = list(fetch_names)
             cache[key] = entry
             if _debug.level() >= 2:
                 print(f"[d2s] compiled program:\n{entry.source}", file=sys.stderr)
