@@ -786,7 +786,7 @@ def convert_call(fn):
     standard library, d2s itself, classes, C functions) is returned as it is.
     """
     from . import conversion
-    from .static_function import StaticFunction
+    from .static_function import DATA_PARALLEL, StaticFunction, data_parallel_message
     try:
         mapped = _BUILTINS.get(fn)
     except TypeError:  # unhashable callable
@@ -799,6 +799,9 @@ def convert_call(fn):
         return convert_call(fn.dygraph_function)
     if isinstance(fn, types.FunctionType):
         return conversion.convert_function(fn) if _convertible(fn) else fn
+    if isinstance(fn, DATA_PARALLEL):  # its per-step Python bookkeeping would run once, at build time
+        raise error_at_user_line(f"calling a {type(fn).__name__} module inside declarative code: "
+                                 + data_parallel_message(fn))
     if isinstance(fn, types.MethodType) and isinstance(fn.__self__, _OPTIMIZERS):
         return record_optimizer_call(fn)  # opt.step() is an op of the program, not a build-time call
     if isinstance(fn, types.MethodType):
