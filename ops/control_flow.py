@@ -32,7 +32,11 @@ from .registry import OpDef, register
 
 
 class Undefined:
-    """Stands for a name that has no value yet at this point of the program."""
+    """Stands for a name that has no value yet at this point of the program.
+
+    Using it in any way (arithmetic, comparison, attributes, truth, calls,
+    iteration) raises Python's own ``UnboundLocalError`` for the name, as
+    reading the unbound local would."""
 
     def __init__(self, name):
         self.name = name
@@ -40,14 +44,53 @@ class Undefined:
     def __repr__(self):
         return f"Undefined({self.name!r})"
 
+    def unbound(self, *args, **kwargs):
+        raise UnboundLocalError(f"cannot access local variable '{self.name}' where it is not associated "
+                                "with a value")
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        self.unbound()
+
+    __bool__ = __call__ = __iter__ = __len__ = __getitem__ = __setitem__ = __neg__ = __invert__ = unbound
+    __lt__ = __le__ = __gt__ = __ge__ = unbound
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = unbound
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = __matmul__ = __rmatmul__ = unbound
+    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = unbound
+    __torch_function__ = classmethod(lambda cls, func, types, args=(), kwargs=None: _unbound_in(args, kwargs))
+
+
+def _unbound_in(args, kwargs):
+    for value in list(args) + list((kwargs or {}).values()):
+        if isinstance(value, Undefined):
+            value.unbound()
+    return NotImplemented
+
+
+class Unreachable(Undefined):
+    """A branch value that no run reaches the merge with: the branch raises
+    (then a branch function returns one ``Unreachable`` for all its values),
+    or it has returned from the function, so a later use never sees it. The
+    merged value is the other branch's."""
+
 
 def _tensor_like(value):
     return isinstance(value, (Variable, torch.Tensor) + SYMBOLIC_TYPES) or (
         isinstance(value, (int, float, bool)) and not isinstance(value, Undefined))
 
 
-def _label(names, i):
-    return f"'{names[i]}'" if names and i < len(names) else f"output {i}"
+def _label(names, i, return_names=()):
+    """How a message names output ``i``: the user's variable, or "the
+    returned value" for the compiler's lowered return value."""
+    if not names or i >= len(names):
+        return f"output {i}"
+    return "the returned value" if names[i] in return_names else f"'{names[i]}'"
+
+
+def _line(lines, name, side):
+    line = (lines or {}).get(name, (None, None))[0 if side == "true" else 1]
+    return f"line {line}" if line is not None else "its value from before the `if`"
 
 
 def _flatten(value):
@@ -113,20 +156,28 @@ register(OpDef("cond", emit=_emit_cond, inputs=("Cond", "X"), outputs=("Out",),
                attrs=("true_block", "false_block", "true_outs", "false_outs")))
 
 
-def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, origin):
+def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines):
     """The parent-level value for output i given each branch's value, plus
     the names each branch yields (None when no op output is needed)."""
-    label = _label(names, i)
+    label = _label(names, i, return_names)
+    name = names[i] if names and i < len(names) else None
+    if isinstance(a, Unreachable) or isinstance(b, Unreachable):
+        live, dead_block = (b, tblock) if isinstance(a, Unreachable) else (a, fblock)
+        if isinstance(live, Undefined) or not _tensor_like(live):
+            return live, None  # only the live branch goes on: its Python value, as it is
+        with tr.block_guard(dead_block):
+            filler = framework.zeros_placeholder(_as_var(live))
+        a, b = (filler, b) if isinstance(a, Unreachable) else (a, filler)
     a_undef, b_undef = isinstance(a, Undefined), isinstance(b, Undefined)
     if a_undef and b_undef:
         return a, None
     if a_undef or b_undef:
-        name = names[i] if names and i < len(names) else None
         if name not in return_names:
-            side = "true" if b_undef else "false"
+            side, other = ("true", "false") if b_undef else ("false", "true")
             raise error_at_user_line(
-                f"{label} is assigned only in the {side} branch of this `if` on a tensor and is not "
-                f"defined before it, but it is used afterwards; assign it before the `if` or in both branches")
+                f"{label} is assigned in the {side} branch ({_line(lines, name, side)}) but not in the {other} "
+                "branch of the `if` on a tensor at this line, and is not defined before it; assign it "
+                "before the if or in both branches")
         defined = b if a_undef else a
         placeholder_block = tblock if a_undef else fblock
         with tr.block_guard(placeholder_block):
@@ -137,9 +188,15 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, origi
         if a is b or (type(a) is type(b) and not _tensor_like(a) and a == b):
             return a, None  # the same Python value either way
         if a is None or b is None:
+            if name in return_names:
+                raise error_at_user_line(
+                    "the function returns a tensor on some paths and None on others (the `if` on a tensor "
+                    "at this line decides which); return a tensor on every path")
+            none, tensor = ("true", "false") if a is None else ("false", "true")
             raise error_at_user_line(
-                f"{label} is a tensor in one branch of this `if` on a tensor and None in the other; "
-                "give it a tensor value in both branches")
+                f"{label} is a tensor in the {tensor} branch ({_line(lines, name, tensor)}) but None in the "
+                f"{none} branch ({_line(lines, name, none)}) of the `if` on a tensor at this line; give it a "
+                "tensor value in both branches")
         raise error_at_user_line(
             f"{label} is a Python {type(a).__name__} in one branch and a {type(b).__name__} in the other "
             "branch of an `if` on a tensor; only tensors and numbers can differ between branches")
@@ -186,15 +243,18 @@ def _merge_arrays(label, va, vb, tr, names, i):
     return out, (va.name, vb.name)
 
 
-def cond(pred, true_fn, false_fn, names=None, return_names=()):
+def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None):
     """`true_fn() if pred else false_fn()`; a graph `cond` op when `pred` is a Variable.
 
     Each branch returns a value or a tuple/list of values. With a Variable
     `pred` both branches are traced; tensor/number pairs merge into new
     Variables (dimensions that differ become -1), equal Python values pass
     through, and anything else is a ConversionError naming the output
-    (`names[i]`). A value undefined in one branch becomes a zeros placeholder
-    only when its name is in `return_names`.
+    (`names[i]`; `lines[name]` gives the lines where each branch assigns
+    it). A value undefined in one branch becomes a zeros placeholder
+    only when its name is in `return_names`, and so does an `Unreachable`
+    value (a branch may return one `Unreachable` for all its values: it ends
+    in a `raise` op).
     """
     pred = graph_condition(pred)  # a comparison of run-time sizes decides at run time
     if not isinstance(pred, Variable):
@@ -213,12 +273,16 @@ def cond(pred, true_fn, false_fn, names=None, return_names=()):
         f_out = false_fn()
     t_leaves, t_spec = _flatten(t_out)
     f_leaves, f_spec = _flatten(f_out)
+    if isinstance(t_out, Unreachable):  # the true branch raises: the false branch's structure
+        t_leaves, t_spec = [t_out] * len(f_leaves), f_spec
+    if isinstance(f_out, Unreachable):
+        f_leaves, f_spec = [f_out] * len(t_leaves), t_spec
     if t_spec != f_spec:
         raise error_at_user_line(
             f"the branches of an `if` on a tensor return different structures ({t_spec} vs {f_spec})")
     merged, outs, t_names, f_names = [], [], [], []
     for i, (a, b) in enumerate(zip(t_leaves, f_leaves)):
-        value, yielded = _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, origin)
+        value, yielded = _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines)
         merged.append(value)
         if yielded is not None:
             outs.append(value)
@@ -318,7 +382,7 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
             name = names[i] if names and i < len(names) else None
             specs.append(None if name in return_names else "undefined")
         elif _is_loop_carried(v):
-            specs.append(_Spec(v, _label(names, i)))
+            specs.append(_Spec(v, _label(names, i, return_names)))
         else:
             specs.append("constant")  # a Python object the loop must not change
     for _attempt in range(6):
@@ -345,7 +409,7 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
             new = list(body_fn(*args))
         changed = False
         for i, (v, spec) in enumerate(zip(new, specs)):
-            label = _label(names, i)
+            label = _label(names, i, return_names)
             if spec == "constant":
                 if v is not values[i]:
                     raise error_at_user_line(f"loop variable {label} is a Python {type(values[i]).__name__} that the "
