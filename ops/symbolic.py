@@ -140,7 +140,8 @@ class Shapes:
                 # symbol to it (broadcasting, strides): trace with 2 instead.
                 hint = max(hints[i], 2) if hints is not None else 8
                 s = self.new_symbol(hint, f"{var.name}.size({i})")
-                self.sources[s.node.expr] = (var, i)
+                if var.kind != TENSOR_ARRAY:  # an array's shape is its elements'
+                    self.sources[s.node.expr] = (var, i)
                 dims[i] = self.text(s)
         var.shape = dims
 
@@ -174,7 +175,7 @@ class Shapes:
         s = self._symints.get(text)
         if s is None:
             s = self.new_symbol(8, f"{getattr(var, 'name', '?')}.size({dim})")
-            if var is not None:
+            if var is not None and var.kind != TENSOR_ARRAY:
                 self.sources[s.node.expr] = (var, dim)
         return s
 
