@@ -7,7 +7,10 @@ Both run in the same process, interleaved, median of several rounds after a
 warm-up; the ratio is what to read (the machines are noisy).
 """
 
+import os
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -44,7 +47,45 @@ def conversion_time(model_cls, *args):
     return eager, static, time.perf_counter() - start
 
 
+def _cold_models():
+    """name -> (make the declarative model, its first call's arguments)."""
+    def quickstart():
+        from quickstart import GatedRefiner
+        return d2s.declarative(GatedRefiner()), (torch.randn(4, 8),)
+
+    def tagger():
+        return declarative_copy(LSTMTagger, LSTMTagger()), (torch.randint(0, 50, (8, 32)), torch.tensor(32))
+
+    def decoder():
+        return declarative_copy(GreedyDecoder, GreedyDecoder()), (torch.randn(8, 32), torch.tensor(24))
+
+    return {"quickstart GatedRefiner": quickstart, "LSTM tagger": tagger, "greedy decoder": decoder}
+
+
+def cold_conversion(name):
+    """In this (fresh) process: the first conversion's time for model `name`."""
+    torch.manual_seed(0)
+    static, args = _cold_models()[name]()
+    start = time.perf_counter()
+    static(*args)
+    print(f"{time.perf_counter() - start:.4f}")
+
+
+def cold_conversion_times():
+    """Each model's first conversion, each in a fresh interpreter (torch and
+    d2s imported, nothing converted yet): what a user's first call costs."""
+    times = {}
+    for name in _cold_models():
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--cold", name], check=True,
+                             capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(__file__)))
+        times[name] = float(out.stdout.split()[-1])
+    return times
+
+
 def main():
+    print("first conversion in a fresh process (cold):")
+    for name, seconds in cold_conversion_times().items():
+        print(f"  {name:24s} {seconds * 1e3:7.1f} ms")
     torch.set_num_threads(1)
     tokens = torch.randint(0, 50, (8, 32))
     length = torch.tensor(32)
@@ -52,7 +93,7 @@ def main():
     h = torch.randn(8, 32)
     max_len = torch.tensor(24)
     decoder, static_decoder, t2 = conversion_time(GreedyDecoder, h, max_len)
-    print("conversion + tracing + compilation (first call):")
+    print("conversion + tracing + compilation (first call, warm process):")
     print(f"  LSTM tagger      {t1 * 1e3:7.1f} ms")
     print(f"  greedy decoder   {t2 * 1e3:7.1f} ms")
     for grad in (False, True):
@@ -65,4 +106,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 3 and sys.argv[1] == "--cold":
+        cold_conversion(sys.argv[2])
+    else:
+        main()

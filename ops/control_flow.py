@@ -216,7 +216,7 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines
         raise error_at_user_line(
             f"{label} has shape {list(va.shape)} in the true branch but {list(vb.shape)} in the false "
             "branch of an `if` on a tensor; the ranks must agree")
-    shape = tuple(x if x == y else -1 for x, y in zip(va.shape, vb.shape))
+    shape = tuple(x if x == y else -1 for x, y in zip(va.dims, vb.dims))
     parent = tr.block
     out = parent.create_var(name=tr.program.unique_name(names[i] if names and i < len(names) else "cond_out"),
                             shape=shape, dtype=va.dtype, kind=va.kind,
@@ -235,7 +235,7 @@ def _merge_arrays(label, va, vb, tr, names, i):
             f"{vb.dtype_name}{list(vb.shape)} elements in the false branch of an `if` on a tensor; "
             "append tensors of one rank and dtype on every path")
     ref = known[0] if known else va
-    shape = tuple(x if x == y else -1 for x, y in zip(va.shape, vb.shape)) if len(known) == 2 else ref.shape
+    shape = tuple(x if x == y else -1 for x, y in zip(va.dims, vb.dims)) if len(known) == 2 else ref.dims
     out = tr.block.create_var(name=tr.program.unique_name(names[i] if names and i < len(names) else "cond_out"),
                               shape=shape, dtype=ref.dtype, kind=TENSOR_ARRAY,
                               stop_gradient=va.stop_gradient and vb.stop_gradient)
@@ -325,7 +325,8 @@ class _Spec:
         self.name = name
         self.python_number = isinstance(value, (int, float, bool)) and not isinstance(value, torch.Tensor)
         self.kind = value.kind if isinstance(value, Variable) else (TENSOR_ARRAY if isinstance(value, list) else "tensor")
-        self.shape = tuple(value.shape) if isinstance(value, (Variable, torch.Tensor)) else ()
+        self.shape = (tuple(value.dims) if isinstance(value, Variable) else tuple(value.shape)
+                      if isinstance(value, torch.Tensor) else ())
         if isinstance(value, (Variable, torch.Tensor)):
             self.dtype = value.dtype
         elif self.python_number:
@@ -425,7 +426,7 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
                 with tr.block_guard(body):
                     probe = _as_var(v)
                 specs[i] = _Spec(probe, label)
-                specs[i].shape = tuple(1 if d == -1 else d for d in probe.shape)
+                specs[i].shape = tuple(1 if d == -1 else d for d in probe.dims)
                 changed = True
                 continue
             if isinstance(v, Undefined) or v is None:
@@ -440,7 +441,7 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
                 raise error_at_user_line(f"loop variable {label} changes from a {spec.kind} to a {nv.kind} in the loop")
             if spec.kind == TENSOR_ARRAY and not spec.elem_known:
                 if getattr(nv, "elem_known", False):
-                    spec.shape, spec.dtype, spec.elem_known = nv.shape, nv.dtype, True
+                    spec.shape, spec.dtype, spec.elem_known = nv.dims, nv.dtype, True
                     changed = True
                 continue
             if nv.dtype != spec.dtype:
@@ -455,7 +456,7 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
                 raise error_at_user_line(
                     f"loop variable {label} has shape {list(spec.shape)} before the loop but {list(nv.shape)} "
                     "after one iteration; its rank must stay the same")
-            relaxed = tuple(a if a == b else -1 for a, b in zip(spec.shape, nv.shape))
+            relaxed = tuple(a if a == b else -1 for a, b in zip(spec.shape, nv.dims))
             if relaxed != spec.shape:
                 spec.shape = relaxed
                 changed = True

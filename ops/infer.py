@@ -16,6 +16,7 @@ dimensions that depend on it are symbols too.
 """
 
 import contextlib
+import warnings
 
 import torch
 
@@ -157,7 +158,8 @@ def _same_shape_at(fn, args, kwargs, inputs, shapes, factory, result, sym, size)
     try:
         concrete = [x if v.kind == SCALAR else torch.empty(x, dtype=v.dtype, device="meta")
                     for v, x in zip(inputs, values)]
-        with torch._C.DisableTorchFunction():
+        with torch._C.DisableTorchFunction(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. mse_loss's broadcasting warning at the probed size
             real = _call(fn, args, kwargs, concrete, factory, "meta")
     except Exception:  # noqa: BLE001 - no meta kernel, or the op refuses that size: keep the check
         return False

@@ -498,7 +498,55 @@ def _stack(g, op, block):
 @lowering("fill_constant")
 def _fill_constant(g, op, block):
     c = Call(g, op, block, ["value", "dtype"])
+    if isinstance(c["value"], Value):  # a run-time size as a 0-d tensor
+        return c.tensor(c["value"], c.out().dtype_name)
     return g.const(c.constant("value"), c.out().dtype_name)
+
+
+# -- run-time sizes (SCALAR variables: 0-d tensors in ONNX) -----------------------------------
+
+@lowering("size")
+def _size(g, op, block):
+    c = Call(g, op, block, ["input", "dim"])
+    return g.node("Gather", [g.node("Shape", [c["input"].name]), g.const(c.constant("dim"), "int64")], axis=0)
+
+
+def _scalar(onnx_op, fn_names, compare=False):
+    @lowering(*fn_names)
+    def lower(g, op, block):
+        c = Call(g, op, block, ["a", "b"])
+        dtype = "bool" if onnx_op in ("And", "Or") else "int64"
+        out = g.node(onnx_op, [c.tensor(c["a"], dtype), c.tensor(c["b"], dtype)])
+        return out
+    return lower
+
+
+# Sizes are >= 0, so ONNX's truncating integer Div is Python's floor division here.
+for _onnx, _fn in [("Add", "add"), ("Sub", "sub"), ("Mul", "mul"), ("Div", "floordiv"), ("Mod", "mod"),
+                   ("Pow", "pow"), ("Equal", "eq"), ("Less", "lt"), ("LessOrEqual", "le"), ("Greater", "gt"),
+                   ("GreaterOrEqual", "ge"), ("And", "and_"), ("Or", "or_")]:
+    _scalar(_onnx, ["operator." + _fn])
+_scalar("Max", ["builtins.max"])
+_scalar("Min", ["builtins.min"])
+
+
+@lowering("operator.ne")
+def _scalar_ne(g, op, block):
+    return g.node("Not", [LOWERINGS["operator.eq"](g, op, block)])
+
+
+@lowering("operator.not_", "operator.neg")
+def _scalar_unary(g, op, block):
+    c = Call(g, op, block, ["a"])
+    if op.type == "operator.neg":
+        return g.node("Neg", [c.tensor(c["a"], "int64")])
+    return g.node("Not", [c.tensor(c["a"], "bool")])
+
+
+@lowering("check_sizes")
+def _check_sizes(g, op, block):
+    raise op_error(op, "the program checks an assumption about input sizes at run time, which ONNX cannot "
+                       "express; export it for inputs whose sizes decide nothing (or with static shapes)")
 
 
 @lowering("cast")
