@@ -15,7 +15,8 @@ nested ``if``/``elif``/``else`` on tensors and on Python values, ternaries,
 ``else``, early ``return`` in branches and loops, Python accumulators, list
 ``append`` then ``torch.stack``/``len``, tensors grown with ``torch.cat``,
 augmented assignment, in-place ops and calls to helper functions that have
-control flow of their own.
+control flow of their own, `int()`/`float()` of tensors, `len`/`.shape`,
+`assert`s that hold, and `zip`.
 
 `generate(seed)` is deterministic: the same seed gives the same program on
 every machine. The tree keeps what the runner and the minimiser need: which
@@ -78,7 +79,9 @@ ASSIGNS = [
     "b = b * {s} + 1.0", "a, b = b, a", "t = a.sum()", "t = t + b.max()", "a = torch.where(a > {c}, a, b)",
     "b = torch.sort(a).values", "a = a + t", "b = torch.maximum(a, b) - {c}",
 ]
-PY_ASSIGNS = ["k = k + 1", "k += 2", "s = s + {c}", "s = s * {s}", "s += float(a.max())", "k = k * 2 if k < 4 else k - 1"]
+PY_ASSIGNS = ["k = k + 1", "k += 2", "s = s + {c}", "s = s * {s}", "s += float(a.max())", "k = k * 2 if k < 4 else k - 1",
+              "k = k + int(n)", "k = k + len(m) + x.shape[0]", "assert len(ys) > 0, 'ys is empty'",
+              "assert (a.abs() >= 0).all(), 'a has a negative magnitude'"]
 AUG = ["a += b", "b *= {s}", "t += a.sum()", "a -= {c}"]
 INPLACE = ["acc.add_(a)", "acc.mul_({s})", "acc.add_(b * {s})"]
 TERNARY = ["b = b * {s} if a.sum() > {c} else b + 1.0", "a = a - 1.0 if t < {c} else a * {s}",
@@ -313,7 +316,7 @@ class _Generator:
     def if_stmt(self, tensor, depth, in_loop, targets, branch):
         r = self.rng
         test = self.test(tensor, targets)
-        branch = branch or _is_tensor_test(test)
+        branch = branch or bool(re.search(r"\b(a|b|t|x|row\d+)\b", test))  # some operand may be a tensor
         body = self.block(depth + 1, in_loop, targets, branch)
         roll = r.random()
         if roll < 0.35:
@@ -326,7 +329,7 @@ class _Generator:
 
     def loop(self, depth, targets, branch):
         r = self.rng
-        kind = r.choice(["range_tensor", "rows", "enumerate", "while_tensor", "while_and", "range_python",
+        kind = r.choice(["range_tensor", "rows", "enumerate", "zip", "while_tensor", "while_and", "range_python",
                          "list_python", "while_python"])
         init, step, new_targets = [], [], []
         if kind == "range_tensor":
@@ -338,6 +341,9 @@ class _Generator:
         elif kind == "enumerate":
             i, v = self.fresh("j"), self.fresh("row")
             header, new_targets = f"for {i}, {v} in enumerate(m):", [(i, "index"), (v, "row")]
+        elif kind == "zip":
+            i, v = self.fresh("i"), self.fresh("row")
+            header, new_targets = f"for {i}, {v} in zip(range(n), m):", [(i, "index"), (v, "row")]
         elif kind == "range_python":
             v = self.fresh("i")
             header, new_targets = f"for {v} in range({r.randint(0, 3)}):", [(v, "index")]
@@ -351,7 +357,7 @@ class _Generator:
             header = f"while {w} < {bound}:" if bound else self.fill(f"while {w} < {{i}} and a.sum() < {{c}}:")
             new_targets = [(w, "index")]
         # `while w < 0 and ...` is decided by Python (the tensor operand never runs).
-        tensor = kind in ("range_tensor", "rows", "enumerate", "while_tensor") or (
+        tensor = kind in ("range_tensor", "rows", "enumerate", "zip", "while_tensor") or (
             kind == "while_and" and not header.startswith(f"while {init[0].split()[0]} < 0 "))
         # Appends in a tensor loop make a tensor array, whatever encloses the loop.
         body = self.block(depth + 1, True, targets + new_targets, branch and not tensor)
