@@ -428,6 +428,16 @@ def _feed_name(path, arg_names):
     return re.sub(r"\W+", "_", path).strip("_")
 
 
+DATA_PARALLEL = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+
+
+def data_parallel_message(wrapper):
+    name = type(wrapper).__name__
+    return (f"the {name} wrapper prepares each step's gradient synchronisation in Python around `forward`, "
+            f"which a program cannot repeat; wrap the other way round, {name}(d2s.declarative(model)), and "
+            "call it outside declarative code (see docs/distributed.md)")
+
+
 def declarative(function=None, input_spec=None, optimize=None):
     """Run `function` as a static program (a decorator; also takes a method,
     or an `nn.Module` instance whose `forward` it converts in place).
@@ -441,11 +451,9 @@ def declarative(function=None, input_spec=None, optimize=None):
         return lambda f: declarative(f, input_spec=input_spec, optimize=optimize)
     if isinstance(function, StaticFunction):
         return function
-    if isinstance(function, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
-        raise ConversionError(
-            f"d2s.declarative({type(function).__name__}(model)): the {type(function).__name__} wrapper "
-            "synchronises gradients from Python hooks and cannot become a program; wrap the other way "
-            f"round, {type(function).__name__}(d2s.declarative(model)) (see docs/distributed.md)")
+    if isinstance(function, DATA_PARALLEL):
+        raise ConversionError(f"d2s.declarative({type(function).__name__}(model)): "
+                              + data_parallel_message(function))
     if isinstance(function, torch.nn.Module):
         module = function
         forward = type(module).forward
@@ -496,7 +504,17 @@ class ProgramTranslator:
 
     @staticmethod
     def _static(fn):
-        return fn if isinstance(fn, StaticFunction) else declarative(fn)
+        """The StaticFunction of `fn`: itself, the forward of a module (what
+        `declarative(module)` returns, or any module: converted without
+        changing it), or a new one for a plain function."""
+        if isinstance(fn, StaticFunction):
+            return fn
+        if isinstance(fn, torch.nn.Module):
+            forward = fn.forward
+            if isinstance(forward, StaticFunction):
+                return forward
+            return StaticFunction(type(fn).forward, instance=fn)
+        return declarative(fn)
 
     def get_output(self, fn, *args, **kwargs):
         """Run `fn` as a static program (even when translation is disabled)."""
@@ -531,8 +549,22 @@ class ProgramTranslator:
         if concrete is None:
             raise ValueError("no declarative function has run yet: call it once before saving")
         from runtime.io import save_inference_model
-        inputs = concrete.inputs if feed is None else [concrete.inputs[i] for i in feed]
-        outputs = concrete.fetch_vars if fetch is None else [concrete.fetch_vars[i] for i in fetch]
+        inputs = select_by_index(concrete.inputs, feed, "feed", "the latest call has {n} input(s)")
+        outputs = select_by_index(concrete.fetch_vars, fetch, "fetch", "the latest call has {n} output(s)")
         save_inference_model(dirname, [v.name for v in inputs], outputs, Executor(),
                              main_program=concrete.main_program)
 
+
+def select_by_index(items, indices, what, count):
+    """`[items[i] for i in indices]` (all of `items` when `indices` is None),
+    with an error naming `what` for an index that is not a position."""
+    if indices is None:
+        return list(items)
+    if isinstance(indices, int) or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices):
+        raise TypeError(f"{what} must be a list of positions (ints), got {indices!r}")
+    for i in indices:
+        if not -len(items) <= i < len(items):
+            valid = f"0..{len(items) - 1}" if items else "none"
+            raise ValueError(f"{what} index {i} is out of range: {count.format(n=len(items))} "
+                             f"(valid positions: {valid})")
+    return [items[i] for i in indices]
