@@ -38,6 +38,8 @@ from torch._guards import GuardSource, Source
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, free_unbacked_symbols
 from torch.utils._sympy import functions as sym_fns
+from torch.utils._sympy.numbers import int_oo
+from torch.utils._sympy.value_ranges import ValueRanges
 from torch.utils._sympy.printers import PythonPrinter
 
 from runtime.attrs import InputRef, OutputRef
@@ -121,7 +123,11 @@ class Shapes:
             self._guard_ints = False
 
     def new_symbol(self, hint, label):
-        sym = self.env.create_symbol(int(hint), _DimSource(label), dynamic_dim=DimDynamic.DYNAMIC)
+        # Not `positive`: sympy would then take `0 < s0` as true by assumption.
+        # A size's range is [0, oo): batch 0 and 1 are sizes like any other.
+        sym = self.env.create_symbol(int(hint), _DimSource(label), dynamic_dim=DimDynamic.DYNAMIC, positive=None)
+        self.env.var_to_range[sym] = ValueRanges(0, int_oo)
+        self.env._update_version_counter()
         return self._name(sym, hint)
 
     def _name(self, sym, hint):
