@@ -26,7 +26,7 @@ import torch
 
 from ops import control_flow as cf
 from ops import framework as fw
-from ops.capture import error_at_user_line, size as _variable_size
+from ops.capture import error_at_user_line, refuse_denied, size as _variable_size
 from runtime.errors import ConversionError
 from runtime.ir import TENSOR_ARRAY, Variable, default_main_program
 
@@ -666,6 +666,7 @@ def convert_call(fn):
     """
     from . import conversion
     from .static_function import StaticFunction
+    refuse_denied(fn)  # torch.save & co.: refused before they run (ops/torch_ops.py DENYLIST)
     try:
         mapped = _BUILTINS.get(fn)
     except TypeError:  # unhashable callable

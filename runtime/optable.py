@@ -84,5 +84,10 @@ def op_for_callable(fn):
         return None
 
 
+def empty_table_hint():
+    """A note for errors about unknown op types when nothing has filled the table."""
+    return "" if _OPS else " (the op table is empty: `import d2s` or `import ops` fills it)"
+
+
 def registered_types():
     return sorted(_OPS)
