@@ -32,6 +32,13 @@ class UsageError(Exception):
     """A mistake in the command line; reported as one line, exit status 2."""
 
 
+def _shown(name):
+    """A name as printed: escaped if it holds anything non-printable, so no
+    name can start a line of its own (the loader refuses such names; this
+    holds even for a program built in memory)."""
+    return name if name.isprintable() else ascii(name)
+
+
 def _signature(var):
     dims = ", ".join("any" if d == -1 else str(d) for d in var.shape)
     return f"{var.dtype_name}[{dims}]"
@@ -48,10 +55,10 @@ def inspect_model(dirname, out=None):
     print(f"producer: {producer}", file=out)
     print("feeds:", file=out)
     for name in model.feed_names:
-        print(f"  {name}: {_signature(block.vars[name])}", file=out)
+        print(f"  {_shown(name)}: {_signature(block.vars[name])}", file=out)
     print("fetches:", file=out)
     for name in model.fetch_names:
-        print(f"  {name}: {_signature(block.vars[name])}", file=out)
+        print(f"  {_shown(name)}: {_signature(block.vars[name])}", file=out)
     print(f"parameters: {n_elements:,} elements in {len(model.params)} tensors", file=out)
     print("program:", file=out)
     print(model.program.to_string(), end="", file=out)
@@ -73,8 +80,14 @@ def _load_feed(name, path, var):
     import torch
 
     try:
+        with open(path, "rb") as f:
+            magic = f.read(6)
+        if magic != b"\x93NUMPY" and not magic.startswith(b"PK"):
+            raise ValueError("not a .npy file (write one with numpy.save)")
         array = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
+        if "allow_pickle" in str(exc):
+            exc = "it holds Python objects (pickled data), which are never loaded; save a numeric array"
         raise UsageError(f"cannot read input {name!r} from {path!r}: {exc}") from None
     if not isinstance(array, np.ndarray):
         raise UsageError(f"input {name!r}: {path!r} holds several arrays (.npz); give one .npy file")
@@ -94,6 +107,8 @@ def _load_feed(name, path, var):
 
 def run_model(dirname, input_pairs, output_dir=None, out=None):
     out = out or sys.stdout
+    if output_dir is not None and os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise UsageError(f"--output-dir {output_dir!r} exists and is not a directory")
     executor = Executor()
     program, feed_names, fetch_vars = load_inference_model(dirname, executor)
     block = program.global_block()
@@ -108,15 +123,29 @@ def run_model(dirname, input_pairs, output_dir=None, out=None):
                              f"pass --input {name}=FILE.npy")
     feed = {name: _load_feed(name, given[name], block.vars[name]) for name in feed_names}
     results = executor.run(program, feed=feed, fetch_list=fetch_vars)
-    for var, value in zip(fetch_vars, results):
-        value = np.asarray(value)
-        if output_dir is not None:
+    if output_dir is not None:
+        try:
             os.makedirs(output_dir, exist_ok=True)
-            path = os.path.join(output_dir, re.sub(r"[^\w.-]", "_", var.name) + ".npy")
+        except OSError as exc:
+            raise UsageError(f"cannot create --output-dir {output_dir!r}: {exc.strerror}") from None
+    for i, (var, value) in enumerate(zip(fetch_vars, results)):
+        value = np.asarray(value)
+        label = output_name(i, var.name)
+        if output_dir is not None:
+            path = os.path.join(output_dir, label + ".npy")
             np.save(path, value, allow_pickle=False)
-            print(f"{var.name}: wrote {path} ({value.dtype}, shape {list(value.shape)})", file=out)
+            print(f"{label}: wrote {path} ({value.dtype}, shape {list(value.shape)})", file=out)
         else:
-            print(_summary(var.name, value), file=out)
+            print(_summary(label, value), file=out)
+
+
+def output_name(index, fetch_name):
+    """What an output is called on the command line and in OUT/: its fetch
+    name, or `output_<index>` where that name is a generated temporary
+    (`tmp_5` says nothing about the value)."""
+    if re.fullmatch(r"tmp_[0-9]+", fetch_name):
+        return f"output_{index}"
+    return re.sub(r"[^\w.-]", "_", fetch_name)
 
 
 def _summary(name, value):
@@ -149,7 +178,9 @@ def main(argv=None):
         else:
             run_model(args.dir, args.input, args.output_dir)
     except ModelFormatError as exc:
-        print(f"error: invalid model: {exc}", file=sys.stderr)
+        # Verification messages show the bad op among its neighbours on
+        # further lines; the command line reports the first one.
+        print(f"error: invalid model: {str(exc).splitlines()[0] if str(exc) else exc!r}", file=sys.stderr)
         return EXIT_USAGE
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

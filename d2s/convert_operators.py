@@ -26,9 +26,10 @@ import torch
 
 from ops import control_flow as cf
 from ops import framework as fw
-from ops.capture import error_at_user_line, refuse_denied, size as _variable_size
+from ops import tracer
+from ops.capture import error_at_user_line, refuse_denied, size as _variable_size, stands_for_number
 from runtime.errors import ConversionError
-from runtime.ir import TENSOR_ARRAY, Variable, default_main_program
+from runtime.ir import TENSOR_ARRAY, Variable
 
 Undefined = cf.Undefined
 
@@ -242,11 +243,12 @@ def convert_while(test, body, names, return_names=()):
     Names in ``return_names`` may start undefined.
     """
     st = _State((body,), names)
+    tr = tracer.current()
     while True:  # a plain Python loop while the test is a Python value
-        mark = _BlockMark()
+        mark = tr.mark()
         test_value = test()
         if _is_var(test_value):
-            mark.rollback()  # the `while` op evaluates its test in its own block
+            tr.rollback(mark)  # the `while` op evaluates its test in its own block
             break
         if not test_value:
             return st.get()
@@ -277,22 +279,6 @@ def _loop_init(value):
     return value
 
 
-class _BlockMark:
-    """The current block's ops and variables, to drop what a probe appended."""
-
-    def __init__(self):
-        self.program = default_main_program()
-        self.block = self.program.current_block()
-        self.n_ops, self.var_names = len(self.block.ops), set(self.block.vars)
-        self.n_blocks = len(self.program.blocks)
-
-    def rollback(self):
-        del self.block.ops[self.n_ops:]
-        for name in [n for n in self.block.vars if n not in self.var_names]:
-            del self.block.vars[name]
-        self.program.rollback(self.n_blocks)
-
-
 # -- for: iteration protocol used by the lowered `for` ---------------------------------------
 
 class _GraphIterable:
@@ -320,8 +306,8 @@ class _Rows(_GraphIterable):
     def get(self, i):
         if self.value.kind == TENSOR_ARRAY:
             return fw.array_read(self.value, i)
-        # index_select rather than `x[i]`: its shape inference needs no index value.
-        return torch.index_select(self.value, 0, i.reshape([1])).squeeze(0)
+        # A view, as in eager iteration: `row *= 2` writes into the tensor.
+        return torch.select(self.value, 0, i)
 
 
 class _Range(_GraphIterable):
@@ -522,7 +508,9 @@ def convert_cast(value, kind):
     if not _is_var(value):
         return kind(value)
     out = fw.cast(value, _CASTS[kind])
-    return out if out.shape == () else out.reshape(())
+    out = out if out.shape == () else out.reshape(())
+    out.python_number = True
+    return out
 
 
 def _cast_builtin(kind):
@@ -551,12 +539,18 @@ def convert_assert(test, message=None):
 
 
 def convert_isinstance(value, classinfo):
-    """``isinstance(value, classinfo)``, where a graph tensor counts as a ``torch.Tensor``."""
+    """``isinstance(value, classinfo)``, where a graph tensor counts as a
+    ``torch.Tensor``, and one that stands for a Python number (``t.item()``,
+    ``int(t)``, a counter a graph loop carries) as that number: ``bool``,
+    ``int`` or ``float`` by its dtype."""
     if isinstance(value, classinfo):
         return True
     if _is_var(value):
+        kind = torch.Tensor
+        if stands_for_number(value):
+            kind = bool if value.dtype == torch.bool else float if value.dtype.is_floating_point else int
         kinds = classinfo if isinstance(classinfo, tuple) else (classinfo,)
-        return any(isinstance(k, type) and issubclass(torch.Tensor, k) for k in kinds)
+        return any(isinstance(k, type) and issubclass(kind, k) for k in kinds)
     return False
 
 
@@ -574,11 +568,12 @@ _AUGMENTED = {
 def convert_augassign(symbol, value, operand):
     """``value += operand`` (for ``symbol`` ``'+='``, and so on), returning the
     new value. Equivalent Python: ``return operator.iadd(value, operand)``.
-    A 0-d graph tensor is updated out of place (``value + operand``): it may
-    stand for a Python number (a counter a tensor loop carries), which other
-    names must not see change (``last = i; i += 1``)."""
+    A graph tensor is updated in place, as in eager (views and other names
+    bound to it see the change), unless it stands for a Python number (a
+    counter a graph loop carries, ``t.item()``): then other names must not
+    see it change (``last = i; i += 1``), so the update is out of place."""
     inplace, binary = _AUGMENTED[symbol]
-    return binary(value, operand) if _is_var(value) and value.shape == () else inplace(value, operand)
+    return binary(value, operand) if _is_var(value) and stands_for_number(value) else inplace(value, operand)
 
 
 def convert_list_append(target, value):
@@ -591,11 +586,19 @@ def convert_list_append(target, value):
 
 def convert_method(obj, name):
     """``getattr(obj, name)`` for tensor methods that read a value: a graph
-    tensor's ``item()`` is the tensor reshaped to 0-d (its value exists only
-    at run time)."""
+    tensor's ``item()`` is a 0-d tensor standing for the number (its value
+    exists only at run time; see ``_item``)."""
     if _is_var(obj) and name == "item":
-        return lambda: obj if obj.shape == () else obj.reshape(())
+        return lambda: _item(obj)
     return convert_call(getattr(obj, name))
+
+
+def _item(value):
+    """``value.item()`` of a graph tensor: a new 0-d Variable (never ``value``
+    itself) that stands for the Python number eager code would have."""
+    out = value.reshape(())
+    out.python_number = True
+    return out
 
 
 _BUILTINS = {

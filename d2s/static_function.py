@@ -19,6 +19,7 @@ import warnings
 import torch
 
 from ops.capture import CaptureMode, lift
+from ops.tracer import Tracer
 from runtime import _debug
 from runtime.executor import Executor, run_compiled
 from runtime.ir import Program, Variable, dtype_name, program_guard
@@ -284,7 +285,6 @@ class StaticFunction:
         with self._lock:
             converted = _converted(self._function)
             main, startup = Program(), Program()
-            main.name_hints = self._name_hints(args)
             arg_leaves = list(_tensor_leaves(tuple(args), "args"))
             leaves = arg_leaves + list(_tensor_leaves(kwargs, "kwargs"))
             if leaves:
@@ -292,7 +292,7 @@ class StaticFunction:
             specs = self._input_spec or []
             arg_names = self._feed_names()
             feeds = []
-            with program_guard(main, startup):
+            with program_guard(main, startup), Tracer(main, self._name_hints(args)):
                 for i, (path, t) in enumerate(leaves):
                     spec = specs[i] if i < len(specs) else None
                     name = spec.name if spec is not None and spec.name else _feed_name(path, arg_names)

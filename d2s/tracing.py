@@ -8,6 +8,7 @@ error that points at the line: decorate such a forward with `@declarative`.
 
 
 from ops.capture import CaptureMode
+from ops.tracer import Tracer
 from runtime.executor import Executor, run_compiled
 from runtime.ir import Program, program_guard
 
@@ -25,10 +26,10 @@ class TracedLayer:
         inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
         outputs = layer(*inputs)
         program = Program()
-        program.name_hints = {id(t): n for n, t in list(layer.named_parameters()) + list(layer.named_buffers())}
+        hints = {id(t): n for n, t in list(layer.named_parameters()) + list(layer.named_buffers())}
         if inputs:
             program.device = inputs[0].device
-        with program_guard(program, Program()):
+        with program_guard(program, Program()), Tracer(program, hints):
             feeds = [program.global_block().create_var(name=f"input_{i}", shape=tuple(t.shape), dtype=t.dtype,
                                                        is_data=True, stop_gradient=True)
                      for i, t in enumerate(inputs)]

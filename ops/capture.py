@@ -25,9 +25,9 @@ from torch.overrides import TorchFunctionMode
 
 from runtime.attrs import InputRef, OutputRef, ReturnType
 from runtime.errors import ConversionError
-from runtime.ir import TENSOR_ARRAY, Variable, default_main_program
+from runtime.ir import TENSOR_ARRAY, Variable
 
-from . import torch_ops
+from . import torch_ops, tracer
 from .infer import Dynamic, Meta, infer
 from .registry import op_for_callable
 
@@ -65,23 +65,21 @@ def error_at_user_line(message):
 
 # -- lifting real tensors --------------------------------------------------------
 
-def lift(tensor, program=None):
-    """The persistable Variable bound to `tensor` in `program` (created once)."""
-    program = program or default_main_program()
-    lifted = program.__dict__.setdefault("_lifted", {})
-    name = lifted.get(id(tensor))
-    # The var may have been rolled back with a trial trace: then make it again.
-    if name is not None and program.bound.get(name) is tensor and name in program.global_block().vars:
+def lift(tensor):
+    """The persistable Variable bound to `tensor` in the traced program (created once)."""
+    tr = tracer.current()
+    program = tr.program
+    name = tr.lifted.get(id(tensor))
+    if name is not None and program.bound.get(name) is tensor:
         return program.global_block().vars[name]
-    hints = program.__dict__.get("name_hints", {})
-    hint = hints.get(id(tensor))
+    hint = tr.name_hints.get(id(tensor))
     if hint is None or any(hint in b.vars for b in program.blocks):
         hint = program.unique_name("param" if isinstance(tensor, torch.nn.Parameter) else "const")
     var = program.global_block().create_var(
         name=hint, shape=tuple(tensor.shape), dtype=tensor.dtype, persistable=True,
         stop_gradient=not tensor.requires_grad)
     program.bind(hint, tensor)
-    lifted[id(tensor)] = hint
+    tr.lifted[id(tensor)] = hint
     return var
 
 
@@ -104,14 +102,13 @@ class _Refs:
     """Turns an argument tree into one with InputRef leaves, collecting the
     input Variables (each once)."""
 
-    def __init__(self, program):
-        self.program = program
+    def __init__(self):
         self.inputs = []
         self._index = {}
 
     def ref(self, value):
         if isinstance(value, torch.Tensor):
-            value = lift(value, self.program)
+            value = lift(value)
         if isinstance(value, Variable):
             i = self._index.get(id(value))
             if i is None:
@@ -160,12 +157,23 @@ def _build_outputs(meta, block, opdef, inputs, outs, stop_gradient):
     return meta, meta
 
 
+def stands_for_number(value):
+    """True for a Python number, and for a 0-d Variable that stands for one
+    while tracing: a number a graph loop or branch carries, ``int(t)``,
+    ``t.item()``, and arithmetic on nothing but such values. Eager Python
+    would have a number there, so it is never updated in place
+    (``j = i; i += 1`` leaves ``j`` alone) and ``isinstance`` sees a number."""
+    if isinstance(value, Variable):
+        return value.__dict__.get("python_number", False)
+    return isinstance(value, (int, float, bool))
+
+
 def record(opdef, fn, args, kwargs):
     """Append one call-style op running `fn(*args, **kwargs)`; return its
     result with Variables in place of tensors."""
-    program = default_main_program()
-    block = program.current_block()
-    refs = _Refs(program)
+    tr = tracer.current()
+    block = tr.block
+    refs = _Refs()
     args_tree = refs.ref(tuple(args))
     kwargs_tree = refs.ref(dict(kwargs))
     try:
@@ -181,6 +189,9 @@ def record(opdef, fn, args, kwargs):
     else:
         stop_gradient = _stop_gradient(refs.inputs) or not torch.is_grad_enabled()
         result, out_tree = _build_outputs(meta, block, opdef, refs.inputs, outs, stop_gradient)
+        if (isinstance(result, Variable) and result.shape == () and refs.inputs
+                and all(stands_for_number(v) for v in refs.inputs)):
+            result.python_number = True
     if opdef.mutates:
         # An in-place op writes its first input; `out` names it so the
         # executor knows the op's result is that same tensor.
@@ -199,9 +210,6 @@ def record(opdef, fn, args, kwargs):
 
 
 # -- dispatch ----------------------------------------------------------------------
-
-_expanding = set()
-
 
 def _name(fn):
     qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
@@ -271,12 +279,13 @@ def dispatch(fn, args, kwargs):
             return fn(*args, **kwargs)
     if not has_var and _is_metadata_getter(fn):
         return fn(*args, **kwargs)
-    if inspect.isfunction(fn) and fn not in _expanding:
+    expanding = tracer.current().expanding
+    if inspect.isfunction(fn) and fn not in expanding:
         # A Python-level torch function outside the table: run its body,
         # whose primitive calls are captured one by one. Its own
         # has_torch_function preamble dispatches here again; that re-entry
         # must not expand it a second time.
-        _expanding.add(fn)
+        expanding.add(fn)
         try:
             with CaptureMode():
                 return fn(*args, **kwargs)
@@ -330,9 +339,9 @@ def size(var, dim=None):
 
 
 def _runtime_dims(var):
-    program = var.block.program
-    block = program.current_block()
-    cache = program.__dict__.setdefault("_size_vars", {})
+    tr = tracer.current()
+    block = tr.block
+    cache = tr.size_vars
     dims = cache.get((var.name, block.idx))
     if dims is None:
         from . import framework

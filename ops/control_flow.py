@@ -23,10 +23,10 @@ import ast
 import torch
 
 from runtime.errors import ConversionError
-from runtime.ir import TENSOR_ARRAY, Variable, default_main_program, torch_dtype
+from runtime.ir import TENSOR_ARRAY, Variable, torch_dtype
 
-from . import framework
-from .capture import error_at_user_line, lift, user_origin
+from . import framework, tracer
+from .capture import error_at_user_line, lift, stands_for_number, user_origin
 from .registry import OpDef, register
 
 
@@ -111,7 +111,7 @@ register(OpDef("cond", emit=_emit_cond, inputs=("Cond", "X"), outputs=("Out",),
                attrs=("true_block", "false_block", "true_outs", "false_outs")))
 
 
-def _merge_branch_values(i, a, b, tblock, fblock, program, names, return_names, origin):
+def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, origin):
     """The parent-level value for output i given each branch's value, plus
     the names each branch yields (None when no op output is needed)."""
     label = _label(names, i)
@@ -127,7 +127,7 @@ def _merge_branch_values(i, a, b, tblock, fblock, program, names, return_names, 
                 f"defined before it, but it is used afterwards; assign it before the `if` or in both branches")
         defined = b if a_undef else a
         placeholder_block = tblock if a_undef else fblock
-        with program.block_guard(placeholder_block):
+        with tr.block_guard(placeholder_block):
             other = _as_var(defined)
             filler = framework.zeros_placeholder(other)
         a, b = (filler, b) if a_undef else (a, filler)
@@ -143,9 +143,9 @@ def _merge_branch_values(i, a, b, tblock, fblock, program, names, return_names, 
             "branch of an `if` on a tensor; only tensors and numbers can differ between branches")
     ref = a if isinstance(a, (Variable, torch.Tensor)) else b if isinstance(b, (Variable, torch.Tensor)) else None
     dtype = ref.dtype if ref is not None else None
-    with program.block_guard(tblock):
+    with tr.block_guard(tblock):
         va = _as_var(a, dtype if not isinstance(a, (Variable, torch.Tensor)) else None)
-    with program.block_guard(fblock):
+    with tr.block_guard(fblock):
         vb = _as_var(b, dtype if not isinstance(b, (Variable, torch.Tensor)) else None)
     if va.kind != vb.kind or va.dtype != vb.dtype:
         raise error_at_user_line(
@@ -156,10 +156,11 @@ def _merge_branch_values(i, a, b, tblock, fblock, program, names, return_names, 
             f"{label} has shape {list(va.shape)} in the true branch but {list(vb.shape)} in the false "
             "branch of an `if` on a tensor; the ranks must agree")
     shape = tuple(x if x == y else -1 for x, y in zip(va.shape, vb.shape))
-    parent = program.current_block()
-    out = parent.create_var(name=program.unique_name(names[i] if names and i < len(names) else "cond_out"),
+    parent = tr.block
+    out = parent.create_var(name=tr.program.unique_name(names[i] if names and i < len(names) else "cond_out"),
                             shape=shape, dtype=va.dtype, kind=va.kind,
                             stop_gradient=va.stop_gradient and vb.stop_gradient)
+    out.python_number = stands_for_number(va) and stands_for_number(vb)
     return out, (va.name, vb.name)
 
 
@@ -178,14 +179,14 @@ def cond(pred, true_fn, false_fn, names=None, return_names=()):
             pred = bool(pred)
         return true_fn() if pred else false_fn()
     _check_pred(pred)
-    program = default_main_program()
-    parent = program.current_block()
+    tr = tracer.current()
+    parent = tr.block
     origin = user_origin()
-    tblock = program.create_block(parent.idx)
-    with program.block_guard(tblock):
+    tblock = tr.new_block()
+    with tr.block_guard(tblock):
         t_out = true_fn()
-    fblock = program.create_block(parent.idx)
-    with program.block_guard(fblock):
+    fblock = tr.new_block()
+    with tr.block_guard(fblock):
         f_out = false_fn()
     t_leaves, t_spec = _flatten(t_out)
     f_leaves, f_spec = _flatten(f_out)
@@ -194,7 +195,7 @@ def cond(pred, true_fn, false_fn, names=None, return_names=()):
             f"the branches of an `if` on a tensor return different structures ({t_spec} vs {f_spec})")
     merged, outs, t_names, f_names = [], [], [], []
     for i, (a, b) in enumerate(zip(t_leaves, f_leaves)):
-        value, yielded = _merge_branch_values(i, a, b, tblock, fblock, program, names, return_names, origin)
+        value, yielded = _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, origin)
         merged.append(value)
         if yielded is not None:
             outs.append(value)
@@ -245,6 +246,7 @@ class _Spec:
         else:
             self.dtype = None
         self.elem_known = getattr(value, "elem_known", True)
+        self.number = stands_for_number(value)  # until an iteration makes it a tensor
 
 
 def _is_loop_carried(value):
@@ -262,14 +264,15 @@ def while_loop(cond_fn, body_fn, loop_vars, names=None, return_names=()):
     re-runnable from its arguments.
     """
     values = list(loop_vars)
+    tr = tracer.current()
     while True:
-        mark = _block_mark()
+        mark = tr.mark()
         c = cond_fn(*values)
         if isinstance(c, Variable):
             _check_pred(c)
             # This evaluation only told us the loop is a graph loop: the
             # `while` op computes its condition in its own block.
-            _rollback_block(mark)
+            tr.rollback(mark)
             return _graph_while(cond_fn, body_fn, values, names, return_names)
         if isinstance(c, torch.Tensor):
             c = bool(c)
@@ -280,23 +283,10 @@ def while_loop(cond_fn, body_fn, loop_vars, names=None, return_names=()):
             raise ConversionError(f"while_loop body returned {len(values)} values for {len(loop_vars)} loop variables")
 
 
-def _block_mark():
-    program = default_main_program()
-    block = program.current_block()
-    return program, block, len(block.ops), set(block.vars), len(program.blocks)
-
-
-def _rollback_block(mark):
-    program, block, n_ops, var_names, n_blocks = mark
-    del block.ops[n_ops:]
-    for name in [n for n in block.vars if n not in var_names]:
-        del block.vars[name]
-    program.rollback(n_blocks)
-
-
 def _graph_while(cond_fn, body_fn, values, names, return_names):
-    program = default_main_program()
-    parent = program.current_block()
+    tr = tracer.current()
+    program = tr.program
+    parent = tr.block
     origin = user_origin()
     specs = []
     for i, v in enumerate(values):
@@ -308,8 +298,8 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
         else:
             specs.append("constant")  # a Python object the loop must not change
     for _attempt in range(6):
-        mark = len(program.blocks)
-        body = program.create_block(parent.idx)
+        mark = tr.mark()
+        body = tr.new_block()
         carried = []
         args = []
         for i, (v, spec) in enumerate(zip(values, specs)):
@@ -317,16 +307,17 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
                 var = body.create_var(name=program.unique_name(_base(names, i, "loop_var")), shape=spec.shape,
                                       dtype=spec.dtype or "float32", kind=spec.kind, stop_gradient=False)
                 var.elem_known = spec.elem_known
+                var.python_number = spec.number
                 carried.append(i)
                 args.append(var)
             else:
                 args.append(v)
         cblock = program.create_block(body.idx)
-        with program.block_guard(cblock):
+        with tr.block_guard(cblock):
             c = cond_fn(*args)
             c = _as_var(c) if not isinstance(c, Variable) else c
         _check_pred(c)
-        with program.block_guard(body):
+        with tr.block_guard(body):
             new = list(body_fn(*args))
         changed = False
         for i, (v, spec) in enumerate(zip(new, specs)):
@@ -343,7 +334,7 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
                         f"it must be defined before the loop")
                 continue
             if spec is None:  # a return value first produced inside the loop
-                with program.block_guard(body):
+                with tr.block_guard(body):
                     probe = _as_var(v)
                 specs[i] = _Spec(probe, label)
                 specs[i].shape = tuple(1 if d == -1 else d for d in probe.shape)
@@ -351,9 +342,12 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
                 continue
             if isinstance(v, Undefined) or v is None:
                 raise error_at_user_line(f"loop variable {label} has no value after an iteration of the loop")
-            with program.block_guard(body):
+            with tr.block_guard(body):
                 nv = _as_var(v, spec.dtype if not isinstance(v, (Variable, torch.Tensor)) else None)
             new[i] = nv
+            if spec.number and not stands_for_number(nv):
+                spec.number = False
+                changed = True
             if nv.kind != spec.kind:
                 raise error_at_user_line(f"loop variable {label} changes from a {spec.kind} to a {nv.kind} in the loop")
             if spec.kind == TENSOR_ARRAY and not spec.elem_known:
@@ -379,7 +373,7 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
                 changed = True
         if not changed:
             break
-        program.rollback(mark)
+        tr.rollback(mark)
     else:
         raise error_at_user_line("the shapes of the loop variables did not settle after 6 traces")
     # The initial values, converted in the parent block to each spec's type.
@@ -400,6 +394,7 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
             for i in carried]
     for o, i in zip(outs, carried):
         o.elem_known = specs[i].elem_known
+        o.python_number = specs[i].number
     loop_names = [args[i].name for i in carried]
     inputs = [n for n in _outer_reads([body, cblock]) if n not in loop_names]
     parent.append_op("while", inputs={"Init": init, "X": inputs}, outputs={"Out": outs},

@@ -11,20 +11,21 @@ captured torch calls.
 import torch
 
 from runtime.attrs import InputRef, OutputRef
-from runtime.ir import TENSOR_ARRAY, Variable, default_main_program, torch_dtype
+from runtime.ir import TENSOR_ARRAY, Variable, torch_dtype
 
+from . import tracer
 from .capture import error_at_user_line, lift, user_origin
 from .registry import OpDef, register
 
 
 def _append(op_type, inputs, args, kwargs, out_vars, out_tree):
-    block = default_main_program().current_block()
+    block = tracer.current().block
     block.append_op(op_type, inputs={"X": inputs}, outputs={"Out": out_vars},
                     attrs={"args": args, "kwargs": kwargs, "out": out_tree}, origin=user_origin())
 
 
 def _new_var(shape, dtype, kind="tensor", stop_gradient=True):
-    block = default_main_program().current_block()
+    block = tracer.current().block
     return block.create_var(name=block.program.unique_name("tmp" if kind == "tensor" else "array"),
                             shape=shape, dtype=dtype, kind=kind, stop_gradient=stop_gradient)
 
@@ -62,6 +63,7 @@ def fill_constant(value, dtype=None):
     if dtype is None:
         dtype = python_number_dtype(value)
     out = _new_var((), dtype)
+    out.python_number = True  # see ops.capture.stands_for_number
     _append("fill_constant", [], (value, dtype), {}, [out], OutputRef(0))
     return out
 

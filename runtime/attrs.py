@@ -9,6 +9,7 @@ listed here.
 """
 
 import math
+import re
 
 import torch
 
@@ -92,6 +93,12 @@ _MEMORY_FORMATS = {
     "preserve_format": torch.preserve_format,
 }
 _LAYOUTS = {"strided": torch.strided}
+# Devices a saved program may name: a closed set, so that a file cannot make
+# torch parse an arbitrary string ("os.system" is a RuntimeError there).
+_DEVICE = re.compile(r"(cpu|cuda|meta|mps|xpu)(:[0-9]{1,3})?")
+# The structseq types of torch.return_types; the module also holds helper
+# functions (`pytree_register_structseq`, ...) that a file must never reach.
+_RETURN_TYPES = frozenset(getattr(torch.return_types, "all_return_types", ()))
 
 
 def encode(value):
@@ -168,6 +175,8 @@ def decode(data, program):
         if tag == "$dtype":
             return torch_dtype(body)
         if tag == "$device":
+            if not isinstance(body, str) or not _DEVICE.fullmatch(body):
+                raise ValueError(f"{body!r:.40} is not a device (cpu, cuda, cuda:N, meta, mps, xpu)")
             return torch.device(body)
         if tag == "$slice":
             return slice(*(decode(v, program) for v in body))
@@ -178,8 +187,8 @@ def decode(data, program):
         if tag == "$out":
             return OutputRef(int(body))
         if tag == "$return_type":
-            if not hasattr(torch.return_types, body) or body.startswith("_"):
-                raise ValueError(f"unknown return type {body!r}")
+            if not isinstance(body, str) or getattr(torch.return_types, body, None) not in _RETURN_TYPES:
+                raise ValueError(f"unknown return type {body!r:.40}")
             return ReturnType(body, [decode(v, program) for v in data["items"]])
         if tag == "$block":
             return program.blocks[int(body)]
@@ -187,8 +196,8 @@ def decode(data, program):
             return _MEMORY_FORMATS[body]
         if tag == "$layout":
             return _LAYOUTS[body]
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise ModelFormatError(f"malformed attribute {data!r}: {exc}") from None
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, RuntimeError) as exc:
+        raise ModelFormatError(f"malformed attribute {data!r:.80}: {exc}") from None
     raise ModelFormatError(f"unknown attribute tag {tag!r}")
 
 

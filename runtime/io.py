@@ -28,6 +28,7 @@ from .errors import ModelFormatError, ProgramError
 from .executor import resolve_persistables
 from .ir import Variable, default_main_program
 from .optable import get_op_def
+from .format_rules import check_size, current_limits
 from .serialization import FORMAT_VERSION, program_from_dict, program_to_dict
 
 PROGRAM_FILE = "program.json"
@@ -152,7 +153,7 @@ def prune_program(program, feed_names, fetch_names):
     always dropped; blocks only dropped ops used are removed and the rest
     renumbered. Global variables nothing kept mentions are removed.
     """
-    copy = program_from_dict(program_to_dict(program))
+    copy = program_from_dict(program_to_dict(program), trusted=True)
     block = copy.global_block()
     needed = set(fetch_names)
     kept = []
@@ -285,7 +286,7 @@ def _fsync_path(path):
 
 # -- loading ---------------------------------------------------------------------------
 
-def load_inference_model(dirname, executor):
+def load_inference_model(dirname, executor, limits=None):
     """Load a model saved by `save_inference_model`.
 
     Returns `[program, feed_target_names, fetch_targets]` (`fetch_targets`
@@ -301,9 +302,13 @@ def load_inference_model(dirname, executor):
     written into the global scope: two loaded models -- or a model and the
     program it was saved from -- may use the same parameter names without
     overwriting each other's values. They are placed on `executor`'s device.
+
+    `limits` (a `runtime.format_rules.LoadLimits`) bounds the file size and
+    the counts of blocks, variables and ops; the defaults suit any model
+    d2s writes, raise them for a bigger one you trust.
     """
     device = getattr(getattr(executor, "place", None), "device", None)
-    model = read_model(dirname, device)
+    model = read_model(dirname, device, limits)
     program = model.program
     for name, value in model.params.items():
         program.bind(name, value)
@@ -313,7 +318,7 @@ def load_inference_model(dirname, executor):
     return [program, list(model.feed_names), [block.vars[n] for n in model.fetch_names]]
 
 
-def read_model(dirname, device=None):
+def read_model(dirname, device=None, limits=None):
     """The validated contents of a model directory as a SavedModel (params
     loaded, on `device` if given, not bound). Raises ModelFormatError."""
     dirname = os.fspath(dirname)
@@ -324,8 +329,8 @@ def read_model(dirname, device=None):
     for path in (program_path, params_path):
         if not os.path.isfile(path):
             raise ModelFormatError(f"{dirname}: missing {os.path.basename(path)}; not a complete saved model")
-    doc = _read_json(program_path)
-    program, feed_names, fetch_names = _parse_document(doc, program_path)
+    doc = _read_json(program_path, current_limits(limits).max_file_bytes)
+    program, feed_names, fetch_names = _parse_document(doc, program_path, limits)
     params = _read_params(params_path, program, device)
     return SavedModel(program, feed_names, fetch_names, params, doc["format_version"], doc["producer"])
 
@@ -334,16 +339,19 @@ def _reject_constant(name):
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _read_json(path):
+def _read_json(path, max_bytes):
+    # Checked before reading: a huge file is refused without parsing it.
+    check_size(f"{path}: size in bytes", os.path.getsize(path), max_bytes, "max_file_bytes")
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            raw = f.read(max_bytes + 1)
+        check_size(f"{path}: size in bytes", len(raw), max_bytes, "max_file_bytes")
         return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         raise ModelFormatError(f"{path}: not valid JSON ({type(exc).__name__}: {exc})") from None
 
 
-def _parse_document(doc, where):
+def _parse_document(doc, where, limits=None):
     """(program, feed names, fetch names) from program.json's contents."""
     if not isinstance(doc, dict):
         raise ModelFormatError(f"{where}: expected a JSON object at the top level")
@@ -355,8 +363,11 @@ def _parse_document(doc, where):
         raise ModelFormatError(f"{where}: format version {version!r} is not supported; this d2s reads "
                                f"version {FORMAT_VERSION} (a newer d2s may read it)")
     producer = doc.get("producer")
-    if not isinstance(producer, dict) or not all(isinstance(v, str) for v in producer.values()):
-        raise ModelFormatError(f"{where}: \"producer\" must be an object of version strings")
+    if not isinstance(producer, dict) or len(producer) > 16 or not all(
+            isinstance(v, str) and len(k) <= 64 and len(v) <= 64 and (k + v).isprintable()
+            for k, v in producer.items()):
+        # `inspect` prints them: no newlines or direction characters.
+        raise ModelFormatError(f"{where}: \"producer\" must be an object of short printable version strings")
     names = {}
     for key in ("feed", "fetch"):
         value = doc.get(key)
@@ -366,7 +377,7 @@ def _parse_document(doc, where):
             raise ModelFormatError(f"{where}: \"{key}\" lists a name twice: {value}")
         names[key] = value
     try:
-        program = program_from_dict(doc.get("program"))
+        program = program_from_dict(doc.get("program"), limits)
         program.verify()
     except (ModelFormatError, ProgramError) as exc:
         raise ModelFormatError(f"{where}: invalid program: {exc}") from None

@@ -304,6 +304,13 @@ class Block:
         self.program._changed()
         return op
 
+    def truncate(self, num_ops, var_names):
+        """Drop the ops after the first `num_ops`, and the variables `var_names`."""
+        del self.ops[num_ops:]
+        for name in var_names:
+            del self.vars[name]
+        self.program._changed()
+
     def to_string(self):
         from .printer import block_to_string
         return block_to_string(self)
@@ -314,7 +321,6 @@ class Program:
 
     def __init__(self):
         self.blocks = [Block(self, 0, -1)]
-        self._current = 0
         self._name_counters = {}
         self._version = 0
         # persistable variable name -> the tensor it is bound to (parameters,
@@ -327,32 +333,17 @@ class Program:
     def global_block(self):
         return self.blocks[0]
 
-    def current_block(self):
-        return self.blocks[self._current]
-
     def block(self, idx):
         return self.blocks[idx]
 
-    def create_block(self, parent_idx=None):
-        parent = self._current if parent_idx is None else parent_idx
-        block = Block(self, len(self.blocks), parent)
+    def create_block(self, parent_idx=0):
+        block = Block(self, len(self.blocks), parent_idx)
         self.blocks.append(block)
         self._changed()
         return block
 
-    @contextlib.contextmanager
-    def block_guard(self, block):
-        """Make `block` the current one: ops recorded inside go there."""
-        saved = self._current
-        self._current = block.idx
-        try:
-            yield block
-        finally:
-            self._current = saved
-
-    def rollback(self, num_blocks):
-        """Drop blocks created after the program had `num_blocks` blocks (a
-        trial trace of a loop body that is traced again)."""
+    def truncate_blocks(self, num_blocks):
+        """Drop the blocks after the first `num_blocks`."""
         del self.blocks[num_blocks:]
         self._changed()
 
@@ -399,7 +390,7 @@ class Program:
         """A deep copy of the structure; bound tensors are shared, not copied.
         `for_test=True` drops backward and optimizer ops."""
         from .serialization import program_from_dict, program_to_dict
-        copy = program_from_dict(program_to_dict(self, keep_origin=True))
+        copy = program_from_dict(program_to_dict(self, keep_origin=True), trusted=True)
         copy.bound = dict(self.bound)
         copy.device = self.device
         if for_test:

@@ -19,8 +19,9 @@ above, and refuses anything that could make the executor do something other
 than run registered kernels on declared variables -- see `_Validator`.
 """
 
-from .attrs import InputRef, OutputRef, decode, encode, refs
+from .attrs import InputRef, OutputRef, ReturnType, decode, encode, refs
 from .errors import ModelFormatError
+from .format_rules import check_collisions, check_name, check_size, current_limits
 from .ir import TENSOR, TENSOR_ARRAY, Block, Program, dtype_name
 from .optable import empty_table_hint, get_op_def, is_registered
 
@@ -78,11 +79,15 @@ def _op_to_dict(op, keep_origin):
 
 # -- reading ---------------------------------------------------------------------------
 
-def program_from_dict(data):
+def program_from_dict(data, limits=None, trusted=False):
     """Rebuild a Program from `program_to_dict` output, validating every
-    field first; raises ModelFormatError naming the first problem."""
+    field first; raises ModelFormatError naming the first problem. `limits`
+    (a `format_rules.LoadLimits`) bounds the counts of blocks, variables and
+    ops and the length of names. `trusted` (a copy of an in-memory program:
+    `clone`, pruning) skips the limits and the naming rules of the file
+    format, which only files must follow."""
     try:
-        return _Validator(data).build()
+        return _Validator(data, None if trusted else current_limits(limits)).build()
     except RecursionError:
         raise ModelFormatError("program: attribute values are nested too deeply") from None
 
@@ -116,14 +121,19 @@ class _Validator:
     block structure, variables, ops (types, slots, names, attributes), then
     the references between ops and blocks."""
 
-    def __init__(self, data):
+    def __init__(self, data, limits):
         self.data = data
+        self.limits = limits
         self.program = Program()
 
     def build(self):
         blocks = self._check_blocks()
+        if self.limits:
+            self._check_counts(blocks)
         for i, raw in enumerate(blocks):
             self._add_vars(self.program.blocks[i], raw)
+        if self.limits:
+            check_collisions([v.name for v in self.program.all_vars()], "program")
         for i, raw in enumerate(blocks):
             self._add_ops(self.program.blocks[i], raw)
         for block in self.program.blocks:
@@ -137,6 +147,8 @@ class _Validator:
         blocks = _expect(self.data.get("blocks"), (list,), "program", "'blocks'")
         if not blocks:
             _fail("program", "has no blocks")
+        if self.limits:
+            check_size("program: number of blocks", len(blocks), self.limits.max_blocks, "max_blocks")
         parents = []
         for i, raw in enumerate(blocks):
             where = f"block {i}"
@@ -161,15 +173,24 @@ class _Validator:
             self.program.blocks.append(Block(self.program, i, parents[i]))
         return blocks
 
+    def _check_counts(self, blocks):
+        """Sizes first, before any object is built: a huge program is
+        refused in the time it takes to count its lists."""
+        count = lambda key: sum(len(raw.get(key, ())) for raw in blocks if isinstance(raw.get(key, ()), list))
+        check_size("program: number of variables", count("vars"), self.limits.max_vars, "max_vars")
+        check_size("program: number of ops", count("ops"), self.limits.max_ops, "max_ops")
+
     # -- variables ---------------------------------------------------------------------
     def _add_vars(self, block, raw):
         for k, var in enumerate(_expect(raw.get("vars", []), (list,), f"block {block.idx}", "'vars'")):
             where = f"block {block.idx}, var {k}"
             _expect(var, (dict,), where, "a variable")
             name = _expect(var.get("name"), (str,), where, "'name'")
-            where = f"block {block.idx}, var {name!r}"
-            if not name:
+            if self.limits:
+                check_name(name, where, self.limits)
+            elif not name:
                 _fail(where, "empty variable name")
+            where = f"block {block.idx}, var {name!r}"
             if name in block.vars:
                 _fail(where, "is declared twice")
             shape = _expect(var.get("shape"), (list,), where, "'shape'")
@@ -217,6 +238,7 @@ class _Validator:
             missing = [a for a in opdef.attrs if a not in attrs]
             if missing:
                 _fail(where, f"missing attribute(s) {missing}")
+            _check_attr_schema(opdef, attrs, where)
             block.append_op(op_type, inputs, outputs, attrs, self._origin(op.get("origin"), where))
 
     def _slots(self, block, slots, allowed, where, what):
@@ -298,6 +320,46 @@ class _Validator:
                 for name in names:
                     if not any(_visible(sub, name) for sub in subs):
                         _fail(where, f"attr {key!r} names {name!r}, which no sub-block of this op can see")
+
+
+# Attributes of a call-style op (every op but the control-flow ones): the
+# kernel's positional and keyword arguments, where its result goes, and
+# whether it ran under no_grad.
+_CALL_ATTRS = {"args": tuple, "kwargs": dict, "out": object, "no_grad": bool}
+
+
+def _check_attr_schema(opdef, attrs, where):
+    """Every attribute is one the op's schema has, of the type it allows:
+    a file cannot hand a kernel a sub-block, or a control-flow op a call."""
+    allowed = set(opdef.attrs) | (set() if opdef.emit is not None and opdef.attrs else set(_CALL_ATTRS))
+    for key, value in attrs.items():
+        if key not in allowed:
+            _fail(where, f"unknown attribute {key!r} (this op has {sorted(allowed)})")
+        if key in opdef.attrs:
+            continue  # typed by Program.verify (control flow) or by the op itself
+        kind = _CALL_ATTRS[key]
+        if not isinstance(value, kind):
+            _fail(where, f"attribute {key!r} must be a {kind.__name__}, got {type(value).__name__}")
+        if any(isinstance(leaf, Block) for leaf in _leaves(value)):
+            _fail(where, f"attribute {key!r} holds a block reference; only control-flow ops have sub-blocks")
+    out = attrs.get("out")
+    if out is not None and not all(isinstance(leaf, OutputRef) for leaf in _leaves(out)):
+        _fail(where, "attribute 'out' may only hold output positions ($out)")
+
+
+def _leaves(tree):
+    if isinstance(tree, (list, tuple)):
+        for item in tree:
+            yield from _leaves(item)
+    elif isinstance(tree, dict):
+        for item in tree.values():
+            yield from _leaves(item)
+    elif isinstance(tree, ReturnType):
+        yield from _leaves(tree.items)
+    elif isinstance(tree, slice):
+        yield from _leaves((tree.start, tree.stop, tree.step))
+    else:
+        yield tree
 
 
 def _visible(block, name):

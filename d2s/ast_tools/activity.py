@@ -7,8 +7,13 @@ one function scope, and returns an ``Activity``. Rules:
   ``import x``, ``def x``, ``class x``, ``except E as x``, ``(x := ...)``
   modify ``x``.
 - ``x[i] = ...`` and mutating method calls on a bare name (``x.append(v)``,
-  ``x.extend``, ``x.pop``, ...) modify ``x``: the object a loop or branch
-  carries changes. Attribute assignment (``obj.a = v``) only reads ``obj``.
+  ``x.extend``, ``x.pop``, ...) *mutate* ``x``: the object changes, the name
+  does not. ``modified`` holds both kinds; ``bound`` only the rebound names,
+  ``mutated`` only the others. Whether a mutation matters to a branch or loop
+  depends on whether ``x`` is one of the function's variables at all: the
+  same syntax is ``torch.add(a, b)`` or ``torch.sort(t)`` on a module, so the
+  transformers carry ``mutated & variables(scope)`` (see ``variables``).
+  Attribute assignment (``obj.a = v``) only reads ``obj``.
 - A nested ``def``/``lambda``/comprehension is its own scope: it reads the
   names it uses but does not bind (its free names) and modifies the names it
   declares ``nonlocal`` and assigns. Its body runs later, but it is treated
@@ -32,9 +37,19 @@ _SCOPES = (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ListComp,
 @dataclass
 class Activity:
     read: set = field(default_factory=set)
-    modified: set = field(default_factory=set)
+    bound: set = field(default_factory=set)       # rebound names
+    mutated: set = field(default_factory=set)     # names whose object may change in place
     nonlocals: set = field(default_factory=set)   # declared nonlocal in this scope
     globals: set = field(default_factory=set)     # declared global in this scope
+
+    @property
+    def modified(self):
+        return self.bound | self.mutated
+
+    def carried(self, variables):
+        """The names a branch or loop running this code changes: every
+        rebound name, and mutated objects named by a variable of the scope."""
+        return self.bound | (self.mutated & variables)
 
 
 def analyze(code):
@@ -49,17 +64,29 @@ def scope_activity(fn):
     """Activity of a function or lambda *as seen from outside it*.
 
     ``read``: its free names (and names read by defaults/decorators);
-    ``modified``: the nonlocal names it assigns. The function's own name is not
+    ``bound``: the nonlocal names it assigns; ``mutated``: the free names whose
+    objects it may change in place. The function's own name is not
     included (binding it is the enclosing ``def`` statement's business).
     """
     inner = analyze(fn.body)
     params = parameter_names(fn.args)
-    local = (inner.modified | params) - inner.nonlocals - inner.globals
+    local = (inner.bound | params) - inner.nonlocals - inner.globals
     outside = analyze(fn.args.defaults + [d for d in fn.args.kw_defaults if d is not None])
     if not isinstance(fn, gast.Lambda):
         outside = _merge(outside, analyze(fn.decorator_list))
     return Activity(read=(inner.read - local) | outside.read,
-                    modified=inner.modified & inner.nonlocals)
+                    bound=inner.bound & inner.nonlocals, mutated=inner.mutated - local)
+
+
+def variables(fn, enclosing=frozenset()):
+    """The names that are variables of function ``fn``'s scope: its parameters,
+    the names it binds (not declared ``global``) and the variables of the
+    enclosing functions it can see (``enclosing``). A name outside this set
+    (a module such as ``torch``, a builtin, a global) is never a branch or
+    loop variable."""
+    inner = analyze(fn.body if isinstance(fn.body, list) else [fn.body])
+    own = (inner.bound | parameter_names(fn.args)) - inner.globals
+    return (set(enclosing) - inner.globals) | own
 
 
 def parameter_names(args):
@@ -69,7 +96,8 @@ def parameter_names(args):
 
 
 def _merge(a, b):
-    return Activity(a.read | b.read, a.modified | b.modified, a.nonlocals | b.nonlocals, a.globals | b.globals)
+    return Activity(a.read | b.read, a.bound | b.bound, a.mutated | b.mutated,
+                    a.nonlocals | b.nonlocals, a.globals | b.globals)
 
 
 def root_name(node):
@@ -87,7 +115,7 @@ class _Visitor(gast.NodeVisitor):
         if isinstance(node.ctx, gast.Load):
             self.activity.read.add(node.id)
         elif isinstance(node.ctx, (gast.Store, gast.Del, gast.Param)):
-            self.activity.modified.add(node.id)
+            self.activity.bound.add(node.id)
 
     def visit_AugAssign(self, node):
         if isinstance(node.target, gast.Name):
@@ -96,14 +124,14 @@ class _Visitor(gast.NodeVisitor):
 
     def visit_Subscript(self, node):
         if not isinstance(node.ctx, gast.Load) and isinstance(node.value, gast.Name):
-            self.activity.modified.add(node.value.id)
+            self.activity.mutated.add(node.value.id)
         self.generic_visit(node)
 
     def visit_Call(self, node):
         func = node.func
         if (isinstance(func, gast.Attribute) and func.attr in MUTATING_METHODS
                 and isinstance(func.value, gast.Name)):
-            self.activity.modified.add(func.value.id)
+            self.activity.mutated.add(func.value.id)
         self.generic_visit(node)
 
     def visit_Global(self, node):
@@ -113,25 +141,26 @@ class _Visitor(gast.NodeVisitor):
         self.activity.nonlocals.update(node.names)
 
     def visit_alias(self, node):
-        self.activity.modified.add((node.asname or node.name).split(".")[0])
+        self.activity.bound.add((node.asname or node.name).split(".")[0])
 
     def _function(self, node):
         inner = scope_activity(node)
         self.activity.read |= inner.read
-        self.activity.modified |= inner.modified
+        self.activity.bound |= inner.bound
+        self.activity.mutated |= inner.mutated
         if not isinstance(node, gast.Lambda):
-            self.activity.modified.add(node.name)
+            self.activity.bound.add(node.name)
         if getattr(node, "returns", None) is not None:
             self.visit(node.returns)
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
 
     def visit_ClassDef(self, node):
-        self.activity.modified.add(node.name)
+        self.activity.bound.add(node.name)
         for child in node.bases + node.keywords + node.decorator_list:
             self.visit(child)
         body = analyze(node.body)  # class bodies bind class attributes, not our names
-        self.activity.read |= body.read - body.modified
+        self.activity.read |= body.read - body.bound
 
     def _comprehension(self, node):
         # The first iterable is evaluated in the enclosing scope; targets are local.
@@ -139,9 +168,9 @@ class _Visitor(gast.NodeVisitor):
         inner = analyze([g.target for g in node.generators] + [g.iter for g in node.generators[1:]]
                         + [c for g in node.generators for c in g.ifs]
                         + ([node.key, node.value] if isinstance(node, gast.DictComp) else [node.elt]))
-        targets = analyze([g.target for g in node.generators]).modified
+        targets = analyze([g.target for g in node.generators]).bound
         self.activity.read |= inner.read - targets
-        self.activity.modified |= _walrus_targets(node)
+        self.activity.bound |= _walrus_targets(node)
 
     visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
 

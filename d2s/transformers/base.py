@@ -6,7 +6,7 @@ import gast
 
 from runtime.errors import ConversionError
 
-from ..ast_tools import origin, templates
+from ..ast_tools import activity, origin, templates
 from ..ast_tools.naming import Namer
 
 
@@ -64,6 +64,28 @@ class Transformer(gast.NodeTransformer):
         func = node.func
         return (isinstance(func, gast.Attribute) and isinstance(func.value, gast.Name)
                 and func.value.id == self.ctx.helpers)
+
+
+class ScopedTransformer(Transformer):
+    """A pass that knows, at each node, the variables of the function scope it
+    is in (``self.variables``, see ``activity.variables``)."""
+
+    def transform(self, tree):
+        self._scopes = [frozenset()]
+        return self.visit(tree)
+
+    @property
+    def variables(self):
+        return self._scopes[-1]
+
+    def _scope(self, node):
+        self._scopes.append(frozenset(activity.variables(node, self._scopes[-1])))
+        try:
+            return self.generic_visit(node)
+        finally:
+            self._scopes.pop()
+
+    visit_FunctionDef = visit_Lambda = _scope
 
 
 def assign(names, value, node):

@@ -30,18 +30,18 @@ condition runs only the taken branch, exactly like the ``if`` it replaces.
 import gast
 
 from ..ast_tools import activity, liveness, templates
-from .base import Transformer, assign, visit_block
+from .base import ScopedTransformer, assign, visit_block
 
 
-class IfElse(Transformer):
+class IfElse(ScopedTransformer):
     def transform(self, tree):
         self.liveness = liveness.analyze(tree)
-        return self.visit(tree)
+        return super().transform(tree)
 
     def visit_If(self, node):
         live_in, live_out = self.liveness.live_in[node], self.liveness.live_out[node]
-        true_mod = activity.analyze(node.body).modified
-        false_mod = activity.analyze(node.orelse).modified
+        true_mod = activity.analyze(node.body).carried(self.variables)
+        false_mod = activity.analyze(node.orelse).carried(self.variables)
         state = sorted((true_mod | false_mod) & (live_in | live_out))
         outputs = [n for n in state if n in live_out]
         node.body = visit_block(self, node.body)

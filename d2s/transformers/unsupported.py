@@ -34,7 +34,7 @@ class Unsupported(Transformer):
 
     def visit_FunctionDef(self, node):
         act = activity.analyze(node.body)
-        for name in sorted(act.globals & act.modified):
+        for name in sorted(act.globals & act.bound):
             decl = next(n for n in gast.walk(node) if isinstance(n, gast.Global) and name in n.names)
             raise self.ctx.error(decl, (
                 f"rebinding global {name!r} inside a converted function is not supported (a tensor "

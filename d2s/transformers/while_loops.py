@@ -26,17 +26,17 @@ names that may start undefined (the lowered return value). Runs after
 """
 
 from ..ast_tools import activity, liveness, templates
-from .base import Transformer, assign, visit_block
+from .base import ScopedTransformer, assign, visit_block
 
 
-class WhileLoop(Transformer):
+class WhileLoop(ScopedTransformer):
     def transform(self, tree):
         self.liveness = liveness.analyze(tree)
-        return self.visit(tree)
+        return super().transform(tree)
 
     def visit_While(self, node):
         live = self.liveness.live_in[node] | self.liveness.live_out[node]
-        loop_vars = sorted(activity.analyze(node.body).modified & live)
+        loop_vars = sorted(activity.analyze(node.body).carried(self.variables) & live)
         node.body = visit_block(self, node.body)
         test_fn = self.ctx.namer.new("loop_test")
         body_fn = self.ctx.namer.new("loop_body")

@@ -310,6 +310,21 @@ def test_activity_reads_and_modifies():
     assert act.read == {"a", "b", "c", "d", "i", "e", "obj", "g", "k", "range", "n", "q", "r"}
 
 
+def test_activity_separates_rebinding_from_mutation():
+    fn = _function("""
+        def f(x, outs):
+            y = torch.add(x, 1)
+            z, _ = torch.sort(y)
+            outs.append(z)
+            seen.add(z)
+        """)
+    act = activity.analyze(fn.body)
+    assert act.bound == {"y", "z", "_"}
+    assert act.mutated == {"torch", "outs", "seen"}
+    # Only the function's own variables can be carried by a branch or loop.
+    assert act.carried(activity.variables(fn)) == {"y", "z", "_", "outs"}
+
+
 def test_activity_of_nested_function_counts_nonlocal_assignments():
     fn = _function("""
         def f():

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 import runtime
-from d2s.__main__ import main
+from d2s.__main__ import main, output_name
 from ops.capture import CaptureMode
 from runtime import Executor, save_inference_model
 
@@ -46,7 +46,8 @@ def model(tmp_path_factory):
 
 
 def _cli(*args, cwd):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # Only the d2s checkout under test on the path: no test or model code.
+    env = dict(os.environ, PYTHONPATH=ROOT)
     return subprocess.run([sys.executable, "-m", "d2s", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=60)
 
@@ -71,14 +72,15 @@ def test_inspect_prints_program_feeds_fetches_and_versions(model):
 def test_run_writes_outputs_that_match_eager(model, tmp_path):
     result = _cli("run", model["dir"], *_inputs(model), "--output-dir", str(tmp_path / "out"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    written = np.load(tmp_path / "out" / f"{model['fetch']}.npy")
+    assert model["fetch"].startswith("tmp_")  # a generated name: the file is named by position
+    written = np.load(tmp_path / "out" / "output_0.npy")
     np.testing.assert_allclose(written, model["expected"], rtol=1e-6, atol=1e-6)
 
 
 def test_run_prints_a_summary_without_output_dir(model, capsys):
     assert main(["run", model["dir"], *_inputs(model)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"{model['fetch']}: float32, shape [3, 2], min ")
+    assert out.startswith("output_0: float32, shape [3, 2], min ")
     assert f"{model['expected'].max():.6g}" in out
 
 
@@ -118,7 +120,15 @@ ERRORS = {
     "unreadable npy": (lambda m, t: dict(x=_garbage(t)), "cannot read input 'x' from"),
     "pickled npy": (lambda m, t: dict(x=_pickled(t)), "cannot read input 'x' from"),
     "missing file": (lambda m, t: dict(x=str(t / "absent.npy")), "No such file"),
+    "text file": (lambda m, t: dict(x=_text(t)), "cannot read input 'x' from '{}': not a .npy file "
+                                                   "(write one with numpy.save)"),
 }
+
+
+def _text(tmp):
+    path = tmp / "x.txt"
+    path.write_text("1 2 3 4\n")
+    return str(path)
 
 
 @pytest.mark.parametrize("case", sorted(ERRORS))
@@ -128,13 +138,32 @@ def test_run_errors_exit_2_with_one_clear_line(model, tmp_path, capsys, case):
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("error: ") and err.count("\n") == 1
-    assert message in err
+    assert message.format(str(tmp_path / "x.txt")) in err
+    assert "allow_pickle" not in err
+
+
+def test_pickled_input_says_why_it_is_refused(model, tmp_path, capsys):
+    assert main(["run", model["dir"], *_inputs(model, x=_pickled(tmp_path))]) == 2
+    err = capsys.readouterr().err
+    assert "holds Python objects (pickled data), which are never loaded" in err and "allow_pickle" not in err
+
+
+def test_output_dir_that_is_a_file_exits_2_with_one_line(model, tmp_path, capsys):
+    (tmp_path / "taken").write_text("")
+    assert main(["run", model["dir"], *_inputs(model), "--output-dir", str(tmp_path / "taken")]) == 2
+    assert capsys.readouterr().err == f"error: --output-dir {str(tmp_path / 'taken')!r} exists and is not a directory\n"
+
+
+@pytest.mark.parametrize("index, fetch, expected", [(0, "tmp_5", "output_0"), (3, "tmp_12", "output_3"),
+                                                    (1, "logits", "logits"), (0, "head.out", "head.out")])
+def test_outputs_are_named_by_fetch_name_or_position(index, fetch, expected):
+    assert output_name(index, fetch) == expected
 
 
 def test_float64_features_are_accepted_for_a_float32_input(model, tmp_path, capsys):
     x64 = _array(tmp_path, "x64", np.load(model["files"]["x"]).astype("float64"))
     assert main(["run", model["dir"], *_inputs(model, x=x64), "--output-dir", str(tmp_path)]) == 0
-    np.testing.assert_allclose(np.load(tmp_path / f"{model['fetch']}.npy"), model["expected"], rtol=1e-6)
+    np.testing.assert_allclose(np.load(tmp_path / "output_0.npy"), model["expected"], rtol=1e-6)
 
 
 @pytest.mark.parametrize("command", ["inspect", "run"])

@@ -36,16 +36,12 @@ def test_unique_name_skips_names_taken_by_hand():
     assert p.unique_name("tmp") == "tmp_1"
 
 
-def test_create_block_parent_idx_and_guard():
+def test_create_block_parent_idx():
     p = runtime.Program()
     b1 = p.create_block()
     assert (b1.idx, b1.parent_idx, b1.parent) == (1, 0, p.global_block())
-    with p.block_guard(b1):
-        b2 = p.create_block()  # parent is the current block
-        assert p.current_block() is b1
+    b2 = p.create_block(b1.idx)
     assert (b2.idx, b2.parent_idx) == (2, 1)
-    assert p.current_block() is p.global_block()
-    assert p.create_block(parent_idx=0).parent_idx == 0
     assert p.global_block().parent is None and p.global_block().parent_idx == -1
 
 
@@ -54,8 +50,7 @@ def test_find_var_through_parents_not_children():
     outer = p.global_block().create_var(name="outer")
     b1 = p.create_block()
     inner = b1.create_var(name="inner")
-    with p.block_guard(b1):
-        b2 = p.create_block()
+    b2 = p.create_block(b1.idx)
     assert b2.find_var("outer") is outer and b2.find_var("inner") is inner
     assert b2.var("inner") is inner
     with pytest.raises(KeyError, match="not visible from block 0"):

@@ -1,0 +1,367 @@
+"""Random programs written the way PyTorch users write them, for differential fuzzing.
+
+A program is a small tree of statements (`Simple`, `If`, `Loop`) inside one
+function ``f(x, m, n)``: ``x`` a float vector, ``m`` a float matrix whose rows
+loops walk, ``n`` a 0-d int64 tensor used as a trip count. The function starts
+by defining its state (tensors ``a``, ``b``, ``t``, ``acc``, ``g``, Python
+numbers ``k``, ``s``, lists ``ys``, ``zs``) and returns one float tensor
+combining all of it, so every statement can touch any state and every path
+reaches the same return.
+
+The statements cover what docs/syntax_and_limitations.md lists as supported:
+nested ``if``/``elif``/``else`` on tensors and on Python values, ternaries,
+``and``/``or``/``not``, ``while`` with ``break``/``continue``, ``for`` over
+``range(tensor)``, tensor rows, ``enumerate``, Python ranges and lists, loop
+``else``, early ``return`` in branches and loops, Python accumulators, list
+``append`` then ``torch.stack``/``len``, tensors grown with ``torch.cat``,
+augmented assignment, in-place ops and calls to helper functions that have
+control flow of their own.
+
+`generate(seed)` is deterministic: the same seed gives the same program on
+every machine. The tree keeps what the runner and the minimiser need: which
+statements are tensor-dependent control flow (their program must hold a
+``cond``/``while`` op) and how to delete or hoist parts of it.
+"""
+
+import random
+import re
+
+# Constants that programs compare against and scale by; halves keep sums exact.
+CONSTS = ["-2.0", "-0.5", "0.0", "1.0", "2.5"]
+SCALES = ["0.5", "-1.0", "2.0", "1.5"]
+
+# Every state variable: its initial definition and its term in the returned value.
+STATE = {
+    "a": ("a = x * 1.0", "a"),
+    "b": ("b = torch.zeros_like(x)", "b"),
+    "t": ("t = x.sum()", "t"),
+    "acc": ("acc = torch.zeros(3)", "acc"),
+    "g": ("g = x[:1]", "g.sum()"),
+    "k": ("k = 0", "k"),
+    "s": ("s = 0.0", "s"),
+    "ys": ("ys = [x]", "torch.stack(ys).sum(0)"),
+    "zs": ("zs = []", "len(zs)"),
+}
+
+HELPERS = '''
+def mix(u, v):
+    if u.sum() > v.sum():
+        return u - v * 0.5
+    return u + v
+
+
+def clip(u, lim):
+    while u.abs().max() > lim:
+        u = u * 0.5
+    return u
+
+
+def walk(mat, u):
+    out = u
+    for r in mat:
+        if r.sum() < 0:
+            continue
+        out = out + r * 0.5
+    return out
+'''
+
+TENSOR_TESTS = [
+    "a.sum() > {c}", "b.mean() < {c}", "(a - b).max() > {c}", "t > {c}", "(a > {c}).any()",
+    "x.sum() > {c} and b.sum() < {d}", "a.min() < {c} or not b.sum() > {d}", "not a.sum() > {c}",
+    "a.sum() > {c} and k > {i}", "k > {i} or t < {c}",
+]
+PYTHON_TESTS = ["k > {i}", "k % 2 == 0", "len(ys) > {i}", "s < {c}", "k == {i} or s > {c}"]
+
+# Statements, by kind; `grad_ok` kinds keep eager autograd valid when x requires grad.
+ASSIGNS = [
+    "a = a + x", "a = (a + b) * {s}", "b = torch.tanh(a - b)", "a = torch.add(a, b, alpha={s})",
+    "b = b * {s} + 1.0", "a, b = b, a", "t = a.sum()", "t = t + b.max()", "a = torch.where(a > {c}, a, b)",
+    "b = torch.sort(a).values", "a = a + t", "b = torch.maximum(a, b) - {c}",
+]
+PY_ASSIGNS = ["k = k + 1", "k += 2", "s = s + {c}", "s = s * {s}", "s += float(a.max())", "k = k * 2 if k < 4 else k - 1"]
+AUG = ["a += b", "b *= {s}", "t += a.sum()", "a -= {c}"]
+INPLACE = ["acc.add_(a)", "acc.mul_({s})", "acc.add_(b * {s})"]
+TERNARY = ["b = b * {s} if a.sum() > {c} else b + 1.0", "a = a - 1.0 if t < {c} else a * {s}",
+           "t = t * 2.0 if (b > {c}).all() else t - 1.0"]
+LISTS = ["ys.append(a * {s})", "zs.append(b)", "a = a + torch.stack(ys).mean(0)", "k = k + len(zs)"]
+GROW = ["g = torch.cat([g, a[:1]])", "t = t + g.sum()"]
+CALLS = ["a = mix(a, b)", "b = clip(b + a, 3.0)", "a = walk(m, a)"]
+# Statements that use a loop's target, by target kind.
+TARGET_USES = {
+    "index": ["a = a + {v}", "t = t + {v}", "k = k + {v}"],
+    "row": ["a = a + {v}", "b = b + {v} * {s}", "ys.append({v})", "t = t + {v}.sum()"],
+    "row_inplace": ["{v} *= {s}"],
+    "scale": ["a = a * {v}", "s = s + {v}"],
+}
+
+
+class Simple:
+    """One line: an assignment, a call, `break`, `continue` or `return`."""
+
+    def __init__(self, kind, text):
+        self.kind, self.text = kind, text
+
+    def blocks(self):
+        return []
+
+    def render(self, out, indent):
+        self.line = len(out) + 1
+        out.append(" " * indent + self.text)
+
+    def copy(self):
+        return Simple(self.kind, self.text)
+
+
+class If:
+    """``if test:`` body, else orelse (an `If` alone in orelse renders as ``elif``)."""
+
+    def __init__(self, test, body, orelse, tensor):
+        self.kind = "if_tensor" if tensor else "if_python"
+        self.test, self.body, self.orelse, self.tensor = test, body, orelse, tensor
+
+    def blocks(self):
+        return [self.body, self.orelse]
+
+    def render(self, out, indent, keyword="if"):
+        self.line = len(out) + 1
+        out.append(" " * indent + f"{keyword} {self.test}:")
+        render_block(self.body, out, indent + 4)
+        if len(self.orelse) == 1 and isinstance(self.orelse[0], If):
+            self.orelse[0].render(out, indent, "elif")
+        elif self.orelse:
+            out.append(" " * indent + "else:")
+            render_block(self.orelse, out, indent + 4)
+
+    def copy(self):
+        return If(self.test, copy_block(self.body), copy_block(self.orelse), self.tensor)
+
+
+class Loop:
+    """A ``for`` or ``while`` loop. `init` lines come before the header, `step`
+    lines start the body (a while counter moves first so `continue` cannot skip it)."""
+
+    def __init__(self, kind, init, header, step, body, orelse, tensor):
+        self.kind, self.init, self.header, self.step = kind, init, header, step
+        self.body, self.orelse, self.tensor = body, orelse, tensor
+
+    def blocks(self):
+        return [self.body, self.orelse]
+
+    def render(self, out, indent):
+        pad = " " * indent
+        out.extend(pad + line for line in self.init)
+        self.line = len(out) + 1
+        out.append(pad + self.header)
+        out.extend(" " * (indent + 4) + line for line in self.step)
+        if self.body or not self.step:
+            render_block(self.body, out, indent + 4)
+        if self.orelse:
+            out.append(pad + "else:")
+            render_block(self.orelse, out, indent + 4)
+
+    def copy(self):
+        return Loop(self.kind, self.init, self.header, self.step, copy_block(self.body), copy_block(self.orelse),
+                    self.tensor)
+
+
+def render_block(stmts, out, indent):
+    if not stmts:
+        out.append(" " * indent + "pass")
+    for stmt in stmts:
+        stmt.render(out, indent)
+
+
+def copy_block(stmts):
+    return [s.copy() for s in stmts]
+
+
+def walk(stmts):
+    """Every statement of a block, depth first."""
+    for stmt in stmts:
+        yield stmt
+        for block in stmt.blocks():
+            yield from walk(block)
+
+
+class Program:
+    """A generated function: its state variables, its body, whether `x` requires grad."""
+
+    def __init__(self, seed, state, body, rows, grad):
+        self.seed, self.state, self.body, self.rows, self.grad = seed, state, body, rows, grad
+
+    def copy(self):
+        return Program(self.seed, list(self.state), copy_block(self.body), self.rows, self.grad)
+
+    def return_text(self):
+        return "return " + " + ".join(STATE[v][1] for v in self.state)
+
+    def source(self):
+        """The module text; also records each statement's line number."""
+        out = ["import torch", ""] + HELPERS.strip("\n").split("\n") + ["", "", "def f(x, m, n):"]
+        out.extend("    " + STATE[v][0] for v in self.state)
+        for stmt in walk(self.body):
+            if isinstance(stmt, Simple) and stmt.kind == "return":
+                stmt.text = self.return_text()
+        render_block(self.body, out, 4)
+        out.append("    " + self.return_text())
+        return "\n".join(out) + "\n"
+
+    def function_source(self):
+        """The source of `f` alone (what a reproducer shows; helpers are fixed)."""
+        text = self.source()
+        return text[text.index("def f("):]
+
+    def used_names(self):
+        words = set()
+        for stmt in walk(self.body):
+            for text in _texts(stmt):
+                words.update(re.findall(r"[A-Za-z_]\w*", text))
+        return words
+
+    def tensor_control_flow(self):
+        """(kind, line) of each tensor-dependent `if`/ternary/loop; lines valid after source()."""
+        found = []
+        for stmt in walk(self.body):
+            if getattr(stmt, "tensor", False):
+                found.append(("cond" if isinstance(stmt, If) else "while", stmt.line))
+            elif isinstance(stmt, Simple) and stmt.kind == "ternary_tensor":
+                found.append(("cond", stmt.line))
+        return found
+
+
+def _texts(stmt):
+    if isinstance(stmt, Simple):
+        return [stmt.text]
+    if isinstance(stmt, If):
+        return [stmt.test]
+    return list(stmt.init) + [stmt.header] + list(stmt.step)
+
+
+class _Generator:
+    def __init__(self, rng, grad):
+        self.rng, self.grad = rng, grad
+        self.names = 0
+
+    def fresh(self, prefix):
+        self.names += 1
+        return f"{prefix}{self.names}"
+
+    def fill(self, template, **extra):
+        r = self.rng
+        return template.format(c=r.choice(CONSTS), d=r.choice(CONSTS), s=r.choice(SCALES), i=r.randint(0, 3),
+                               **extra)
+
+    def test(self, tensor, targets):
+        r = self.rng
+        if tensor:
+            pool = TENSOR_TESTS + [f"{v}.sum() > {{c}}" for v, kind in targets if kind == "row"]
+        else:
+            pool = PYTHON_TESTS
+        return self.fill(r.choice(pool))
+
+    def simple(self, targets):
+        r = self.rng
+        groups = [("assign", ASSIGNS, 5), ("python", PY_ASSIGNS, 3), ("ternary_tensor", TERNARY, 2),
+                  ("list", LISTS, 2), ("grow", GROW, 1), ("call", CALLS, 1)]
+        if not self.grad:
+            groups += [("aug", AUG, 2), ("inplace", INPLACE, 1)]
+        if targets:
+            groups.append(("target", None, 3))
+        kind, pool, _ = r.choices(groups, weights=[w for *_, w in groups])[0]
+        if kind == "target":
+            v, target_kind = r.choice(targets)
+            kinds = [target_kind] + (["row_inplace"] if target_kind == "row" and not self.grad else [])
+            kind = r.choice(kinds)
+            return Simple(kind, self.fill(r.choice(TARGET_USES[kind]), v=v))
+        return Simple(kind, self.fill(r.choice(pool)))
+
+    def block(self, depth, in_loop, targets):
+        r = self.rng
+        stmts = []
+        for _ in range(r.randint(1, 3 if depth else 5)):
+            choices = ["simple"] * 4
+            if depth < 3:
+                choices += ["if_tensor"] * 3 + ["if_python"] + ["loop"] * 2
+            if depth:
+                choices += ["return"]
+            if in_loop:
+                choices += ["break", "continue"]
+            what = r.choice(choices)
+            if what == "simple":
+                stmts.append(self.simple(targets))
+            elif what.startswith("if"):
+                stmts.append(self.if_stmt(what == "if_tensor", depth, in_loop, targets))
+            elif what == "loop":
+                stmts.append(self.loop(depth, targets))
+            else:
+                exit_ = Simple(what, "return" if what == "return" else what)
+                if r.random() < 0.7:  # usually guarded, as users write it
+                    stmts.append(If(self.test(r.random() < 0.7, targets), [exit_], [], True))
+                    stmts[-1].tensor = _is_tensor_test(stmts[-1].test)
+                    stmts[-1].kind = "if_tensor" if stmts[-1].tensor else "if_python"
+                else:
+                    stmts.append(exit_)
+                    break
+        return stmts
+
+    def if_stmt(self, tensor, depth, in_loop, targets):
+        r = self.rng
+        body = self.block(depth + 1, in_loop, targets)
+        roll = r.random()
+        if roll < 0.35:
+            orelse = []
+        elif roll < 0.55:
+            orelse = [self.if_stmt(r.random() < 0.6, depth + 1, in_loop, targets)]
+        else:
+            orelse = self.block(depth + 1, in_loop, targets)
+        test = self.test(tensor, targets)
+        return If(test, body, orelse, _is_tensor_test(test))
+
+    def loop(self, depth, targets):
+        r = self.rng
+        kind = r.choice(["range_tensor", "rows", "enumerate", "while_tensor", "while_and", "range_python",
+                         "list_python", "while_python"])
+        init, step, new_targets = [], [], []
+        if kind == "range_tensor":
+            v = self.fresh("i")
+            header, new_targets = f"for {v} in range(n):", [(v, "index")]
+        elif kind == "rows":
+            v = self.fresh("row")
+            header, new_targets = f"for {v} in m:", [(v, "row")]
+        elif kind == "enumerate":
+            i, v = self.fresh("j"), self.fresh("row")
+            header, new_targets = f"for {i}, {v} in enumerate(m):", [(i, "index"), (v, "row")]
+        elif kind == "range_python":
+            v = self.fresh("i")
+            header, new_targets = f"for {v} in range({r.randint(0, 3)}):", [(v, "index")]
+        elif kind == "list_python":
+            v = self.fresh("c")
+            header, new_targets = f"for {v} in [{r.choice(SCALES)}, {r.choice(SCALES)}]:", [(v, "scale")]
+        else:
+            w = self.fresh("w")
+            init, step = [f"{w} = 0"], [f"{w} += 1"]
+            bound = {"while_tensor": "n", "while_python": str(r.randint(0, 3))}.get(kind)
+            header = f"while {w} < {bound}:" if bound else self.fill(f"while {w} < {{i}} and a.sum() < {{c}}:")
+            new_targets = [(w, "index")]
+        body = self.block(depth + 1, True, targets + new_targets)
+        orelse = self.block(depth + 1, False, targets) if r.random() < 0.15 else []
+        tensor = kind in ("range_tensor", "rows", "enumerate", "while_tensor", "while_and")
+        return Loop(kind, init, header, step, body, orelse, tensor)
+
+
+def _is_tensor_test(test):
+    """Whether a generated test is decided by a tensor: its first operand (later
+    operands of `and`/`or` may be short-circuited by Python) names a tensor."""
+    first = re.split(r" and | or ", test)[0]
+    return bool(re.search(r"\b(a|b|t|x|row\d+)\b", first))
+
+
+def generate(seed):
+    """The program for `seed` (an int or a string): same seed, same program."""
+    rng = random.Random(seed)
+    grad = rng.random() < 0.3
+    gen = _Generator(rng, grad)
+    body = gen.block(0, False, [])
+    program = Program(seed, list(STATE), body, rows=rng.randint(1, 3), grad=grad)
+    program.state = [v for v in STATE if v in program.used_names() or v in ("a",)]
+    return program

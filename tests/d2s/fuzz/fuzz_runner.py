@@ -1,0 +1,367 @@
+"""Run a generated program eagerly and statically and classify the outcome.
+
+For one `fuzz_programs.Program`:
+
+1. Inputs. A fixed pool of candidate inputs (signs, zeros, trip counts 0..3,
+   rows of both signs) runs eagerly under a line tracer; inputs are chosen
+   greedily until every line transition and every loop trip class (0, 1,
+   several) that any candidate reaches is reached: both branches, zero and
+   several trips and early exits are exercised whenever some input can.
+2. The program is built ONCE, by `@declarative` from the first input; every
+   input then runs through the declarative call and through the `Executor` on
+   that same program, and must give the eager result exactly (values, dtype,
+   shape; gradients of ``x`` when it requires grad; inputs mutated in place).
+   The cache must hold one program, and each tensor-dependent ``if``/``while``
+   the eager runs reached must have produced a ``cond``/``while`` op.
+3. The outcome is one of ``pass``, ``wrong`` (a silent difference), ``crash``
+   (an exception that is not a documented ConversionError, or one whose
+   message names internals or is false), ``refused`` (a ConversionError the
+   docs list) or ``invalid`` (the program fails eagerly: a generator bug).
+
+`Outcome.signature` groups outcomes into distinct failures (the stage plus
+the message with names and numbers blanked).
+"""
+
+import importlib.util
+import os
+import re
+import signal
+import sys
+import tempfile
+import threading
+import traceback
+
+import torch
+
+import d2s
+from d2s.static_function import _rebuild
+
+import fuzz_programs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+DOCS = os.path.join(ROOT, "docs", "syntax_and_limitations.md")
+SECONDS_PER_PROGRAM = 60
+MAX_INPUTS = 8
+_DIR = None
+_COUNT = [0]
+
+
+class Outcome:
+    def __init__(self, kind, stage="", detail="", message=""):
+        self.kind, self.stage, self.detail, self.message = kind, stage, detail, message
+
+    @property
+    def signature(self):
+        """What identifies a distinct failure (for wrong results: after minimisation)."""
+        return (self.kind, self.stage, self.detail)
+
+    @property
+    def klass(self):
+        """What a minimisation step must keep: a wrong result stays wrong at the same stage."""
+        return (self.kind, self.stage) if self.kind == "wrong" else self.signature
+
+    def __repr__(self):
+        return f"Outcome({self.kind}, {self.stage}, {self.detail!r})"
+
+
+# -- inputs ------------------------------------------------------------------------------------
+
+_X = [[1.0, 2.0, 3.0], [-1.0, -2.0, -3.0], [-2.0, 0.5, 1.5], [0.0, 0.0, 0.0], [0.5, 0.0, -0.5],
+      [3.0, 2.5, 3.0], [-3.0, 1.0, -0.5], [1.5, -1.0, 0.5]]
+_ROWS = [[1.0, -0.5, 2.0], [-1.5, -2.0, 0.5], [0.5, 0.5, 0.5], [-0.5, 1.0, -3.0], [2.0, 2.0, -1.0]]
+
+
+def candidates(rows, grad):
+    """The candidate inputs: (x, m, n) tuples; the first is the building input."""
+    out = []
+    for i in range(24):
+        x = torch.tensor(_X[i % len(_X)])
+        m = torch.tensor([_ROWS[(i * 2 + r * (1 + i % 3)) % len(_ROWS)] for r in range(rows)])
+        if i % 5 == 4:
+            m = -m
+        n = torch.tensor((i // 2) % 4)
+        out.append((x.requires_grad_(grad), m, n))
+    return out
+
+
+def clone(args):
+    return tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
+
+
+class _Coverage:
+    """Line transitions and loop trip classes of one eager call of `f`."""
+
+    def __init__(self, filename):
+        self.filename, self.features = filename, set()
+
+    def __call__(self, frame, event, arg):
+        if frame.f_code.co_filename != self.filename:
+            return None
+        prev, hits = [None], {}
+
+        def local(frame, event, arg):
+            if event == "line":
+                line = frame.f_lineno
+                self.features.add((frame.f_code.co_name, prev[0], line))
+                hits[line] = hits.get(line, 0) + 1
+                prev[0] = line
+            elif event == "return":
+                for line, count in hits.items():
+                    self.features.add((frame.f_code.co_name, line, "hits", min(count, 3)))
+            return local
+        return local
+
+
+def eager_run(fn, args, filename=None):
+    """(result, grad, mutated inputs, features) of one eager call."""
+    args = clone(args)
+    cov = _Coverage(filename) if filename else None
+    if cov:
+        sys.settrace(cov)
+    try:
+        result = fn(*args)
+    finally:
+        if cov:
+            sys.settrace(None)
+    grad = _grad(result, args)
+    return result, grad, args, cov.features if cov else set()
+
+
+def _grad(result, args):
+    x = args[0]
+    if not x.requires_grad or not isinstance(result, torch.Tensor) or not result.requires_grad:
+        return None
+    weights = torch.arange(1.0, 1.0 + result.numel()).reshape(result.shape)
+    (gx,) = torch.autograd.grad((result * weights).sum(), [x], allow_unused=True)
+    return gx
+
+
+def choose_inputs(fn, program, filename):
+    """Eager results of the inputs that together reach every feature some candidate reaches."""
+    runs = []
+    for args in candidates(program.rows, program.grad):
+        try:
+            runs.append((args,) + eager_run(fn, args, filename))
+        except Exception:
+            if not runs:  # the building input must run eagerly
+                raise
+    chosen, seen = [runs[0]], set(runs[0][4])
+    rest = runs[1:]
+    while rest and len(chosen) < MAX_INPUTS:
+        best = max(range(len(rest)), key=lambda j: len(rest[j][4] - seen))
+        if not rest[best][4] - seen:
+            break
+        seen |= rest[best][4]
+        chosen.append(rest.pop(best))
+    return [(args, result, grad, mutated) for args, result, grad, mutated, _ in chosen], seen
+
+
+# -- comparison --------------------------------------------------------------------------------
+
+def same(eager, static):
+    """Whether a static result is exactly the eager one (a Python number may come back as a 0-d tensor)."""
+    if isinstance(eager, (tuple, list)):
+        return isinstance(static, (tuple, list)) and len(eager) == len(static) and all(
+            same(a, b) for a, b in zip(eager, static))
+    if isinstance(eager, torch.Tensor):
+        return (isinstance(static, torch.Tensor) and static.dtype == eager.dtype and static.shape == eager.shape
+                and torch.equal(static.detach(), eager.detach()))
+    if eager is None:
+        return static is None
+    value = static.item() if isinstance(static, torch.Tensor) and static.numel() == 1 else static
+    return type(value) in (int, float, bool) and value == eager
+
+
+def _show(value):
+    return repr(value.detach() if isinstance(value, torch.Tensor) else value)
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+def documented_messages(path=DOCS):
+    """Regexes of the ConversionError messages the docs list (fenced blocks), with names and numbers open."""
+    text = open(path).read()
+    patterns = []
+    for block in re.findall(r"```\n(.*?)```", text, re.S):
+        message = " ".join(block.split())
+        if not message:
+            continue
+        pattern = re.escape(message)
+        pattern = re.sub(r"'[^']*'", "'[^']+'", pattern)
+        pattern = re.sub(r"`[^`]*`", "`[^`]+`", pattern)
+        pattern = re.sub(r"\d+", r"\\d+", pattern)
+        pattern = re.sub(r"\b(true|false)\b", "(true|false)", pattern)
+        pattern = re.sub(r"\b(int64|float32|int32|float64|bool)\b", r"\\w+", pattern)
+        pattern = re.sub(r"\bNone\b", r"\\w+", pattern)
+        patterns.append(re.compile(pattern))
+    return patterns
+
+
+_DOCUMENTED = None
+
+
+def _is_documented(message):
+    global _DOCUMENTED
+    if _DOCUMENTED is None:
+        _DOCUMENTED = documented_messages()
+    text = " ".join(message.split())
+    return any(p.search(text) for p in _DOCUMENTED)
+
+
+_INTERNAL = re.compile(r"\b(retval|do_return|tmp|out|b|brk|cont|flag|loop|iter|idx|step|__\w*?)_\d+\b|\b__\w+")
+
+
+def blank(message):
+    """The message with quoted names, numbers and file locations blanked, for grouping."""
+    message = re.sub(r'File "[^"]*", line \d+: ', "", message)
+    message = re.sub(r"'[^']*'", "'_'", message)
+    message = re.sub(r"\d+", "N", message)
+    return " ".join(message.split())[:160]
+
+
+def classify_error(exc, program, source):
+    """An exception from the static side -> Outcome (refused, or crash with the reason)."""
+    message = exc.message if isinstance(exc, d2s.ConversionError) else f"{type(exc).__name__}: {exc}"
+    internal = [w for w in _INTERNAL.findall(message) if w and not re.search(rf"\b{w}_\d+\b", source)]
+    named = set(re.findall(r"'([A-Za-z_]\w*)'", message))
+    foreign = [w for w in named if not re.search(rf"\b{re.escape(w)}\b", source)]
+    if isinstance(exc, d2s.ConversionError):
+        defined = set(program.state)
+        false = [w for w in named & defined if re.search(r"defined before|not defined|first assigned", message)]
+        if foreign or internal:
+            return Outcome("crash", "conversion_error", "names internals: " + blank(message), message)
+        if false:
+            return Outcome("crash", "conversion_error", "false message: " + blank(message), message)
+        if not _is_documented(message):
+            return Outcome("crash", "conversion_error", "undocumented: " + blank(message), message)
+        return Outcome("refused", "conversion_error", blank(message), message)
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = next((f"{os.path.basename(fr.filename)}:{fr.name}" for fr in reversed(tb)
+                  if ROOT in os.path.abspath(fr.filename) and "/tests/" not in fr.filename), "")
+    return Outcome("crash", "exception", f"{type(exc).__name__} at {where}: {blank(str(exc))}", message)
+
+
+# -- running one program -----------------------------------------------------------------------
+
+def load(program):
+    """Write the program to a file (conversion needs source) and import it; -> (f, path, source)."""
+    global _DIR
+    if _DIR is None:
+        _DIR = tempfile.mkdtemp(prefix="d2s_fuzz_")
+    source = program.source()
+    _COUNT[0] += 1
+    path = os.path.join(_DIR, f"prog_{os.getpid()}_{_COUNT[0]}.py")
+    with open(path, "w") as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location(f"d2s_fuzz_{os.getpid()}_{_COUNT[0]}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.f, path, source
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Timeout(f"no result within {SECONDS_PER_PROGRAM} s")
+
+
+def run(program):
+    """The Outcome of one program (see the module docstring)."""
+    use_alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM")
+    if use_alarm:
+        old = signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(SECONDS_PER_PROGRAM)
+    try:
+        return _run(program)
+    except _Timeout as exc:
+        return Outcome("crash", "hang", str(exc))
+    finally:
+        if use_alarm:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
+
+
+def _run(program):
+    try:
+        fn, path, source = load(program)
+        inputs, _ = choose_inputs(fn, program, path)
+    except Exception as exc:
+        return Outcome("invalid", "eager", f"{type(exc).__name__}: {blank(str(exc))}")
+    static = d2s.declarative(fn)
+    for i, (args, result, grad, mutated) in enumerate(inputs):
+        stage = "build" if i == 0 else "call"
+        try:
+            call_args = clone(args)
+            got = static(*call_args)
+            got_grad = _grad(got, call_args)
+        except _Timeout:
+            raise
+        except Exception as exc:
+            outcome = classify_error(exc, program, source)
+            outcome.stage = stage if outcome.kind == "crash" and outcome.stage == "exception" else outcome.stage
+            return outcome
+        if not same(result, got):
+            return Outcome("wrong", "declarative", _wrong_detail(program),
+                           f"input {i}: eager {_show(result)}, declarative {_show(got)}")
+        if not _same_grad(grad, got_grad):
+            return Outcome("wrong", "gradient", _wrong_detail(program),
+                           f"input {i}: eager grad {_show(grad)}, declarative grad {_show(got_grad)}")
+        if not all(torch.equal(a.detach(), b.detach()) for a, b in zip(mutated, call_args)):
+            return Outcome("wrong", "mutation", _wrong_detail(program),
+                           f"input {i}: eager leaves inputs {[_show(a) for a in mutated]}, "
+                           f"declarative {[_show(a) for a in call_args]}")
+        try:
+            executed = _executor_run(static.concrete_program, args)
+        except _Timeout:
+            raise
+        except Exception as exc:
+            outcome = classify_error(exc, program, source)
+            if outcome.kind == "refused":
+                outcome = Outcome("crash", "executor", outcome.detail, outcome.message)
+            return outcome
+        if not same(result, executed):
+            return Outcome("wrong", "executor", _wrong_detail(program),
+                           f"input {i}: eager {_show(result)}, executor {_show(executed)}")
+    if len(static.program_cache) != 1:
+        return Outcome("wrong", "retrace", _wrong_detail(program),
+                       f"{len(static.program_cache)} programs for inputs of the same shapes")
+    missing = _missing_ops(program, static.concrete_program.main_program, fn, inputs, path)
+    if missing:
+        return Outcome("wrong", "ops", _wrong_detail(program), f"no {missing} op for tensor control flow")
+    return Outcome("pass")
+
+
+def _same_grad(eager, static):
+    if eager is None or static is None:
+        return (eager is None) == (static is None) or _all_zero(eager) or _all_zero(static)
+    return same(eager, static)
+
+
+def _all_zero(grad):
+    return grad is not None and not grad.any()
+
+
+def _executor_run(concrete, args):
+    feed = {v.name: a.detach() for v, a in zip(concrete.inputs, args)}
+    results = d2s.Executor().run(concrete.main_program, feed=feed, fetch_list=concrete.fetch_vars,
+                                 return_numpy=False)
+    return _rebuild(concrete.out_tree, results)
+
+
+def _missing_ops(program, main_program, fn, inputs, path):
+    """The op type missing for a tensor `if`/loop whose line some eager run reached."""
+    reached = set()
+    for args, *_ in inputs:
+        reached |= {f[2] for f in eager_run(fn, args, path)[3] if f[0] == "f" and len(f) == 3}
+    types = {op.type for block in main_program.blocks for op in block.ops}
+    for kind, line in program.tensor_control_flow():
+        if line in reached and kind not in types:
+            return kind
+    return None
+
+
+def _wrong_detail(program):
+    """Wrong results group by the statement kinds of the (minimised) program."""
+    return " ".join(sorted({s.kind for s in fuzz_programs.walk(program.body)}))

@@ -1,0 +1,226 @@
+"""Hostile model directories: each is refused with ModelFormatError by
+`jit.load`, `load_inference_model` and `python -m d2s inspect` (exit 2, one
+line), and nothing is compiled, bound or run first."""
+
+import json
+import os
+import pickle
+import re
+
+import pytest
+import torch
+import torch.nn as nn
+
+import d2s
+import runtime
+from d2s.__main__ import main
+from runtime import Executor, ModelFormatError, load_inference_model
+from runtime.format_rules import LoadLimits
+
+
+class Refiner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        i = 0
+        while h.sum() > 1 and i < 5:
+            h = h * 0.5
+            i += 1
+        if h.mean() > 0:
+            y = h + 1
+        else:
+            y = h - 1
+        return y
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("hostile") / "model"
+    d2s.jit.save(d2s.declarative(Refiner()), str(path), input_spec=[d2s.InputSpec([None, 4])])
+    return path
+
+
+def _ops(doc, op_type):
+    return [op for b in doc["program"]["blocks"] for op in b["ops"] if op["type"] == op_type]
+
+
+def _vars(doc):
+    return [v for b in doc["program"]["blocks"] for v in b["vars"]]
+
+
+def _block_of(doc, name):
+    return next(b for b in doc["program"]["blocks"] if any(v["name"] == name for v in b["vars"]))
+
+
+def _rename(doc, old, new):
+    """Rename variable `old` everywhere it appears (declarations, slots, attributes)."""
+    text = json.dumps(doc)
+    doc.clear()
+    doc.update(json.loads(text.replace(json.dumps(old), json.dumps(new))))
+
+
+def _rename_data(new):
+    return lambda doc: _rename(doc, "x", new)
+
+
+def _call_attr(key, value):
+    def edit(doc):
+        doc["program"]["blocks"][0]["ops"][0]["attrs"][key] = value
+    return edit
+
+
+def _cond(fn):
+    return lambda doc: fn(_ops(doc, "cond")[0], doc)
+
+
+def _while(fn):
+    return lambda doc: fn(_ops(doc, "while")[0], doc)
+
+
+def _other_branch(op, doc):
+    op["attrs"]["false_outs"] = list(op["attrs"]["true_outs"])
+
+
+def _fewer_init(op, doc):
+    op["inputs"]["Init"] = op["inputs"]["Init"][:-1]
+
+
+def _unused_vars(doc):
+    vars_ = doc["program"]["blocks"][0]["vars"]
+    template = vars_[0]
+    vars_ += [dict(template, name=f"unused_{i}", is_data=False) for i in range(2000)]
+
+
+def _body_out_from_cond_block(op, doc):
+    cond_block = doc["program"]["blocks"][op["attrs"]["cond_block"]["$block"]]
+    op["attrs"]["body_outs"][0] = cond_block["vars"][0]["name"]
+
+
+def _loop_var_outside_body(op, doc):
+    op["attrs"]["loop_vars"][0] = "x"
+
+
+def _two_conditions(op, doc):
+    op["inputs"]["Cond"] = op["inputs"]["Cond"] * 2
+
+
+def _collide(doc):
+    name = doc["program"]["blocks"][0]["vars"][0]["name"]  # x
+    extra = dict(doc["program"]["blocks"][0]["vars"][1])
+    extra["name"] = "fc_weight"
+    doc["program"]["blocks"][0]["vars"].append(extra)
+    assert name == "x"
+
+
+HOSTILE = {
+    "device os.system": (_call_attr("kwargs", {"device": {"$device": "os.system"}}), "is not a device"),
+    "return type reaching a helper": (
+        _call_attr("out", {"$return_type": "pytree_register_structseq", "items": [{"$out": 0}]}),
+        "unknown return type"),
+    "false_outs naming the other branch": (_cond(_other_branch), "which block"),
+    "cond with emptied true_outs": (_cond(lambda op, d: op["attrs"].update(true_outs=[])),
+                                    "'true_outs' has 0 name(s) but the op has 1 Out outputs"),
+    "cond with two conditions": (_cond(_two_conditions), "exactly one Cond input"),
+    "while with fewer Init than Out": (_while(_fewer_init), "Init inputs"),
+    "while body_outs from the cond block": (_while(_body_out_from_cond_block), "'body_outs' names"),
+    "loop variable outside the body": (_while(_loop_var_outside_body), "is read before any op of block 1 writes it"),
+    "cond_out not a name": (_while(lambda op, d: op["attrs"].update(cond_out=["a"])), "'cond_out'"),
+    "block reference in a call": (_call_attr("args", {"$tuple": [{"$in": 0}, {"$block": 1}]}),
+                                  "holds a block reference"),
+    "unknown attribute": (_call_attr("exec", "print(1)"), "unknown attribute 'exec'"),
+    "args not a tuple": (_call_attr("args", "x"), "'args' must be a tuple"),
+    "out holding a constant": (_call_attr("out", {"$tuple": [{"$out": 0}, 7]}), "may only hold output"),
+    "name with ../": (_rename_data("../../etc/passwd"), "is not a valid variable name"),
+    "name with a newline": (_rename_data("x\nfetches:\n  evil"), "is not a valid variable name"),
+    "name with NUL": (_rename_data("x\x00y"), "is not a valid variable name"),
+    "name with right-to-left override": (_rename_data("x\u202eyxt"), "is not a valid variable name"),
+    "name with a space": (_rename_data("x y"), "is not a valid variable name"),
+    "overlong name": (_rename_data("x" * 300), "is 300 characters long"),
+    "names colliding once sanitised": (_collide, "'fc.weight' and 'fc_weight' are the same once sanitised"),
+    "producer with a newline": (lambda d: d["producer"].update(d2s="0.1\nfetches:"), "short printable"),
+}
+
+
+def _write(path, doc):
+    (path / "program.json").write_text(json.dumps(doc))
+
+
+def _hostile_copy(saved, tmp_path, edit):
+    path = tmp_path / "hostile"
+    path.mkdir()
+    doc = json.loads((saved / "program.json").read_text())
+    edit(doc)
+    _write(path, doc)
+    (path / "params.safetensors").write_bytes((saved / "params.safetensors").read_bytes())
+    return path
+
+
+def _guard(monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a rejected model got as far as compiling, binding or unpickling")
+    import runtime.codegen
+    import runtime.executor
+    monkeypatch.setattr(runtime.codegen, "compile_program", forbidden)
+    monkeypatch.setattr(runtime.executor, "compile_program", forbidden)
+    monkeypatch.setattr(runtime.Program, "bind", forbidden)
+    monkeypatch.setattr(torch, "load", forbidden)
+    monkeypatch.setattr(pickle, "loads", forbidden)
+
+
+def _refused_everywhere(path, message, monkeypatch, capsys):
+    _guard(monkeypatch)
+    with pytest.raises(ModelFormatError, match=re.escape(message)):
+        load_inference_model(str(path), Executor())
+    with pytest.raises(ModelFormatError, match=re.escape(message)):
+        d2s.jit.load(str(path))
+    capsys.readouterr()
+    assert main(["inspect", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("error: invalid model: ") and captured.err.count("\n") == 1
+    assert message in captured.err
+
+
+def test_the_unedited_model_loads_and_runs(saved):
+    layer = d2s.jit.load(str(saved))
+    assert layer(torch.ones(2, 4)).shape == (2, 4)
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_directory_is_refused_before_anything_runs(saved, tmp_path, monkeypatch, capsys, case):
+    edit, message = HOSTILE[case]
+    _refused_everywhere(_hostile_copy(saved, tmp_path, edit), message, monkeypatch, capsys)
+
+
+def test_an_oversized_program_json_is_refused_without_reading_it(saved, tmp_path, monkeypatch, capsys):
+    path = _hostile_copy(saved, tmp_path, lambda d: None)
+    with open(path / "program.json", "r+b") as f:  # sparse: 200 MB on paper, nothing to read
+        f.truncate(200 * 2**20)
+    monkeypatch.setattr(json, "loads", lambda *a, **k: pytest.fail("the file was parsed"))
+    _refused_everywhere(path, "exceeds the limit of 67,108,864 (LoadLimits.max_file_bytes", monkeypatch, capsys)
+
+
+def test_too_many_variables_are_refused_before_building_any(saved, tmp_path, monkeypatch, capsys):
+    path = _hostile_copy(saved, tmp_path, _unused_vars)
+    monkeypatch.setattr(runtime.format_rules, "DEFAULT_LIMITS", LoadLimits(max_vars=1000))
+    monkeypatch.setattr(runtime.ir.Block, "create_var", lambda *a, **k: pytest.fail("a variable was built"))
+    _refused_everywhere(path, "number of variables: 2,0", monkeypatch, capsys)
+
+
+def test_limits_can_be_raised_for_one_load(saved, tmp_path):
+    path = _hostile_copy(saved, tmp_path, lambda d: None)
+    size = os.path.getsize(path / "program.json")
+    with pytest.raises(ModelFormatError, match="max_file_bytes"):
+        load_inference_model(str(path), Executor(), limits=LoadLimits(max_file_bytes=size - 1))
+    load_inference_model(str(path), Executor(), limits=LoadLimits(max_file_bytes=size))
+
+
+def test_inspect_prints_names_escaped():
+    from d2s.__main__ import _shown
+    assert _shown("x\nfetches:") == "'x\\nfetches:'"
+    assert _shown("a\u202eb") == "'a\\u202eb'"
+    assert _shown("encode.weight") == "encode.weight"
