@@ -290,7 +290,7 @@ def dispatch(fn, args, kwargs):
             with CaptureMode():
                 return fn(*args, **kwargs)
         finally:
-            _expanding.discard(fn)
+            expanding.discard(fn)
     raise error_at_user_line(
         f"torch function `{_name(fn)}` cannot be captured into a program: it is not in d2s's op table "
         "(ops/torch_ops.py), and running it now would freeze its result into the program")
