@@ -15,6 +15,7 @@ import re
 import sys
 import threading
 import warnings
+import weakref
 
 import torch
 
@@ -23,6 +24,8 @@ from ops.tracer import Tracer
 from runtime import _debug
 from runtime.executor import Executor, run_compiled
 from runtime.ir import Program, Variable, dtype_name, program_guard
+
+from . import module_state
 
 MANY_PROGRAMS = 8
 
@@ -60,19 +63,27 @@ class ConcreteProgram:
     """One traced program: its feeds (in argument order), its outputs (the
     returned structure with Variables in it), and the compiled function."""
 
-    def __init__(self, main_program, startup_program, inputs, outputs, fetch_vars, out_tree):
+    def __init__(self, main_program, startup_program, inputs, outputs, fetch_vars, out_tree, state=None):
         self.main_program = main_program
         self.startup_program = startup_program
         self.inputs = inputs
         self.outputs = outputs
         self.fetch_vars = fetch_vars
         self.out_tree = out_tree
-        self.compiled = Executor().compiled(main_program, [v.name for v in inputs], [v.name for v in fetch_vars])
+        # Module state (d2s/module_state.py): extra fetches written back to
+        # module attributes after each run, attributes read at the start.
+        self.state_writes, self.state_reads, state_fetch = state or ([], [], [])
+        self.compiled = Executor().compiled(main_program, [v.name for v in inputs],
+                                            [v.name for v in fetch_vars + state_fetch])
         self._bound = main_program.bound
 
     def run(self, tensors):
+        if self.state_reads:
+            module_state.refresh_reads(self.state_reads, self._bound)
         params = [self._bound[n] for n in self.compiled.param_names]
         results = run_compiled(self.compiled, list(tensors) + params)
+        if self.state_writes:
+            module_state.apply_writes(self.state_writes, results[len(self.fetch_vars):], _rebuild)
         return _rebuild(self.out_tree, results)
 
 
@@ -82,6 +93,7 @@ class ProgramCache:
     def __init__(self):
         self._programs = {}
         self.last = None
+        self.state_attrs = []  # (module weakref, name) of module attributes the programs store
 
     def __len__(self):
         return len(self._programs)
@@ -194,7 +206,12 @@ class StaticFunction:
         self._input_spec = list(input_spec) if input_spec is not None else None
         self._specs = dict(enumerate(self._input_spec)) if self._input_spec else None
         self.program_cache = ProgramCache()
-        self._bound = {}
+        # instance -> its bound StaticFunction, which holds the instance; the
+        # value is kept only weakly so the pair dies with the last outside
+        # reference. The program caches live on in `_caches` (keyed weakly,
+        # they never refer back to the instance) while the instance does.
+        self._bound = weakref.WeakValueDictionary() if instance is None else {}
+        self._caches = weakref.WeakKeyDictionary() if instance is None else None
         self._lock = threading.RLock()
         functools.update_wrapper(self, function)
         try:
@@ -205,15 +222,21 @@ class StaticFunction:
                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         self._n_positional = len(positional) - (1 if instance is not None else 0)
 
-    # methods: one StaticFunction (and program cache) per instance
+    # methods: one program cache per instance, held weakly so that a deleted
+    # module (and everything its programs bind) is garbage-collected.
     def __get__(self, instance, owner=None):
         if instance is None:
             return self
-        key = id(instance)
-        bound = self._bound.get(key)
-        if bound is None or bound._instance is not instance:
+        try:
+            bound = self._bound.get(instance)
+        except TypeError:  # an unhashable or non-weakrefable instance: no caching
+            return StaticFunction(self._function, self._input_spec, instance)
+        if bound is None:
             bound = StaticFunction(self._function, self._input_spec, instance)
-            self._bound[key] = bound
+            caches = self._caches.setdefault(instance, ProgramCache()) if self._caches is not None else None
+            if caches is not None:
+                bound.program_cache = caches
+            self._bound[instance] = bound
         return bound
 
     @property
@@ -246,6 +269,8 @@ class StaticFunction:
         key = (_flatten_args(tuple(args), self._specs, tensors),
                _flatten_args(kwargs, None, tensors) if kwargs else (),
                tuple(m.training for m in self._modules(args)))
+        if self.program_cache.state_attrs:
+            key += (module_state.key(self.program_cache.state_attrs),)
         return key, tensors
 
     def _lookup(self, args, kwargs):
@@ -292,7 +317,8 @@ class StaticFunction:
             specs = self._input_spec or []
             arg_names = self._feed_names()
             feeds = []
-            with program_guard(main, startup), Tracer(main, self._name_hints(args)):
+            before = module_state.snapshot(self._modules(args))
+            with program_guard(main, startup), Tracer(main, self._name_hints(args)) as tracer:
                 for i, (path, t) in enumerate(leaves):
                     spec = specs[i] if i < len(specs) else None
                     name = spec.name if spec is not None and spec.name else _feed_name(path, arg_names)
@@ -309,8 +335,12 @@ class StaticFunction:
                     out = converted(*self._full_args(sym_args), **sym_kwargs)
                 fetch = []
                 out_tree = _output_tree(out, fetch)
+                state_fetch = []
+                writes, reads = module_state.collect(before, tracer.lifted, _output_tree, state_fetch)
+            self._note_state(writes)
             main.verify()
-            concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree)
+            concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree,
+                                       (writes, reads, state_fetch) if writes else None)
             self.program_cache.put(key, concrete)
             if len(self.program_cache) == MANY_PROGRAMS:
                 warnings.warn(
@@ -320,6 +350,12 @@ class StaticFunction:
             if _debug.level() >= 2:
                 print(f"[d2s] program of {self._function.__qualname__}:\n{main.to_string()}", file=sys.stderr)
             return concrete
+
+    def _note_state(self, writes):
+        known = {(ref(), name) for ref, name in self.program_cache.state_attrs}
+        for w in writes:
+            if (w.module(), w.name) not in known:
+                self.program_cache.state_attrs.append((w.module, w.name))
 
     def _name_hints(self, args):
         hints = {}
@@ -355,7 +391,13 @@ def declarative(function=None, input_spec=None):
         forward = type(module).forward
         if isinstance(forward, StaticFunction):
             return module
-        static = StaticFunction(forward, input_spec, instance=module)
+        raw = inspect.getattr_static(type(module), "forward", None)
+        if isinstance(raw, staticmethod):
+            static = StaticFunction(raw.__func__, input_spec)
+        elif isinstance(raw, classmethod):
+            static = StaticFunction(raw.__func__, input_spec, instance=type(module))
+        else:
+            static = StaticFunction(forward, input_spec, instance=module)
         object.__setattr__(module, "forward", static)
         return module
     if inspect.ismethod(function):

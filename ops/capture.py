@@ -20,6 +20,7 @@ import linecache
 import os
 import sys
 
+import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -98,6 +99,20 @@ def _contains(tree, cls):
     return False
 
 
+def python_constant(value):
+    """A value the program can hold and save, for one an op argument carries:
+    a NumPy scalar becomes the Python number it stands for (torch treats
+    NumPy scalars as Python scalars), a NumPy array a tensor (lifted into a
+    persistable constant), a range a list."""
+    if isinstance(value, np.generic) and not isinstance(value, np.object_):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, range):
+        return list(value)
+    return value
+
+
 class _Refs:
     """Turns an argument tree into one with InputRef leaves, collecting the
     input Variables (each once)."""
@@ -107,6 +122,7 @@ class _Refs:
         self._index = {}
 
     def ref(self, value):
+        value = python_constant(value)
         if isinstance(value, torch.Tensor):
             value = lift(value)
         if isinstance(value, Variable):
@@ -116,7 +132,7 @@ class _Refs:
                 self.inputs.append(value)
             return InputRef(i)
         if isinstance(value, torch.Size):
-            return tuple(value)
+            return value  # a Size, not a tuple: `x.new(x.shape)` is sizes, `x.new((2, 3))` data
         if isinstance(value, list):
             return [self.ref(v) for v in value]
         if isinstance(value, tuple) and not hasattr(value, "_fields"):
@@ -168,6 +184,14 @@ def stands_for_number(value):
     return isinstance(value, (int, float, bool))
 
 
+def _has_python_number(meta):
+    if isinstance(meta, (bool, int, float, complex)):
+        return True
+    if isinstance(meta, (list, tuple)) and not isinstance(meta, torch.Size):
+        return any(_has_python_number(m) for m in meta)
+    return False
+
+
 def record(opdef, fn, args, kwargs):
     """Append one call-style op running `fn(*args, **kwargs)`; return its
     result with Variables in place of tensors."""
@@ -177,12 +201,21 @@ def record(opdef, fn, args, kwargs):
     args_tree = refs.ref(tuple(args))
     kwargs_tree = refs.ref(dict(kwargs))
     try:
-        meta = infer(fn, args_tree, kwargs_tree, refs.inputs, factory=bool(opdef.extra.get("factory")))
+        # Infer with the kernel the executor will run (`torch.equal` runs as
+        # a bool tensor; see ops/torch_ops.py), not the Python-level callable.
+        meta = infer(opdef.kernel or fn, args_tree, kwargs_tree, refs.inputs,
+                     factory=bool(opdef.extra.get("factory")))
     except ConversionError:
         raise
     except Exception as exc:  # noqa: BLE001 - the kernel's own complaint, at the user's line
         shapes = ", ".join(f"{v.name}: {v.dtype_name}{list(v.shape)}" for v in refs.inputs)
         raise error_at_user_line(f"`{opdef.type}` fails on inputs ({shapes}): {exc}") from None
+    if _has_python_number(meta):
+        # Computed from tensor values (metadata is answered before ops are
+        # recorded): the value of one stand-in run must not be frozen.
+        raise error_at_user_line(
+            f"`{opdef.type}` returns a Python number computed from tensor values, which are known only when "
+            "the program runs; keep the result a tensor")
     outs = []
     if opdef.mutates:
         result, out_tree = None, None

@@ -70,6 +70,8 @@ def _substitute(tree, values):
     from runtime.attrs import InputRef
     if isinstance(tree, InputRef):
         return values[tree.index]
+    if isinstance(tree, torch.Size):
+        return tree  # sizes, not data (`x.new(x.size())`)
     if isinstance(tree, list):
         return [_substitute(t, values) for t in tree]
     if isinstance(tree, tuple):

@@ -56,14 +56,14 @@ DENYLIST = (
                      "__setstate__ apply_ map_ map2_ module_load", "storage and pointer access"),
     ("torch.Tensor", "item tolist numpy __array__ __array_wrap__ __bool__ __nonzero__ __int__ "
                      "__long__ __float__ __complex__ __index__ __format__ __repr__ __reduce_ex__ "
-                     "__deepcopy__ __contains__ __len__ __reversed__", TO_PYTHON),
+                     "__deepcopy__ __contains__", TO_PYTHON),
 )
 
 # Tensor metadata: known while tracing, answered from the Variable by
 # ops/capture.py (never an op, never frozen from a value).
 METADATA = """
 dim ndimension size numel nelement stride is_complex is_floating_point is_signed get_device
-element_size is_contiguous is_same_size is_inference is_conj is_neg dim_order
+element_size is_contiguous is_same_size is_inference is_conj is_neg dim_order __len__
 """
 
 # Functions torch computes a Python bool from tensor values with: recorded
@@ -117,10 +117,17 @@ for _name in METADATA_NAMES:
 
 def denied(fn):
     """(qualified name, why) when `fn` is on the denylist, else None."""
-    try:
-        return DENIED.get(_key(fn))
-    except TypeError:
-        return None
+    # torch may re-wrap its own functions later (importing torch._dynamo wraps
+    # torch.manual_seed); functools.wraps leaves the original in __wrapped__.
+    for _ in range(4):
+        try:
+            hit = DENIED.get(_key(fn))
+        except TypeError:
+            return None
+        if hit is not None or getattr(fn, "__wrapped__", None) is None:
+            return hit
+        fn = fn.__wrapped__
+    return None
 
 
 def _schemas(fn):
@@ -186,6 +193,9 @@ def _register_namespaces():
             if _key(fn) in FACTORIES:
                 _add(f"{prefix}.{name}", name, fn, extra={"factory": True})
             elif _key(fn) in OVERRIDABLE and name not in METADATA_NAMES:
+                _add(f"{prefix}.{name}", name, fn)
+            elif _is_inplace(name) and _key(getattr(module, name[:-1], None)) in OVERRIDABLE and _schemas(fn):
+                # `torch.tanh_(x)`: the in-place form of a declared function (a native op of its own)
                 _add(f"{prefix}.{name}", name, fn)
 
 

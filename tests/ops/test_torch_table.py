@@ -206,7 +206,7 @@ def test_python_value_of_a_buffer_is_refused_not_frozen():
 
 @pytest.mark.parametrize("form", [
     lambda x: x.softmax(-1) + x.log_softmax(dim=-1),
-    lambda x: x.new(x.shape).fill_(1) + x.new_zeros(3) + x.new_tensor([1.0, 2.0, 3.0]),
+    lambda x: x.new(x.size()).fill_(1) + x.new(2, 3).fill_(2) + x.new_zeros(3) + x.new_tensor([1.0, 2.0, 3.0]),
     lambda x: x * (x.nelement() + torch.numel(x) + x.ndimension() + x.stride(0) + x.t().stride(0)),
     lambda x: x * (x.is_complex() + x.get_device() + x.element_size() + x.is_contiguous()),
     lambda x: torch.tanh_(x.clone()) + torch.fft.rfftn(x).abs().sum(),
