@@ -18,6 +18,7 @@ from runtime import (CPUPlace, CUDAPlace, ConversionError, Executor, ModelFormat
 from runtime._debug import set_verbosity
 
 from . import jit, optimizer
+from .graph import Graph
 from .static_function import InputSpec, ProgramTranslator, StaticFunction, declarative, to_static
 from .tracing import TracedLayer
 
@@ -44,7 +45,7 @@ def set_code_level(level=100):
 
 
 __all__ = [
-    "CPUPlace", "CUDAPlace", "ConversionError", "Executor", "InputSpec", "ModelFormatError", "Program",
+    "CPUPlace", "CUDAPlace", "ConversionError", "Executor", "Graph", "InputSpec", "ModelFormatError", "Program",
     "ProgramTranslator", "Scope", "StaticFunction", "TracedLayer", "cond", "data", "declarative",
     "default_main_program", "default_startup_program", "global_scope", "load_inference_model",
     "optimizer", "program_guard", "save_inference_model", "set_code_level", "set_verbosity", "to_static",

@@ -11,7 +11,8 @@ trains, as in the tutorials' static programming model.
 
 import torch
 
-from runtime.attrs import InputRef, OutputRef
+from ops.optimizer_ops import append_call
+from runtime.attrs import OutputRef
 from runtime.ir import default_startup_program
 
 
@@ -46,10 +47,10 @@ class Optimizer:
             raise ValueError("minimize(): the loss depends on no trainable parameter")
         grads = [block.create_var(name=program.unique_name(p.name + "@GRAD"), shape=p.shape, dtype=p.dtype,
                                   stop_gradient=True) for p in params]
-        _append_call(block, "backward", [loss] + params, grads)
+        append_call(block, "backward", [loss] + params, grads, out=tuple(OutputRef(i) for i in range(len(grads))))
         for p, g in zip(params, grads):
             state = [self._state_var(program, startup, p, s) for s in self.state]
-            _append_call(block, self.op_type, [p, g] + state, [p], self._hyper())
+            append_call(block, self.op_type, [p, g] + state, [p], self._hyper(), out=OutputRef(0))
         return list(zip(params, grads))
 
     def _state_var(self, program, startup, param, kind):
@@ -65,13 +66,6 @@ class Optimizer:
             "torch.zeros", inputs={"X": []}, outputs={"Out": [svar]},
             attrs={"args": (tuple(shape),), "kwargs": {"dtype": dtype}, "out": OutputRef(0)})
         return var
-
-
-def _append_call(block, op_type, inputs, outputs, extra_args=()):
-    args = tuple(InputRef(i) for i in range(len(inputs))) + tuple(extra_args)
-    out = tuple(OutputRef(i) for i in range(len(outputs))) if op_type == "backward" else OutputRef(0)
-    block.append_op(op_type, inputs={"X": inputs}, outputs={"Out": outputs},
-                    attrs={"args": args, "kwargs": {}, "out": out})
 
 
 class SGD(Optimizer):

@@ -9,6 +9,7 @@ Program with op capture on, and compiles the result. On a hit it only calls
 the compiled program: no Python-level model code runs at all.
 """
 
+import collections
 import functools
 import inspect
 import re
@@ -20,14 +21,22 @@ import weakref
 import torch
 
 from ops.capture import CaptureMode, lift
+from ops import tracer
 from ops.tracer import Tracer
 from runtime import _debug
 from runtime.executor import Executor, run_compiled
+from runtime.errors import ConversionError
 from runtime.ir import Program, Variable, dtype_name, program_guard
+from runtime.passes import check_level
+
+from . import module_watch
 
 from . import module_state
 
 MANY_PROGRAMS = 8
+# Programs one StaticFunction keeps (per bound instance) before evicting the
+# least recently used; `fn.program_cache.max_size = n` changes one cache.
+PROGRAM_CACHE_SIZE = 64
 
 
 class InputSpec:
@@ -63,35 +72,49 @@ class ConcreteProgram:
     """One traced program: its feeds (in argument order), its outputs (the
     returned structure with Variables in it), and the compiled function."""
 
-    def __init__(self, main_program, startup_program, inputs, outputs, fetch_vars, out_tree, state=None):
+    def __init__(self, main_program, startup_program, inputs, outputs, fetch_vars, out_tree, optimize="default",
+                 state=None):
         self.main_program = main_program
         self.startup_program = startup_program
         self.inputs = inputs
         self.outputs = outputs
         self.fetch_vars = fetch_vars
         self.out_tree = out_tree
+        self.optimize = optimize
         # Module state (d2s/module_state.py): extra fetches written back to
         # module attributes after each run, attributes read at the start.
         self.state_writes, self.state_reads, state_fetch = state or ([], [], [])
         self.compiled = Executor().compiled(main_program, [v.name for v in inputs],
-                                            [v.name for v in fetch_vars + state_fetch])
-        self._bound = main_program.bound
+                                            [v.name for v in fetch_vars + state_fetch], optimize)
+        self._params_version = None
+        self._params = ()
+        # A single returned tensor (the common case) needs no tree rebuild.
+        self._single = out_tree == ("fetch", 0) and not self.state_writes
 
     def run(self, tensors):
+        program = self.main_program
         if self.state_reads:
-            module_state.refresh_reads(self.state_reads, self._bound)
-        params = [self._bound[n] for n in self.compiled.param_names]
-        results = run_compiled(self.compiled, list(tensors) + params)
+            # The previous call's state is what the module attributes hold now.
+            module_state.refresh_reads(self.state_reads, program.bound)
+            self._params_version = None
+        if self._params_version != program._version:
+            # Bound tensors change only through Program.bind, which bumps the version.
+            self._params = [program.bound[n] for n in self.compiled.param_names]
+            self._params_version = program._version
+        results = run_compiled(self.compiled, [*tensors, *self._params])
         if self.state_writes:
             module_state.apply_writes(self.state_writes, results[len(self.fetch_vars):], _rebuild)
-        return _rebuild(self.out_tree, results)
+        return results[0] if self._single else _rebuild(self.out_tree, results)
 
 
 class ProgramCache:
-    """Concrete programs of one StaticFunction, by cache key."""
+    """Concrete programs of one StaticFunction, by cache key, least recently
+    used first; past `max_size` programs (default `PROGRAM_CACHE_SIZE`) the
+    least recently used one is dropped."""
 
-    def __init__(self):
-        self._programs = {}
+    def __init__(self, max_size=None):
+        self._programs = collections.OrderedDict()
+        self.max_size = PROGRAM_CACHE_SIZE if max_size is None else max_size
         self.last = None
         self.state_attrs = []  # (module weakref, name) of module attributes the programs store
 
@@ -102,13 +125,24 @@ class ProgramCache:
         return iter(self._programs.values())
 
     def get(self, key):
-        return self._programs.get(key)
+        concrete = self._programs.get(key)
+        if concrete is not None:
+            self._programs.move_to_end(key)
+        return concrete
 
     def put(self, key, concrete):
         self._programs[key] = concrete
+        while len(self._programs) > max(1, self.max_size):
+            self._programs.popitem(last=False)
 
     def clear(self):
+        """Drop every program (the next call builds anew)."""
         self._programs.clear()
+        self.last = None
+
+
+class _SymbolicArguments(Exception):
+    """A Variable among the arguments: the caller is building a program."""
 
 
 # -- argument flattening --------------------------------------------------------------
@@ -125,13 +159,16 @@ def _flatten_args(value, specs, tensors):
                 raise ValueError(f"tensor argument {len(tensors) - 1} has shape {list(value.shape)} and dtype "
                                  f"{dtype_name(value.dtype)}, which does not match {spec}")
             return spec.key() + (value.device.type,)
-        return ("tensor", tuple(value.shape), value.dtype, value.device.type, value.requires_grad)
+        # torch.Size hashes and compares as the tuple of its sizes.
+        return ("tensor", value.shape, value.dtype, value.device, value.requires_grad)
     if isinstance(value, (list, tuple)):
         return (type(value).__name__,) + tuple(_flatten_args(v, specs, tensors) for v in value)
     if isinstance(value, dict):
         return ("dict",) + tuple((k, _flatten_args(v, specs, tensors)) for k, v in value.items())
     if isinstance(value, torch.nn.Module):
         return ("module", id(value))
+    if isinstance(value, Variable):
+        raise _SymbolicArguments
     try:
         hash(value)
         return ("value", type(value).__name__, value)
@@ -200,8 +237,10 @@ def _converted(fn):
 class StaticFunction:
     """A function or method whose calls run as static programs."""
 
-    def __init__(self, function, input_spec=None, instance=None):
+    def __init__(self, function, input_spec=None, instance=None, optimize=None):
         self._function = function
+        # None: the translator's level (ProgramTranslator().optimize).
+        self._optimize = None if optimize is None else check_level(optimize)
         self._instance = instance
         self._input_spec = list(input_spec) if input_spec is not None else None
         self._specs = dict(enumerate(self._input_spec)) if self._input_spec else None
@@ -212,6 +251,8 @@ class StaticFunction:
         # they never refer back to the instance) while the instance does.
         self._bound = weakref.WeakValueDictionary() if instance is None else {}
         self._caches = weakref.WeakKeyDictionary() if instance is None else None
+        self._flags_generation = None
+        self._flags = ()
         self._lock = threading.RLock()
         functools.update_wrapper(self, function)
         try:
@@ -230,9 +271,9 @@ class StaticFunction:
         try:
             bound = self._bound.get(instance)
         except TypeError:  # an unhashable or non-weakrefable instance: no caching
-            return StaticFunction(self._function, self._input_spec, instance)
+            return StaticFunction(self._function, self._input_spec, instance, self._optimize)
         if bound is None:
-            bound = StaticFunction(self._function, self._input_spec, instance)
+            bound = StaticFunction(self._function, self._input_spec, instance, self._optimize)
             caches = self._caches.setdefault(instance, ProgramCache()) if self._caches is not None else None
             if caches is not None:
                 bound.program_cache = caches
@@ -249,11 +290,6 @@ class StaticFunction:
     def _full_args(self, args):
         return ((self._instance,) + tuple(args)) if self._instance is not None else tuple(args)
 
-    def _modules(self, args):
-        for v in (self._instance,) + tuple(args):
-            if isinstance(v, torch.nn.Module):
-                yield from v.modules()
-
     def _normalize(self, args, kwargs):
         """Arguments as (positional, keyword) with defaults filled in, so that
         `f(x)` and `f(x, 2)` with a default of 2 share one program."""
@@ -265,13 +301,39 @@ class StaticFunction:
         return tuple(full), dict(bound.kwargs)
 
     def cache_key(self, args, kwargs):
+        """(key, tensors): runs on every call, so it builds nothing but the key."""
         tensors = []
-        key = (_flatten_args(tuple(args), self._specs, tensors),
-               _flatten_args(kwargs, None, tensors) if kwargs else (),
-               tuple(m.training for m in self._modules(args)))
-        if self.program_cache.state_attrs:
-            key += (module_state.key(self.program_cache.state_attrs),)
-        return key, tensors
+        stale = self._flags_generation != module_watch._generation[0]
+        if self._specs is None:
+            # The common case, flat: a top-level tensor's key is its 4-tuple.
+            parts = []
+            for v in args:
+                if isinstance(v, torch.Tensor):
+                    tensors.append(v)
+                    parts.append((v.shape, v.dtype, v.device, v.requires_grad))
+                else:
+                    stale = stale or isinstance(v, torch.nn.Module)
+                    parts.append(_flatten_args(v, None, tensors))
+            args_key = tuple(parts)
+        else:
+            stale = stale or any(isinstance(v, torch.nn.Module) for v in args)
+            args_key = _flatten_args(tuple(args), self._specs, tensors)
+        if kwargs:
+            stale = stale or any(isinstance(v, torch.nn.Module) for v in kwargs.values())
+        if stale:
+            self._refresh_training_flags(args, kwargs)
+        level = self._optimize or (ProgramTranslator._instance or ProgramTranslator())._optimize
+        state = module_state.key(self.program_cache.state_attrs) if self.program_cache.state_attrs else ()
+        return (args_key, _flatten_args(kwargs, None, tensors) if kwargs else (), self._flags, state, level), tensors
+
+    def _refresh_training_flags(self, args, kwargs):
+        """Re-read the `training` flag of every module involved (the
+        instance's tree, then modules passed as arguments). Between refreshes
+        the flags are cached: `module_watch` says when some module's flag or
+        submodules changed."""
+        self._flags_generation = module_watch._generation[0]
+        self._flags = tuple(m.training for v in (self._instance, *args, *kwargs.values())
+                            if isinstance(v, torch.nn.Module) for m in v.modules())
 
     def _lookup(self, args, kwargs):
         """(the concrete program for these arguments, their tensors), built on a miss."""
@@ -283,12 +345,36 @@ class StaticFunction:
         return concrete, tensors
 
     def __call__(self, *args, **kwargs):
-        translator = ProgramTranslator()
+        translator = ProgramTranslator._instance or ProgramTranslator()
         if not translator.enable_to_static:
             return self.dygraph_function(*args, **kwargs)
-        concrete, tensors = self._lookup(args, kwargs)
+        if kwargs or len(args) != self._n_positional:
+            args, kwargs = self._normalize(args, kwargs)
+        try:
+            key, tensors = self.cache_key(args, kwargs)
+        except _SymbolicArguments:
+            return self._inline(args, kwargs)
+        concrete = self.program_cache.get(key)
+        if concrete is None:
+            concrete = self._build(key, args, kwargs)
         translator._last = self.program_cache.last = concrete
         return concrete.run(tensors)
+
+    def _inline(self, args, kwargs):
+        """Called on Variables (static code inside program_guard): run the
+        converted function on them, so its ops join the current program."""
+        hints = tracer.current().name_hints
+        for tensor_id, name in self._name_hints(args).items():
+            hints.setdefault(tensor_id, name)
+        with CaptureMode(), torch.enable_grad():
+            return _converted(self._function)(*self._full_args(args), **kwargs)
+
+    def __repr__(self):
+        owner = f" of {type(self._instance).__name__}" if self._instance is not None else ""
+        specs = f", input_spec={self._input_spec}" if self._input_spec else ""
+        n = len(self.program_cache)
+        return (f"<d2s.StaticFunction {self._function.__qualname__}{owner}{specs}, "
+                f"{n} program{'' if n == 1 else 's'} cached>")
 
     def get_concrete_program(self, *args, **kwargs):
         return self._lookup(args, kwargs)[0]
@@ -339,7 +425,7 @@ class StaticFunction:
                 writes, reads = module_state.collect(before, tracer.lifted, _output_tree, state_fetch)
             self._note_state(writes)
             main.verify()
-            concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree,
+            concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree, key[-1],
                                        (writes, reads, state_fetch) if writes else None)
             self.program_cache.put(key, concrete)
             if len(self.program_cache) == MANY_PROGRAMS:
@@ -379,13 +465,24 @@ def _feed_name(path, arg_names):
     return re.sub(r"\W+", "_", path).strip("_")
 
 
-def declarative(function=None, input_spec=None):
+def declarative(function=None, input_spec=None, optimize=None):
     """Run `function` as a static program (a decorator; also takes a method,
-    or an `nn.Module` instance whose `forward` it converts in place)."""
+    or an `nn.Module` instance whose `forward` it converts in place).
+
+    `optimize`: "default" (results bit-identical to eager on CPU) or "fast"
+    (fused RNN loops and other rewrites exact up to floating-point rounding;
+    see docs/performance.md); None follows `ProgramTranslator().optimize`."""
+    if optimize is not None:
+        check_level(optimize)
     if function is None:
-        return lambda f: declarative(f, input_spec=input_spec)
+        return lambda f: declarative(f, input_spec=input_spec, optimize=optimize)
     if isinstance(function, StaticFunction):
         return function
+    if isinstance(function, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+        raise ConversionError(
+            f"d2s.declarative({type(function).__name__}(model)): the {type(function).__name__} wrapper "
+            "synchronises gradients from Python hooks and cannot become a program; wrap the other way "
+            f"round, {type(function).__name__}(d2s.declarative(model)) (see docs/distributed.md)")
     if isinstance(function, torch.nn.Module):
         module = function
         forward = type(module).forward
@@ -393,18 +490,18 @@ def declarative(function=None, input_spec=None):
             return module
         raw = inspect.getattr_static(type(module), "forward", None)
         if isinstance(raw, staticmethod):
-            static = StaticFunction(raw.__func__, input_spec)
+            static = StaticFunction(raw.__func__, input_spec, optimize=optimize)
         elif isinstance(raw, classmethod):
-            static = StaticFunction(raw.__func__, input_spec, instance=type(module))
+            static = StaticFunction(raw.__func__, input_spec, instance=type(module), optimize=optimize)
         else:
-            static = StaticFunction(forward, input_spec, instance=module)
+            static = StaticFunction(forward, input_spec, instance=module, optimize=optimize)
         object.__setattr__(module, "forward", static)
         return module
     if inspect.ismethod(function):
-        return StaticFunction(function.__func__, input_spec, instance=function.__self__)
+        return StaticFunction(function.__func__, input_spec, instance=function.__self__, optimize=optimize)
     if not callable(function):
         raise TypeError(f"declarative expects a function, a method or an nn.Module, got {type(function).__name__}")
-    return StaticFunction(function, input_spec)
+    return StaticFunction(function, input_spec, optimize=optimize)
 
 
 to_static = declarative
@@ -419,6 +516,7 @@ class ProgramTranslator:
         if cls._instance is None:
             self = super().__new__(cls)
             self.enable_to_static = True
+            self._optimize = "default"
             self._last = None
             cls._instance = self
         return cls._instance
@@ -429,9 +527,29 @@ class ProgramTranslator:
             raise TypeError("enable() takes a bool")
         self.enable_to_static = enable_to_static
 
+    @property
+    def optimize(self):
+        """The optimisation level of declarative functions that do not name
+        one: "default" or "fast" (settable)."""
+        return self._optimize
+
+    @optimize.setter
+    def optimize(self, level):
+        self._optimize = check_level(level)
+
     @staticmethod
     def _static(fn):
-        return fn if isinstance(fn, StaticFunction) else declarative(fn)
+        """The StaticFunction of `fn`: itself, the forward of a module (what
+        `declarative(module)` returns, or any module: converted without
+        changing it), or a new one for a plain function."""
+        if isinstance(fn, StaticFunction):
+            return fn
+        if isinstance(fn, torch.nn.Module):
+            forward = fn.forward
+            if isinstance(forward, StaticFunction):
+                return forward
+            return StaticFunction(type(fn).forward, instance=fn)
+        return declarative(fn)
 
     def get_output(self, fn, *args, **kwargs):
         """Run `fn` as a static program (even when translation is disabled)."""
@@ -466,8 +584,22 @@ class ProgramTranslator:
         if concrete is None:
             raise ValueError("no declarative function has run yet: call it once before saving")
         from runtime.io import save_inference_model
-        inputs = concrete.inputs if feed is None else [concrete.inputs[i] for i in feed]
-        outputs = concrete.fetch_vars if fetch is None else [concrete.fetch_vars[i] for i in fetch]
+        inputs = select_by_index(concrete.inputs, feed, "feed", "the latest call has {n} input(s)")
+        outputs = select_by_index(concrete.fetch_vars, fetch, "fetch", "the latest call has {n} output(s)")
         save_inference_model(dirname, [v.name for v in inputs], outputs, Executor(),
                              main_program=concrete.main_program)
 
+
+def select_by_index(items, indices, what, count):
+    """`[items[i] for i in indices]` (all of `items` when `indices` is None),
+    with an error naming `what` for an index that is not a position."""
+    if indices is None:
+        return list(items)
+    if isinstance(indices, int) or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices):
+        raise TypeError(f"{what} must be a list of positions (ints), got {indices!r}")
+    for i in indices:
+        if not -len(items) <= i < len(items):
+            valid = f"0..{len(items) - 1}" if items else "none"
+            raise ValueError(f"{what} index {i} is out of range: {count.format(n=len(items))} "
+                             f"(valid positions: {valid})")
+    return [items[i] for i in indices]

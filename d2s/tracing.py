@@ -12,6 +12,8 @@ from ops.tracer import Tracer
 from runtime.executor import Executor, run_compiled
 from runtime.ir import Program, program_guard
 
+from .static_function import select_by_index
+
 
 class TracedLayer:
     def __init__(self, program, feed_vars, fetch_vars):
@@ -47,8 +49,8 @@ class TracedLayer:
     def save_inference_model(self, dirname, feed=None, fetch=None):
         """Save for deployment; `feed`/`fetch` pick inputs/outputs by index."""
         from runtime.io import save_inference_model
-        feeds = self.feed_vars if feed is None else [self.feed_vars[i] for i in feed]
-        fetches = self.fetch_vars if fetch is None else [self.fetch_vars[i] for i in fetch]
+        feeds = select_by_index(self.feed_vars, feed, "feed", "the traced layer has {n} input(s)")
+        fetches = select_by_index(self.fetch_vars, fetch, "fetch", "the traced layer has {n} output(s)")
         save_inference_model(dirname, [v.name for v in feeds], fetches, Executor(), main_program=self.program)
 
 

@@ -81,6 +81,8 @@ def lift(tensor):
         stop_gradient=not tensor.requires_grad)
     program.bind(hint, tensor)
     tr.lifted[id(tensor)] = hint
+    from .framework import init_in_startup  # framework imports this module
+    init_in_startup(hint, tensor, program)
     return var
 
 
@@ -476,6 +478,9 @@ def _method(var, name):
                 raise _to_python_error(var, "a Python iterable")
             return iter(dispatch(torch.Tensor.unbind, (var, 0), {}))
         return iterate
+    if name == "backward":  # appends the backward ops (ops/optimizer_ops.py)
+        from .optimizer_ops import record_backward
+        return lambda *args, **kwargs: record_backward(var, *args, **kwargs)
     if var.kind == TENSOR_ARRAY:
         from . import framework
         if name == "append":

@@ -85,6 +85,48 @@ def cast(x, dtype):
     return out
 
 
+# -- scope initialisation ------------------------------------------------------------
+
+def _scope_copy_kernel(value):
+    """A fresh leaf holding `value`'s data (trainable if `value` is)."""
+    return value.detach().clone().requires_grad_(value.requires_grad)
+
+
+register(OpDef("scope_copy", kernel=_scope_copy_kernel, extra={"scope_init": True}))
+
+
+def init_in_startup(name, tensor, program):
+    """Make the startup program paired with `program` initialise the
+    persistable `name` from `tensor` in the scope it runs in, so one program
+    run with several scopes keeps one set of values per scope (run without a
+    scope, the executor keeps no copy: programs then read `tensor` itself):
+
+        startup: fc.weight = scope_copy(fc.weight@INIT)   # fc.weight@INIT: the module's tensor
+    """
+    from runtime.ir import default_main_program, default_startup_program
+    startup = default_startup_program()
+    if program is not default_main_program() or startup is program:
+        return
+    block = startup.global_block()
+    if name in block.vars:
+        # The name was freed by a rolled-back trial trace and reused: the
+        # initial value comes from the tensor it names now.
+        for op in block.ops:
+            if op.type == "scope_copy" and op.output("Out") == [name]:
+                for var_name in (op.input("X")[0], name):
+                    block.vars[var_name].shape, block.vars[var_name].dtype = tuple(tensor.shape), tensor.dtype
+                startup.bind(op.input("X")[0], tensor)
+        return
+    source = startup.unique_name(name + "@INIT")
+    init = block.create_var(name=source, shape=tuple(tensor.shape), dtype=tensor.dtype, persistable=True,
+                            stop_gradient=True)
+    startup.bind(source, tensor)
+    out = block.create_var(name=name, shape=tuple(tensor.shape), dtype=tensor.dtype, persistable=True,
+                           stop_gradient=not tensor.requires_grad)
+    block.append_op("scope_copy", inputs={"X": [init]}, outputs={"Out": [out]},
+                    attrs={"args": (InputRef(0),), "kwargs": {}, "out": OutputRef(0)})
+
+
 # -- shape -------------------------------------------------------------------------
 
 def _shape_kernel(x):

@@ -1,22 +1,66 @@
-"""Training ops appended by `d2s.optimizer.*.minimize(loss)`.
+"""Training ops: backward and optimizer updates as program ops.
 
-`backward` computes the gradients of a loss with respect to parameters with
-`torch.autograd.grad` (the forward ops ran under autograd in the same
-program run); the update ops apply exactly the arithmetic of the
-single-tensor paths of `torch.optim.SGD`, `SGD(momentum=...)` and `Adam`, in
-place on the bound parameter and state tensors, so a static training loop
-matches an eager one step for step.
+Two families share the `backward` op (gradients of a loss with respect to
+the parameters, by `torch.autograd.grad`; the forward ops ran under autograd
+in the same program run):
+
+  - the static API, `d2s.optimizer.*.minimize(loss)`: `backward` then one
+    update op per parameter (`sgd`, `momentum`, `adam`), which apply exactly
+    the arithmetic of the single-tensor paths of `torch.optim.SGD`,
+    `SGD(momentum=...)` and `Adam`, in place on the bound parameter and on
+    state tensors made by the startup program;
+  - `loss.backward()` inside a declarative function or `d2s.Graph.build`
+    (`record_backward`): `backward` then `accumulate_grad`, which adds the
+    gradients into the leaves' `.grad` as eager `loss.backward()` does, and
+    `opt.step()` / `opt.zero_grad()` of a `torch.optim` optimizer
+    (`record_optimizer_call`): `optimizer_step` / `optimizer_zero_grad`, which
+    run that optimizer's own update when the program runs, so its state stays
+    in the optimizer (`opt.state_dict()` works) and an lr scheduler's changes
+    apply. Before/after, in a declarative function:
+
+        loss = F.mse_loss(model(x), y)        tmp_3 = mse_loss(...)
+        opt.zero_grad()                       optimizer_zero_grad(<SGD#0>, w, b)
+        loss.backward()                       w@GRAD_0, b@GRAD_0 = backward(tmp_3, w, b)
+                                              accumulate_grad(w, b, w@GRAD_0, b@GRAD_0)
+        opt.step()                            optimizer_step(<SGD#0>, w, b)
+
+Ops holding a live optimizer cannot be saved; they are training-only, so
+inference programs never contain them.
 """
 
+import contextlib
+import contextvars
+import itertools
 
 import torch
 
+from runtime.attrs import InputRef, OutputRef
+
+from . import tracer
+from .capture import error_at_user_line, user_origin
 from .registry import OpDef, register
 
 
-def _backward_kernel(loss, *params):
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
+def _backward_kernel(loss, *params, grad_output=None, retain_graph=None, unused="zeros"):
+    grads = torch.autograd.grad(loss, params, grad_outputs=grad_output, retain_graph=retain_graph,
+                                allow_unused=True)
+    if unused == "none":  # like eager: a leaf the loss does not reach gets no gradient at all
+        return tuple(grads)
     return tuple(torch.zeros_like(p) if g is None else g for p, g in zip(params, grads))
+
+
+@torch.no_grad()
+def _accumulate_grad_kernel(*tensors):
+    """`leaf.grad` += grad for each (leaf, grad) pair; what eager
+    `loss.backward()` leaves in `.grad`. Leaves come first, then grads."""
+    half = len(tensors) // 2
+    for leaf, grad in zip(tensors[:half], tensors[half:]):
+        if grad is None:
+            continue
+        if leaf.grad is None:
+            leaf.grad = grad
+        else:
+            leaf.grad += grad
 
 
 @torch.no_grad()
@@ -44,7 +88,184 @@ def _adam_kernel(param, grad, moment1, moment2, step, lr, beta1, beta2, epsilon)
     return param
 
 
+def _optimizer_step_kernel(optimizer, *params):
+    optimizer.optimizer.step()
+
+
+def _optimizer_zero_grad_kernel(optimizer, *params, set_to_none=True):
+    optimizer.optimizer.zero_grad(set_to_none=set_to_none)
+
+
 register(OpDef("backward", kernel=_backward_kernel, training_only=True))
+# These three act on state outside their inputs (`.grad`, the optimizer's state).
+_EFFECT = {"side_effect": True}
+register(OpDef("accumulate_grad", kernel=_accumulate_grad_kernel, mutates=True, training_only=True, extra=_EFFECT))
 register(OpDef("sgd", kernel=_sgd_kernel, mutates=True, training_only=True))
 register(OpDef("momentum", kernel=_momentum_kernel, mutates=True, training_only=True))
 register(OpDef("adam", kernel=_adam_kernel, mutates=True, training_only=True))
+register(OpDef("optimizer_step", kernel=_optimizer_step_kernel, mutates=True, training_only=True, extra=_EFFECT))
+register(OpDef("optimizer_zero_grad", kernel=_optimizer_zero_grad_kernel, mutates=True, training_only=True,
+               extra=_EFFECT))
+
+
+def append_call(block, op_type, inputs, outputs, extra_args=(), kwargs=None, out=None, leading=()):
+    """Append a call-style op `op_type(*leading, *inputs, *extra_args, **kwargs)`."""
+    args = tuple(leading) + tuple(InputRef(i) for i in range(len(inputs))) + tuple(extra_args)
+    return block.append_op(op_type, inputs={"X": inputs}, outputs={"Out": outputs},
+                           attrs={"args": args, "kwargs": dict(kwargs or {}), "out": out},
+                           origin=user_origin())
+
+
+# -- torch.optim optimizers inside programs ---------------------------------------------
+
+_optimizer_ids = itertools.count()
+
+
+class OptimizerRef:
+    """A `torch.optim` optimizer as an op attribute: one short line in the
+    program text (`<SGD#0 lr=0.1>`), the optimizer itself for the kernel."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self.number = next(_optimizer_ids)
+
+    def __repr__(self):
+        lrs = sorted({g.get("lr") for g in self.optimizer.param_groups}, key=str)
+        return f"<{type(self.optimizer).__name__}#{self.number} lr={'/'.join(map(str, lrs))}>"
+
+
+def _optimizer_ref(optimizer):
+    ref = getattr(optimizer, "_d2s_ref", None)
+    if ref is None:
+        ref = optimizer._d2s_ref = OptimizerRef(optimizer)
+    return ref
+
+
+def _param_vars(optimizer):
+    """The Variables of `program` bound to the optimizer's parameters (lifted
+    here when the program has not read them yet: the op still touches them)."""
+    from .capture import lift
+    return [lift(p) for group in optimizer.param_groups for p in group["params"]]
+
+
+def _append_optimizer_op(op_type, optimizer, kwargs=None):
+    tr = tracer.current()
+    block = tr.block
+    if block.idx != 0:
+        raise error_at_user_line(f"`{type(optimizer).__name__}.{op_type.split('_', 1)[1]}()` under a tensor "
+                                 "condition or loop cannot become part of a program; call it at the top "
+                                 "level of the function")
+    params = _param_vars(optimizer)
+    if not params:
+        raise error_at_user_line(f"the {type(optimizer).__name__} optimizer has no parameters")
+    append_call(block, op_type, params, params, kwargs=kwargs, leading=(_optimizer_ref(optimizer),))
+    tr.written.update(id(tr.program.bound[v.name]) for v in params)
+
+
+def optimizer_step(optimizer):
+    """`optimizer.step()` when the program runs."""
+    _append_optimizer_op("optimizer_step", optimizer)
+
+
+def optimizer_zero_grad(optimizer, set_to_none=True):
+    """`optimizer.zero_grad()` when the program runs."""
+    _append_optimizer_op("optimizer_zero_grad", optimizer, {"set_to_none": bool(set_to_none)})
+
+
+def record_optimizer_call(method):
+    """What a converted function calls in place of `opt.<method>` of a
+    `torch.optim` optimizer or lr scheduler: run at build time, `step()`
+    would update nothing (there are no gradients yet) and never run again."""
+    owner, name = method.__self__, method.__name__
+    if isinstance(owner, torch.optim.Optimizer):
+        if name == "step":
+            return lambda closure=None: _no_closure(closure) or optimizer_step(owner)
+        if name == "zero_grad":
+            return lambda set_to_none=True: optimizer_zero_grad(owner, set_to_none)
+        raise error_at_user_line(f"`{type(owner).__name__}.{name}()` cannot run inside a program; only "
+                                 "`step()` and `zero_grad()` of an optimizer can (call it outside)")
+    raise error_at_user_line(f"`{type(owner).__name__}.{name}()` (an lr scheduler) cannot run inside a "
+                             "program: call it outside the declarative function after each step, or pass the "
+                             "scheduler to d2s.Graph.add_optimizer(opt, lr_scheduler=...)")
+
+
+def _no_closure(closure):
+    if closure is not None:
+        raise error_at_user_line("optimizer.step(closure) cannot run inside a program: the closure would "
+                                 "re-run the model in Python; call step() without a closure")
+
+
+# -- loss.backward() ------------------------------------------------------------------
+
+# Optimizers that `loss.backward()` also zeroes (before) and steps (after):
+# set by d2s.Graph while it traces `build`, whose backward is the whole step.
+_STEPPED_BY_BACKWARD = contextvars.ContextVar("d2s_stepped_by_backward", default=())
+
+
+@contextlib.contextmanager
+def backward_steps(optimizers):
+    token = _STEPPED_BY_BACKWARD.set(tuple(optimizers))
+    try:
+        yield
+    finally:
+        _STEPPED_BY_BACKWARD.reset(token)
+
+
+def _leaves(program):
+    """The Variables whose tensors eager backward would give a `.grad`:
+    trainable persistables (parameters) and data inputs that require grad."""
+    leaves = []
+    for var in program.global_block().vars.values():
+        if var.stop_gradient or not (var.persistable or var.is_data) or not var.dtype.is_floating_point:
+            continue
+        tensor = program.bound.get(var.name)
+        with torch._C.DisableTorchFunction():  # a question about the tensor, not an op
+            non_leaf = tensor is not None and not tensor.is_leaf
+        if non_leaf:
+            raise error_at_user_line(
+                f"`loss.backward()` would have to reach through `{var.name}`, a tensor computed outside the "
+                "function with autograd history; pass it as an argument or detach it")
+        leaves.append(var)
+    return leaves
+
+
+def record_backward(loss, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+    """`loss.backward()` on a Variable: append `backward` and
+    `accumulate_grad` (and, inside a Graph, the optimizers' zero_grad/step)."""
+    program = loss.block.program
+    block = tracer.current().block
+    if block.idx != 0:
+        raise error_at_user_line("`loss.backward()` under a tensor condition or loop cannot become part of a "
+                                 "program; compute the loss in the branch and call backward() after it")
+    if create_graph or inputs is not None:
+        raise error_at_user_line("`loss.backward(create_graph=..., inputs=...)` is not supported inside a "
+                                 "program; call loss.backward() with the default arguments")
+    if not isinstance(retain_graph, (bool, type(None))):
+        raise error_at_user_line("`retain_graph` must be a Python bool")
+    if loss.stop_gradient:
+        raise error_at_user_line(f"`{loss.name}.backward()`: the loss does not require grad (it depends on no "
+                                 "trainable parameter, or was computed under no_grad)")
+    if gradient is None and loss.shape != ():
+        raise error_at_user_line(f"`{loss.name}.backward()`: grad can be implicitly created only for a scalar "
+                                 f"loss, and this one has shape {list(loss.shape)}; pass gradient=")
+    if isinstance(gradient, torch.Tensor):
+        from .capture import lift
+        gradient = lift(gradient)
+    leaves = _leaves(program)
+    stepped = _STEPPED_BY_BACKWARD.get()
+    for optimizer in stepped:
+        optimizer_zero_grad(optimizer)
+    grads = [block.create_var(name=program.unique_name(v.name + "@GRAD"), shape=v.shape, dtype=v.dtype,
+                              stop_gradient=True) for v in leaves]
+    inputs = [loss] + leaves + ([gradient] if gradient is not None else [])
+    kwargs = {"retain_graph": retain_graph, "unused": "none"}
+    if gradient is not None:
+        kwargs["grad_output"] = InputRef(len(inputs) - 1)
+    args = tuple(InputRef(i) for i in range(1 + len(leaves)))
+    block.append_op("backward", inputs={"X": inputs}, outputs={"Out": grads},
+                    attrs={"args": args, "kwargs": kwargs, "out": tuple(OutputRef(i) for i in range(len(grads)))},
+                    origin=user_origin())
+    if leaves:
+        append_call(block, "accumulate_grad", leaves + grads, leaves)
+    for optimizer in stepped:
+        optimizer_step(optimizer)

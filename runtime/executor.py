@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from . import _debug
+from . import passes
 from .codegen import compile_program
 from .errors import OpRuntimeError
 from .ir import Program, Variable, default_main_program
@@ -31,6 +32,17 @@ class CPUPlace:
 
 class CUDAPlace:
     def __init__(self, device_id=0):
+        if not isinstance(device_id, int) or isinstance(device_id, bool) or device_id < 0:
+            raise TypeError(f"CUDAPlace takes a device index (an int >= 0), got {device_id!r}")
+        # Checked here rather than at the first kernel, where torch reports a
+        # bare AssertionError from deep inside a run.
+        if not torch.cuda.is_available():
+            reason = ("this PyTorch build has no CUDA support" if torch.version.cuda is None
+                      else "no CUDA device is visible")
+            raise RuntimeError(f"CUDAPlace({device_id}): {reason} (torch {torch.__version__}); "
+                               "use d2s.CPUPlace(), or install a CUDA build of PyTorch on a machine with a GPU")
+        if device_id >= torch.cuda.device_count():
+            raise RuntimeError(f"CUDAPlace({device_id}): only {torch.cuda.device_count()} CUDA device(s) visible")
         self.device_id = device_id
         self.device = torch.device("cuda", device_id)
 
@@ -88,17 +100,21 @@ class Executor:
         self.place = place or CPUPlace()
 
     # -- compilation ------------------------------------------------------------------
-    def compiled(self, program, feed_names, fetch_names):
-        """The CompiledBlock for these feeds/fetches, built once per program version."""
+    def compiled(self, program, feed_names, fetch_names, optimize="default"):
+        """The CompiledBlock for these feeds/fetches, built once per program
+        version: the program is rewritten by the passes of level `optimize`
+        (see `passes`; the program itself is not changed), then compiled."""
         trace = _debug.level() >= 3
-        key = (program._version, tuple(feed_names), tuple(fetch_names), trace)
+        key = (program._version, tuple(feed_names), tuple(fetch_names), trace, optimize)
         cache = program.__dict__.setdefault("_compiled", {})
         entry = cache.get(key)
         if entry is None:
             if len(cache) > 64:
                 cache.clear()
-            entry = compile_program(program, feed_names, fetch_names, get_op_def,
+            optimized, fetches = passes.optimize(program, feed_names, fetch_names, optimize)
+            entry = compile_program(optimized, feed_names, fetches, get_op_def,
                                     _trace_op if trace else None)
+            entry.fetch_names = list(fetch_names)
             cache[key] = entry
             if _debug.level() >= 2:
                 print(f"[d2s] compiled program:\n{entry.source}", file=sys.stderr)
@@ -131,6 +147,8 @@ class Executor:
         results = run_compiled(entry, feeds + params)
         target_scope = scope or global_scope()
         for name, value in zip(entry.written_params, results[len(fetch_names):]):
+            if scope is None and name in facts.module_copies:
+                continue  # without a scope, programs read the module's own tensors: no copy to keep
             target_scope.set(name, value)
         results = results[:len(fetch_names)]
         if return_numpy:
@@ -178,6 +196,10 @@ class _Facts:
         self.needed_feeds = sorted(data & used)
         # Feeds written in place by some op: numpy feeds share memory with
         # the caller's array, so those are copied first.
+        # Per-scope copies of module tensors a startup program makes (ops
+        # flagged `scope_init`; see ops/framework.py init_in_startup).
+        self.module_copies = {n for op in ops if get_op_def(op.type).extra.get("scope_init")
+                              for n in op.output_names}
         self.mutated_feeds = {op.input_names[0] for op in ops
                               if op.input_names and get_op_def(op.type).mutates and op.input_names[0] in data}
 

@@ -1,0 +1,300 @@
+"""Speed benchmark (a script, never a test): eager vs d2s vs peers, one run.
+
+For five workloads it prints the speedup over eager of: d2s at the default
+level, d2s at the fast level (`optimize="fast"`), TorchScript and
+torch.compile (inductor) where they run, and then the cache-hit overhead of a
+declarative call over calling its compiled function directly, for modules
+with 1, 10 and 100 submodules.
+
+    OMP_NUM_THREADS=1 python benchmarks/speed.py [--rounds 21] [--no-compile]
+
+Method: one thread; every contender is warmed up, then the contenders run
+interleaved, round after round (a round times `calls` calls of each), so
+machine noise hits them alike. A speedup is eager time / contender time of
+the same round, each contender timed by its fastest slice of the round (load
+from other processes only adds time); the table shows the median over rounds
+and, in brackets, the 25th-75th percentile spread. Ratios are what to read: the absolute times
+depend on the machine and its load.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+
+import d2s  # noqa: E402
+from models import GreedyDecoder  # noqa: E402
+
+
+# -- the five workloads ------------------------------------------------------------------
+
+class LSTMLoop(nn.Module):
+    """An LSTMCell applied step by step, `for t in range(length)` with a tensor length."""
+
+    def __init__(self, inp=32, hidden=64):
+        super().__init__()
+        self.hidden = hidden
+        self.cell = nn.LSTMCell(inp, hidden)
+
+    def forward(self, x, length):
+        h = torch.zeros(x.shape[0], self.hidden)
+        c = torch.zeros(x.shape[0], self.hidden)
+        for t in range(length):
+            h, c = self.cell(x[:, t], (h, c))
+        return h
+
+
+class DeepResidual(nn.Module):
+    """24 small Linear + tanh + residual layers, with one tensor `if`."""
+
+    def __init__(self, depth=24, width=64):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = x + torch.tanh(layer(x))
+        if x.mean() > 0:
+            x = x * 0.5
+        else:
+            x = x - 1.0
+        return x
+
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.fc = nn.Linear(32 * 8 * 8, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc(x.flatten(1))
+
+
+class MLPLoss(nn.Module):
+    def __init__(self, width=128):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                                 nn.Linear(width, 10))
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.net(x), y)
+
+
+def _copy(module_cls, eager):
+    other = module_cls()
+    other.load_state_dict(eager.state_dict())
+    return other
+
+
+def _training_step(model, opt, x, y):
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = model(x, y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+# -- contenders ----------------------------------------------------------------------------
+
+def _declarative(module, optimize):
+    if optimize == "default":
+        return d2s.declarative(module)
+    try:
+        return d2s.declarative(module, optimize=optimize)
+    except TypeError:
+        return None  # this d2s has no fast level
+
+
+def _scripted(module):
+    try:
+        return torch.jit.script(module)
+    except Exception:  # noqa: BLE001 - "does not run" is a result here
+        return None
+
+
+def _compiled(module, use_compile):
+    if not use_compile:
+        return None
+    return torch.compile(module)
+
+
+def workloads(use_compile):
+    """name -> (make_call(model) -> zero-arg callable, {contender: model or None})."""
+    out = {}
+
+    torch.manual_seed(0)
+    lstm = LSTMLoop()
+    x, length = torch.randn(4, 48, 32), torch.tensor(48)
+    out["LSTMCell loop, tensor length 48"] = (
+        lambda m: (lambda: m(x, length)), lstm, LSTMLoop)
+
+    torch.manual_seed(0)
+    deep = DeepResidual()
+    xd = torch.randn(8, 64)
+    out["24 Linear+tanh+residual, tensor if"] = (lambda m: (lambda: m(xd)), deep, DeepResidual)
+
+    torch.manual_seed(1)
+    dec = GreedyDecoder()
+    hd, max_len = torch.randn(3, 32), torch.tensor(16)
+    out["GRU greedy decoder, while+break"] = (lambda m: (lambda: m(hd, max_len)), dec, GreedyDecoder)
+
+    torch.manual_seed(0)
+    conv = ConvNet()
+    xc = torch.randn(32, 3, 32, 32)
+    out["conv net, batch 32"] = (lambda m: (lambda: m(xc)), conv, ConvNet)
+
+    torch.manual_seed(0)
+    mlp = MLPLoss()
+    xm, ym = torch.randn(16, 64), torch.randint(0, 10, (16,))
+    out["MLP training step"] = (
+        lambda m: _training_step(m, torch.optim.SGD(m.parameters(), lr=0.01), xm, ym), mlp, MLPLoss)
+
+    result = {}
+    for name, (make_call, eager, cls) in out.items():
+        contenders = {
+            "eager": eager,
+            "d2s default": _declarative(_copy(cls, eager), "default"),
+            "d2s fast": _declarative(_copy(cls, eager), "fast"),
+            "TorchScript": _scripted(_copy(cls, eager)),
+            "torch.compile": _compiled(_copy(cls, eager), use_compile),
+        }
+        result[name] = (make_call, contenders)
+    return result
+
+
+# -- timing ----------------------------------------------------------------------------------
+
+def per_call(fn, calls):
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def _quantile(values, q):
+    values = sorted(values)
+    pos = q * (len(values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+def _warm(fn, tries=3):
+    """Run `fn` a few times; None if it fails (the contender does not run)."""
+    try:
+        for _ in range(tries):
+            fn()
+        return fn
+    except Exception as exc:  # noqa: BLE001
+        return f"fails: {type(exc).__name__}"
+
+
+def bench_workload(make_call, contenders, rounds, budget):
+    calls = {}
+    notes = {}
+    for name, model in contenders.items():
+        if model is None:
+            notes[name] = "n/a"
+            continue
+        fn = _warm(make_call(model))
+        if isinstance(fn, str):
+            notes[name] = fn
+        else:
+            calls[name] = fn
+    # A round is `chunks` slices of about budget/chunks seconds of eager
+    # time each; inside a round the contenders alternate slice by slice and
+    # each keeps its fastest slice: on a shared machine, load from elsewhere
+    # only ever adds time, so the fastest slice is the least disturbed one.
+    chunks = 8
+    n = max(1, int(budget / chunks / max(per_call(calls["eager"], 3), 1e-6)))
+    ratios = {name: [] for name in calls}
+    for _ in range(rounds):
+        times = dict.fromkeys(calls, float("inf"))
+        for _ in range(chunks):
+            for name, fn in calls.items():
+                times[name] = min(times[name], per_call(fn, n))
+        for name, t in times.items():
+            ratios[name].append(times["eager"] / t)
+    return ratios, notes
+
+
+def cache_hit_overhead(rounds, calls=2000):
+    """Microseconds a declarative call adds over the compiled function, by submodule count."""
+
+    class Wide(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.blocks = nn.ModuleList(nn.ReLU() for _ in range(n - 1))
+
+        def forward(self, x):
+            return x + 1
+
+    rows = {}
+    x = torch.randn(2)
+    for n in (1, 10, 100):
+        model = d2s.declarative(Wide(n))
+        model(x)
+        concrete = model.forward.concrete_program
+        entry = concrete.compiled
+        params = [concrete.main_program.bound[p] for p in entry.param_names]
+        direct = lambda: entry.fn(x, *params)  # noqa: E731
+        full = lambda: model(x)  # noqa: E731
+        diffs = []
+        for _ in range(rounds):
+            full_t = direct_t = float("inf")
+            for _ in range(10):
+                full_t = min(full_t, per_call(full, calls // 10))
+                direct_t = min(direct_t, per_call(direct, calls // 10))
+            diffs.append((full_t - direct_t) * 1e6)
+        rows[n] = diffs
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--budget", type=float, default=0.02, help="seconds of eager time per round")
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow to compile)")
+    parser.add_argument("--only", default="", help="run only workloads whose name contains this")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    print(f"torch {torch.__version__}, 1 thread, {args.rounds} interleaved rounds; "
+          "speedup over eager: median [25th-75th percentile]")
+    names = ["d2s default", "d2s fast", "TorchScript", "torch.compile"]
+    print(f"{'workload':38s}" + "".join(f"{n:>22s}" for n in names))
+    for wname, (make_call, contenders) in workloads(not args.no_compile).items():
+        if args.only and args.only not in wname:
+            continue
+        ratios, notes = bench_workload(make_call, contenders, args.rounds, args.budget)
+        cells = []
+        for name in names:
+            if name in ratios:
+                r = ratios[name]
+                cells.append(f"{statistics.median(r):5.2f}x [{_quantile(r, .25):4.2f}-{_quantile(r, .75):4.2f}]")
+            else:
+                cells.append(notes.get(name, "n/a")[:21])
+        print(f"{wname:38s}" + "".join(f"{c:>22s}" for c in cells), flush=True)
+    print("\ncache-hit overhead over calling the compiled function (us per call, median [25th-75th]):")
+    for n, diffs in cache_hit_overhead(args.rounds).items():
+        print(f"  {n:4d} submodules: {statistics.median(diffs):6.2f} us "
+              f"[{_quantile(diffs, .25):.2f}-{_quantile(diffs, .75):.2f}]  "
+              f"(target <= {2 + 0.05 * n:.2f} us)")
+
+
+if __name__ == "__main__":
+    main()

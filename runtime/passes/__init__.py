@@ -1,0 +1,69 @@
+"""Program passes: rewrites of a Program between tracing and codegen.
+
+The executor never changes the program a user traced (its text, saved form
+and inspection stay as traced): `optimize` copies it, runs a fixed pipeline of
+passes over the copy, and codegen compiles the result. One pass per file,
+each with a before/after docstring:
+
+  level "default" (CPU results bit-identical to eager):
+      dce -> scalars -> hoist_constants -> dce
+  level "fast" (exact up to floating-point rounding; see each pass):
+      fuse_rnn_loops -> dce -> scalars -> hoist_constants -> dce
+
+  - dce: drop ops nothing observes (pure, outputs unused);
+  - scalars: CPU integer/bool 0-d values (loop counters, lengths, break
+    flags) run as Python ints/bools;
+  - hoist_constants: `fill_constant`s only read by ops that make a fresh
+    result are created once, at compile time, instead of on every call;
+  - fuse_rnn_loops: a `while` loop applying an LSTM/GRU/RNN cell step by step
+    over a sequence becomes one fused `torch.lstm`/`gru`/`rnn_*` call.
+
+`D2S_DEBUG=2` prints the program after each pass.
+
+Passes read op facts (effects: mutates, random, side effects) from the op
+table through `ctx.get_op_def`; runtime never imports `ops`.
+"""
+
+import sys
+
+from .. import _debug
+from ..optable import get_op_def
+from . import dce, fuse_rnn_loops, hoist_constants, scalars
+from ._util import copy_program
+
+LEVELS = ("default", "fast")
+
+PIPELINES = {
+    "default": (dce, scalars, hoist_constants, dce),
+    "fast": (fuse_rnn_loops, dce, scalars, hoist_constants, dce),
+}
+
+
+class PassContext:
+    """What every pass may read: the program being rewritten, the names the
+    caller feeds and fetches, and the op table."""
+
+    def __init__(self, program, feed_names, fetch_names):
+        self.program = program
+        self.feed_names = list(feed_names)
+        self.fetch_names = list(fetch_names)
+        self.get_op_def = get_op_def
+
+
+def check_level(level):
+    if level not in LEVELS:
+        raise ValueError(f"optimize must be one of {', '.join(map(repr, LEVELS))}, got {level!r}")
+    return level
+
+
+def optimize(program, feed_names, fetch_names, level="default"):
+    """(a rewritten copy of `program`, the names to fetch from it); the
+    original program is left as it is."""
+    work = copy_program(program)
+    ctx = PassContext(work, feed_names, fetch_names)
+    for step in PIPELINES[check_level(level)]:
+        step.run(ctx)
+        if _debug.level() >= 2:
+            print(f"[d2s] program after pass {step.__name__.rsplit('.', 1)[-1]}:\n{work.to_string()}",
+                  file=sys.stderr)
+    return work, ctx.fetch_names

@@ -1,0 +1,57 @@
+"""Helpers the passes share: copying a program, walking uses of names."""
+
+from ..attrs import InputRef
+from ..ir import Block, Operator, Program
+
+
+def copy_program(program):
+    """A structural copy: new blocks, ops and variables; attribute values
+    other than blocks and lists are shared (they are never mutated)."""
+    new = Program()
+    new.blocks = [Block(new, b.idx, b.parent_idx) for b in program.blocks]
+    for old, block in zip(program.blocks, new.blocks):
+        for name, var in old.vars.items():
+            v = object.__new__(type(var))  # not copy.copy: Variables refuse pickling protocols
+            v.__dict__.update(var.__dict__)
+            v.block = block
+            block.vars[name] = v
+    for old, block in zip(program.blocks, new.blocks):
+        for op in old.ops:
+            attrs = {k: new.blocks[v.idx] if isinstance(v, Block) else (list(v) if isinstance(v, list) else v)
+                     for k, v in op.attrs.items()}
+            block.ops.append(Operator(block, op.type, op.inputs, op.outputs, attrs, op.origin))
+    new.bound = dict(program.bound)
+    new.device = program.device
+    new._name_counters = dict(program._name_counters)
+    return new
+
+
+def attr_names(op):
+    """Variable names an op's attributes mention (loop variables, the
+    outputs a sub-block yields, the condition's name)."""
+    names = []
+    for value in op.attrs.values():
+        if isinstance(value, str):
+            names.append(value)
+        elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            names += value
+    return names
+
+
+def all_ops(program):
+    """(block, op) for every op of every block."""
+    for block in program.blocks:
+        for op in block.ops:
+            yield block, op
+
+
+def is_call(op, n_inputs=None):
+    """A call-style op with a plain `out = kernel(*args)` shape."""
+    return ("args" in op.attrs and not op.attrs.get("kwargs") and not op.attrs.get("no_grad")
+            and (n_inputs is None or len(op.input("X")) == n_inputs))
+
+
+def arg_inputs(op, args):
+    """The input names that InputRefs at the top level of `args` point to (None for constants)."""
+    ins = op.input("X")
+    return [ins[a.index] if isinstance(a, InputRef) else None for a in args]

@@ -1,0 +1,111 @@
+"""The cache hit: training flags re-read only when a module changed, a
+bounded LRU program cache, clear()."""
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import d2s
+from d2s import module_watch
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.5)
+        self.blocks = nn.ModuleList([nn.ReLU()])
+        self.extra = nn.ModuleDict({"a": nn.ReLU()})
+
+    def forward(self, x):
+        return self.drop(x) + 1
+
+
+@pytest.mark.parametrize("change", ["eval", "assign_flag", "child_flag", "append", "delete_attr",
+                                    "delete_dict_item", "replace_child"])
+def test_training_flags_follow_every_kind_of_change(change):
+    net = d2s.declarative(Net())
+    x = torch.ones(1000)
+    before = net.forward.cache_key((x,), {})[0]
+    if change == "eval":
+        net.eval()
+    elif change == "assign_flag":
+        net.training = False
+    elif change == "child_flag":
+        net.drop.training = False
+    elif change == "append":
+        net.blocks.append(nn.Tanh())
+    elif change == "delete_attr":
+        del net.blocks
+    elif change == "delete_dict_item":
+        del net.extra["a"]
+    elif change == "replace_child":
+        net.blocks = nn.ModuleList([nn.ReLU(), nn.ReLU()])
+    assert net.forward.cache_key((x,), {})[0] != before
+
+
+def test_eval_after_train_runs_the_eval_program():
+    torch.manual_seed(0)
+    net = d2s.declarative(Net())
+    x = torch.ones(1000)
+    assert not torch.equal(net(x), x + 1)  # dropout active
+    net.eval()
+    assert torch.equal(net(x), x + 1)
+    net.train()
+    assert not torch.equal(net(x), x + 1)
+    assert len(net.forward.program_cache) == 2
+
+
+def test_touch_marks_flags_stale():
+    net = d2s.declarative(Net())
+    x = torch.ones(3)
+    net(x)
+    flags = net.forward.cache_key((x,), {})[0][2]
+    net.drop._modules["inner"] = nn.Dropout()  # private edit: needs touch()
+    module_watch.touch()
+    assert len(net.forward.cache_key((x,), {})[0][2]) == len(flags) + 1
+
+
+def test_cache_evicts_least_recently_used_past_max_size():
+    f = d2s.declarative(lambda x: x * 2)
+    f.program_cache.max_size = 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n in (1, 2, 3):
+            f(torch.ones(n))
+        f(torch.ones(1))          # 1 is now the most recently used
+        f(torch.ones(4))          # evicts 2
+    assert len(f.program_cache) == 3
+    shapes = sorted(c.inputs[0].shape for c in f.program_cache)
+    assert shapes == [(1,), (3,), (4,)]
+    assert torch.equal(f(torch.ones(2)), torch.full((2,), 2.0))
+
+
+def test_many_programs_warning_is_kept_with_a_bounded_cache():
+    f = d2s.declarative(lambda x: x + 1)
+    with pytest.warns(UserWarning, match="has built 8 programs"):
+        for n in range(1, 10):
+            f(torch.ones(n))
+
+
+def test_clear_drops_every_program():
+    f = d2s.declarative(lambda x: x - 1)
+    f(torch.ones(2))
+    f.program_cache.clear()
+    assert len(f.program_cache) == 0 and f.program_cache.last is None
+    assert torch.equal(f(torch.ones(2)), torch.zeros(2))
+    assert len(f.program_cache) == 1
+
+
+def test_module_argument_flags_are_part_of_the_key():
+    @d2s.declarative
+    def apply(m, x):
+        return m(x)
+
+    drop = nn.Dropout(0.5)
+    x = torch.ones(1000)
+    apply(drop, x)
+    drop.eval()
+    assert torch.equal(apply(drop, x), x)
+    assert len(apply.program_cache) == 2

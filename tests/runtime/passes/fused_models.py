@@ -1,0 +1,43 @@
+"""Cell loops for the fused-RNN tests (declarative code must live in a file)."""
+
+import torch
+import torch.nn as nn
+
+
+class CellLoop(nn.Module):
+    """`for t in range(length)` stepping a cell over `x` (batch first, or
+    time first with `time_first=True`)."""
+
+    def __init__(self, cell, hidden, time_first=False):
+        super().__init__()
+        self.cell, self.hidden, self.time_first = cell, hidden, time_first
+        self.is_lstm = isinstance(cell, nn.LSTMCell)
+
+    def forward(self, x, length):
+        batch = x.shape[1] if self.time_first else x.shape[0]
+        h = torch.zeros(batch, self.hidden)
+        c = torch.zeros(batch, self.hidden)
+        for t in range(length):
+            x_t = x[t] if self.time_first else x[:, t]
+            if self.is_lstm:
+                h, c = self.cell(x_t, (h, c))
+            else:
+                h = self.cell(x_t, h)
+        return h, c
+
+
+class CellLoopWithOutputs(nn.Module):
+    """The same loop also collecting every step's h: not fused (the pattern
+    is a bare cell loop), still correct."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.GRUCell(8, 16)
+
+    def forward(self, x, length):
+        h = torch.zeros(x.shape[0], 16)
+        hs = []
+        for t in range(length):
+            h = self.cell(x[:, t], h)
+            hs.append(h)
+        return h, len(hs)

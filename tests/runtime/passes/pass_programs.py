@@ -1,0 +1,52 @@
+"""Small declarative functions with `cond` and `while`, shared by the pass tests."""
+
+import torch
+
+import d2s
+
+
+def ops_text(program):
+    """Block headers and op lines: the part of `to_string()` a pass changes."""
+    lines = []
+    for block in program.blocks:
+        lines.append(f"block {block.idx}")
+        lines += [f"  {op.to_string()}" for op in block.ops]
+    return "\n".join(lines) + "\n"
+
+
+@d2s.declarative
+def count_until(x, n):
+    """A counted loop with an early `break`: counter, length and break flag
+    are CPU scalars; `unused` is dead code."""
+    i = 0
+    while i < n:
+        x = x * 0.5
+        i += 1
+        if x.sum() < 1:
+            break
+    unused = torch.tanh(x)
+    return x, i
+
+
+def traced(fn, *args):
+    fn(*args)
+    concrete = fn.concrete_program
+    return (concrete.main_program, [v.name for v in concrete.inputs], [v.name for v in concrete.fetch_vars])
+
+
+def scaled_branches():
+    """A hand-built program: a float `fill_constant` read by arithmetic in
+    both branches of a `cond` and in a `while` body, one read by `torch.stack`
+    (which may return... a fresh tensor too, but is not in the list: kept)."""
+    import runtime
+    from ops.framework import fill_constant
+
+    program = runtime.Program()
+    with runtime.program_guard(program):
+        x = runtime.data("x", [3])
+        half = fill_constant(0.5)
+        kept = fill_constant(2.0)
+        y = d2s.cond(x.sum() > 0, lambda: x * half, lambda: x - half)
+        (z,) = d2s.while_loop(lambda v: v.sum() < 100, lambda v: [v + half + 1], [y])
+        w = torch.stack([z, kept.expand(3)])
+    return program, ["x"], [w.name]

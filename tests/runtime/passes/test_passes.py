@@ -1,0 +1,162 @@
+"""Golden before/after text of each pass on programs with `cond` and
+`while`, and the pipeline's results equal to the unoptimised program's."""
+
+import numpy as np
+import pytest
+import torch
+
+import runtime
+from runtime import passes
+from runtime.passes import PassContext, dce, hoist_constants, scalars
+from runtime.passes._util import copy_program
+
+from pass_programs import count_until, ops_text, scaled_branches, traced
+
+@pytest.fixture
+def run_pass():
+    """run_pass(module, program, feeds, fetches) -> (rewritten copy, fetch names)."""
+    def run(module, program, feed_names, fetch_names):
+        ctx = PassContext(copy_program(program), feed_names, fetch_names)
+        module.run(ctx)
+        return ctx.program, ctx.fetch_names
+    return run
+
+
+COUNT_UNTIL = """\
+block 0
+  tmp_3 = fill_constant(False, torch.bool)
+  tmp_4 = fill_constant(0, torch.int64)
+  Out=[broke_2, i_1, x_1] = while(Init=[tmp_3, tmp_4, x], X=[n]) {body_block: block[1], body_outs: ['broke_1', 'tmp_12', 'tmp_11'], cond_block: block[2], cond_out: 'tmp_10', loop_vars: ['broke_0', 'i_0', 'x_0']}
+  tmp_16 = torch.tanh(x_1)
+block 1
+  tmp_11 = torch.Tensor.__mul__(x_0, 0.5)
+  tmp_12 = torch.Tensor.__add__(i_0, 1)
+  tmp_13 = torch.Tensor.sum(tmp_11)
+  tmp_14 = torch.Tensor.__lt__(tmp_13, 1)
+  Out=[broke_1] = cond(Cond=[tmp_14], X=[]) {false_block: block[4], false_outs: ['broke_0'], true_block: block[3], true_outs: ['tmp_15']}
+block 2
+  tmp_8 = torch.Tensor.__lt__(i_0, n)
+  tmp_9 = torch.logical_not(broke_0)
+  tmp_10 = torch.logical_and(tmp_8, tmp_9)
+block 3
+  tmp_15 = fill_constant(True, torch.bool)
+block 4
+"""
+
+
+@pytest.fixture(scope="module")
+def counted():
+    return traced(count_until, torch.ones(3), torch.tensor(4))
+
+
+def test_traced_program_is_the_before_text(counted):
+    assert ops_text(counted[0]) == COUNT_UNTIL
+
+
+def test_dce_drops_the_unused_op_only(counted, run_pass):
+    after, fetches = run_pass(dce, *counted)
+    assert ops_text(after) == COUNT_UNTIL.replace("  tmp_16 = torch.tanh(x_1)\n", "")
+    assert fetches == ["x_1", "i_1"]
+
+
+def test_scalars_make_counter_length_and_break_flag_python_values(counted, run_pass):
+    after, fetches = run_pass(scalars, *counted)
+    assert ops_text(after) == """\
+block 0
+  n_i_0 = scalar_from_tensor(n)
+  tmp_3 = py.const(False)
+  tmp_4 = py.const(0)
+  Out=[broke_2, i_1, x_1] = while(Init=[tmp_3, tmp_4, x], X=[n]) {body_block: block[1], body_outs: ['broke_1', 'tmp_12', 'tmp_11'], cond_block: block[2], cond_out: 'tmp_10', loop_vars: ['broke_0', 'i_0', 'x_0']}
+  tmp_16 = torch.tanh(x_1)
+  i_1_t_0 = fill_constant(i_1, torch.int64)
+block 1
+  tmp_11 = torch.Tensor.__mul__(x_0, 0.5)
+  tmp_12 = py.add(i_0, 1)
+  tmp_13 = torch.Tensor.sum(tmp_11)
+  tmp_14 = torch.Tensor.__lt__(tmp_13, 1)
+  Out=[broke_1] = cond(Cond=[tmp_14], X=[]) {false_block: block[4], false_outs: ['broke_0'], true_block: block[3], true_outs: ['tmp_15']}
+block 2
+  tmp_8 = py.lt(i_0, n_i_0)
+  tmp_9 = py.not(broke_0)
+  tmp_10 = py.and(tmp_8, tmp_9)
+block 3
+  tmp_15 = py.const(True)
+block 4
+"""
+    # The fetched counter goes back to the 0-d int64 tensor it was.
+    assert fetches == ["x_1", "i_1_t_0"]
+    after.verify()
+
+
+def test_hoist_constants_only_where_every_reader_makes_a_fresh_tensor(run_pass):
+    program, feeds, fetches = scaled_branches()
+    after, _ = run_pass(hoist_constants, program, feeds, fetches)
+    assert ops_text(after) == """\
+block 0
+  tmp_1 = fill_constant(2.0, torch.float32)
+  tmp_2 = torch.Tensor.sum(x)
+  tmp_3 = torch.Tensor.__gt__(tmp_2, 0)
+  Out=[cond_out_0] = cond(Cond=[tmp_3], X=[x]) {false_block: block[2], false_outs: ['tmp_5'], true_block: block[1], true_outs: ['tmp_4']}
+  Out=[loop_out_0] = while(Init=[cond_out_0], X=[]) {body_block: block[3], body_outs: ['tmp_11'], cond_block: block[4], cond_out: 'tmp_9', loop_vars: ['loop_var_0']}
+  tmp_12 = torch.Tensor.expand(tmp_1, 3)
+  tmp_13 = torch.stack([loop_out_0, tmp_12])
+block 1
+  tmp_4 = torch.Tensor.__mul__(x, tensor(0.5000))
+block 2
+  tmp_5 = torch.Tensor.__sub__(x, tensor(0.5000))
+block 3
+  tmp_10 = torch.Tensor.__add__(loop_var_0, tensor(0.5000))
+  tmp_11 = torch.Tensor.__add__(tmp_10, 1)
+block 4
+  tmp_8 = torch.Tensor.sum(loop_var_0)
+  tmp_9 = torch.Tensor.__lt__(tmp_8, 100)
+"""
+    after.verify()
+
+
+def test_optimize_leaves_the_traced_program_alone(counted):
+    program, feeds, fetches = counted
+    before = program.to_string()
+    passes.optimize(program, feeds, fetches)
+    assert program.to_string() == before
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 50])
+def test_count_until_bit_identical_to_eager_on_every_path(n):
+    """n=0: no trip; 1, 3: the loop test ends it; 50: the `break` ends it."""
+    x = torch.full((3,), 40.0)
+    want_x, want_i = count_until.dygraph_function(x, torch.tensor(n))
+    got_x, got_i = count_until(x, torch.tensor(n))
+    assert torch.equal(got_x, want_x) and int(got_i) == int(want_i)
+    assert got_i.dtype == torch.int64 and got_i.dim() == 0
+    types = {op.type for b in count_until.concrete_program.main_program.blocks for op in b.ops}
+    assert {"while", "cond"} <= types
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_hoisted_constants_run_the_same_on_both_branches(sign):
+    program, feeds, fetches = scaled_branches()
+    exe = runtime.Executor()
+    x = torch.full((3,), sign)
+    got = exe.run(program, feed={"x": x}, fetch_list=fetches)[0]
+    y = x * 0.5 if sign > 0 else x - 0.5
+    while y.sum() < 100:
+        y = y + torch.tensor(0.5) + 1
+    np.testing.assert_array_equal(got, torch.stack([y, torch.full((3,), 2.0)]).numpy())
+
+
+def test_debug_level_2_prints_the_program_after_each_pass(counted, capsys):
+    runtime._debug.set_verbosity(2)
+    try:
+        passes.optimize(*counted)
+    finally:
+        runtime._debug.set_verbosity(None)
+    err = capsys.readouterr().err
+    for name in ("dce", "scalars", "hoist_constants"):
+        assert f"program after pass {name}:" in err
+    assert "py.lt(i_0, n_i_0)" in err
+
+
+def test_unknown_level_is_an_error(counted):
+    with pytest.raises(ValueError, match="optimize must be one of 'default', 'fast'"):
+        passes.optimize(*counted, level="fastest")
