@@ -403,7 +403,9 @@ class StaticFunction:
             specs = self._input_spec or []
             arg_names = self._feed_names()
             feeds = []
-            before = module_state.snapshot(self._modules(args))
+            before = module_state.snapshot(
+                m for v in (self._instance, *args, *kwargs.values()) if isinstance(v, torch.nn.Module)
+                for m in v.modules())
             with program_guard(main, startup), Tracer(main, self._name_hints(args)) as tracer:
                 for i, (path, t) in enumerate(leaves):
                     spec = specs[i] if i < len(specs) else None
