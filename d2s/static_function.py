@@ -20,7 +20,7 @@ import weakref
 
 import torch
 
-from ops.capture import CaptureMode, lift
+from ops.capture import CaptureMode, dispatch, lift
 from ops import tracer
 from ops.tracer import Tracer
 from runtime import _debug
@@ -203,6 +203,11 @@ def _replace_tensors(value, feeds):
 def _output_tree(value, fetch):
     """The returned structure with ('fetch', i) for each Variable."""
     if isinstance(value, Variable):
+        if any(v is value for v in fetch):
+            # Returned twice (`return y, y`): the second is a view of the
+            # first under a name of its own, so the fetch list never repeats
+            # a name and a saved program returns both.
+            value = dispatch(torch.Tensor.view_as, (value, value), {})
         fetch.append(value)
         return ("fetch", len(fetch) - 1)
     if isinstance(value, torch.Tensor):
