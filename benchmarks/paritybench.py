@@ -166,8 +166,9 @@ def same(a, b):
 def cause(exc):
     """A short, size-free description of a failure, to group failures by."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    text = re.sub(r"'[^']*'|\"[^\"]*\"|`[^`]*`", lambda m: m.group(0) if len(m.group(0)) < 40 else "'...'", text)
-    text = re.sub(r"\d+", "N", text)
+    text = re.sub(r'^File "[^"]*", line \d+: ', "", text)
+    text = re.sub(r"'[^']*'|\"[^\"]*\"", lambda m: m.group(0) if len(m.group(0)) < 40 else "'...'", text)
+    text = re.sub(r"(?<![A-Za-z_])\d+", "N", text)
     return f"{type(exc).__name__}: {text}"[:160]
 
 
@@ -210,7 +211,8 @@ def run_case(entry, save):
         reset_rng()
         again = model(*args, **kwargs)
     except CaseTimeout:
-        raise
+        result.update(status="eager_fail", cause="eager run timed out")
+        return result
     except Exception as exc:  # noqa: BLE001 - the case is left out, as ParityBench does
         result.update(status="eager_fail", cause=cause(exc))
         return result
@@ -271,6 +273,8 @@ def worker(path, save, timeout):
     if not cases:
         print(json.dumps({"status": "no_cases"}), flush=True)
     for i, entry in enumerate(cases):
+        # A crash (not an exception) in this case leaves this line last.
+        print(json.dumps({"status": "started", "index": i}), flush=True)
         signal.alarm(timeout)
         try:
             result = run_case(entry, save)
@@ -314,9 +318,12 @@ def run_file(path, name, save, timeout):
                 results.append(json.loads(line))
             except ValueError:
                 pass
+    tail = ((err or "").strip().splitlines()[-1:] or ["no output"])[0][:120]
     if not results:
-        tail = (err or "").strip().splitlines()[-1:] or ["no output"]
-        results.append({"status": "crash", "cause": "worker crashed: " + tail[0][:120]})
+        results.append({"status": "import_fail", "cause": "crashed while importing: " + tail})
+    elif results[-1]["status"] == "started":
+        results[-1] = {"status": "crash", "index": results[-1]["index"], "cause": "worker crashed: " + tail}
+    results = [r for r in results if r["status"] != "started"]
     for r in results:
         r["file"] = name
     return results

@@ -176,6 +176,8 @@ FACTORIES = {_key(f) for f in get_ignored_functions() if callable(f) and _is_fac
 PYTHON_LEVEL = (
     ("torch.nn.functional", "hardsigmoid hardswish sigmoid tanh upsample upsample_bilinear upsample_nearest"),
     ("torch.Tensor", "unflatten"),
+    # Private native functions torch's own nn code calls (nn.utils.weight_norm).
+    ("torch", "_weight_norm"),
 )
 # Tensor properties whose value is a tensor; the others (shape, dtype,
 # device, requires_grad, ...) are metadata.
