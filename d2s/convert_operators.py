@@ -742,7 +742,20 @@ def convert_legacy_variable(data=None, requires_grad=False, volatile=False):
     return out.requires_grad_() if requires_grad else out
 
 
+def convert_type(*args):
+    """``type(x)``: ``torch.Tensor`` for a graph tensor (the eager tensor's
+    type), or the Python number type it stands for; ``type(name, bases,
+    namespace)`` and other values are Python's own."""
+    if len(args) == 1 and _is_var(args[0]):
+        value = args[0]
+        if stands_for_number(value):
+            return bool if value.dtype == torch.bool else float if value.dtype.is_floating_point else int
+        return torch.Tensor
+    return builtins.type(*args)
+
+
 _BUILTINS = {
+    builtins.type: convert_type,
     builtins.max: convert_max_min(builtins.max, "max"),
     builtins.min: convert_max_min(builtins.min, "min"),
     torch.autograd.Variable: convert_legacy_variable,

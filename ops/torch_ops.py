@@ -217,7 +217,20 @@ def _register_tensor():
         _add(f"torch.Tensor.{name}", name, _lookup("torch.Tensor", name))
 
 
+def _set_data(tensor, value):
+    """`param.data = value`: the parameter takes `value`'s contents, outside
+    autograd. Programs have fixed shapes and dtypes, so a value of another
+    shape or dtype is an error (at build time, from inference)."""
+    if value.shape != tensor.shape or value.dtype != tensor.dtype:
+        raise ValueError(f"`.data = ...` changes {tuple(tensor.shape)}/{tensor.dtype} to "
+                         f"{tuple(value.shape)}/{value.dtype}; a program keeps shapes and dtypes")
+    with torch.no_grad():
+        tensor.copy_(value)
+
+
 def _register_python_level():
+    setter = _lookup("torch.Tensor", "data").__set__
+    register(OpDef("torch.Tensor.data.__set__", kernel=_set_data, mutates=True), setter)
     for prefix, names in PYTHON_LEVEL:
         for name in names.split():
             _add(f"{prefix}.{name}", name, _lookup(prefix, name))

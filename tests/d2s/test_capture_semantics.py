@@ -140,3 +140,40 @@ def test_deleted_declarative_module_is_garbage_collected(make):
     del module
     gc.collect()
     assert ref() is None
+
+
+# -- type(x) of a graph tensor --------------------------------------------------------------------------
+
+def pick_by_type(x):
+    if type(x) is torch.Tensor:
+        return x * 2
+    s, v = x
+    return s + v
+
+
+def test_type_of_a_graph_tensor_is_tensor():
+    x = torch.randn(2, 3)
+    static = d2s.declarative(pick_by_type)
+    assert torch.equal(static(x), pick_by_type(x))
+    pair = (torch.randn(2), torch.randn(2))
+    assert torch.equal(static(pair), pick_by_type(pair))
+
+
+# -- param.data = ... in forward --------------------------------------------------------------------------
+
+class DecayingWeight(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(2))
+
+    def forward(self, x):
+        self.w.data = self.w.data * 0.5 + x
+        return self.w * 2
+
+
+def test_assigning_param_data_updates_it_every_call_like_eager():
+    eager, static = DecayingWeight(), d2s.declarative(DecayingWeight())
+    x = torch.randn(2)
+    for _ in range(3):
+        assert torch.allclose(static(x), eager(x))
+        assert torch.allclose(static.w, eager.w)
