@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import get_ignored_functions, get_overridable_functions
 
+from runtime.optable import callable_key as _key
+
 from .registry import OpDef, is_registered, register
 
 NAMESPACES = (
@@ -85,15 +87,6 @@ def _lookup(prefix, name):
         raise ImportError(f"ops/torch_ops.py names {prefix}.{name}, which this torch ({torch.__version__}) "
                           "does not have; update the list")
     return value
-
-
-def _key(fn):
-    """Callables compare by value (a property's `__get__` is a new object on each access)."""
-    try:
-        hash(fn)
-        return fn
-    except TypeError:
-        return id(fn)
 
 
 def _denied():

@@ -11,17 +11,14 @@ import torch.nn as nn
 import d2s
 import runtime
 from ops import torch_ops
-from opcheck import check, randn
+from opcheck import check, line_of, randn
 from runtime.optable import is_registered
 
 HERE = __file__
 
 
 def _line_of(marker):
-    for i, line in enumerate(open(HERE), 1):
-        if marker in line and "_line_of" not in line:
-            return i
-    raise AssertionError(marker)
+    return line_of(HERE, marker)
 
 
 # -- the table -------------------------------------------------------------------------------
