@@ -239,3 +239,10 @@ def test_jit_save_of_a_training_graph_serves_the_model_in_a_fresh_process(data, 
                             cwd=work, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     np.testing.assert_allclose(np.load(work / "out.npy"), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_example_script_runs(capsys):
+    import graph_mnist
+    assert graph_mnist.main(["--steps", "4", "--batch-size", "8"])
+    out = capsys.readouterr().out
+    assert "not built yet" in out and "parameters equal to eager's: True" in out
