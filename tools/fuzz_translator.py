@@ -27,6 +27,12 @@ import fuzz_runner  # noqa: E402
 FAILURES = ("wrong", "crash")
 
 
+def _pool(jobs, **kwargs):
+    # Fresh interpreters: a forked child of a process that imported torch can
+    # find modules half-initialised ("partially initialized module").
+    return multiprocessing.get_context("spawn").Pool(jobs, **kwargs)
+
+
 def program_seed(seed, index):
     return f"{seed}-{index}"
 
@@ -111,7 +117,7 @@ def run_programs(args, started):
     counts, groups = collections.Counter(), collections.defaultdict(list)
     deadline = started + args.max_minutes * 60 if args.max_minutes else None
     done = 0
-    pool = multiprocessing.Pool(args.jobs, maxtasksperchild=200)
+    pool = _pool(args.jobs, maxtasksperchild=200)
     try:
         for index, kind, signature, klass, message, size in pool.imap_unordered(_run_one, work):
             done += 1
@@ -136,7 +142,7 @@ def print_reproducers(args, failing):
     tasks = [(args.seed, index, args.minimize_seconds) for klass, members in failing
              for _, index, _ in members[:args.per_class if klass[0] == "wrong" else 1]]
     seen = {}
-    with multiprocessing.Pool(args.jobs) as pool:
+    with _pool(args.jobs) as pool:
         for index, signature, message, text in pool.imap(_minimize_one, tasks):
             if signature in seen:
                 print(f"\n(program {index} minimises to the same failure as program {seen[signature]})")
