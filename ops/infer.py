@@ -27,11 +27,12 @@ class Meta:
     """The inferred type of one tensor output (`shape` holds ints and the
     texts of symbolic dimensions)."""
 
-    __slots__ = ("shape", "dtype")
+    __slots__ = ("shape", "dtype", "strides")
 
-    def __init__(self, shape, dtype):
+    def __init__(self, shape, dtype, strides=None):
         self.shape = tuple(shape)
         self.dtype = dtype
+        self.strides = strides  # the meta kernel's strides, when every run agrees (`x.stride()`)
 
 
 def _is_symbolic(v):
@@ -43,6 +44,8 @@ def _substitute(tree, values):
     from runtime.attrs import InputRef
     if isinstance(tree, InputRef):
         return values[tree.index]
+    if isinstance(tree, torch.Size):
+        return tree  # sizes, not data (`x.new(x.size())`)
     if isinstance(tree, list):
         return [_substitute(t, values) for t in tree]
     if isinstance(tree, tuple):
@@ -267,9 +270,12 @@ def _to_meta(result, shapes, fresh=False):
         if fresh:
             dims = [shapes.text(shapes.new_symbol(int(s), "data-dependent size")) for s in result.shape]
         elif shapes is None:
-            dims = list(result.shape)
+            return Meta(result.shape, result.dtype, result.stride())
         else:
             dims = [shapes.text(s) for s in result.shape]
+            strides = [shapes.text(st) for st in result.stride()]
+            if all(isinstance(d, int) for d in dims + strides):
+                return Meta(dims, result.dtype, tuple(strides))
         return Meta(dims, result.dtype)
     if isinstance(result, (list, tuple)):
         items = [_to_meta(r, shapes, fresh) for r in result]

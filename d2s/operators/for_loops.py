@@ -31,7 +31,7 @@ class Rows(_GraphIterable):
         if self.value.kind == TENSOR_ARRAY:
             return fw.array_length(self.value)
         if not self.value.shape:
-            raise error_at_user_line(f"iteration over a 0-d tensor `{self.value.name}`")
+            raise error_at_user_line("iteration over a 0-d tensor")  # torch's own message
         return variable_size(self.value, 0)  # a SymInt when known only at run time
 
     def has(self, i):
