@@ -431,7 +431,7 @@ class StaticFunction:
                 fetch = []
                 out_tree = _output_tree(out, fetch)
                 state_fetch = []
-                writes, reads = module_state.collect(before, tracer.lifted, _output_tree, state_fetch)
+                writes, reads = module_state.collect(before, tr.lifted, _output_tree, state_fetch)
             self._note_state(writes)
             main.verify()
             concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree, key[-1],

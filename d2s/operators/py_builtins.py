@@ -9,6 +9,7 @@ import torch
 
 from ops import framework as fw
 from ops.capture import graph_tensor, size as _variable_size, stands_for_number
+from runtime.ir import Variable
 
 from .for_loops import Rows, convert_enumerate, convert_range, convert_zip
 from .state import is_var
@@ -108,6 +109,8 @@ def convert_max_min(builtin, which):
         if len(args) != 2 or kwargs or not any(is_var(a) for a in args):
             return builtin(*args, **kwargs)
         a, b = args
+        if not any(isinstance(v, Variable) for v in args):  # run-time sizes: a size expression
+            return (torch.sym_max if which == "max" else torch.sym_min)(a, b)
         pick_b = (b > a) if which == "max" else (b < a)
         if not is_var(pick_b):
             pick_b = torch.as_tensor(pick_b)
