@@ -22,11 +22,12 @@ import torch
 
 from ops.capture import CaptureMode, dispatch, graph_condition, lift
 from ops import tracer
+from ops.framework import scalar_copy as fw_scalar_copy
 from ops.tracer import Tracer
 from runtime import _debug
 from runtime.executor import Executor, run_compiled
 from runtime.errors import ConversionError
-from runtime.ir import Program, Variable, dtype_name, program_guard
+from runtime.ir import SCALAR, Program, Variable, dtype_name, program_guard
 from runtime.passes import check_level
 
 from . import module_watch
@@ -208,7 +209,8 @@ def _output_tree(value, fetch):
             # Returned twice (`return y, y`): the second is a view of the
             # first under a name of its own, so the fetch list never repeats
             # a name and a saved program returns both.
-            value = dispatch(torch.Tensor.view_as, (value, value), {})
+            value = fw_scalar_copy(value) if value.kind == SCALAR else \
+                dispatch(torch.Tensor.view_as, (value, value), {})
         fetch.append(value)
         return ("fetch", len(fetch) - 1)
     if isinstance(value, torch.Tensor):

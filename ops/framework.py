@@ -171,9 +171,17 @@ def scalar_op_type(fn):
 
 SCALAR_FUNCTIONS = (operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.pow,
                     operator.neg, operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge,
-                    operator.and_, operator.or_, operator.not_, max, min)
+                    operator.and_, operator.or_, operator.not_, operator.pos, max, min)
 for _fn in SCALAR_FUNCTIONS:
     register(OpDef(scalar_op_type(_fn), kernel=_fn))
+
+
+def scalar_copy(var):
+    """A new SCALAR Variable with `var`'s run-time number (a second name for it)."""
+    out = _new_var((), var.dtype)
+    out.kind = var.kind
+    _append(scalar_op_type(operator.pos), [var], (InputRef(0),), {}, [out], OutputRef(0))
+    return out
 
 
 # -- print / assert ------------------------------------------------------------------
