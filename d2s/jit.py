@@ -8,7 +8,8 @@ import re
 
 import torch
 
-from runtime.executor import Executor, check_feed_shape, run_compiled
+from runtime import runner
+from runtime.executor import Executor
 from runtime.io import load_inference_model, save_inference_model
 from runtime.ir import torch_dtype
 
@@ -93,17 +94,11 @@ class TranslatedLayer(torch.nn.Module):
             raise TypeError(f"this model takes {len(self.feed_names)} inputs ({', '.join(self.feed_names)}), "
                             f"got {len(inputs)}")
         block = self.program.global_block()
-        tensors = []
-        for name, value in zip(self.feed_names, inputs):
-            value = torch.as_tensor(value)
-            check_feed_shape(block.vars[name], value)
-            if value.dtype != block.vars[name].dtype:
-                raise TypeError(f"input {name!r} must have dtype {block.vars[name].dtype_name}, got {value.dtype}")
-            tensors.append(value)
+        tensors = runner.convert_inputs(inputs, [block.vars[n] for n in self.feed_names], "input")
         # Look the values up through the module so .to(), load_state_dict and
         # fine-tuning act on what the program reads.
         params = [self._value(n) for n in self._compiled.param_names]
-        results = run_compiled(self._compiled, tensors + params)
+        results = runner.run(self._compiled, tensors, params)
         return results[0] if len(results) == 1 else tuple(results)
 
     def _value(self, name):
