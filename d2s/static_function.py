@@ -24,7 +24,7 @@ from ops import tracer
 from ops.tracer import Tracer
 from runtime import _debug
 from runtime import runner
-from runtime.executor import Executor, run_compiled
+from runtime.executor import Executor
 from runtime.errors import ConversionError
 from runtime.ir import Program, Variable, dtype_name, program_guard, torch_dtype
 from runtime.passes import check_level
@@ -91,7 +91,7 @@ class ConcreteProgram:
             # Bound tensors change only through Program.bind, which bumps the version.
             self._params = [program.bound[n] for n in self.compiled.param_names]
             self._params_version = program._version
-        results = run_compiled(self.compiled, [*tensors, *self._params])
+        results = runner.run(self.compiled, tensors, self._params)
         return results[0] if self._single else _rebuild(self.out_tree, results)
 
 
