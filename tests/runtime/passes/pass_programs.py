@@ -50,3 +50,13 @@ def scaled_branches():
         (z,) = d2s.while_loop(lambda v: v.sum() < 100, lambda v: [v + half + 1], [y])
         w = torch.stack([z, kept.expand(3)])
     return program, ["x"], [w.name]
+
+
+@d2s.declarative
+def positive_rows_sum(x, n):
+    """Rows `x[t]` read by the counter inside a `cond` inside a `while`."""
+    acc = torch.zeros(x.shape[1])
+    for t in range(n):
+        if x[t].sum() > 0:
+            acc = acc + x[t]
+    return acc

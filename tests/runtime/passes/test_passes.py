@@ -7,10 +7,10 @@ import torch
 
 import runtime
 from runtime import passes
-from runtime.passes import PassContext, dce, hoist_constants, scalars
+from runtime.passes import PassContext, dce, hoist_constants, loop_slices, scalars
 from runtime.passes._util import copy_program
 
-from pass_programs import count_until, ops_text, scaled_branches, traced
+from pass_programs import count_until, ops_text, positive_rows_sum, scaled_branches, traced
 
 @pytest.fixture
 def run_pass():
@@ -152,7 +152,7 @@ def test_debug_level_2_prints_the_program_after_each_pass(counted, capsys):
     finally:
         runtime._debug.set_verbosity(None)
     err = capsys.readouterr().err
-    for name in ("dce", "scalars", "hoist_constants"):
+    for name in ("dce", "scalars", "loop_slices", "hoist_constants"):
         assert f"program after pass {name}:" in err
     assert "py.lt(i_0, n_i_0)" in err
 
@@ -160,3 +160,47 @@ def test_debug_level_2_prints_the_program_after_each_pass(counted, capsys):
 def test_unknown_level_is_an_error(counted):
     with pytest.raises(ValueError, match="optimize must be one of 'default', 'fast'"):
         passes.optimize(*counted, level="fastest")
+
+
+def test_loop_slices_unbinds_once_before_the_loop(run_pass):
+    program, feeds, fetches = traced(positive_rows_sum, torch.randn(5, 3), torch.tensor(4))
+    after, _ = run_pass(loop_slices, program, feeds, fetches)
+    assert ops_text(after) == """\
+block 0
+  tmp_0 = torch.zeros(3)
+  tmp_1 = fill_constant(0, torch.int64)
+  x_slices_0 = unbind_slices(x, 0)
+  Out=[acc_2, ctr_1] = while(Init=[tmp_0, tmp_1], X=[n, x, x_slices_0]) {body_block: block[1], body_outs: ['acc_1', 'tmp_5'], cond_block: block[2], cond_out: 'tmp_4', loop_vars: ['acc_0', 'ctr_0']}
+block 1
+  tmp_5 = torch.Tensor.__add__(ctr_0, 1)
+  tmp_6 = py.index(x_slices_0, ctr_0)
+  tmp_7 = torch.Tensor.sum(tmp_6)
+  tmp_8 = torch.Tensor.__gt__(tmp_7, 0)
+  Out=[acc_1] = cond(Cond=[tmp_8], X=[x, ctr_0, acc_0, x_slices_0]) {false_block: block[4], false_outs: ['acc_0'], true_block: block[3], true_outs: ['tmp_10']}
+block 2
+  tmp_4 = torch.Tensor.__lt__(ctr_0, n)
+block 3
+  tmp_9 = py.index(x_slices_0, ctr_0)
+  tmp_10 = torch.Tensor.__add__(acc_0, tmp_9)
+block 4
+"""
+    after.verify()
+
+
+@pytest.mark.parametrize("n", [0, 2, 5])
+def test_loop_slices_bit_identical_values_and_gradients(n):
+    x = torch.randn(5, 3, generator=torch.Generator().manual_seed(n))
+    results = []
+    for fn in (positive_rows_sum.dygraph_function, positive_rows_sum):
+        xi = x.clone().requires_grad_()
+        out = fn(xi, torch.tensor(n))
+        (out * torch.arange(3.0)).sum().backward() if out.requires_grad else None
+        results.append((out.detach(), xi.grad))
+    (want, want_grad), (got, got_grad) = results
+    assert torch.equal(got, want)
+    assert (got_grad is None and want_grad is None) or torch.equal(got_grad, want_grad)
+
+
+def test_loop_slices_past_the_end_is_an_index_error():
+    with pytest.raises(Exception, match="out of range"):
+        positive_rows_sum(torch.ones(2, 3), torch.tensor(3))
