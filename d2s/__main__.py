@@ -53,6 +53,9 @@ def inspect_model(dirname, out=None):
     print(f"model: {dirname}", file=out)
     print(f"format version: {model.format_version}", file=out)
     print(f"producer: {producer}", file=out)
+    if model.mode is not None:
+        also = f"; the {model.alternate.mode} program is saved too" if model.alternate else " only"
+        print(f"mode: {model.mode}{also}", file=out)
     print("feeds:", file=out)
     for name in model.feed_names:
         print(f"  {_shown(name)}: {_signature(block.vars[name])}", file=out)

@@ -101,35 +101,29 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=()):
         (true_fn if pred else false_fn)()
         return st.get(outputs)
     before = st.snapshot()
-    seen, specs, leaf_names = {}, {}, []
-
-    def branch(fn, side):
-        def run():
-            st.restore(before)
-            fn()
-            seen[side] = values = st.get(outputs)
-            # Tuples and lists are flattened: the op merges their elements.
-            leaves, specs[side] = [], []
-            for k, value in enumerate(values):
-                if side == "false" and isinstance(value, Undefined) and specs["true"][k] is not None:
-                    value = _unflatten(iter(lambda: Undefined(outputs[k]), None), specs["true"][k])
-                flat, spec = _flatten(value)
-                leaves += flat
-                specs[side].append(spec)
-                if side == "true":
-                    leaf_names.extend([outputs[k]] * len(flat))
-            return tuple(leaves)
-        return run
-
-    try:
-        merged = cf.cond(pred, branch(true_fn, "true"), branch(false_fn, "false"),
-                         names=leaf_names, return_names=tuple(return_names))
-    except ConversionError as e:
-        detailed = _structure_error(specs, outputs) or _branch_error(seen, true_fn, false_fn, outputs,
-                                                                     return_names)
-        if detailed is None:
-            raise
-        raise detailed from e
+    tr = tracer.current()
+    # Outputs carried as one tensor array: a list that a tensor loop in one
+    # branch turned into an array is turned into one in the other branch too.
+    arrays = set()
+    while True:
+        mark = tr.mark()
+        seen, specs, leaf_names = {}, {}, []
+        try:
+            merged = cf.cond(pred, _branch(st, before, true_fn, "true", outputs, arrays, seen, specs, leaf_names),
+                             _branch(st, before, false_fn, "false", outputs, arrays, seen, specs, leaf_names),
+                             names=leaf_names, return_names=tuple(return_names))
+        except ConversionError as e:
+            became_arrays = _lists_become_arrays(seen, arrays)
+            if became_arrays:
+                tr.rollback(mark)
+                arrays |= became_arrays
+                continue
+            detailed = _structure_error(specs, outputs) or _branch_error(seen, true_fn, false_fn, outputs,
+                                                                         return_names)
+            if detailed is None:
+                raise
+            raise detailed from e
+        break
     structure = _structure_error(specs, outputs)
     if structure is not None:
         raise structure
@@ -138,6 +132,40 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=()):
     st.restore(before)
     st.set(merged, outputs)
     return merged
+
+
+def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names):
+    """The function `cf.cond` traces for one side: run the branch from the
+    state `before`, then return its outputs flattened (tuples and lists are
+    flattened: the op merges their elements), except the outputs in `arrays`,
+    which are tensor arrays."""
+    def run():
+        st.restore(before)
+        fn()
+        seen[side] = values = st.get(outputs)
+        leaves, specs[side] = [], []
+        for k, value in enumerate(values):
+            if k in arrays and type(value) is list:
+                value = _loop_init(value)
+            if side == "false" and isinstance(value, Undefined) and specs["true"][k] is not None:
+                value = _unflatten(iter(lambda: Undefined(outputs[k]), None), specs["true"][k])
+            flat, spec = _flatten(value)
+            leaves += flat
+            specs[side].append(spec)
+            if side == "true":
+                leaf_names.extend([outputs[k]] * len(flat))
+        return tuple(leaves)
+    return run
+
+
+def _lists_become_arrays(seen, arrays):
+    """Outputs that are a Python list in one branch and a tensor array in the other."""
+    if "true" not in seen or "false" not in seen:
+        return set()
+    def kind(value):
+        return "list" if type(value) is list else "array" if _is_var(value) and value.kind == TENSOR_ARRAY else None
+    return {k for k, (a, b) in enumerate(zip(seen["true"], seen["false"]))
+            if k not in arrays and {kind(a), kind(b)} == {"list", "array"}}
 
 
 def _flatten(value):
@@ -505,10 +533,11 @@ _CASTS = {int: torch.int64, float: torch.float32, bool: torch.bool}
 
 def convert_cast(value, kind):
     """``kind(value)`` for ``kind`` in int/float/bool; a cast to a 0-d tensor
-    for a graph tensor (float -> float32, int -> int64)."""
+    for a graph tensor (float -> float32, int -> int64). Detached: eagerly the
+    result is a Python number, which carries no gradient."""
     if not _is_var(value):
         return kind(value)
-    out = fw.cast(value, _CASTS[kind])
+    out = fw.cast(value.detach(), _CASTS[kind])
     out = out if out.shape == () else out.reshape(())
     out.python_number = True
     return out

@@ -10,7 +10,7 @@ import torch
 
 from runtime import runner
 from runtime.executor import Executor
-from runtime.io import load_inference_model, save_inference_model
+from runtime.io import read_model, save_model
 from runtime.ir import torch_dtype
 
 from .graph import Graph
@@ -37,57 +37,196 @@ def _static_of(layer_or_function, input_spec):
     return declarative(layer_or_function)
 
 
+def _modules_of(static):
+    """The modules whose `training` flag selects the program, if any."""
+    instance = static._instance
+    return list(instance.modules()) if isinstance(instance, torch.nn.Module) else []
+
+
+def _concrete_in_mode(static, examples, modules, training):
+    """The concrete program built with every module in `modules` in the
+    given mode; their flags are restored afterwards."""
+    saved = [m.training for m in modules]
+    try:
+        for m in modules:
+            m.training = training
+        return static.get_concrete_program(*examples)
+    finally:
+        for m, flag in zip(modules, saved):
+            m.training = flag
+
+
+def _part(concrete):
+    return concrete.main_program, [v.name for v in concrete.inputs], concrete.fetch_vars
+
+
+def _same_program(a, b):
+    from runtime.io import prune_program
+    from runtime.serialization import program_to_dict
+    pruned = [program_to_dict(prune_program(p, feeds, [v.name for v in fetches])) for p, feeds, fetches in (a, b)]
+    return pruned[0] == pruned[1] and a[1] == b[1] and [v.name for v in a[2]] == [v.name for v in b[2]]
+
+
+def _module_state(module):
+    """{"parameters": {key: tensor}, "buffers": {key: tensor}} in state-dict order."""
+    # nn.Module's own: a d2s.Graph's state_dict adds optimizer state.
+    state = torch.nn.Module.state_dict(module, keep_vars=True)
+    state = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+    return {"parameters": {k: v for k, v in state.items() if isinstance(v, torch.nn.Parameter)},
+            "buffers": {k: v for k, v in state.items() if not isinstance(v, torch.nn.Parameter)}}
+
+
 def save(layer_or_function, path, input_spec=None):
     """Save the program of `layer_or_function` for the inputs `input_spec`
     describes (InputSpecs, with None for dynamic dimensions, or example
-    tensors). Without `input_spec`, the program of the latest call is saved."""
+    tensors). Without `input_spec`, the program of the latest call is saved.
+
+    For a module, the programs of both modes are recorded when they differ
+    (dropout, batch norm) and `input_spec` is given, so that the loaded
+    layer's `train()` / `eval()` switch between them; without `input_spec`
+    only the latest call's mode is saved. The module's state-dict keys are
+    recorded, so the loaded layer's `state_dict()` has the same keys."""
     if isinstance(layer_or_function, Graph):  # its inference part, traced in eval mode
         with layer_or_function.serving() as part:
             return save(part, path, input_spec)
     if isinstance(layer_or_function, TranslatedLayer):
         # Already a program (e.g. a loaded model after fine-tuning): save it as it is.
-        save_inference_model(path, layer_or_function.feed_names, layer_or_function.fetch_vars, Executor(),
-                             main_program=layer_or_function.program)
+        layer_or_function._save(path)
         return
     static = _static_of(layer_or_function, input_spec)
+    modules = _modules_of(static)
+    mode = None
     if input_spec is not None:
         specs = [s if isinstance(s, InputSpec) else InputSpec.from_tensor(s) for s in input_spec]
-        spec_static = StaticFunction(static._function, specs, instance=static._instance)
-        concrete = spec_static.get_concrete_program(*[_example(s) for s in input_spec])
+        static = StaticFunction(static._function, specs, instance=static._instance)
+        examples = [_example(s) for s in input_spec]
+        concrete = static.get_concrete_program(*examples)
     else:
         concrete = static.concrete_program
         if concrete is None:
             raise ValueError("jit.save without input_spec needs the function to have run once; "
                              "pass input_spec=[d2s.InputSpec([None, ...], 'float32')]")
-    save_inference_model(path, [v.name for v in concrete.inputs], concrete.fetch_vars, Executor(),
-                         main_program=concrete.main_program)
+    main, alternate = _part(concrete), None
+    if modules:
+        mode = "train" if modules[0].training else "eval"
+        if input_spec is not None:
+            other = _part(_concrete_in_mode(static, examples, modules, mode == "eval"))
+            if _same_program(main, other):
+                mode = None  # one program serves both modes
+            else:
+                alternate = other
+    state = _module_state(static._instance) if isinstance(static._instance, torch.nn.Module) else None
+    save_model(path, main, mode=mode, alternate=alternate, state=state)
+
+
+class _State(torch.nn.Module):
+    """Holds the parameters and buffers under one prefix of the original
+    module's state-dict keys (`encode` of `encode.weight`)."""
 
 
 class TranslatedLayer(torch.nn.Module):
     """A loaded program as a module: call it with tensors (in the saved feed
-    order); its weights are parameters, so it can be fine-tuned."""
+    order); its weights are parameters, so it can be fine-tuned.
 
-    def __init__(self, program, feed_names, fetch_vars):
+    Its state-dict keys are the saved module's (`conv.weight`), so state
+    dicts move both ways between it and the original. `train()` / `eval()`
+    switch to the program saved for that mode; a mode that was not saved is
+    an error, never the other mode's program run silently."""
+
+    def __init__(self, program, feed_names, fetch_vars, mode=None, alternate=None, state=None):
         super().__init__()
-        self.program = program
-        self.feed_names = list(feed_names)
-        self.fetch_vars = list(fetch_vars)
-        self._param_keys = {}
-        block = program.global_block()
-        for name, tensor in sorted(program.bound.items()):
-            var = block.vars[name]
-            key = re.sub(r"\W", "_", name)
-            while key in self._param_keys.values():
-                key += "_"
-            self._param_keys[name] = key
-            if not var.stop_gradient and tensor.dtype.is_floating_point:
-                value = torch.nn.Parameter(tensor.detach().clone(), requires_grad=True)
-                self.register_parameter(key, value)
-            else:
-                value = tensor
-                self.register_buffer(key, value)
-            program.bind(name, value)
-        self._compiled = Executor().compiled(program, self.feed_names, [v.name for v in self.fetch_vars])
+        main = (program, list(feed_names), list(fetch_vars))
+        self._programs = {"train": main, "eval": main} if mode is None else {mode: main}
+        if alternate is not None:
+            block = alternate.program.global_block()
+            self._programs[alternate.mode] = (alternate.program, list(alternate.feed_names),
+                                              [block.vars[n] for n in alternate.fetch_names])
+        self._saved_mode = mode
+        self._slots = {}
+        self._register_state(state)
+        self._compiled = {}
+        self.program, self.feed_names, self.fetch_vars = main
+        super().train(mode != "eval")
+
+    # -- state -----------------------------------------------------------------------
+    def _register_state(self, state):
+        """Every persistable value of the programs becomes a parameter or a
+        buffer under its own name (a tree of `_State` modules for dotted
+        names); values the saved module's state does not hold (lifted
+        constants) are non-persistent buffers."""
+        values, specs = {}, {}
+        for program, _, _ in self._programs.values():
+            for var in program.persistable_vars():
+                if var.name in program.bound:
+                    values.setdefault(var.name, program.bound[var.name])
+                    specs.setdefault(var.name, var)
+        if state is not None:
+            order = [(n, "parameter") for n in state["parameters"]] + [(n, "buffer") for n in state["buffers"]]
+            order += [(n, "constant") for n in values if n not in set(state["parameters"]) | set(state["buffers"])]
+        else:
+            order = [(n, "parameter" if not specs[n].stop_gradient and values[n].dtype.is_floating_point
+                      else "buffer") for n in sorted(values)]
+        for name, kind in order:
+            value = values.get(name)
+            if value is None:
+                value = state["values"][name]
+            if kind == "parameter":
+                value = torch.nn.Parameter(value.detach().clone(), requires_grad=value.dtype.is_floating_point)
+            self._slots[name] = self._place(name, value, kind)
+        for program, _, _ in self._programs.values():
+            for name in list(program.bound):
+                if name in self._slots:
+                    program.bind(name, self._lookup(name))
+
+    def _place(self, name, value, kind):
+        """Register `value` as `name` (creating `_State` parents for a dotted
+        name) and return (owner module, attribute name)."""
+        *parents, leaf = name.split(".")
+        owner = self
+        for part in parents:
+            child = owner._modules.get(part)
+            if child is None:
+                if hasattr(owner, part):
+                    return self._place_flat(name, value, kind)
+                child = _State()
+                owner.add_module(part, child)
+            elif not isinstance(child, _State):
+                return self._place_flat(name, value, kind)
+            owner = child
+        if hasattr(owner, leaf) or leaf in owner._modules:
+            return self._place_flat(name, value, kind)
+        self._register(owner, leaf, value, kind)
+        return owner, leaf
+
+    def _place_flat(self, name, value, kind):
+        # A name that clashes with an attribute of this class (`program`, ...).
+        key = re.sub(r"\W", "_", name)
+        while hasattr(self, key):
+            key += "_"
+        self._register(self, key, value, kind)
+        return self, key
+
+    @staticmethod
+    def _register(owner, key, value, kind):
+        if kind == "parameter":
+            owner.register_parameter(key, value)
+        else:
+            owner.register_buffer(key, value, persistent=kind != "constant")
+
+    def _lookup(self, name):
+        owner, key = self._slots[name]
+        return getattr(owner, key)
+
+    # -- modes -------------------------------------------------------------------------
+    def train(self, mode=True):
+        key = "train" if mode else "eval"
+        if key not in self._programs:
+            raise RuntimeError(
+                f"this model was saved in {self._saved_mode} mode only, so it has no {key}-mode program "
+                "(dropout and batch norm differ between the two); save it with "
+                "d2s.jit.save(module, path, input_spec=[...]) to record both modes")
+        self.program, self.feed_names, self.fetch_vars = self._programs[key]
+        return super().train(mode)
 
     def forward(self, *inputs):
         if len(inputs) != len(self.feed_names):
@@ -95,19 +234,52 @@ class TranslatedLayer(torch.nn.Module):
                             f"got {len(inputs)}")
         block = self.program.global_block()
         tensors = runner.convert_inputs(inputs, [block.vars[n] for n in self.feed_names], "input")
+        compiled = self._compiled.get(id(self.program))
+        if compiled is None:
+            compiled = Executor().compiled(self.program, self.feed_names, [v.name for v in self.fetch_vars])
+            self._compiled[id(self.program)] = compiled
         # Look the values up through the module so .to(), load_state_dict and
         # fine-tuning act on what the program reads.
-        params = [self._value(n) for n in self._compiled.param_names]
-        results = runner.run(self._compiled, tensors, params)
+        params = [self._lookup(n) for n in compiled.param_names]
+        results = runner.run(compiled, tensors, params)[:len(self.fetch_vars)]
         return results[0] if len(results) == 1 else tuple(results)
 
-    def _value(self, name):
-        key = self._param_keys[name]
-        return self._parameters[key] if key in self._parameters else self._buffers[key]
+    # -- saving and printing ----------------------------------------------------------------
+    def _save(self, path):
+        modes = [m for m in ("eval", "train") if m in self._programs]
+        if self._programs.get("train") is self._programs.get("eval"):
+            mode, alternate = None, None
+            main = self._programs["eval"]
+        else:
+            mode = modes[0]
+            main = self._programs[mode]
+            alternate = self._programs[modes[1]] if len(modes) == 2 else None
+        save_model(path, main, mode=mode, alternate=alternate, state=_module_state(self))
+
+    def __repr__(self):
+        block = self.program.global_block()
+        show = lambda v: f"{v.name}: {v.dtype_name}[{', '.join('any' if d == -1 else str(d) for d in v.shape)}]"
+        feeds = ", ".join(show(block.vars[n]) for n in self.feed_names)
+        fetches = ", ".join(show(v) for v in self.fetch_vars)
+        n_params = sum(p.numel() for p in self.parameters())
+        n_tensors = len(list(self.parameters())) + len(list(self.buffers()))
+        modes = "train and eval" if len(self._programs) == 2 else f"{self._saved_mode} only"
+        return (f"TranslatedLayer(\n  feeds: {feeds}\n  fetches: {fetches}\n"
+                f"  parameters: {n_params:,} elements; {n_tensors} tensors in all\n"
+                f"  mode: {'train' if self.training else 'eval'} (programs: {modes})\n)")
 
 
 def load(path):
     """Load a model saved by `jit.save` (or any save_inference_model
     directory) as a TranslatedLayer; validates before anything runs."""
-    program, feed_names, fetch_vars = load_inference_model(path, Executor())
-    return TranslatedLayer(program, feed_names, fetch_vars)
+    model = read_model(path)
+    programs = [model.program] + ([model.alternate.program] if model.alternate else [])
+    for program in programs:
+        for var in program.persistable_vars():
+            program.bind(var.name, model.params[var.name])
+    state = None
+    if model.state is not None:
+        state = dict(model.state, values={n: model.params[n] for names in model.state.values() for n in names})
+    block = model.program.global_block()
+    return TranslatedLayer(model.program, model.feed_names, [block.vars[n] for n in model.fetch_names],
+                           mode=model.mode, alternate=model.alternate, state=state)

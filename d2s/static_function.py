@@ -521,7 +521,17 @@ class ProgramTranslator:
 
     @staticmethod
     def _static(fn):
-        return fn if isinstance(fn, StaticFunction) else declarative(fn)
+        """The StaticFunction of `fn`: itself, the forward of a module (what
+        `declarative(module)` returns, or any module: converted without
+        changing it), or a new one for a plain function."""
+        if isinstance(fn, StaticFunction):
+            return fn
+        if isinstance(fn, torch.nn.Module):
+            forward = fn.forward
+            if isinstance(forward, StaticFunction):
+                return forward
+            return StaticFunction(type(fn).forward, instance=fn)
+        return declarative(fn)
 
     def get_output(self, fn, *args, **kwargs):
         """Run `fn` as a static program (even when translation is disabled)."""
@@ -556,8 +566,22 @@ class ProgramTranslator:
         if concrete is None:
             raise ValueError("no declarative function has run yet: call it once before saving")
         from runtime.io import save_inference_model
-        inputs = runner.pick(concrete.inputs, feed, "feed", "input")
-        outputs = runner.pick(concrete.fetch_vars, fetch, "fetch", "output")
+        inputs = select_by_index(concrete.inputs, feed, "feed", "the latest call has {n} input(s)")
+        outputs = select_by_index(concrete.fetch_vars, fetch, "fetch", "the latest call has {n} output(s)")
         save_inference_model(dirname, [v.name for v in inputs], outputs, Executor(),
                              main_program=concrete.main_program)
 
+
+def select_by_index(items, indices, what, count):
+    """`[items[i] for i in indices]` (all of `items` when `indices` is None),
+    with an error naming `what` for an index that is not a position."""
+    if indices is None:
+        return list(items)
+    if isinstance(indices, int) or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices):
+        raise TypeError(f"{what} must be a list of positions (ints), got {indices!r}")
+    for i in indices:
+        if not -len(items) <= i < len(items):
+            valid = f"0..{len(items) - 1}" if items else "none"
+            raise ValueError(f"{what} index {i} is out of range: {count.format(n=len(items))} "
+                             f"(valid positions: {valid})")
+    return [items[i] for i in indices]

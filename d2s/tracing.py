@@ -13,6 +13,8 @@ from runtime import runner
 from runtime.executor import Executor
 from runtime.ir import Program, program_guard
 
+from .static_function import select_by_index
+
 
 class TracedLayer:
     def __init__(self, program, feed_vars, fetch_vars):
@@ -51,8 +53,8 @@ class TracedLayer:
     def save_inference_model(self, dirname, feed=None, fetch=None):
         """Save for deployment; `feed`/`fetch` pick inputs/outputs by index."""
         from runtime.io import save_inference_model
-        feeds = runner.pick(self.feed_vars, feed, "feed", "input")
-        fetches = runner.pick(self.fetch_vars, fetch, "fetch", "output")
+        feeds = select_by_index(self.feed_vars, feed, "feed", "the traced layer has {n} input(s)")
+        fetches = select_by_index(self.fetch_vars, fetch, "fetch", "the traced layer has {n} output(s)")
         save_inference_model(dirname, [v.name for v in feeds], fetches, Executor(), main_program=self.program)
 
 

@@ -147,6 +147,8 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, origi
         va = _as_var(a, dtype if not isinstance(a, (Variable, torch.Tensor)) else None)
     with tr.block_guard(fblock):
         vb = _as_var(b, dtype if not isinstance(b, (Variable, torch.Tensor)) else None)
+    if va.kind == vb.kind == TENSOR_ARRAY:
+        return _merge_arrays(label, va, vb, tr, names, i)
     if va.kind != vb.kind or va.dtype != vb.dtype:
         raise error_at_user_line(
             f"{label} has dtype {va.dtype_name} in the true branch but {vb.dtype_name} in the false "
@@ -161,6 +163,24 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, origi
                             shape=shape, dtype=va.dtype, kind=va.kind,
                             stop_gradient=va.stop_gradient and vb.stop_gradient)
     out.python_number = stands_for_number(va) and stands_for_number(vb)
+    return out, (va.name, vb.name)
+
+
+def _merge_arrays(label, va, vb, tr, names, i):
+    """A tensor array from each branch: an array with no element yet (an
+    empty list on that path) takes the element shape of the other."""
+    known = [v for v in (va, vb) if getattr(v, "elem_known", True)]
+    if len(known) == 2 and (len(va.shape) != len(vb.shape) or va.dtype != vb.dtype):
+        raise error_at_user_line(
+            f"{label} holds {va.dtype_name}{list(va.shape)} elements in the true branch but "
+            f"{vb.dtype_name}{list(vb.shape)} elements in the false branch of an `if` on a tensor; "
+            "append tensors of one rank and dtype on every path")
+    ref = known[0] if known else va
+    shape = tuple(x if x == y else -1 for x, y in zip(va.shape, vb.shape)) if len(known) == 2 else ref.shape
+    out = tr.block.create_var(name=tr.program.unique_name(names[i] if names and i < len(names) else "cond_out"),
+                              shape=shape, dtype=ref.dtype, kind=TENSOR_ARRAY,
+                              stop_gradient=va.stop_gradient and vb.stop_gradient)
+    out.elem_known = bool(known)
     return out, (va.name, vb.name)
 
 

@@ -31,6 +31,17 @@ class CPUPlace:
 
 class CUDAPlace:
     def __init__(self, device_id=0):
+        if not isinstance(device_id, int) or isinstance(device_id, bool) or device_id < 0:
+            raise TypeError(f"CUDAPlace takes a device index (an int >= 0), got {device_id!r}")
+        # Checked here rather than at the first kernel, where torch reports a
+        # bare AssertionError from deep inside a run.
+        if not torch.cuda.is_available():
+            reason = ("this PyTorch build has no CUDA support" if torch.version.cuda is None
+                      else "no CUDA device is visible")
+            raise RuntimeError(f"CUDAPlace({device_id}): {reason} (torch {torch.__version__}); "
+                               "use d2s.CPUPlace(), or install a CUDA build of PyTorch on a machine with a GPU")
+        if device_id >= torch.cuda.device_count():
+            raise RuntimeError(f"CUDAPlace({device_id}): only {torch.cuda.device_count()} CUDA device(s) visible")
         self.device_id = device_id
         self.device = torch.device("cuda", device_id)
 

@@ -28,16 +28,24 @@ from .errors import ModelFormatError, ProgramError
 from .executor import resolve_persistables
 from .ir import Variable, default_main_program
 from .optable import get_op_def
-from .format_rules import check_size, current_limits
+from .format_rules import check_name, check_size, current_limits
 from .serialization import FORMAT_VERSION, program_from_dict, program_to_dict
 
 PROGRAM_FILE = "program.json"
 PARAMS_FILE = "params.safetensors"
 FORMAT_NAME = "d2s.inference_model"
 
-SavedModel = namedtuple("SavedModel", "program feed_names fetch_names params format_version producer")
+SavedModel = namedtuple("SavedModel", "program feed_names fetch_names params format_version producer "
+                                     "mode alternate state", defaults=(None, None, None))
 SavedModel.__doc__ = """A validated model directory, parameters not yet bound
-(`params`: name -> tensor). What `python -m d2s inspect` shows."""
+(`params`: name -> tensor). What `python -m d2s inspect` shows. `mode` is
+"train", "eval" or None (the program serves either); `alternate` is the
+program of the other mode, an `Alternate`, when it differs; `state` is
+{"parameters": [...], "buffers": [...]}, the saved module's state-dict keys
+in order, or None."""
+
+Alternate = namedtuple("Alternate", "mode program feed_names fetch_names")
+MODES = ("train", "eval")
 
 
 # -- saving ---------------------------------------------------------------------------
@@ -58,11 +66,44 @@ def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_
     """
     del executor  # values are resolved from the program's bindings / the global scope
     program = main_program if main_program is not None else default_main_program()
-    feed_names = [v.name if isinstance(v, Variable) else v for v in feeded_var_names]
-    targets = list(target_vars) if isinstance(target_vars, (list, tuple)) else [target_vars]
+    save_model(dirname, (program, feeded_var_names, target_vars))
+
+
+def save_model(dirname, main, mode=None, alternate=None, state=None):
+    """`save_inference_model` for one program or a train/eval pair.
+
+    `main` and `alternate` are (program, feeds, targets); `mode` ("train" or
+    "eval") is the mode `main` was built in, and `alternate`, if given, was
+    built in the other one. `state` is {"parameters": {name: tensor},
+    "buffers": {name: tensor}}, a module's state in state-dict order, saved
+    so that a loaded layer has the same state-dict keys even for entries the
+    programs do not read.
+    """
+    params = {}
+    doc = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "producer": producer_versions()}
+    if mode is not None:
+        doc["mode"] = mode
+    doc.update(_saved_part(*main, params))
+    if alternate is not None:
+        doc["alternate"] = {"mode": MODES[1 - MODES.index(mode)], **_saved_part(*alternate, params)}
+    if state is not None:
+        doc["state"] = {kind: list(values) for kind, values in state.items()}
+        for values in state.values():
+            for name, value in values.items():
+                params.setdefault(name, value.detach().to("cpu", copy=True).contiguous())
+    text = _dump_document(doc)
+    # Never write what `load_inference_model` would reject.
+    _parse_document(json.loads(text), "program being saved")
+    _write_atomically(dirname, text, params)
+
+
+def _saved_part(program, feeds, targets, params):
+    """{"feed", "fetch", "program"} for one program, pruned to what the
+    targets need; its parameter values are added to `params`."""
+    feed_names = [v.name if isinstance(v, Variable) else v for v in feeds]
+    targets = list(targets) if isinstance(targets, (list, tuple)) else [targets]
     fetch_names = [v.name if isinstance(v, Variable) else v for v in targets]
     _check_endpoints(program, feed_names, fetch_names)
-
     pruned = prune_program(program, feed_names, fetch_names)
     try:
         pruned.verify()
@@ -70,38 +111,38 @@ def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_
         raise ValueError(f"cannot save: the pruned program is not valid: {exc}") from exc
     param_vars = pruned.persistable_vars()
     values = resolve_persistables(program, [v.name for v in param_vars])
-    params = {v.name: _param_value(v, value) for v, value in zip(param_vars, values)}
+    for var, value in zip(param_vars, values):
+        params[var.name] = _param_value(var, value)
+    return {"feed": feed_names, "fetch": fetch_names, "program": program_to_dict(pruned)}
 
-    doc = {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "producer": producer_versions(),
-        "feed": feed_names,
-        "fetch": fetch_names,
-        "program": program_to_dict(pruned),
-    }
-    text = _dump_document(doc)
-    # Never write what `load_inference_model` would reject.
-    _parse_document(json.loads(text), "program being saved")
-    _write_atomically(dirname, text, params)
+
+def _dump(value):
+    return json.dumps(value, allow_nan=False)
 
 
 def _dump_document(doc):
     """program.json's text: one line per variable and per op, so that the
     file reads (and diffs) like the program it holds."""
-    dump = lambda value: json.dumps(value, allow_nan=False)
     lines = ["{"]
-    lines += [f" {dump(k)}: {dump(v)}," for k, v in doc.items() if k != "program"]
+    lines += [f" {_dump(k)}: {_dump(v)}," for k, v in doc.items() if k not in ("program", "alternate")]
+    if "alternate" in doc:
+        head = {k: v for k, v in doc["alternate"].items() if k != "program"}
+        lines.append(f' "alternate": {_dump(head)[:-1]},\n' + _dump_program(doc["alternate"]["program"]) + "},")
+    lines.append(_dump_program(doc["program"]))
+    return "\n".join(lines) + "\n}\n"
+
+
+def _dump_program(program):
+    dump = _dump
     blocks = []
-    for block in doc["program"]["blocks"]:
+    for block in program["blocks"]:
         head = {k: v for k, v in block.items() if k not in ("vars", "ops")}
         parts = [f"  {dump(head)[:-1]},"]
         for key in ("vars", "ops"):
             items = ",\n".join(f"    {dump(item)}" for item in block[key])
             parts.append(f'   "{key}": [\n{items}\n   ]' if items else f'   "{key}": []')
         blocks.append(parts[0] + "\n" + ",\n".join(parts[1:]) + "}")
-    lines.append(' "program": {"blocks": [\n' + ",\n".join(blocks) + "\n ]}")
-    return "\n".join(lines) + "\n}\n"
+    return ' "program": {"blocks": [\n' + ",\n".join(blocks) + "\n ]}"
 
 
 def _check_endpoints(program, feed_names, fetch_names):
@@ -187,7 +228,14 @@ def _effects(op, get_op_def):
     outer variable no op of the branch reads)."""
     reads = set(op.input_names)
     writes = set(op.output_names)
-    side_effect = bool(get_op_def(op.type).extra.get("side_effect"))
+    opdef = get_op_def(op.type)
+    side_effect = bool(opdef.extra.get("side_effect"))
+    if opdef.mutates and op.input("X"):
+        # Updating module state in place (batch norm's num_batches_tracked
+        # += 1) is an effect that outlives the run, wanted or not by a fetch.
+        target = op.input("X")[0]
+        state = op.block.program.global_block().vars.get(target)
+        side_effect = side_effect or (state is not None and state.persistable)
     for value in op.attrs.values():
         if isinstance(value, str):
             reads.add(value)
@@ -331,8 +379,11 @@ def read_model(dirname, device=None, limits=None):
             raise ModelFormatError(f"{dirname}: missing {os.path.basename(path)}; not a complete saved model")
     doc = _read_json(program_path, current_limits(limits).max_file_bytes)
     program, feed_names, fetch_names = _parse_document(doc, program_path, limits)
-    params = _read_params(params_path, program, device)
-    return SavedModel(program, feed_names, fetch_names, params, doc["format_version"], doc["producer"])
+    mode, alternate, state = _parse_modes_and_state(doc, program_path, limits)
+    programs = [program] + ([alternate.program] if alternate else [])
+    params = _read_params(params_path, programs, state, device)
+    return SavedModel(program, feed_names, fetch_names, params, doc["format_version"], doc["producer"],
+                      mode, alternate, state)
 
 
 def _reject_constant(name):
@@ -368,6 +419,11 @@ def _parse_document(doc, where, limits=None):
             for k, v in producer.items()):
         # `inspect` prints them: no newlines or direction characters.
         raise ModelFormatError(f"{where}: \"producer\" must be an object of short printable version strings")
+    return _parse_part(doc, where, limits)
+
+
+def _parse_part(doc, where, limits):
+    """(program, feed names, fetch names) of one program and its endpoints."""
     names = {}
     for key in ("feed", "fetch"):
         value = doc.get(key)
@@ -393,23 +449,62 @@ def _parse_document(doc, where, limits=None):
     return program, names["feed"], names["fetch"]
 
 
-def _read_params(path, program, device):
-    """The tensors of params.safetensors, checked against the program's
-    persistable variables. safetensors reads raw tensor bytes only: no code
-    runs and nothing is unpickled."""
+def _parse_modes_and_state(doc, where, limits):
+    """(mode, Alternate or None, state or None) from the optional fields."""
+    mode = doc.get("mode")
+    if mode is not None and mode not in MODES:
+        raise ModelFormatError(f"{where}: \"mode\" must be \"train\" or \"eval\", got {mode!r:.40}")
+    alternate = doc.get("alternate")
+    if alternate is not None:
+        if not isinstance(alternate, dict) or mode is None or alternate.get("mode") not in MODES \
+                or alternate.get("mode") == mode:
+            raise ModelFormatError(f"{where}: \"alternate\" must hold the program of the mode other than "
+                                   f"\"mode\" ({mode!r:.20})")
+        program, feed, fetch = _parse_part(alternate, f"{where}: alternate", limits)
+        alternate = Alternate(alternate["mode"], program, feed, fetch)
+    state = doc.get("state")
+    if state is not None:
+        if not isinstance(state, dict) or set(state) != {"parameters", "buffers"}:
+            raise ModelFormatError(f"{where}: \"state\" must be {{\"parameters\": [...], \"buffers\": [...]}}")
+        names = []
+        for kind in ("parameters", "buffers"):
+            if not isinstance(state[kind], list):
+                raise ModelFormatError(f"{where}: state {kind} must be a list of names")
+            for name in state[kind]:
+                check_name(name, f"{where}: state {kind}", limits)
+            names += state[kind]
+        if len(set(names)) != len(names):
+            raise ModelFormatError(f"{where}: \"state\" lists a name twice")
+        check_size(f"{where}: number of state entries", len(names), current_limits(limits).max_vars, "max_vars")
+    return mode, alternate, state
+
+
+def _read_params(path, programs, state, device):
+    """The tensors of params.safetensors, checked against the programs'
+    persistable variables (and the saved state's names). safetensors reads
+    raw tensor bytes only: no code runs and nothing is unpickled."""
     from safetensors import safe_open
 
-    expected = {v.name: v for v in program.persistable_vars()}
+    expected = {}
+    for program in programs:
+        for var in program.persistable_vars():
+            known = expected.setdefault(var.name, var)
+            if (known.dtype, known.shape) != (var.dtype, var.shape):
+                raise ModelFormatError(f"{path}: parameter {var.name!r} is declared differently by the train "
+                                       "and eval programs")
+    state_only = [n for names in (state or {}).values() for n in names if n not in expected]
     try:
         with safe_open(path, framework="pt", device="cpu") as f:
             stored = list(f.keys())
             missing = sorted(set(expected) - set(stored))
-            extra = sorted(set(stored) - set(expected))
+            if state_only and not set(state_only) <= set(stored):
+                missing += sorted(set(state_only) - set(stored))
+            extra = sorted(set(stored) - set(expected) - set(state_only))
             if missing:
                 raise ModelFormatError(f"{path}: missing parameter(s) {missing[:10]} the program needs")
             if extra:
                 raise ModelFormatError(f"{path}: parameter(s) {extra[:10]} are not variables of the program")
-            tensors = {name: f.get_tensor(name) for name in expected}
+            tensors = {name: f.get_tensor(name) for name in list(expected) + state_only}
     except ModelFormatError:
         raise
     except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types

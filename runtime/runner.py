@@ -130,19 +130,3 @@ def _op_error(exc, op):
     if isinstance(exc, AssertionError):
         return AssertionError(message)
     return OpRuntimeError(message)
-
-
-
-def pick(items, indices, what, noun):
-    """`items` selected by `indices` (None: all), with a clear error for a
-    bad index instead of a bare IndexError."""
-    if indices is None:
-        return list(items)
-    if isinstance(indices, int) or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices):
-        raise TypeError(f"{what} must be a list of {noun} indices, got {indices!r}")
-    bad = [i for i in indices if not -len(items) <= i < len(items)]
-    if bad:
-        raise IndexError(f"{what}={list(indices)}: index {bad[0]} is out of range; there "
-                         f"{'is' if len(items) == 1 else 'are'} {len(items)} {noun}(s) "
-                         f"(indices 0..{len(items) - 1})")
-    return [items[i] for i in indices]

@@ -214,6 +214,8 @@ class Program:
     def used_names(self):
         words = set()
         for stmt in walk(self.body):
+            if isinstance(stmt, Simple) and stmt.kind == "return":
+                continue  # returns spell out all the state; they use what the rest uses
             for text in _texts(stmt):
                 words.update(re.findall(r"[A-Za-z_]\w*", text))
         return words
@@ -238,8 +240,8 @@ def _texts(stmt):
 
 
 class _Generator:
-    def __init__(self, rng, grad):
-        self.rng, self.grad = rng, grad
+    def __init__(self, rng, grad, top, depth):
+        self.rng, self.grad, self.top, self.depth = rng, grad, top, depth
         self.names = 0
 
     def fresh(self, prefix):
@@ -259,10 +261,12 @@ class _Generator:
             pool = PYTHON_TESTS
         return self.fill(r.choice(pool))
 
-    def simple(self, targets):
+    def simple(self, targets, branch):
         r = self.rng
+        # A list appended under a tensor `if` is a documented refusal: rarely, to test that path.
+        lists = [t for t in LISTS if "append" not in t] if branch and r.random() < 0.9 else LISTS
         groups = [("assign", ASSIGNS, 5), ("python", PY_ASSIGNS, 3), ("ternary_tensor", TERNARY, 2),
-                  ("list", LISTS, 2), ("grow", GROW, 1), ("call", CALLS, 1)]
+                  ("list", lists, 2), ("grow", GROW, 1), ("call", CALLS, 1)]
         if not self.grad:
             groups += [("aug", AUG, 2), ("inplace", INPLACE, 1)]
         if targets:
@@ -272,15 +276,17 @@ class _Generator:
             v, target_kind = r.choice(targets)
             kinds = [target_kind] + (["row_inplace"] if target_kind == "row" and not self.grad else [])
             kind = r.choice(kinds)
-            return Simple(kind, self.fill(r.choice(TARGET_USES[kind]), v=v))
+            uses = [u for u in TARGET_USES[kind] if not (branch and "append" in u)] or ["a = a + {v}"]
+            return Simple(kind, self.fill(r.choice(uses), v=v))
         return Simple(kind, self.fill(r.choice(pool)))
 
-    def block(self, depth, in_loop, targets):
+    def block(self, depth, in_loop, targets, branch=False):
+        """Statements at `depth`; `branch`: directly under a tensor `if` (no loop in between)."""
         r = self.rng
         stmts = []
-        for _ in range(r.randint(1, 3 if depth else 5)):
+        for _ in range(r.randint(1, 3 if depth else self.top)):
             choices = ["simple"] * 4
-            if depth < 3:
+            if depth < self.depth:
                 choices += ["if_tensor"] * 3 + ["if_python"] + ["loop"] * 2
             if depth:
                 choices += ["return"]
@@ -288,11 +294,11 @@ class _Generator:
                 choices += ["break", "continue"]
             what = r.choice(choices)
             if what == "simple":
-                stmts.append(self.simple(targets))
+                stmts.append(self.simple(targets, branch))
             elif what.startswith("if"):
-                stmts.append(self.if_stmt(what == "if_tensor", depth, in_loop, targets))
+                stmts.append(self.if_stmt(what == "if_tensor", depth, in_loop, targets, branch))
             elif what == "loop":
-                stmts.append(self.loop(depth, targets))
+                stmts.append(self.loop(depth, targets, branch))
             else:
                 exit_ = Simple(what, "return" if what == "return" else what)
                 if r.random() < 0.7:  # usually guarded, as users write it
@@ -304,20 +310,21 @@ class _Generator:
                     break
         return stmts
 
-    def if_stmt(self, tensor, depth, in_loop, targets):
+    def if_stmt(self, tensor, depth, in_loop, targets, branch):
         r = self.rng
-        body = self.block(depth + 1, in_loop, targets)
+        test = self.test(tensor, targets)
+        branch = branch or _is_tensor_test(test)
+        body = self.block(depth + 1, in_loop, targets, branch)
         roll = r.random()
         if roll < 0.35:
             orelse = []
         elif roll < 0.55:
-            orelse = [self.if_stmt(r.random() < 0.6, depth + 1, in_loop, targets)]
+            orelse = [self.if_stmt(r.random() < 0.6, depth + 1, in_loop, targets, branch)]
         else:
-            orelse = self.block(depth + 1, in_loop, targets)
-        test = self.test(tensor, targets)
+            orelse = self.block(depth + 1, in_loop, targets, branch)
         return If(test, body, orelse, _is_tensor_test(test))
 
-    def loop(self, depth, targets):
+    def loop(self, depth, targets, branch):
         r = self.rng
         kind = r.choice(["range_tensor", "rows", "enumerate", "while_tensor", "while_and", "range_python",
                          "list_python", "while_python"])
@@ -343,9 +350,12 @@ class _Generator:
             bound = {"while_tensor": "n", "while_python": str(r.randint(0, 3))}.get(kind)
             header = f"while {w} < {bound}:" if bound else self.fill(f"while {w} < {{i}} and a.sum() < {{c}}:")
             new_targets = [(w, "index")]
-        body = self.block(depth + 1, True, targets + new_targets)
-        orelse = self.block(depth + 1, False, targets) if r.random() < 0.15 else []
-        tensor = kind in ("range_tensor", "rows", "enumerate", "while_tensor", "while_and")
+        # `while w < 0 and ...` is decided by Python (the tensor operand never runs).
+        tensor = kind in ("range_tensor", "rows", "enumerate", "while_tensor") or (
+            kind == "while_and" and not header.startswith(f"while {init[0].split()[0]} < 0 "))
+        # Appends in a tensor loop make a tensor array, whatever encloses the loop.
+        body = self.block(depth + 1, True, targets + new_targets, branch and not tensor)
+        orelse = self.block(depth + 1, False, targets, branch) if r.random() < 0.15 else []
         return Loop(kind, init, header, step, body, orelse, tensor)
 
 
@@ -356,12 +366,31 @@ def _is_tensor_test(test):
     return bool(re.search(r"\b(a|b|t|x|row\d+)\b", first))
 
 
-def generate(seed):
-    """The program for `seed` (an int or a string): same seed, same program."""
+def generate(seed, top=5, depth=3):
+    """The program for `seed` (an int or a string): same seed, same program.
+    `top`: at most this many statements at the top level; `depth`: nesting of `if`s and loops."""
     rng = random.Random(seed)
     grad = rng.random() < 0.3
-    gen = _Generator(rng, grad)
+    gen = _Generator(rng, grad, top, depth)
     body = gen.block(0, False, [])
     program = Program(seed, list(STATE), body, rows=rng.randint(1, 3), grad=grad)
     program.state = [v for v in STATE if v in program.used_names() or v in ("a",)]
     return program
+
+
+class SourceProgram:
+    """A hand-written (or minimised) function `f(x, m, n)` for the runner:
+    `ops` are the control-flow op types its program must hold."""
+
+    def __init__(self, text, rows=2, grad=False, ops=()):
+        self.text, self.rows, self.grad, self.ops = text, rows, grad, ops
+        self.body, self.state = [], re.findall(r"^    (\w+) = ", text, re.M)
+
+    def source(self):
+        return "import torch\n\n" + self.text
+
+    def function_source(self):
+        return self.text
+
+    def tensor_control_flow(self):
+        return [(kind, None) for kind in self.ops]

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import traceback
+import warnings
 
 import torch
 
@@ -208,12 +209,9 @@ def _is_documented(message):
     return any(p.search(text) for p in _DOCUMENTED)
 
 
-_INTERNAL = re.compile(r"\b(retval|do_return|tmp|out|b|brk|cont|flag|loop|iter|idx|step|__\w*?)_\d+\b|\b__\w+")
-
-
 def blank(message):
     """The message with quoted names, numbers and file locations blanked, for grouping."""
-    message = re.sub(r'File "[^"]*", line \d+: ', "", message)
+    message = re.sub(r'File "[^"]*", line \d+: ', "", message).split("\n")[0]
     message = re.sub(r"'[^']*'", "'_'", message)
     message = re.sub(r"\d+", "N", message)
     return " ".join(message.split())[:160]
@@ -222,8 +220,9 @@ def blank(message):
 def classify_error(exc, program, source):
     """An exception from the static side -> Outcome (refused, or crash with the reason)."""
     message = exc.message if isinstance(exc, d2s.ConversionError) else f"{type(exc).__name__}: {exc}"
-    internal = [w for w in _INTERNAL.findall(message) if w and not re.search(rf"\b{w}_\d+\b", source)]
     named = set(re.findall(r"'([A-Za-z_]\w*)'", message))
+    quoted = set(re.findall(r"[`']([A-Za-z_]\w*)[`']", message))
+    internal = [w for w in quoted if re.search(r"_\d+$|^__", w) and not re.search(rf"\b{w}\b", source)]
     foreign = [w for w in named if not re.search(rf"\b{re.escape(w)}\b", source)]
     if isinstance(exc, d2s.ConversionError):
         defined = set(program.state)
@@ -284,6 +283,7 @@ def run(program):
 
 
 def _run(program):
+    warnings.filterwarnings("ignore", category=UserWarning)  # float(x) on a tensor requiring grad, eagerly
     try:
         fn, path, source = load(program)
         inputs, _ = choose_inputs(fn, program, path)
@@ -357,7 +357,7 @@ def _missing_ops(program, main_program, fn, inputs, path):
         reached |= {f[2] for f in eager_run(fn, args, path)[3] if f[0] == "f" and len(f) == 3}
     types = {op.type for block in main_program.blocks for op in block.ops}
     for kind, line in program.tensor_control_flow():
-        if line in reached and kind not in types:
+        if (line is None or line in reached) and kind not in types:
             return kind
     return None
 

@@ -1,0 +1,73 @@
+"""Minimised fuzzer reproducers of fixed translator defects, run like fuzzed programs.
+
+Each case is a function `f(x, m, n)` found by tools/fuzz_translator.py and
+shrunk; fuzz_runner checks it eagerly, declaratively and through the
+Executor on inputs that take all of its paths, with one program.
+"""
+
+import textwrap
+
+import pytest
+
+import fuzz_programs
+import fuzz_runner
+
+CASES = {
+    # float() of a tensor is a Python number eagerly: no gradient flows through it.
+    "float_cast_has_no_gradient": (dict(grad=True), """
+        def f(x, m, n):
+            a = x * 1.0
+            s = 0.0
+            s += float(a.max())
+            if a.sum() > s:
+                a = a * float(a.min())
+            return a + s
+        """, ("cond",)),
+    # A tensor loop appends to a list in one branch: the list of the other branch becomes a tensor array.
+    "list_in_one_branch_tensor_array_in_other": ({}, """
+        def f(x, m, n):
+            a = x * 1.0
+            ys = [x]
+            zs = []
+            if a.sum() > 2.5:
+                pass
+            else:
+                for i1 in range(n):
+                    ys.append(a * -1.0)
+                    zs.append(a)
+            return a + torch.stack(ys).sum(0) + len(zs)
+        """, ("cond", "while")),
+    "tensor_array_in_true_branch_list_in_false": ({}, """
+        def f(x, m, n):
+            a = x * 1.0
+            zs = []
+            if not a.sum() > -0.5:
+                for row in m:
+                    zs.append(row * a)
+            else:
+                a = a + 1.0
+            return a + len(zs)
+        """, ("cond", "while")),
+    # An array with no element yet on one path (a `continue` before any append) merges with a filled one.
+    "empty_and_filled_tensor_arrays_merge": ({}, """
+        def f(x, m, n):
+            a = x * 1.0
+            zs = []
+            for row in m:
+                if row.sum() > 2.5:
+                    continue
+                w = 0
+                while w < 3 and a.sum() < 1.0:
+                    w += 1
+                    zs.append(a)
+            return a + len(zs)
+        """, ("cond", "while")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_reproducer_matches_eager(name):
+    options, text, ops = CASES[name]
+    program = fuzz_programs.SourceProgram(textwrap.dedent(text).lstrip(), ops=ops, **options)
+    outcome = fuzz_runner.run(program)
+    assert outcome.kind == "pass", f"{outcome.kind} at {outcome.stage}: {outcome.detail}\n{outcome.message}"
