@@ -26,7 +26,8 @@ def _key(op, rename):
         args = repr(encode(op.attrs["args"])) + repr(encode(op.attrs.get("kwargs", {})))
     except Exception:  # noqa: BLE001 - an attribute with no stable text form: never merged
         return None
-    return (op.type, args, repr(op.attrs.get("out")), tuple(rename.get(n, n) for n in op.input("X")))
+    return (op.type, args, repr(op.attrs.get("out")), bool(op.attrs.get("no_grad")),
+            tuple(rename.get(n, n) for n in op.input("X")))
 
 
 def _rename_block(block, rename):
