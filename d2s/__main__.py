@@ -2,6 +2,8 @@
 
     python -m d2s inspect DIR
     python -m d2s run DIR --input x=x.npy [--input y=y.npy ...] [--output-dir OUT]
+    python -m d2s show DIR [-o out.svg]       (Graphviz; .svg/.png/.pdf, or .dot for the text)
+    python -m d2s export-onnx DIR out.onnx [--opset N]
 
 `inspect` prints the format version, producer versions, feeds, fetches,
 parameter count and the program text. `run` feeds .npy files (read with
@@ -17,6 +19,8 @@ that produced it.
 import argparse
 import os
 import re
+import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -151,6 +155,35 @@ def output_name(index, fetch_name):
     return re.sub(r"[^\w.-]", "_", fetch_name)
 
 
+GRAPHVIZ_HINT = ("Graphviz's `dot` program is not installed; install it (Debian/Ubuntu: apt-get install graphviz; "
+                 "macOS: brew install graphviz; conda: conda install graphviz), or write the DOT text with -o FILE.dot")
+
+
+def show_model(dirname, output=None, out=None):
+    """Write a picture of the saved program (DOT text to stdout without -o)."""
+    out = out or sys.stdout
+    model = read_model(dirname)
+    text = model.program.to_dot(model.feed_names, model.fetch_names)
+    if output is None:
+        print(text, end="", file=out)
+        return
+    fmt = os.path.splitext(output)[1].lstrip(".").lower()
+    if fmt == "dot" or fmt == "gv":
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        if fmt not in ("svg", "png", "pdf"):
+            raise UsageError(f"-o {output!r}: use a .svg, .png, .pdf or .dot file name")
+        dot = shutil.which("dot")
+        if dot is None:
+            raise UsageError(GRAPHVIZ_HINT)
+        result = subprocess.run([dot, f"-T{fmt}", "-o", output], input=text, text=True, capture_output=True)
+        if result.returncode != 0:
+            last = (result.stderr.strip().splitlines() or ["no message"])[-1]
+            raise UsageError(f"Graphviz failed to render {output!r}: {last}")
+    print(f"wrote {output}", file=out)
+
+
 def _summary(name, value):
     head = f"{name}: {value.dtype}, shape {list(value.shape)}"
     if value.size and (np.issubdtype(value.dtype, np.number) or value.dtype == np.bool_):
@@ -170,6 +203,10 @@ def _parser():
     run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                      help="feed NAME from a .npy file (repeat for each input)")
     run.add_argument("--output-dir", metavar="OUT", help="write OUT/<fetch>.npy instead of printing")
+    show = commands.add_parser("show", help="draw a saved model's program with Graphviz")
+    show.add_argument("dir", help="directory written by save_inference_model")
+    show.add_argument("-o", "--output", metavar="FILE", help="out.svg / .png / .pdf (needs Graphviz) or .dot; "
+                                                             "default: DOT text on stdout")
     return parser
 
 
@@ -178,6 +215,8 @@ def main(argv=None):
     try:
         if args.command == "inspect":
             inspect_model(args.dir)
+        elif args.command == "show":
+            show_model(args.dir, args.output)
         else:
             run_model(args.dir, args.input, args.output_dir)
     except ModelFormatError as exc:

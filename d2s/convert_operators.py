@@ -30,6 +30,7 @@ from ops import tracer
 from ops.capture import error_at_user_line, size as _variable_size, stands_for_number
 from ops.optimizer_ops import record_optimizer_call
 from runtime.errors import ConversionError
+from runtime.optable import get_op_def
 from runtime.ir import TENSOR_ARRAY, Variable
 
 Undefined = cf.Undefined
@@ -83,23 +84,30 @@ class _State:
 
 # -- if / else -----------------------------------------------------------------------
 
-def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=()):
+def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), return_flags=()):
     """Equivalent Python::
 
         if pred:
             true_fn()
         else:
             false_fn()
-        return outputs  # the current values of the names in `outputs`
+        return state  # the current values of the names in `state`
 
     With a graph ``pred`` both branches are traced into a ``cond`` op (the
     ``state`` names are restored before each) and the outputs become the
-    op's results. Names in ``return_names`` may be undefined on one side.
+    op's results (the other ``state`` names keep their values from before
+    the ``if``, which the branches may have read). A name need only be defined on the paths that reach its
+    use: names in ``return_names`` (the lowered return value) may be
+    undefined on one side, and so may every name on a side that has
+    returned (a flag in ``return_flags`` is True there). A branch that raises
+    while it is traced (a ``raise``, a failed ``assert``, an ``IndexError``)
+    becomes a ``raise`` op that raises the same exception when the program
+    runs and takes that branch.
     """
     st = _State((true_fn, false_fn), state)
     if not _is_var(pred):
         (true_fn if pred else false_fn)()
-        return st.get(outputs)
+        return st.get()
     before = st.snapshot()
     tr = tracer.current()
     # Outputs carried as one tensor array: a list that a tensor loop in one
@@ -108,10 +116,11 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=()):
     while True:
         mark = tr.mark()
         seen, specs, leaf_names = {}, {}, []
+        branches = [_branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names,
+                            return_names, return_flags)
+                    for fn, side in ((true_fn, "true"), (false_fn, "false"))]
         try:
-            merged = cf.cond(pred, _branch(st, before, true_fn, "true", outputs, arrays, seen, specs, leaf_names),
-                             _branch(st, before, false_fn, "false", outputs, arrays, seen, specs, leaf_names),
-                             names=leaf_names, return_names=tuple(return_names))
+            merged = cf.cond(pred, *branches, names=leaf_names, return_names=tuple(return_names))
         except ConversionError as e:
             became_arrays = _lists_become_arrays(seen, arrays)
             if became_arrays:
@@ -124,35 +133,44 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=()):
                 raise
             raise detailed from e
         break
+    st.restore(before)
+    if isinstance(merged, cf.Unreachable):  # both branches raise: nothing after the `if` runs
+        return st.get()
     structure = _structure_error(specs, outputs)
     if structure is not None:
         raise structure
     leaves = iter(merged)
-    merged = tuple(_unflatten(leaves, spec) for spec in specs["true"])
-    st.restore(before)
+    merged = tuple(_unflatten(leaves, spec) for spec in specs.get("true", specs.get("false")))
     st.set(merged, outputs)
-    return merged
+    return st.get()
 
 
-def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names):
+def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, return_names, return_flags):
     """The function `cf.cond` traces for one side: run the branch from the
     state `before`, then return its outputs flattened (tuples and lists are
     flattened: the op merges their elements), except the outputs in `arrays`,
-    which are tensor arrays."""
+    which are tensor arrays. A value no later use can see (the branch
+    returned, or it is the return value and undefined) is `Unreachable`; a
+    branch that raises yields one `Unreachable` for all its values."""
     def run():
         st.restore(before)
-        fn()
+        if isinstance(_raising_as_op(fn)(), cf.Unreachable):
+            return cf.Unreachable(side)
         seen[side] = values = st.get(outputs)
+        returned = any(values[outputs.index(f)] is True for f in return_flags)
         leaves, specs[side] = [], []
         for k, value in enumerate(values):
             if k in arrays and type(value) is list:
                 value = _loop_init(value)
-            if side == "false" and isinstance(value, Undefined) and specs["true"][k] is not None:
-                value = _unflatten(iter(lambda: Undefined(outputs[k]), None), specs["true"][k])
+            if isinstance(value, Undefined) and (returned or outputs[k] in return_names):
+                value = cf.Unreachable(outputs[k])
+            true_spec = specs["true"][k] if side == "false" and "true" in specs else None
+            if isinstance(value, Undefined) and true_spec is not None:
+                value = _unflatten(iter(lambda: value, None), true_spec)
             flat, spec = _flatten(value)
             leaves += flat
             specs[side].append(spec)
-            if side == "true":
+            if side == "true" or "true" not in specs:
                 leaf_names.extend([outputs[k]] * len(flat))
         return tuple(leaves)
     return run
@@ -249,6 +267,15 @@ def _store_line(code, name):
                 lines.append(line)
     lines = [l for l in lines if l is not None]
     return min(lines) if lines else None
+
+
+def convert_load(value):
+    """A read of a variable that may be unbound. Equivalent Python: ``return
+    value`` (Python itself raises for a truly unbound name); a value the
+    helpers left ``Undefined`` raises the same ``UnboundLocalError``."""
+    if isinstance(value, Undefined):
+        value.unbound()
+    return value
 
 
 def convert_ifexp(pred, true_fn, false_fn):
@@ -487,21 +514,79 @@ def _as_bool_var(value):
 
 
 def convert_logical_and(lhs, rhs):
-    """``lhs() and rhs()``; ``torch.logical_and`` when ``lhs()`` is a graph
-    tensor (then ``rhs()`` always runs)."""
+    """``lhs() and rhs()``. With a graph tensor ``lhs()`` the result is
+    ``torch.logical_and``; ``rhs()`` runs only where ``lhs()`` is true, as in
+    Python, whenever that is observable (see ``_short_circuit``)."""
     a = lhs()
     if not _is_var(a):
         return rhs() if a else a
-    return torch.logical_and(a, _as_bool_var(rhs()))
+    return _short_circuit(a, rhs, torch.logical_and, rhs_when=True)
 
 
 def convert_logical_or(lhs, rhs):
-    """``lhs() or rhs()``; ``torch.logical_or`` when ``lhs()`` is a graph
-    tensor (then ``rhs()`` always runs)."""
+    """``lhs() or rhs()``. With a graph tensor ``lhs()`` the result is
+    ``torch.logical_or``; ``rhs()`` runs only where ``lhs()`` is false, as in
+    Python, whenever that is observable (see ``_short_circuit``)."""
     a = lhs()
     if not _is_var(a):
         return a if a else rhs()
-    return torch.logical_or(a, _as_bool_var(rhs()))
+    return _short_circuit(a, rhs, torch.logical_or, rhs_when=False)
+
+
+def _short_circuit(a, rhs, op, rhs_when):
+    """``op(a, rhs())`` for a graph tensor ``a``. ``rhs()`` is traced once in
+    place; if it only appended effect-free ops the result is that op.
+    Otherwise (it writes a tensor, draws random numbers, prints, checks, or
+    raises while traced) it is traced again inside a ``cond`` on ``a``, so
+    that it runs exactly when Python would run it."""
+    tr = tracer.current()
+    mark = tr.mark()
+    try:
+        b = rhs()
+    except ConversionError:
+        raise
+    except Exception:  # noqa: BLE001 - raised only where Python evaluates rhs: see below
+        pure = False
+    else:
+        pure = _effect_free_since(tr, mark)
+    if pure:
+        return op(a, _as_bool_var(b))
+    tr.rollback(mark)
+    pred = a if a.dtype == torch.bool else fw.cast(a, torch.bool)
+    evaluated = _raising_as_op(lambda: _as_bool_var(rhs()))
+    if rhs_when:
+        return cf.cond(pred, evaluated, lambda: pred)
+    return cf.cond(pred, lambda: pred, evaluated)
+
+
+def _effect_free_since(tr, mark):
+    """True when every op recorded since ``mark`` is pure: no in-place write,
+    random draw or side effect (print, assert, raise)."""
+    for block in tr.program.blocks:
+        n_ops = mark.blocks[block.idx][0] if block.idx < len(mark.blocks) else 0
+        for op in block.ops[n_ops:]:
+            opdef = get_op_def(op.type)
+            if opdef.mutates or opdef.random or opdef.extra.get("side_effect"):
+                return False
+    return True
+
+
+def _raising_as_op(fn):
+    """``fn`` for a branch being traced: an exception it raises (not a
+    ConversionError) becomes a ``raise`` op in place of what it recorded,
+    and the branch yields ``Unreachable``."""
+    def run():
+        tr = tracer.current()
+        mark = tr.mark()
+        try:
+            return fn()
+        except ConversionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's error, raised when the branch runs
+            tr.rollback(mark)
+            fw.raise_(exc)
+            return cf.Unreachable("branch")
+    return run
 
 
 def convert_logical_not(value):
@@ -701,7 +786,7 @@ def convert_call(fn):
     standard library, d2s itself, classes, C functions) is returned as it is.
     """
     from . import conversion
-    from .static_function import StaticFunction
+    from .static_function import DATA_PARALLEL, StaticFunction, data_parallel_message
     try:
         mapped = _BUILTINS.get(fn)
     except TypeError:  # unhashable callable
@@ -714,6 +799,9 @@ def convert_call(fn):
         return convert_call(fn.dygraph_function)
     if isinstance(fn, types.FunctionType):
         return conversion.convert_function(fn) if _convertible(fn) else fn
+    if isinstance(fn, DATA_PARALLEL):  # its per-step Python bookkeeping would run once, at build time
+        raise error_at_user_line(f"calling a {type(fn).__name__} module inside declarative code: "
+                                 + data_parallel_message(fn))
     if isinstance(fn, types.MethodType) and isinstance(fn.__self__, _OPTIMIZERS):
         return record_optimizer_call(fn)  # opt.step() is an op of the program, not a build-time call
     if isinstance(fn, types.MethodType):

@@ -193,8 +193,8 @@ class Graph(torch.nn.Module):
                  f"{'built' if concrete is not None else 'not built yet'})"]
         for i, (opt, scheduler) in enumerate(self._optimizers):
             n = sum(len(g["params"]) for g in opt.param_groups)
-            hyper = ", ".join(f"{k}={v}" for k, v in opt.defaults.items()
-                              if k in ("lr", "momentum", "betas", "weight_decay"))
+            group = opt.param_groups[0]  # current values: an lr scheduler changes them
+            hyper = ", ".join(f"{k}={group[k]}" for k in ("lr", "momentum", "betas", "weight_decay") if k in group)
             lines.append(f"  optimizer {i}: {type(opt).__name__}({hyper}) over {n} parameters"
                          + (f", lr_scheduler {type(scheduler).__name__}" if scheduler is not None else ""))
         if concrete is None:

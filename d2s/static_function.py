@@ -453,6 +453,16 @@ def _feed_name(path, arg_names):
     return re.sub(r"\W+", "_", path).strip("_")
 
 
+DATA_PARALLEL = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+
+
+def data_parallel_message(wrapper):
+    name = type(wrapper).__name__
+    return (f"the {name} wrapper prepares each step's gradient synchronisation in Python around `forward`, "
+            f"which a program cannot repeat; wrap the other way round, {name}(d2s.declarative(model)), and "
+            "call it outside declarative code (see docs/distributed.md)")
+
+
 def declarative(function=None, input_spec=None, optimize=None):
     """Run `function` as a static program (a decorator; also takes a method,
     or an `nn.Module` instance whose `forward` it converts in place).
@@ -466,11 +476,9 @@ def declarative(function=None, input_spec=None, optimize=None):
         return lambda f: declarative(f, input_spec=input_spec, optimize=optimize)
     if isinstance(function, StaticFunction):
         return function
-    if isinstance(function, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
-        raise ConversionError(
-            f"d2s.declarative({type(function).__name__}(model)): the {type(function).__name__} wrapper "
-            "synchronises gradients from Python hooks and cannot become a program; wrap the other way "
-            f"round, {type(function).__name__}(d2s.declarative(model)) (see docs/distributed.md)")
+    if isinstance(function, DATA_PARALLEL):
+        raise ConversionError(f"d2s.declarative({type(function).__name__}(model)): "
+                              + data_parallel_message(function))
     if isinstance(function, torch.nn.Module):
         module = function
         forward = type(module).forward

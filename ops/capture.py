@@ -55,6 +55,18 @@ def user_origin(skip_internal=True):
     return None
 
 
+def exception_origin(exc):
+    """(filename, lineno, source line) of the innermost user frame that ``exc``
+    passed through (where the user's code raised it), or None."""
+    origin, tb = None, exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not filename.startswith(_INTERNAL_DIRS) and not filename.startswith("<frozen"):
+            origin = (filename, tb.tb_lineno, linecache.getline(filename, tb.tb_lineno).strip())
+        tb = tb.tb_next
+    return origin
+
+
 def error_at_user_line(message):
     origin = user_origin()
     if origin is None:

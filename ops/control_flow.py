@@ -31,13 +31,47 @@ from .registry import OpDef, register
 
 
 class Undefined:
-    """Stands for a name that has no value yet at this point of the program."""
+    """Stands for a name that has no value yet at this point of the program.
+
+    Using it in any way (arithmetic, comparison, attributes, truth, calls,
+    iteration) raises Python's own ``UnboundLocalError`` for the name, as
+    reading the unbound local would."""
 
     def __init__(self, name):
         self.name = name
 
     def __repr__(self):
         return f"Undefined({self.name!r})"
+
+    def unbound(self, *args, **kwargs):
+        raise UnboundLocalError(f"cannot access local variable '{self.name}' where it is not associated "
+                                "with a value")
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        self.unbound()
+
+    __bool__ = __call__ = __iter__ = __len__ = __getitem__ = __setitem__ = __neg__ = __invert__ = unbound
+    __lt__ = __le__ = __gt__ = __ge__ = unbound
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = unbound
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = __matmul__ = __rmatmul__ = unbound
+    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = unbound
+    __torch_function__ = classmethod(lambda cls, func, types, args=(), kwargs=None: _unbound_in(args, kwargs))
+
+
+def _unbound_in(args, kwargs):
+    for value in list(args) + list((kwargs or {}).values()):
+        if isinstance(value, Undefined):
+            value.unbound()
+    return NotImplemented
+
+
+class Unreachable(Undefined):
+    """A branch value that no run reaches the merge with: the branch raises
+    (then a branch function returns one ``Unreachable`` for all its values),
+    or it has returned from the function, so a later use never sees it. The
+    merged value is the other branch's."""
 
 
 def _tensor_like(value):
@@ -115,6 +149,13 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, origi
     """The parent-level value for output i given each branch's value, plus
     the names each branch yields (None when no op output is needed)."""
     label = _label(names, i)
+    if isinstance(a, Unreachable) or isinstance(b, Unreachable):
+        live, dead_block = (b, tblock) if isinstance(a, Unreachable) else (a, fblock)
+        if isinstance(live, Undefined) or not _tensor_like(live):
+            return live, None  # only the live branch goes on: its Python value, as it is
+        with tr.block_guard(dead_block):
+            filler = framework.zeros_placeholder(_as_var(live))
+        a, b = (filler, b) if isinstance(a, Unreachable) else (a, filler)
     a_undef, b_undef = isinstance(a, Undefined), isinstance(b, Undefined)
     if a_undef and b_undef:
         return a, None
@@ -192,7 +233,9 @@ def cond(pred, true_fn, false_fn, names=None, return_names=()):
     Variables (dimensions that differ become -1), equal Python values pass
     through, and anything else is a ConversionError naming the output
     (`names[i]`). A value undefined in one branch becomes a zeros placeholder
-    only when its name is in `return_names`.
+    only when its name is in `return_names`, and so does an `Unreachable`
+    value (a branch may return one `Unreachable` for all its values: it ends
+    in a `raise` op).
     """
     if not isinstance(pred, Variable):
         if isinstance(pred, torch.Tensor):
@@ -210,6 +253,10 @@ def cond(pred, true_fn, false_fn, names=None, return_names=()):
         f_out = false_fn()
     t_leaves, t_spec = _flatten(t_out)
     f_leaves, f_spec = _flatten(f_out)
+    if isinstance(t_out, Unreachable):  # the true branch raises: the false branch's structure
+        t_leaves, t_spec = [t_out] * len(f_leaves), f_spec
+    if isinstance(f_out, Unreachable):
+        f_leaves, f_spec = [f_out] * len(t_leaves), t_spec
     if t_spec != f_spec:
         raise error_at_user_line(
             f"the branches of an `if` on a tensor return different structures ({t_spec} vs {f_spec})")

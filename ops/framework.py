@@ -1,6 +1,6 @@
 """Framework ops: the ones that are not a single torch function.
 
-`fill_constant`, `cast`, `shape`, `print`, `assert` and the tensor-array ops
+`fill_constant`, `cast`, `shape`, `print`, `assert`, `raise` and the tensor-array ops
 (`array_create`, `array_append`, `array_length`, `array_read`,
 `array_from_list`). Each is defined once here: kernel, inference and the
 user-facing builder side by side. They are call-style ops (an `args`
@@ -8,20 +8,22 @@ attribute and X/Out slots) so the executor and the printer treat them like
 captured torch calls.
 """
 
+import builtins
+
 import torch
 
 from runtime.attrs import InputRef, OutputRef
 from runtime.ir import TENSOR_ARRAY, Variable, torch_dtype
 
 from . import tracer
-from .capture import error_at_user_line, lift, user_origin
+from .capture import error_at_user_line, exception_origin, lift, user_origin
 from .registry import OpDef, register
 
 
-def _append(op_type, inputs, args, kwargs, out_vars, out_tree):
+def _append(op_type, inputs, args, kwargs, out_vars, out_tree, origin=None):
     block = tracer.current().block
     block.append_op(op_type, inputs={"X": inputs}, outputs={"Out": out_vars},
-                    attrs={"args": args, "kwargs": kwargs, "out": out_tree}, origin=user_origin())
+                    attrs={"args": args, "kwargs": kwargs, "out": out_tree}, origin=origin or user_origin())
 
 
 def _new_var(shape, dtype, kind="tensor", stop_gradient=True):
@@ -176,6 +178,31 @@ def assert_(cond, message=""):
     """`assert cond, message` checked when the program runs."""
     cond = _as_var(cond)
     _append("assert", [cond], (InputRef(0), "" if message is None else str(message)), {}, [], None)
+
+
+def _exception_kind(exc_type):
+    """The builtin exception class a saved program may name for ``exc_type``:
+    itself, or its nearest builtin base (a loaded program can name nothing else)."""
+    for kind in exc_type.__mro__:
+        if getattr(builtins, kind.__name__, None) is kind and issubclass(kind, BaseException):
+            return kind
+    return Exception
+
+
+def _raise_kernel(kind, message):
+    raise _exception_kind(getattr(builtins, kind, Exception))(message)
+
+
+register(OpDef("raise", kernel=_raise_kernel, extra={"side_effect": True}))
+
+
+def raise_(exc):
+    """``raise exc`` when the program runs (and reaches this op): the same
+    builtin exception type and message. A user-defined exception class is
+    raised as its nearest builtin base, its name leading the message."""
+    kind = _exception_kind(type(exc))
+    message = str(exc) if kind is type(exc) else f"{type(exc).__name__}: {exc}"
+    _append("raise", [], (kind.__name__, message), {}, [], None, origin=exception_origin(exc))
 
 
 # -- tensor arrays -----------------------------------------------------------------------

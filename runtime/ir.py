@@ -381,6 +381,12 @@ class Program:
 
     __str__ = to_string
 
+    def to_dot(self, feed_names=None, fetch_names=()):
+        """Graphviz DOT text: ops as nodes, variables as edges, sub-blocks as
+        clusters inside their cond/while (see runtime/dot.py)."""
+        from .dot import program_to_dot
+        return program_to_dot(self, feed_names, fetch_names)
+
     def verify(self):
         from .verify import verify_program
         verify_program(self)

@@ -127,6 +127,11 @@ def _op_error(exc, op):
         filename, lineno, line = op.origin
         where = f'\n  created at File "{filename}", line {lineno}' + (f"\n    {line}" if line else "")
     message = f"{type(exc).__name__}: {exc}\n  while running op: {op.to_string()}{where}"
-    if isinstance(exc, AssertionError):
-        return AssertionError(message)
+    if isinstance(exc, AssertionError) or op.type == "raise":
+        # A check the user wrote (`assert`, `raise` under a tensor condition)
+        # raises the exception type and message the user chose.
+        try:
+            return type(exc)(f"{exc}{where}" if op.type == "raise" else message)
+        except TypeError:  # an exception class with a richer constructor
+            pass
     return OpRuntimeError(message)

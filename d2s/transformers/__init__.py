@@ -4,21 +4,23 @@ Each pass takes the function's gast tree and returns it rewritten; the order
 matters and is part of the design:
 
  1. Unsupported   reject yield/await/async/global rebinding (nothing rewritten)
- 2. ForLoop       ``for`` -> ``while`` over ``convert_for_iter/test/next``
- 3. Return        early ``return`` -> ``do_return``/``retval`` flags (needs only ``while``)
- 4. BreakContinue ``break``/``continue`` -> flags; loop ``else`` -> guarded block
- 5. WhileLoop     ``while`` -> ``convert_while`` (loops are now jump-free)
- 6. IfElse        ``if`` -> ``convert_ifelse`` (also the guards passes 3-4 produced)
- 7. IfExp         ``a if c else b`` -> ``convert_ifexp``
- 8. Logical       ``and``/``or``/``not``/chained comparisons -> ``convert_logical_*``
-                  (after 3-6, which generate ``not flag`` and ``test and not flag``)
- 9. Assert        ``assert`` -> ``convert_assert``
-10. AugAssign     ``x += v`` -> ``x = convert_augassign('+=', x, v)`` (out of place
-                  for graph tensors, which may stand for Python numbers)
-11. ListAppend    ``x.append(v)`` -> ``convert_list_append`` (after 5-6, whose
+ 2. UndefinedLoads reads of possibly unbound variables -> ``convert_load`` (on the
+                  user's own code, before any pass moves it into functions)
+ 3. ForLoop       ``for`` -> ``while`` over ``convert_for_iter/test/next``
+ 4. Return        early ``return`` -> ``do_return``/``retval`` flags (needs only ``while``)
+ 5. BreakContinue ``break``/``continue`` -> flags; loop ``else`` -> guarded block
+ 6. WhileLoop     ``while`` -> ``convert_while`` (loops are now jump-free)
+ 7. IfElse        ``if`` -> ``convert_ifelse`` (also the guards passes 4-5 produced)
+ 8. IfExp         ``a if c else b`` -> ``convert_ifexp``
+ 9. Logical       ``and``/``or``/``not``/chained comparisons -> ``convert_logical_*``
+                  (after 4-7, which generate ``not flag`` and ``not flag and test``)
+10. Assert        ``assert`` -> ``convert_assert``
+11. AugAssign     ``x += v`` -> ``x = convert_augassign('+=', x, v)`` (in place, but
+                  out of place for graph tensors that stand for Python numbers)
+12. ListAppend    ``x.append(v)`` -> ``convert_list_append`` (after 6-7, whose
                   analyses see ``x.append`` as modifying ``x``)
-12. Shape         ``x.shape`` -> ``convert_shape(x)``
-13. Call          ``f(...)`` -> ``convert_call(f)(...)`` (last: it must not wrap the
+13. Shape         ``x.shape`` -> ``convert_shape(x)``
+14. Call          ``f(...)`` -> ``convert_call(f)(...)`` (last: it must not wrap the
                   helper calls earlier passes generate, and it must see every call)
 
 ``run(tree, ctx, stop_after=n)`` runs the first ``n`` passes (``set_code_level``).
@@ -36,11 +38,13 @@ from .list_append import ListAppend
 from .logical import Logical
 from .returns import Return
 from .shape import Shape
+from .undefined import UndefinedLoads
 from .unsupported import Unsupported
 from .while_loops import WhileLoop
 
 PIPELINE = [
     Unsupported,
+    UndefinedLoads,
     ForLoop,
     Return,
     BreakContinue,

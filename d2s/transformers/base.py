@@ -18,7 +18,9 @@ class Context:
     ``d2s.convert_operators``. ``return_names`` holds compiler-generated names
     (the lowered return value) that control-flow ops may leave undefined on
     one side: the return transformer adds to it, the loop and branch
-    transformers pass it on to the runtime.
+    transformers pass it on to the runtime. ``return_flags`` holds the
+    lowered ``return``'s flags: on a path where one is True, nothing after
+    the branch uses the names it leaves undefined.
     """
 
     filename: str
@@ -26,6 +28,7 @@ class Context:
     namer: Namer
     helpers: str
     return_names: set = field(default_factory=set)
+    return_flags: set = field(default_factory=set)
 
     def error(self, node, message):
         lineno = getattr(node, "lineno", None)

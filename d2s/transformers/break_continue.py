@@ -15,7 +15,7 @@ Before::
 After::
 
     broke = False
-    while test and not broke:
+    while not broke and test:
         continued = False
         a()
         if c:
@@ -57,7 +57,7 @@ class BreakContinue(Transformer):
                 node.body = self.template("flag = False", node, flag=self.continued) + node.body
             if breaks:
                 before = self.template("flag = False", node, flag=self.broke)
-                node.test = self.expression("test and not flag", node.test, test=node.test, flag=self.broke)
+                node.test = self.expression("not flag and test", node.test, test=node.test, flag=self.broke)
                 if after:
                     after = self.template("if not flag:\n    orelse", node.orelse[0], flag=self.broke, orelse=after)
         node.orelse = []

@@ -16,15 +16,18 @@ After::
     def if_false():
         nonlocal y
         y = x - 1
-    (y,) = helpers.convert_ifelse(x.sum() > 0, if_true, if_false, ('y',), ('y',), ())
+    (y,) = helpers.convert_ifelse(x.sum() > 0, if_true, if_false, ('y',), ('y',), (), ())
 
 The state is the names either branch modifies that are live around the
-``if``; each branch function declares the ones it assigns ``nonlocal``. The
-runtime restores the state before each branch it traces and returns the
-outputs: the state names live after the ``if``. Names a branch only uses as
-temporaries stay local to it. The last argument lists compiler-generated
-names (the lowered return value) that may be undefined on one side. A Python
-condition runs only the taken branch, exactly like the ``if`` it replaces.
+``if``; each branch function declares the ones it assigns ``nonlocal``, and
+the ``if`` assigns them all (so that this function binds every name it
+declares ``nonlocal``). The runtime restores the state before each branch it
+traces; the outputs (the state names live after the ``if``) are merged. Names
+a branch only uses as temporaries stay local to it. The last two arguments
+list compiler-generated names: the lowered return value, which may be
+undefined on one side, and the lowered return's flag (a side where it is
+True reaches no later use). A Python condition runs only the taken branch,
+exactly like the ``if`` it replaces.
 """
 
 import gast
@@ -61,8 +64,11 @@ class IfElse(ScopedTransformer):
             true_vars=[n for n in state if n in true_mod], false_vars=[n for n in state if n in false_mod],
             body=node.body or [gast.Pass()], orelse=node.orelse or [gast.Pass()])
         call = self.expression(
-            "helpers.convert_ifelse(test, true_fn, false_fn, state, outputs, return_names)", node,
+            "helpers.convert_ifelse(test, true_fn, false_fn, state, outputs, return_names, return_flags)", node,
             test=node.test, true_fn=true_fn, false_fn=false_fn,
             state=templates.constant(tuple(state)), outputs=templates.constant(tuple(outputs)),
-            return_names=templates.constant(tuple(n for n in outputs if n in self.ctx.return_names)))
-        return stmts + assign(outputs, call, node)
+            return_names=templates.constant(tuple(n for n in outputs if n in self.ctx.return_names)),
+            return_flags=templates.constant(tuple(n for n in outputs if n in self.ctx.return_flags)))
+        # Every state name is assigned, not only the outputs: the branch
+        # functions declare them `nonlocal`, so this function must bind them.
+        return stmts + assign(state, call, node)

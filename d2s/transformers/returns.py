@@ -13,7 +13,7 @@ After::
 
     def f(x):
         do_return = False
-        while cond and not do_return:
+        while not do_return and cond:
             if c:
                 do_return = True
                 retval = a
@@ -50,6 +50,7 @@ class Return(Transformer):
         if not _always_returns(body):
             body.append(_located(gast.Return(value=None), body[-1]))
         self.flag = self.ctx.namer.new("do_return")
+        self.ctx.return_flags.add(self.flag)
         arity = _tuple_arity(returns) if _always_returns(node.body) else None
         if arity is None:
             self.value = self.ctx.namer.new("retval")
@@ -87,7 +88,11 @@ class Return(Transformer):
             return [s]
         if isinstance(s, gast.While):
             s.body = self._block(s.body)
-            s.test = self.expression("test and not flag", s.test, test=s.test, flag=self.flag)
+            # The flag first: once the body returned, the test must not run again.
+            s.test = self.expression("not flag and test", s.test, test=s.test, flag=self.flag)
+            if s.orelse:  # `else` runs only when the loop ended normally, never after a return
+                s.orelse = self.template("if not flag:\n    orelse", s.orelse[0], flag=self.flag,
+                                         orelse=self._block(s.orelse))
         elif not map_bodies(s, self._block):
             raise self.ctx.error(s, f"`return` inside `{type(s).__name__}` is not supported")
         return [s]

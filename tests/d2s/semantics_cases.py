@@ -149,3 +149,140 @@ def int_of_tensor_is_an_int(x):
     if isinstance(n, int) and n > 0:
         x = x + same
     return x
+
+
+# -- loops: `else`, `return`, and tests evaluated as often as Python does -----------------
+
+
+@case((POS,), (NEG,), ops={"while"})
+def return_in_loop_else_after_possible_break(x):
+    y = x.reshape(3, 1)
+    for row in y:
+        if row.sum() > 2:
+            break
+        x = x + row
+    else:
+        return x * 2
+    return x
+
+
+@case((POS,), (NEG,), ops={"while"})
+def loop_else_skipped_after_return_in_body(x):
+    for row in x:
+        if row > 1:
+            return x + row
+    else:
+        x = x * 100
+    return x
+
+
+@case((POS,), (NEG,), ops={"while"})
+def return_in_loop_else(x):
+    y = x.reshape(3, 1)
+    for row in y:
+        x = x + row
+    else:
+        return x * 2
+    return x
+
+
+@case((I(0),), (I(7),), (I(2),), ops={"while"})
+def loop_test_not_evaluated_after_break(y):
+    y = y.clone()
+    while y.add_(1) < 5:
+        if y == 3:
+            break
+    return y
+
+
+@case((POS,), (NEG,), ops={"cond"})
+def right_operand_with_effects_runs_only_when_python_runs_it(x):
+    y = x.clone()
+    if (x.sum() > 0) and (y.add_(1).sum() > 0):
+        x = x * 2
+    if (x.sum() > 0) or (y.mul_(3).sum() > 0):
+        x = x + 1
+    return x, y
+
+
+@case((POS, False), (NEG, False), (POS, True), (NEG, True))
+def or_operand_unset_on_that_path(x, flag):
+    if flag:
+        v = x
+    r = (x < 2).all() or (v < 0).all()
+    return r
+
+
+# -- a name must be defined on the paths that reach its use --------------------------------
+
+
+@case((T(0.0),), (T(3.0),), ops={"cond"})
+def returning_branch_need_not_define(x):
+    if x == 0:
+        return x
+    else:
+        y = 2
+    return x + y
+
+
+@case((5,), (1,), (-1,))
+def python_ints_only(x: int):
+    if x == 5:
+        return 1
+    if x > 0:
+        abc = 4
+    return abc
+
+
+@case((POS, 2), (POS, 0), (NEG, 3))
+def zero_trip_python_loop_leaves_name_unbound(x, n):
+    if x.sum() > 0:
+        for i in range(n):
+            y = x * 2
+        x = x + 1
+    return x
+
+
+@case((POS, I(3)), (NEG, I(0)), (POS, I(0)), ops={"cond", "while"})
+def nested_loops_after_early_return(x, n):
+    if x.sum() > 100:
+        return x
+    v = x
+    for i in range(n):
+        for j in range(n):
+            v = v + 1
+    return v
+
+
+# -- raise / assert / Python errors under a tensor condition: checks when that path runs --
+
+
+@case((POS,), (NEG,), ops={"cond", "raise"})
+def raise_under_tensor_condition(x):
+    if x.sum() < 0:
+        raise ValueError("negative input")
+    return x * 2
+
+
+@case((POS,), (NEG,), ops={"cond", "raise"})
+def python_error_in_branch_not_taken(x):
+    if x.sum() < 0:
+        y = [1, 2, 3][4]
+        x = x + y
+    return x
+
+
+@case((POS,), (NEG,), ops={"cond", "raise"})
+def assert_false_under_tensor_condition(x):
+    if x.sum() < 0:
+        assert False, "no negative sums"
+    return x
+
+
+@case((POS,), (NEG,), ops={"cond", "raise"})
+def raise_in_both_branches_of_one_path(x):
+    if x.sum() < 0:
+        if x.max() < -10:
+            raise KeyError("very")
+        raise IndexError("negative")
+    return x + 1

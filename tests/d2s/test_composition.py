@@ -74,3 +74,14 @@ def test_declarative_of_ddp_says_to_wrap_the_other_way_round():
     ddp = torch.nn.DataParallel(nn.Linear(2, 2))
     with pytest.raises(d2s.ConversionError, match=r"DataParallel\(d2s.declarative\(model\)\)"):
         d2s.declarative(ddp)
+
+
+def test_a_data_parallel_module_called_inside_declarative_code_is_refused():
+    wrapped = torch.nn.DataParallel(nn.Linear(2, 2))
+
+    def forward(x):
+        return wrapped(x) * 2
+
+    with pytest.raises(d2s.ConversionError, match=r"wrap the other way round") as err:
+        d2s.declarative(forward)(torch.ones(1, 2))
+    assert err.value.filename == __file__

@@ -79,7 +79,7 @@ TRANSFORMER_CASES = {
         """, """
         def f(x):
             do_return = False
-            while x > 0 and not do_return:
+            while not do_return and x > 0:
                 if x > 5:
                     do_return = True
                     retval = x
@@ -113,7 +113,7 @@ TRANSFORMER_CASES = {
         """, """
         def f(x):
             broke = False
-            while x > 0 and not broke:
+            while not broke and x > 0:
                 continued = False
                 if x > 5:
                     broke = True
@@ -168,7 +168,7 @@ TRANSFORMER_CASES = {
             def if_false():
                 nonlocal y
                 y = -x
-            y, = _d2s.convert_ifelse(x > 0, if_true, if_false, ('y',), ('y',), ())
+            y, = _d2s.convert_ifelse(x > 0, if_true, if_false, ('y',), ('y',), (), ())
             return y
         """),
     "ifexp": (T.IfExp, """
@@ -224,6 +224,29 @@ TRANSFORMER_CASES = {
             x.shape = 1,
             return _d2s.convert_shape(x)[0]
         """),
+    "undefined": (T.UndefinedLoads, """
+        def f(x, n):
+            if n > 0:
+                y = x
+            elif n < 0:
+                return x
+            else:
+                y = -x
+            if n > 1:
+                z = y
+            return z + y
+        """, """
+        def f(x, n):
+            if n > 0:
+                y = x
+            elif n < 0:
+                return x
+            else:
+                y = -x
+            if n > 1:
+                z = y
+            return _d2s.convert_load(z) + y
+        """),
     "call": (T.Call, """
         def f(self, x):
             y = self.layer(x)
@@ -246,7 +269,7 @@ def test_transformer(name):
 
 def test_pipeline_has_every_transformer_once_in_order():
     names = [t.__name__ for t in T.PIPELINE]
-    assert names == ["Unsupported", "ForLoop", "Return", "BreakContinue", "WhileLoop", "IfElse", "IfExp",
+    assert names == ["Unsupported", "UndefinedLoads", "ForLoop", "Return", "BreakContinue", "WhileLoop", "IfElse", "IfExp",
                      "Logical", "Assert", "AugAssign", "ListAppend", "Shape", "Call"]
 
 

@@ -1,6 +1,7 @@
 """Declarative == eager for the Python-semantics cases in semantics_cases.py:
 one program, built from the first arguments, serves every path, and holds
-the graph ops it should."""
+the graph ops it should. Where eager raises, the program raises the same
+exception type with the same message (followed by where it was raised)."""
 
 import pytest
 import torch
@@ -19,8 +20,17 @@ def _copy(args):
 def test_declarative_matches_eager(fn, arg_sets, ops, no):
     static = d2s.declarative(fn)
     for args in arg_sets:
-        assert_same(fn(*_copy(args)), static(*_copy(args)))
-    assert len(static.program_cache) == 1
+        try:
+            eager = fn(*_copy(args))
+        except Exception as exc:  # noqa: BLE001 - the program must raise the same
+            with pytest.raises(type(exc)) as info:
+                static(*_copy(args))
+            assert str(info.value).startswith(str(exc)), (str(info.value), str(exc))
+            continue
+        assert_same(eager, static(*_copy(args)))
+    # One program per distinct Python-valued arguments (those are in the cache key).
+    python_args = {tuple(a for a in args if not isinstance(a, torch.Tensor)) for args in arg_sets}
+    assert 1 <= len(static.program_cache) <= len(python_args)
     types = all_op_types(static.program_cache.last.main_program)
     assert ops <= types, f"missing {ops - types}; program has {sorted(types)}"
     assert not (no & types), f"unexpected {no & types}"

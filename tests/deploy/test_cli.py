@@ -3,8 +3,10 @@ the error cases through `main()` in-process (same code, no interpreter
 start-up per case)."""
 
 import os
+import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
@@ -179,3 +181,45 @@ def test_invalid_model_directory_exits_2(tmp_path, capsys, command):
 def test_malformed_input_flag(model, capsys):
     assert main(["run", model["dir"], "--input", "x"]) == 2
     assert "--input expects NAME=FILE.npy" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory):
+    """The quickstart model (a while and a cond), saved with jit.save."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("quickstart", os.path.join(ROOT, "examples", "quickstart.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    import d2s
+    path = tmp_path_factory.mktemp("show") / "quickstart"
+    d2s.jit.save(d2s.declarative(module.GatedRefiner()), str(path), input_spec=[d2s.InputSpec([None, 8])])
+    return str(path)
+
+
+def test_show_prints_dot_text_without_output(quickstart, capsys):
+    assert main(["show", quickstart]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("digraph program {") and 'label="while"' in out and 'label="cond"' in out
+
+
+def test_show_writes_dot_text(quickstart, tmp_path, capsys):
+    assert main(["show", quickstart, "-o", str(tmp_path / "q.dot")]) == 0
+    assert (tmp_path / "q.dot").read_text().startswith("digraph program {")
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz is not installed")
+def test_show_renders_the_quickstart_model_as_svg(quickstart, tmp_path):
+    result = _cli("show", quickstart, "-o", str(tmp_path / "q.svg"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    root = ET.parse(tmp_path / "q.svg").getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    texts = {t.text for t in root.iter("{http://www.w3.org/2000/svg}text")}
+    assert {"while", "cond", "x"} <= texts
+
+
+def test_show_without_graphviz_says_how_to_install_it(quickstart, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert main(["show", quickstart, "-o", str(tmp_path / "q.svg")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "apt-get install graphviz" in err and "-o FILE.dot" in err
+    assert not (tmp_path / "q.svg").exists()

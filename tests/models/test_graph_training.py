@@ -46,7 +46,8 @@ def data():
 
 def _eager_steps(model, opt, batches):
     losses = []
-    for x, y in batches:
+    for step, (x, y) in enumerate(batches):
+        torch.manual_seed(100 + step)  # dropout draws the same numbers in both
         probs, acc = model(x, y)
         loss = loss_fn(probs, y)
         opt.zero_grad()
@@ -57,7 +58,11 @@ def _eager_steps(model, opt, batches):
 
 
 def _graph_steps(graph, batches):
-    return torch.stack([graph(x, y).detach() for x, y in batches])
+    losses = []
+    for step, (x, y) in enumerate(batches):
+        torch.manual_seed(100 + step)
+        losses.append(graph(x, y).detach())
+    return torch.stack(losses)
 
 
 def _assert_same_parameters(a, b):
@@ -65,10 +70,12 @@ def _assert_same_parameters(a, b):
         torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
 
 
-@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
-def test_digits_graph_matches_eager_step_by_step(data, optimizer):
+@pytest.mark.parametrize("optimizer, variant", [("sgd", {}), ("adam", {}),
+                                                ("adam", {"dropout": 0.3, "batch_norm": True})],
+                         ids=["sgd", "adam", "adam-dropout+batchnorm"])
+def test_digits_graph_matches_eager_step_by_step(data, optimizer, variant):
     torch.manual_seed(0)
-    eager = MNIST()
+    eager = MNIST(**variant)
     model = copy.deepcopy(eager)
     graph = TrainGraph(model, OPTIMIZERS[optimizer](model.parameters()))
     eager_losses = _eager_steps(eager, OPTIMIZERS[optimizer](eager.parameters()), data)
@@ -76,6 +83,8 @@ def test_digits_graph_matches_eager_step_by_step(data, optimizer):
     torch.testing.assert_close(graph_losses, eager_losses, rtol=1e-5, atol=0)
     assert eager_losses[-1] < eager_losses[0]
     _assert_same_parameters(eager, model)
+    for (name, b), (_, c) in zip(eager.named_buffers(), model.named_buffers()):
+        torch.testing.assert_close(c, b, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
     # one program, holding forward, backward and the optimizer's step
     assert len(graph._build_fn.program_cache) == 1
     types = [op.type for op in graph.program.global_block().ops]
@@ -230,3 +239,10 @@ def test_jit_save_of_a_training_graph_serves_the_model_in_a_fresh_process(data, 
                             cwd=work, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     np.testing.assert_allclose(np.load(work / "out.npy"), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_example_script_runs(capsys):
+    import graph_mnist
+    assert graph_mnist.main(["--steps", "4", "--batch-size", "8"])
+    out = capsys.readouterr().out
+    assert "not built yet" in out and "parameters equal to eager's: True" in out

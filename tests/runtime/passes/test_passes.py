@@ -25,22 +25,22 @@ def run_pass():
 
 COUNT_UNTIL = """\
 block 0
-  tmp_3 = fill_constant(False, torch.bool)
-  tmp_4 = fill_constant(0, torch.int64)
-  Out=[broke_2, i_1, x_1] = while(Init=[tmp_3, tmp_4, x], X=[n]) {body_block: block[1], body_outs: ['broke_1', 'tmp_12', 'tmp_11'], cond_block: block[2], cond_out: 'tmp_10', loop_vars: ['broke_0', 'i_0', 'x_0']}
-  tmp_16 = torch.tanh(x_1)
+  tmp_1 = fill_constant(False, torch.bool)
+  tmp_2 = fill_constant(0, torch.int64)
+  Out=[broke_2, i_1, x_1] = while(Init=[tmp_1, tmp_2, x], X=[n]) {body_block: block[1], body_outs: ['broke_1', 'tmp_10', 'tmp_9'], cond_block: block[2], cond_out: 'tmp_8', loop_vars: ['broke_0', 'i_0', 'x_0']}
+  tmp_14 = torch.tanh(x_1)
 block 1
-  tmp_11 = torch.Tensor.__mul__(x_0, 0.5)
-  tmp_12 = torch.Tensor.__add__(i_0, 1)
-  tmp_13 = torch.Tensor.sum(tmp_11)
-  tmp_14 = torch.Tensor.__lt__(tmp_13, 1)
-  Out=[broke_1] = cond(Cond=[tmp_14], X=[]) {false_block: block[4], false_outs: ['broke_0'], true_block: block[3], true_outs: ['tmp_15']}
+  tmp_9 = torch.Tensor.__mul__(x_0, 0.5)
+  tmp_10 = torch.Tensor.__add__(i_0, 1)
+  tmp_11 = torch.Tensor.sum(tmp_9)
+  tmp_12 = torch.Tensor.__lt__(tmp_11, 1)
+  Out=[broke_1] = cond(Cond=[tmp_12], X=[]) {false_block: block[4], false_outs: ['broke_0'], true_block: block[3], true_outs: ['tmp_13']}
 block 2
-  tmp_8 = torch.Tensor.__lt__(i_0, n)
-  tmp_9 = torch.logical_not(broke_0)
-  tmp_10 = torch.logical_and(tmp_8, tmp_9)
+  tmp_6 = torch.logical_not(broke_0)
+  tmp_7 = torch.Tensor.__lt__(i_0, n)
+  tmp_8 = torch.logical_and(tmp_6, tmp_7)
 block 3
-  tmp_15 = fill_constant(True, torch.bool)
+  tmp_13 = fill_constant(True, torch.bool)
 block 4
 """
 
@@ -56,7 +56,7 @@ def test_traced_program_is_the_before_text(counted):
 
 def test_dce_drops_the_unused_op_only(counted, run_pass):
     after, fetches = run_pass(dce, *counted)
-    assert ops_text(after) == COUNT_UNTIL.replace("  tmp_16 = torch.tanh(x_1)\n", "")
+    assert ops_text(after) == COUNT_UNTIL.replace("  tmp_14 = torch.tanh(x_1)\n", "")
     assert fetches == ["x_1", "i_1"]
 
 
@@ -65,23 +65,23 @@ def test_scalars_make_counter_length_and_break_flag_python_values(counted, run_p
     assert ops_text(after) == """\
 block 0
   n_i_0 = scalar_from_tensor(n)
-  tmp_3 = py.const(False)
-  tmp_4 = py.const(0)
-  Out=[broke_2, i_1, x_1] = while(Init=[tmp_3, tmp_4, x], X=[n]) {body_block: block[1], body_outs: ['broke_1', 'tmp_12', 'tmp_11'], cond_block: block[2], cond_out: 'tmp_10', loop_vars: ['broke_0', 'i_0', 'x_0']}
-  tmp_16 = torch.tanh(x_1)
+  tmp_1 = py.const(False)
+  tmp_2 = py.const(0)
+  Out=[broke_2, i_1, x_1] = while(Init=[tmp_1, tmp_2, x], X=[n]) {body_block: block[1], body_outs: ['broke_1', 'tmp_10', 'tmp_9'], cond_block: block[2], cond_out: 'tmp_8', loop_vars: ['broke_0', 'i_0', 'x_0']}
+  tmp_14 = torch.tanh(x_1)
   i_1_t_0 = fill_constant(i_1, torch.int64)
 block 1
-  tmp_11 = torch.Tensor.__mul__(x_0, 0.5)
-  tmp_12 = py.add(i_0, 1)
-  tmp_13 = torch.Tensor.sum(tmp_11)
-  tmp_14 = torch.Tensor.__lt__(tmp_13, 1)
-  Out=[broke_1] = cond(Cond=[tmp_14], X=[]) {false_block: block[4], false_outs: ['broke_0'], true_block: block[3], true_outs: ['tmp_15']}
+  tmp_9 = torch.Tensor.__mul__(x_0, 0.5)
+  tmp_10 = py.add(i_0, 1)
+  tmp_11 = torch.Tensor.sum(tmp_9)
+  tmp_12 = torch.Tensor.__lt__(tmp_11, 1)
+  Out=[broke_1] = cond(Cond=[tmp_12], X=[]) {false_block: block[4], false_outs: ['broke_0'], true_block: block[3], true_outs: ['tmp_13']}
 block 2
-  tmp_8 = py.lt(i_0, n_i_0)
-  tmp_9 = py.not(broke_0)
-  tmp_10 = py.and(tmp_8, tmp_9)
+  tmp_6 = py.not(broke_0)
+  tmp_7 = py.lt(i_0, n_i_0)
+  tmp_8 = py.and(tmp_6, tmp_7)
 block 3
-  tmp_15 = py.const(True)
+  tmp_13 = py.const(True)
 block 4
 """
     # The fetched counter goes back to the 0-d int64 tensor it was.

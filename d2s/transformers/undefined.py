@@ -1,0 +1,45 @@
+"""Reads of a variable that may be unbound -> ``helpers.convert_load``.
+
+Before::
+
+    def f(x, n):
+        if n > 0:
+            y = x * 2
+        return y
+
+After::
+
+    def f(x, n):
+        if n > 0:
+            y = x * 2
+        return helpers.convert_load(y)
+
+Branches and loops become functions whose variables live in closure cells;
+the helpers read a cell that has no value as ``Undefined(name)``, and the
+generated code may bind it to a name. ``convert_load`` raises Python's own
+``UnboundLocalError`` for it, so a name read on a path that never assigned
+it fails exactly as in eager code (and, under a tensor condition, when the
+program takes that path; see ``convert_ifelse``). Only the reads the
+definite-assignment analysis (``ast_tools.definedness``) cannot prove bound
+are wrapped. Runs first after Unsupported, on the user's own code.
+"""
+
+import gast
+
+from ..ast_tools import definedness
+from .base import Transformer
+
+
+class UndefinedLoads(Transformer):
+    def transform(self, tree):
+        self.maybe = set()
+        return self.visit(tree)
+
+    def visit_FunctionDef(self, node):
+        self.maybe |= {id(n) for n in definedness.maybe_undefined(node)}
+        return self.generic_visit(node)
+
+    def visit_Name(self, node):
+        if id(node) not in self.maybe:
+            return node
+        return self.expression("helpers.convert_load(name)", node, name=node)
