@@ -17,7 +17,7 @@ from runtime import (CPUPlace, CUDAPlace, ConversionError, Executor, ModelFormat
                      data, default_main_program, default_startup_program, global_scope, program_guard)
 from runtime._debug import set_verbosity
 
-from . import jit, optimizer
+from . import jit, onnx, optimizer
 from .graph import Graph
 from .static_function import InputSpec, ProgramTranslator, StaticFunction, declarative, to_static
 from .tracing import TracedLayer

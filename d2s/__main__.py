@@ -184,6 +184,21 @@ def show_model(dirname, output=None, out=None):
     print(f"wrote {output}", file=out)
 
 
+def export_onnx(dirname, output, opset=None, out=None):
+    """Write the saved model as ONNX (cond -> If, while -> Loop)."""
+    out = out or sys.stdout
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        raise UsageError('export-onnx needs the onnx package: pip install "d2s[onnx]"') from None
+    from d2s.onnx import ExportError, export
+    try:
+        export(dirname, output, opset_version=opset)
+    except ExportError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"wrote {output}", file=out)
+
+
 def _summary(name, value):
     head = f"{name}: {value.dtype}, shape {list(value.shape)}"
     if value.size and (np.issubdtype(value.dtype, np.number) or value.dtype == np.bool_):
@@ -203,6 +218,10 @@ def _parser():
     run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                      help="feed NAME from a .npy file (repeat for each input)")
     run.add_argument("--output-dir", metavar="OUT", help="write OUT/<fetch>.npy instead of printing")
+    onnx = commands.add_parser("export-onnx", help="write a saved model as an ONNX model")
+    onnx.add_argument("dir", help="directory written by save_inference_model")
+    onnx.add_argument("output", help="the .onnx file to write")
+    onnx.add_argument("--opset", type=int, default=None, help="ONNX opset version (default 17)")
     show = commands.add_parser("show", help="draw a saved model's program with Graphviz")
     show.add_argument("dir", help="directory written by save_inference_model")
     show.add_argument("-o", "--output", metavar="FILE", help="out.svg / .png / .pdf (needs Graphviz) or .dot; "
@@ -217,6 +236,8 @@ def main(argv=None):
             inspect_model(args.dir)
         elif args.command == "show":
             show_model(args.dir, args.output)
+        elif args.command == "export-onnx":
+            export_onnx(args.dir, args.output, args.opset)
         else:
             run_model(args.dir, args.input, args.output_dir)
     except ModelFormatError as exc:

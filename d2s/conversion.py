@@ -5,7 +5,7 @@ pipeline and compiles the result so that:
 
 - the new function has ``fn``'s globals (global mutation stays visible), its
   defaults, and its very closure cells (nonlocal state stays shared);
-- generated code reaches the helpers (``d2s.convert_operators``) through one
+- generated code reaches the helpers (``d2s.operators``) through one
   extra closure cell under a fresh name, never through the user's globals;
 - the code is compiled with the user's file name and the user's line numbers
   (every generated node carries the location of the node it replaces), so
@@ -26,7 +26,7 @@ import gast
 
 from runtime import _debug
 
-from . import convert_operators, transformers
+from . import operators, transformers
 from .ast_tools import codegen, origin, parsing
 from .ast_tools.naming import Namer
 from .transformers.base import Context
@@ -41,7 +41,7 @@ class _Compiled:
     def __init__(self, code, source, helpers):
         self.code = code          # the converted function's code object
         self.source = source      # the converted source, for get_code and debugging
-        self.helpers = helpers    # the free variable holding d2s.convert_operators
+        self.helpers = helpers    # the free variable holding d2s.operators
 
 
 def set_code_level(level=100):
@@ -174,7 +174,7 @@ def _remember(code):
 
 def _instantiate(fn, compiled):
     cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
-    cells[compiled.helpers] = types.CellType(convert_operators)
+    cells[compiled.helpers] = types.CellType(operators)
     closure = tuple(cells[name] for name in compiled.code.co_freevars)
     new = types.FunctionType(compiled.code, fn.__globals__, fn.__name__, fn.__defaults__, closure)
     new.__kwdefaults__ = fn.__kwdefaults__

@@ -79,8 +79,17 @@ def _tensor_like(value):
         isinstance(value, (int, float, bool)) and not isinstance(value, Undefined))
 
 
-def _label(names, i):
-    return f"'{names[i]}'" if names and i < len(names) else f"output {i}"
+def _label(names, i, return_names=()):
+    """How a message names output ``i``: the user's variable, or "the
+    returned value" for the compiler's lowered return value."""
+    if not names or i >= len(names):
+        return f"output {i}"
+    return "the returned value" if names[i] in return_names else f"'{names[i]}'"
+
+
+def _line(lines, name, side):
+    line = (lines or {}).get(name, (None, None))[0 if side == "true" else 1]
+    return f"line {line}" if line is not None else "its value from before the `if`"
 
 
 def _flatten(value):
@@ -145,10 +154,11 @@ register(OpDef("cond", emit=_emit_cond, inputs=("Cond", "X"), outputs=("Out",),
                attrs=("true_block", "false_block", "true_outs", "false_outs")))
 
 
-def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, origin):
+def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines):
     """The parent-level value for output i given each branch's value, plus
     the names each branch yields (None when no op output is needed)."""
-    label = _label(names, i)
+    label = _label(names, i, return_names)
+    name = names[i] if names and i < len(names) else None
     if isinstance(a, Unreachable) or isinstance(b, Unreachable):
         live, dead_block = (b, tblock) if isinstance(a, Unreachable) else (a, fblock)
         if isinstance(live, Undefined) or not _tensor_like(live):
@@ -160,12 +170,12 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, origi
     if a_undef and b_undef:
         return a, None
     if a_undef or b_undef:
-        name = names[i] if names and i < len(names) else None
         if name not in return_names:
-            side = "true" if b_undef else "false"
+            side, other = ("true", "false") if b_undef else ("false", "true")
             raise error_at_user_line(
-                f"{label} is assigned only in the {side} branch of this `if` on a tensor and is not "
-                f"defined before it, but it is used afterwards; assign it before the `if` or in both branches")
+                f"{label} is assigned in the {side} branch ({_line(lines, name, side)}) but not in the {other} "
+                "branch of the `if` on a tensor at this line, and is not defined before it; assign it "
+                "before the if or in both branches")
         defined = b if a_undef else a
         placeholder_block = tblock if a_undef else fblock
         with tr.block_guard(placeholder_block):
@@ -176,9 +186,15 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, origi
         if a is b or (type(a) is type(b) and not _tensor_like(a) and a == b):
             return a, None  # the same Python value either way
         if a is None or b is None:
+            if name in return_names:
+                raise error_at_user_line(
+                    "the function returns a tensor on some paths and None on others (the `if` on a tensor "
+                    "at this line decides which); return a tensor on every path")
+            none, tensor = ("true", "false") if a is None else ("false", "true")
             raise error_at_user_line(
-                f"{label} is a tensor in one branch of this `if` on a tensor and None in the other; "
-                "give it a tensor value in both branches")
+                f"{label} is a tensor in the {tensor} branch ({_line(lines, name, tensor)}) but None in the "
+                f"{none} branch ({_line(lines, name, none)}) of the `if` on a tensor at this line; give it a "
+                "tensor value in both branches")
         raise error_at_user_line(
             f"{label} is a Python {type(a).__name__} in one branch and a {type(b).__name__} in the other "
             "branch of an `if` on a tensor; only tensors and numbers can differ between branches")
@@ -225,14 +241,15 @@ def _merge_arrays(label, va, vb, tr, names, i):
     return out, (va.name, vb.name)
 
 
-def cond(pred, true_fn, false_fn, names=None, return_names=()):
+def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None):
     """`true_fn() if pred else false_fn()`; a graph `cond` op when `pred` is a Variable.
 
     Each branch returns a value or a tuple/list of values. With a Variable
     `pred` both branches are traced; tensor/number pairs merge into new
     Variables (dimensions that differ become -1), equal Python values pass
     through, and anything else is a ConversionError naming the output
-    (`names[i]`). A value undefined in one branch becomes a zeros placeholder
+    (`names[i]`; `lines[name]` gives the lines where each branch assigns
+    it). A value undefined in one branch becomes a zeros placeholder
     only when its name is in `return_names`, and so does an `Unreachable`
     value (a branch may return one `Unreachable` for all its values: it ends
     in a `raise` op).
@@ -262,7 +279,7 @@ def cond(pred, true_fn, false_fn, names=None, return_names=()):
             f"the branches of an `if` on a tensor return different structures ({t_spec} vs {f_spec})")
     merged, outs, t_names, f_names = [], [], [], []
     for i, (a, b) in enumerate(zip(t_leaves, f_leaves)):
-        value, yielded = _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, origin)
+        value, yielded = _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines)
         merged.append(value)
         if yielded is not None:
             outs.append(value)
@@ -361,7 +378,7 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
             name = names[i] if names and i < len(names) else None
             specs.append(None if name in return_names else "undefined")
         elif _is_loop_carried(v):
-            specs.append(_Spec(v, _label(names, i)))
+            specs.append(_Spec(v, _label(names, i, return_names)))
         else:
             specs.append("constant")  # a Python object the loop must not change
     for _attempt in range(6):
@@ -388,7 +405,7 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
             new = list(body_fn(*args))
         changed = False
         for i, (v, spec) in enumerate(zip(new, specs)):
-            label = _label(names, i)
+            label = _label(names, i, return_names)
             if spec == "constant":
                 if v is not values[i]:
                     raise error_at_user_line(f"loop variable {label} is a Python {type(values[i]).__name__} that the "

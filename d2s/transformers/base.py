@@ -15,7 +15,7 @@ class Context:
     """State of one function's conversion, shared by the pipeline's passes.
 
     ``helpers`` is the fresh name under which generated code reaches
-    ``d2s.convert_operators``. ``return_names`` holds compiler-generated names
+    ``d2s.operators``. ``return_names`` holds compiler-generated names
     (the lowered return value) that control-flow ops may leave undefined on
     one side: the return transformer adds to it, the loop and branch
     transformers pass it on to the runtime. ``return_flags`` holds the

@@ -16,18 +16,20 @@ After::
     def if_false():
         nonlocal y
         y = x - 1
-    (y,) = helpers.convert_ifelse(x.sum() > 0, if_true, if_false, ('y',), ('y',), (), ())
+    (y,) = helpers.convert_ifelse(x.sum() > 0, if_true, if_false, ('y',), ('y',), (), (), ((2, 4),))
 
 The state is the names either branch modifies that are live around the
 ``if``; each branch function declares the ones it assigns ``nonlocal``, and
 the ``if`` assigns them all (so that this function binds every name it
 declares ``nonlocal``). The runtime restores the state before each branch it
 traces; the outputs (the state names live after the ``if``) are merged. Names
-a branch only uses as temporaries stay local to it. The last two arguments
+a branch only uses as temporaries stay local to it. Two more arguments
 list compiler-generated names: the lowered return value, which may be
 undefined on one side, and the lowered return's flag (a side where it is
-True reaches no later use). A Python condition runs only the taken branch,
-exactly like the ``if`` it replaces.
+True reaches no later use); then come the lines where each branch first
+assigns each output, from which the runtime's messages name the user's
+lines. A Python condition runs only the taken branch, exactly like the
+``if`` it replaces.
 """
 
 import gast
@@ -47,6 +49,7 @@ class IfElse(ScopedTransformer):
         false_mod = activity.analyze(node.orelse).carried(self.variables)
         state = sorted((true_mod | false_mod) & (live_in | live_out))
         outputs = [n for n in state if n in live_out]
+        lines = [(self._first_store(node.body, n), self._first_store(node.orelse, n)) for n in outputs]
         node.body = visit_block(self, node.body)
         node.orelse = visit_block(self, node.orelse)
         true_fn = self.ctx.namer.new("if_true")
@@ -64,7 +67,8 @@ class IfElse(ScopedTransformer):
             true_vars=[n for n in state if n in true_mod], false_vars=[n for n in state if n in false_mod],
             body=node.body or [gast.Pass()], orelse=node.orelse or [gast.Pass()])
         call = self.expression(
-            "helpers.convert_ifelse(test, true_fn, false_fn, state, outputs, return_names, return_flags)", node,
+            "helpers.convert_ifelse(test, true_fn, false_fn, state, outputs, return_names, return_flags, lines)",
+            node, lines=templates.constant(tuple(lines)),
             test=node.test, true_fn=true_fn, false_fn=false_fn,
             state=templates.constant(tuple(state)), outputs=templates.constant(tuple(outputs)),
             return_names=templates.constant(tuple(n for n in outputs if n in self.ctx.return_names)),
@@ -72,3 +76,10 @@ class IfElse(ScopedTransformer):
         # Every state name is assigned, not only the outputs: the branch
         # functions declare them `nonlocal`, so this function must bind them.
         return stmts + assign(state, call, node)
+
+    def _first_store(self, stmts, name):
+        """The user's line where ``stmts`` first assign ``name`` (for messages), or None."""
+        lines = [n.lineno for s in stmts for n in gast.walk(s)
+                 if isinstance(n, gast.Name) and n.id == name and isinstance(n.ctx, gast.Store)
+                 and getattr(n, "lineno", None) is not None]
+        return min(lines) + self.ctx.line_offset if lines else None

@@ -168,7 +168,8 @@ TRANSFORMER_CASES = {
             def if_false():
                 nonlocal y
                 y = -x
-            y, = _d2s.convert_ifelse(x > 0, if_true, if_false, ('y',), ('y',), (), ())
+            y, = _d2s.convert_ifelse(x > 0, if_true, if_false, ('y',), ('y',), (),
+                (), ((4, 7),))
             return y
         """),
     "ifexp": (T.IfExp, """

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import d2s
-from d2s import conversion, convert_operators
+from d2s import conversion, operators
 from runtime.errors import ConversionError
 
 HERE = __file__
@@ -57,7 +57,7 @@ def test_conversion_is_cached():
     assert conversion.convert_function(appends_to_global) is conversion.convert_function(appends_to_global)
     converted = conversion.convert_function(appends_to_global)
     assert conversion.convert_function(converted) is converted
-    assert convert_operators.convert_call(converted) is converted
+    assert operators.convert_call(converted) is converted
 
 
 def test_defaults_and_keyword_only_arguments_are_kept():
@@ -98,9 +98,9 @@ def test_lambda_is_converted():
 
 
 def test_library_code_is_not_converted():
-    assert convert_operators.convert_call(torch.relu) is torch.relu
-    assert convert_operators.convert_call(inspect.getsource) is inspect.getsource
-    assert convert_operators.convert_call(len) is convert_operators.convert_len
+    assert operators.convert_call(torch.relu) is torch.relu
+    assert operators.convert_call(inspect.getsource) is inspect.getsource
+    assert operators.convert_call(len) is operators.convert_len
 
 
 def test_get_code_and_code_level():

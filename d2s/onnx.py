@@ -1,0 +1,83 @@
+"""`d2s.onnx.export`: a d2s program as an ONNX model, control flow included
+(`cond` -> If, `while` -> Loop). Needs the `onnx` package
+(`pip install "d2s[onnx]"`).
+
+    d2s.onnx.export(model, "model.onnx", input_spec=[d2s.InputSpec([None, 8])])
+    d2s.onnx.export(d2s.jit.load("saved"), "model.onnx")
+    d2s.onnx.export("saved", "model.onnx")     # a saved model directory
+
+See docs/deployment.md ("ONNX").
+"""
+
+import os
+
+import torch
+
+from runtime.executor import resolve_persistables
+from runtime.io import read_model
+from runtime.onnx_export import OnnxExportError, program_to_onnx
+
+ExportError = OnnxExportError
+
+
+def _from_static(static, input_spec):
+    from .jit import _example
+    from .static_function import InputSpec, StaticFunction
+    if input_spec is not None:
+        specs = [s if isinstance(s, InputSpec) else InputSpec.from_tensor(s) for s in input_spec]
+        static = StaticFunction(static._function, specs, instance=static._instance)
+        concrete = static.get_concrete_program(*[_example(s) for s in input_spec])
+    else:
+        concrete = static.concrete_program
+        if concrete is None:
+            raise ValueError("d2s.onnx.export without input_spec needs the function to have run once; "
+                             "pass input_spec=[d2s.InputSpec([None, ...], 'float32')]")
+    program = concrete.main_program
+    feeds = [v.name for v in concrete.inputs]
+    fetches = [v.name for v in concrete.fetch_vars]
+    names = [v.name for v in program.persistable_vars()]
+    return program, feeds, fetches, dict(zip(names, resolve_persistables(program, names)))
+
+
+def _resolve(obj, input_spec):
+    """(program, feed names, fetch names, {parameter name: tensor}) of `obj`."""
+    from .jit import TranslatedLayer
+    from .static_function import ProgramTranslator, StaticFunction
+    if isinstance(obj, (str, os.PathLike)):
+        model = read_model(obj)
+        return model.program, model.feed_names, model.fetch_names, model.params
+    if isinstance(obj, TranslatedLayer):
+        values = {name: obj._lookup(name) for name in obj._slots}
+        return obj.program, obj.feed_names, [v.name for v in obj.fetch_vars], values
+    if isinstance(obj, (StaticFunction, torch.nn.Module)):
+        return _from_static(ProgramTranslator._static(obj), input_spec)
+    if callable(obj):
+        raise TypeError("d2s.onnx.export takes a declarative function or module, a TranslatedLayer or a "
+                        f"saved model directory; decorate {getattr(obj, '__name__', obj)!r} with @d2s.declarative")
+    raise TypeError(f"d2s.onnx.export cannot export a {type(obj).__name__}")
+
+
+def export(obj, f, input_spec=None, opset_version=None):
+    """Write `obj` as an ONNX model to `f` (a path or a binary file object)
+    and return the `onnx.ModelProto`.
+
+    `obj` is a declarative function or module (its program for `input_spec`,
+    or of its latest call), a `TranslatedLayer`, or a saved model directory.
+    Dimensions of -1 (InputSpec `None`) become symbolic; parameters become
+    initializers. The model passes `onnx.checker.check_model(full_check=True)`
+    before it is written. An op without an ONNX lowering raises
+    `d2s.onnx.ExportError` naming the op and the line that created it.
+    """
+    try:
+        import onnx
+    except ImportError:
+        raise ImportError('d2s.onnx.export needs the onnx package: pip install "d2s[onnx]"') from None
+    with torch.no_grad():
+        program, feeds, fetches, params = _resolve(obj, input_spec)
+        model = program_to_onnx(program, feeds, fetches, params, opset_version)
+    onnx.checker.check_model(model, full_check=True)
+    if isinstance(f, (str, os.PathLike)):
+        onnx.save(model, os.fspath(f))
+    else:
+        f.write(model.SerializeToString())
+    return model

@@ -1,0 +1,164 @@
+"""``if`` / ``else`` and conditional expressions on Python values and on graph tensors.
+"""
+
+from ops import control_flow as cf
+from ops import tracer
+from ops.capture import error_at_user_line
+from runtime.ir import TENSOR_ARRAY
+
+from .raising import raising_as_op
+from .state import State, Undefined, is_var, loop_init
+
+
+def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), return_flags=(), lines=()):
+    """Equivalent Python::
+
+        if pred:
+            true_fn()
+        else:
+            false_fn()
+        return state  # the current values of the names in `state`
+
+    With a graph ``pred`` both branches are traced into a ``cond`` op (the
+    ``state`` names are restored before each) and the outputs become the
+    op's results (the other ``state`` names keep their values from before
+    the ``if``, which the branches may have read). A name need only be defined on the paths that reach its
+    use: names in ``return_names`` (the lowered return value) may be
+    undefined on one side, and so may every name on a side that has
+    returned (a flag in ``return_flags`` is True there). A branch that raises
+    while it is traced (a ``raise``, a failed ``assert``, an ``IndexError``)
+    becomes a ``raise`` op that raises the same exception when the program
+    runs and takes that branch. ``lines`` gives, for each output, the user's
+    lines where the true and the false branch first assign it (None: not
+    assigned), for the messages of ``cond``.
+    """
+    st = State((true_fn, false_fn), state)
+    if not is_var(pred):
+        (true_fn if pred else false_fn)()
+        return st.get()
+    before = st.snapshot()
+    tr = tracer.current()
+    # Outputs carried as one tensor array: a list that a tensor loop in one
+    # branch turned into an array is turned into one in the other branch too.
+    arrays = set()
+    while True:
+        mark = tr.mark()
+        seen, specs, leaf_names = {}, {}, []
+        branches = [_branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names,
+                            return_names, return_flags)
+                    for fn, side in ((true_fn, "true"), (false_fn, "false"))]
+        try:
+            merged = cf.cond(pred, *branches, names=leaf_names, return_names=tuple(return_names),
+                             lines=dict(zip(outputs, lines or ())))
+        except _AsArrays as retry:
+            tr.rollback(mark)
+            arrays |= retry.outputs
+            continue
+        break
+    st.restore(before)
+    if isinstance(merged, cf.Unreachable):  # both branches raise: nothing after the `if` runs
+        return st.get()
+    leaves = iter(merged)
+    merged = tuple(_unflatten(leaves, spec) for spec in specs.get("true", specs.get("false")))
+    st.set(merged, outputs)
+    return st.get()
+
+
+def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, return_names, return_flags):
+    """The function `cf.cond` traces for one side: run the branch from the
+    state `before`, then return its outputs flattened (tuples and lists are
+    flattened: the op merges their elements), except the outputs in `arrays`,
+    which are tensor arrays. A value no later use can see (the branch
+    returned, or it is the return value and undefined) is `Unreachable`; a
+    branch that raises yields one `Unreachable` for all its values."""
+    def run():
+        st.restore(before)
+        if isinstance(raising_as_op(fn)(), cf.Unreachable):
+            return cf.Unreachable(side)
+        seen[side] = values = st.get(outputs)
+        if side == "false":
+            became_arrays = _lists_become_arrays(seen, arrays)
+            if became_arrays:
+                raise _AsArrays(became_arrays)
+        returned = any(values[outputs.index(f)] is True for f in return_flags)
+        leaves, specs[side] = [], []
+        for k, value in enumerate(values):
+            if k in arrays and type(value) is list:
+                value = loop_init(value)
+            if isinstance(value, Undefined) and (returned or outputs[k] in return_names):
+                value = cf.Unreachable(outputs[k])
+            true_spec = specs["true"][k] if side == "false" and "true" in specs else None
+            if isinstance(value, Undefined) and true_spec is not None:
+                value = _unflatten(iter(lambda: value, None), true_spec)
+            flat, spec = _flatten(value)
+            leaves += flat
+            specs[side].append(spec)
+            if side == "true" or "true" not in specs:
+                leaf_names.extend([outputs[k]] * len(flat))
+        if side == "false":
+            structure = _structure_error(specs, outputs)
+            if structure is not None:
+                raise structure
+        return tuple(leaves)
+    return run
+
+
+class _AsArrays(Exception):
+    """Retry the ``if`` with these outputs (indices) carried as tensor arrays."""
+
+    def __init__(self, outputs):
+        super().__init__(outputs)
+        self.outputs = outputs
+
+
+def _lists_become_arrays(seen, arrays):
+    """Outputs that are a Python list in one branch and a tensor array in the other."""
+    if "true" not in seen or "false" not in seen:
+        return set()
+    def kind(value):
+        return "list" if type(value) is list else "array" if is_var(value) and value.kind == TENSOR_ARRAY else None
+    return {k for k, (a, b) in enumerate(zip(seen["true"], seen["false"]))
+            if k not in arrays and {kind(a), kind(b)} == {"list", "array"}}
+
+
+def _flatten(value):
+    """(leaves, spec) of nested tuples/lists; spec None for a single value."""
+    if isinstance(value, (tuple, list)):
+        leaves, specs = [], []
+        for v in value:
+            flat, spec = _flatten(v)
+            leaves += flat
+            specs.append(spec)
+        return leaves, (type(value), tuple(specs))
+    return [value], None
+
+
+def _unflatten(leaves, spec):
+    if spec is None:
+        return next(leaves)
+    kind, specs = spec
+    return kind(_unflatten(leaves, s) for s in specs)
+
+
+def _describe(spec):
+    return "single value" if spec is None else f"{spec[0].__name__} of {len(spec[1])}"
+
+
+def _structure_error(specs, outputs):
+    if "true" not in specs or "false" not in specs:
+        return None
+    for name, a, b in zip(outputs, specs["true"], specs["false"]):
+        if a != b and not (a is None and b is None):
+            return error_at_user_line(
+                f"{name!r} is a {_describe(a)} in the true branch but a {_describe(b)} in the false branch "
+                "of the `if` on a tensor at this line; a Python list or tuple cannot change its length "
+                "under a tensor condition: build it the same way in both branches, or use a tensor "
+                "(torch.cat / torch.stack / torch.where)")
+    return None
+
+
+def convert_ifexp(pred, true_fn, false_fn):
+    """``true_fn() if pred else false_fn()``; a ``cond`` op for a graph ``pred``."""
+    if not is_var(pred):
+        return true_fn() if pred else false_fn()
+    return cf.cond(pred, true_fn, false_fn)

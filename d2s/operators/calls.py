@@ -1,0 +1,138 @@
+"""Which code gets converted: ``convert_call`` and ``convert_method``.
+
+User functions, lambdas, methods and user modules' ``forward`` are converted
+(once; conversions are cached); builtins with a tensor meaning map to their
+``convert_*`` helper; torch, numpy, the standard library, d2s itself,
+classes and C functions are called as they are.
+"""
+
+import functools
+import inspect
+import os
+import sysconfig
+import types
+
+import torch
+
+from ops.capture import error_at_user_line
+from ops.optimizer_ops import record_optimizer_call
+from runtime.ir import Variable
+
+from .py_builtins import BUILTINS, _item
+from .state import is_var
+
+
+def convert_method(obj, name):
+    """``getattr(obj, name)`` for tensor methods that read a value: a graph
+    tensor's ``item()`` is a 0-d tensor standing for the number (its value
+    exists only at run time; see ``_item``)."""
+    if is_var(obj) and name == "item":
+        return lambda: _item(obj)
+    return convert_call(getattr(obj, name))
+
+
+# Code from these top-level packages is called as it is, never converted.
+_NOT_CONVERTED = frozenset({
+    "torch", "numpy", "d2s", "ops", "runtime", "builtins", "gast", "astor", "safetensors",
+    "hypothesis", "pytest", "_pytest", "pluggy", "typing_extensions",
+})
+# ... and so is the standard library, recognised by where its files live
+# (a user module may well be called `test` or `types`).
+_STDLIB_DIRS = tuple({os.path.join(os.path.realpath(sysconfig.get_paths()[k]), "")
+                      for k in ("stdlib", "platstdlib")})
+_SITE_DIRS = tuple({os.path.join(os.path.realpath(p), "")
+                    for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])})
+
+
+def _is_user_code(obj):
+    module = getattr(obj, "__module__", None) or ""
+    return module.split(".")[0] not in _NOT_CONVERTED
+
+
+def _is_stdlib_file(filename):
+    path = os.path.realpath(filename)
+    return path.startswith(_STDLIB_DIRS) and not path.startswith(_SITE_DIRS)
+
+
+def _convertible(fn):
+    from .. import conversion
+    code = fn.__code__
+    return (_is_user_code(fn) and not conversion.is_converted(fn)
+            and not code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR)
+            and not code.co_filename.startswith("<") and not _is_stdlib_file(code.co_filename))
+
+
+# Factories taking sizes as varargs: torch's argument parser rejects a
+# run-time size (a Variable) in `zeros(n, 3)` before any capture hook runs,
+# but accepts it in the tuple form `zeros((n, 3))`.
+_SIZE_VARARGS = {torch.zeros, torch.ones, torch.empty, torch.rand, torch.randn}
+
+
+def _call_with_packed_sizes(fn, *sizes, **kwargs):
+    if len(sizes) > 1 and any(isinstance(s, Variable) for s in sizes):
+        return fn(tuple(sizes), **kwargs)
+    return fn(*sizes, **kwargs)
+
+
+_OPTIMIZERS = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
+
+
+def convert_call(fn):
+    """The callable to call in place of ``fn``. Equivalent Python: ``return fn``.
+
+    User functions, lambdas, methods and user modules' ``forward`` are
+    converted (once; conversions are cached); builtins with a tensor meaning
+    map to their ``convert_*`` helper; everything else (torch, numpy, the
+    standard library, d2s itself, classes, C functions) is returned as it is.
+    """
+    from .. import conversion
+    from ..static_function import DATA_PARALLEL, StaticFunction, data_parallel_message
+    try:
+        mapped = BUILTINS.get(fn)
+    except TypeError:  # unhashable callable
+        mapped = None
+    if mapped is not None:
+        return mapped
+    if fn in _SIZE_VARARGS:
+        return functools.partial(_call_with_packed_sizes, fn)
+    if isinstance(fn, StaticFunction):
+        return convert_call(fn.dygraph_function)
+    if isinstance(fn, types.FunctionType):
+        return conversion.convert_function(fn) if _convertible(fn) else fn
+    if isinstance(fn, DATA_PARALLEL):  # its per-step Python bookkeeping would run once, at build time
+        raise error_at_user_line(f"calling a {type(fn).__name__} module inside declarative code: "
+                                 + data_parallel_message(fn))
+    if isinstance(fn, types.MethodType) and isinstance(fn.__self__, _OPTIMIZERS):
+        return record_optimizer_call(fn)  # opt.step() is an op of the program, not a build-time call
+    if isinstance(fn, types.MethodType):
+        func = fn.__func__
+        if isinstance(func, StaticFunction):
+            func = func._function
+        if isinstance(func, types.FunctionType) and _convertible(func):
+            return types.MethodType(conversion.convert_function(func), fn.__self__)
+        return fn
+    if isinstance(fn, torch.nn.Module) and _is_user_code(type(fn)):
+        return _module_forward(fn)
+    return fn
+
+
+def _module_forward(module):
+    """A user module's converted ``forward``, bound; the module itself when
+    hooks must run (``Module.__call__`` runs them around ``forward``)."""
+    from .. import conversion
+    from ..static_function import StaticFunction
+    if (module._forward_hooks or module._forward_pre_hooks or torch.nn.modules.module._global_forward_hooks
+            or torch.nn.modules.module._global_forward_pre_hooks):
+        return module
+    forward = module.__dict__.get("forward")
+    if isinstance(forward, StaticFunction):
+        forward = forward._function
+    elif forward is None:
+        forward = type(module).forward
+        if isinstance(forward, StaticFunction):
+            forward = forward._function
+    else:
+        return module
+    if isinstance(forward, types.FunctionType) and _convertible(forward):
+        return types.MethodType(conversion.convert_function(forward), module)
+    return module

@@ -1,0 +1,179 @@
+"""``for`` loops: the iteration protocol the lowered ``for`` uses
+(``convert_for_iter/test/next``) and the graph forms of ``range``,
+``enumerate`` and ``zip``.
+
+A ``for`` over a Python sequence runs (and unrolls) in Python; over a tensor,
+a tensor array or a ``range`` with a tensor bound it iterates a graph index.
+"""
+
+import torch
+
+from ops import framework as fw
+from ops.capture import error_at_user_line
+from runtime.ir import TENSOR_ARRAY, Variable
+
+from .logical import convert_logical_and
+from .state import is_var
+
+
+class _GraphIterable:
+    """Something a ``for`` loop iterates as a graph loop, by index ``i`` (a 0-d
+    int64 tensor): ``has(i)`` and ``get(i)``."""
+
+
+class Rows(_GraphIterable):
+    """The rows of a tensor, or the elements of a tensor array."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def length(self):
+        if self.value.kind == TENSOR_ARRAY:
+            return fw.array_length(self.value)
+        if not self.value.shape:
+            raise error_at_user_line(f"iteration over a 0-d tensor `{self.value.name}`")
+        n = self.value.shape[0]
+        return n if n != -1 else fw.shape(self.value)[0]
+
+    def has(self, i):
+        return i < self.length()
+
+    def get(self, i):
+        if self.value.kind == TENSOR_ARRAY:
+            return fw.array_read(self.value, i)
+        # A view, as in eager iteration: `row *= 2` writes into the tensor.
+        return torch.select(self.value, 0, i)
+
+
+class _Range(_GraphIterable):
+    def __init__(self, start, stop, step):
+        if not is_var(step) and step == 0:
+            raise error_at_user_line("range() arg 3 must not be zero")
+        self.start, self.stop, self.step = start, stop, step
+
+    def get(self, i):
+        value = i
+        if is_var(self.step) or self.step != 1:
+            value = value * self.step
+        if is_var(self.start) or self.start != 0:
+            value = value + self.start
+        return value
+
+    def has(self, i):
+        value = self.get(i)
+        if not is_var(self.step):
+            return value < self.stop if self.step > 0 else value > self.stop
+        return torch.where(self.step > 0, value < self.stop, value > self.stop)
+
+
+class _Enumerate(_GraphIterable):
+    def __init__(self, inner, start):
+        self.inner, self.start = inner, start
+
+    def has(self, i):
+        return self.inner.has(i)
+
+    def get(self, i):
+        return (i + self.start if is_var(self.start) or self.start != 0 else i), self.inner.get(i)
+
+
+class _Zip(_GraphIterable):
+    def __init__(self, inners):
+        self.inners = inners
+
+    def has(self, i):
+        test = self.inners[0].has(i)
+        for inner in self.inners[1:]:
+            test = convert_logical_and(lambda t=test: t, lambda inner=inner: inner.has(i))
+        return test
+
+    def get(self, i):
+        return tuple(inner.get(i) for inner in self.inners)
+
+
+class _PythonItems(_GraphIterable):
+    """A Python sequence zipped with tensors: indexed by a graph index."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def has(self, i):
+        return i < len(self.items)
+
+    def get(self, i):
+        return _python_item(self.items, i)
+
+
+def _graph_iterable(value):
+    if isinstance(value, _GraphIterable):
+        return value
+    if is_var(value):
+        return Rows(value)
+    return _PythonItems(value if isinstance(value, (range, list, tuple)) else list(value))
+
+
+def _python_item(items, i):
+    """``items[i]`` for a Python sequence and a graph index."""
+    if isinstance(items, range):
+        return items.start + i * items.step
+    values = list(items)
+    if all(isinstance(v, (Variable, torch.Tensor, int, float, bool)) for v in values) and values:
+        return fw.array_read(fw.array_from_list(values), i)
+    raise error_at_user_line(
+        "this loop over a Python sequence became a graph loop (its condition depends on a tensor, "
+        "e.g. through a tensor-dependent break or return), so its items must be tensors or numbers; "
+        "loop over range(len(items)) with a tensor condition inside instead")
+
+
+def convert_for_iter(iterable):
+    """Start iterating ``iterable``: returns ``(iterable, index)``.
+
+    Equivalent Python: ``return list(iterable), 0``. Tensors, tensor arrays and
+    the graph forms of ``range``/``enumerate``/``zip`` start a graph index.
+    """
+    if is_var(iterable) or isinstance(iterable, _GraphIterable):
+        return _graph_iterable(iterable), fw.fill_constant(0, torch.int64)
+    if isinstance(iterable, (range, list, tuple, str)):
+        return iterable, 0
+    return list(iterable), 0
+
+
+def convert_for_test(items, i):
+    """Equivalent Python: ``return i < len(items)``."""
+    if isinstance(items, _GraphIterable):
+        return items.has(i)
+    return i < len(items)
+
+
+def convert_for_next(items, i):
+    """Equivalent Python: ``return items[i], i + 1``."""
+    if isinstance(items, _GraphIterable):
+        return items.get(i), i + 1
+    if is_var(i):
+        return _python_item(items, i), i + 1
+    return items[i], i + 1
+
+
+def convert_range(*args):
+    """``range(*args)``; a graph range when a bound is a graph tensor."""
+    if not any(is_var(a) for a in args):
+        return range(*args)
+    if len(args) == 1:
+        return _Range(0, args[0], 1)
+    if len(args) == 2:
+        return _Range(args[0], args[1], 1)
+    return _Range(*args)
+
+
+def convert_enumerate(iterable, start=0):
+    """``enumerate(iterable, start)``; graph form for tensors and graph ranges."""
+    if is_var(iterable) or isinstance(iterable, _GraphIterable) or is_var(start):
+        return _Enumerate(_graph_iterable(iterable), start)
+    return enumerate(iterable, start)
+
+
+def convert_zip(*iterables):
+    """``zip(*iterables)``; graph form when any of them is a tensor or graph range."""
+    if any(is_var(it) or isinstance(it, _GraphIterable) for it in iterables):
+        return _Zip([_graph_iterable(it) for it in iterables])
+    return zip(*iterables)

@@ -1,0 +1,110 @@
+"""Builtins with a tensor meaning: ``len``, ``x.shape``, ``int``/``float``/``bool``,
+``print``, ``assert``, ``isinstance``, and ``t.item()``.
+"""
+
+import builtins
+import functools
+
+import torch
+
+from ops import framework as fw
+from ops.capture import size as _variable_size, stands_for_number
+
+from .for_loops import Rows, convert_enumerate, convert_range, convert_zip
+from .state import is_var
+
+
+def convert_len(value):
+    """``len(value)``: a Python int when known while converting, else a 0-d tensor."""
+    if not is_var(value):
+        return len(value)
+    return Rows(value).length()
+
+
+def convert_shape(value):
+    """``value.shape``: for a graph tensor a tuple of Python ints (known
+    dimensions) and 0-d tensors (dimensions known only at run time)."""
+    if is_var(value):
+        return _variable_size(value)
+    return value.shape
+
+
+_CASTS = {int: torch.int64, float: torch.float32, bool: torch.bool}
+
+
+def convert_cast(value, kind):
+    """``kind(value)`` for ``kind`` in int/float/bool; a cast to a 0-d tensor
+    for a graph tensor (float -> float32, int -> int64). Detached: eagerly the
+    result is a Python number, which carries no gradient."""
+    if not is_var(value):
+        return kind(value)
+    out = fw.cast(value.detach(), _CASTS[kind])
+    out = out if out.shape == () else out.reshape(())
+    out.python_number = True
+    return out
+
+
+def _cast_builtin(kind):
+    @functools.wraps(kind)
+    def cast(*args, **kwargs):
+        if len(args) == 1 and not kwargs and is_var(args[0]):
+            return convert_cast(args[0], kind)
+        return kind(*args, **kwargs)
+    return cast
+
+
+def convert_print(*values, sep=" ", end="\n", file=None, flush=False):
+    """``print(*values)``; a run-time ``print`` op when a value is a graph tensor."""
+    if any(is_var(v) for v in values):
+        fw.print_(*values, sep=sep, end=end)
+    else:
+        print(*values, sep=sep, end=end, file=file, flush=flush)
+
+
+def convert_assert(test, message=None):
+    """``assert test, message()``; a run-time ``assert`` op for a graph tensor."""
+    if is_var(test):
+        fw.assert_(test, message() if message is not None else "")
+    elif not test:
+        raise AssertionError(message()) if message is not None else AssertionError()
+
+
+def convert_isinstance(value, classinfo):
+    """``isinstance(value, classinfo)``, where a graph tensor counts as a
+    ``torch.Tensor``, and one that stands for a Python number (``t.item()``,
+    ``int(t)``, a counter a graph loop carries) as that number: ``bool``,
+    ``int`` or ``float`` by its dtype."""
+    if isinstance(value, classinfo):
+        return True
+    if is_var(value):
+        kind = torch.Tensor
+        if stands_for_number(value):
+            kind = bool if value.dtype == torch.bool else float if value.dtype.is_floating_point else int
+        kinds = classinfo if isinstance(classinfo, tuple) else (classinfo,)
+        return any(isinstance(k, type) and issubclass(kind, k) for k in kinds)
+    return False
+
+
+
+
+
+
+def _item(value):
+    """``value.item()`` of a graph tensor: a new 0-d Variable (never ``value``
+    itself) that stands for the Python number eager code would have."""
+    out = value.reshape(())
+    out.python_number = True
+    return out
+
+
+BUILTINS = {
+    builtins.len: convert_len,
+    builtins.print: convert_print,
+    builtins.int: _cast_builtin(int),
+    builtins.float: _cast_builtin(float),
+    builtins.bool: _cast_builtin(bool),
+    builtins.range: convert_range,
+    builtins.enumerate: convert_enumerate,
+    builtins.zip: convert_zip,
+    builtins.isinstance: convert_isinstance,
+}

@@ -1,0 +1,170 @@
+"""`d2s.onnx.export`: cond -> If, while -> Loop. Each model is exported once
+(dynamic dimensions symbolic), passes onnx.checker's full check, and
+onnxruntime matches eager PyTorch on inputs taking every branch and trip
+count: the quickstart model, the GRU greedy decoder with `break`, the LSTM
+tagger looping over a tensor length, the digits classifier at batch sizes
+1 and 7; from a declarative module, a TranslatedLayer and a saved
+directory, and through `python -m d2s export-onnx`."""
+
+import copy
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import d2s
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+from models import GreedyDecoder, LSTMTagger  # noqa: E402
+from mnist import MNIST  # noqa: E402
+
+
+def _quickstart_model():
+    spec = importlib.util.spec_from_file_location("quickstart", os.path.join(ROOT, "examples", "quickstart.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.GatedRefiner()
+
+
+def _export(eager, spec, tmp_path, how="module"):
+    path = str(tmp_path / "model.onnx")
+    static = d2s.declarative(copy.deepcopy(eager))
+    if how == "module":
+        model = d2s.onnx.export(static, path, input_spec=spec)
+    else:
+        d2s.jit.save(static, str(tmp_path / "saved"), input_spec=spec)
+        source = d2s.jit.load(str(tmp_path / "saved")) if how == "translated" else str(tmp_path / "saved")
+        model = d2s.onnx.export(source, path)
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    return model, ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+
+
+def _op_types(graph):
+    types = set()
+    for node in graph.node:
+        types.add(node.op_type)
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                types |= _op_types(attr.g)
+    return types
+
+
+def _check(session, feeds, expected):
+    names = [i.name for i in session.get_inputs()]
+    got = session.run(None, {n: np.asarray(v) for n, v in zip(names, feeds)})
+    expected = expected if isinstance(expected, (list, tuple)) else [expected]
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        e = torch.as_tensor(e).detach().numpy()
+        assert g.dtype == e.dtype and g.shape == e.shape
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("how", ["module", "translated", "directory"])
+def test_quickstart_model_every_branch_and_trip_count(tmp_path, how):
+    torch.manual_seed(0)
+    eager = _quickstart_model().eval()
+    model, session = _export(eager, [d2s.InputSpec([None, 8])], tmp_path, how)
+    assert {"If", "Loop"} <= _op_types(model.graph)
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param  # a symbolic batch dimension
+    inputs = [torch.randn(4, 8) * 3, torch.randn(4, 8) * 0.05, -torch.ones(4, 8), torch.ones(1, 8) * 0.01,
+              torch.randn(7, 8)]
+    trips, branches = set(), set()
+    for x in inputs:
+        h = torch.tanh(eager.encode(x))
+        steps = 0
+        while h.abs().mean() > 0.2 and steps < 4:
+            h, steps = 0.5 * torch.tanh(eager.refine(h)), steps + 1
+        trips.add(steps)
+        branches.add(bool(h.mean() > 0))
+        with torch.no_grad():
+            _check(session, [x], eager(x))
+    assert trips >= {0, 1} and branches == {True, False}
+
+
+def _gru_session(eager, path):
+    """The decoder exported with a dynamic batch and a max_len input."""
+    path.mkdir()
+    _, session = _export(eager, [d2s.InputSpec([None, 32]), d2s.InputSpec([], "int64")], path)
+    return session
+
+
+@pytest.mark.parametrize("eos_bias, max_len, steps", [
+    (-5.0, 1, 1),    # one trip, no break
+    (-5.0, 6, 6),    # runs to max_len
+    (50.0, 6, 1),    # every sequence emits eos at once: break after the first trip
+])
+def test_gru_greedy_decoder_with_break(tmp_path, eos_bias, max_len, steps):
+    torch.manual_seed(1)
+    eager = GreedyDecoder(eos=1).eval()
+    with torch.no_grad():
+        eager.out.bias[1] = eos_bias
+    session = _gru_session(eager, tmp_path / "m")
+    h = torch.randn(3, 32)
+    with torch.no_grad():
+        tokens, n = eager(h, torch.tensor(max_len))
+    assert n == steps
+    _check(session, [h, np.array(max_len)], [tokens, torch.tensor(n)])
+
+
+def test_lstm_tagger_loops_over_a_tensor_length(tmp_path):
+    torch.manual_seed(2)
+    eager = LSTMTagger().eval()
+    model, session = _export(eager, [d2s.InputSpec([None, None], "int64"), d2s.InputSpec([], "int64")], tmp_path)
+    assert "Loop" in _op_types(model.graph)
+    tokens = torch.randint(0, 50, (3, 9))
+    with torch.no_grad():
+        for length in (1, 4, 9):
+            _check(session, [tokens, np.array(length)], eager(tokens, torch.tensor(length)))
+        short = torch.randint(0, 50, (2, 2))
+        _check(session, [short, np.array(2)], eager(short, torch.tensor(2)))
+
+
+@pytest.mark.parametrize("batch", [1, 7])
+def test_digits_classifier(tmp_path, batch):
+    torch.manual_seed(3)
+    eager = MNIST(batch_norm=True).eval()
+    _, session = _export(eager, [d2s.InputSpec([None, 1, 28, 28])], tmp_path)
+    x = torch.rand(batch, 1, 28, 28)
+    with torch.no_grad():
+        _check(session, [x], eager(x))
+
+
+def test_an_op_without_a_lowering_names_the_op_and_the_line(tmp_path):
+    @d2s.declarative
+    def uses_cumsum(x):
+        return torch.cumsum(x, 0)  # no ONNX lowering for this op
+
+    with pytest.raises(d2s.onnx.ExportError, match=r"cannot export op 'torch.cumsum' to ONNX: no ONNX lowering "
+                                                   r"for this op .*test_onnx.py\", line \d+: return torch.cumsum"):
+        d2s.onnx.export(uses_cumsum, str(tmp_path / "m.onnx"), input_spec=[d2s.InputSpec([None])])
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_dropout_in_training_mode_is_refused(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).train()
+    with pytest.raises(d2s.onnx.ExportError, match="dropout in training mode is random; export the model in eval"):
+        d2s.onnx.export(d2s.declarative(model), str(tmp_path / "m.onnx"), input_spec=[d2s.InputSpec([None, 4])])
+
+
+def test_export_onnx_command(tmp_path, capsys):
+    from d2s.__main__ import main
+    torch.manual_seed(0)
+    eager = _quickstart_model().eval()
+    d2s.jit.save(d2s.declarative(copy.deepcopy(eager)), str(tmp_path / "saved"),
+                 input_spec=[d2s.InputSpec([None, 8])])
+    assert main(["export-onnx", str(tmp_path / "saved"), str(tmp_path / "q.onnx")]) == 0
+    assert "wrote" in capsys.readouterr().out
+    session = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        _check(session, [x], eager(x))
+    assert main(["export-onnx", str(tmp_path / "nowhere"), str(tmp_path / "x.onnx")]) == 2
+    assert capsys.readouterr().err.startswith("error: invalid model: ")
