@@ -70,21 +70,26 @@ class ReturnType:
         return getattr(torch.return_types, self.name)(values)
 
 
-def refs(tree):
-    """The InputRef/OutputRef leaves of an attribute tree, in order."""
-    if isinstance(tree, (InputRef, OutputRef)):
-        yield tree
-    elif isinstance(tree, (list, tuple)):
+def leaves(tree):
+    """The leaves of an attribute tree (containers, slices and structseq
+    results opened), in order."""
+    if isinstance(tree, (list, tuple)):
         for t in tree:
-            yield from refs(t)
+            yield from leaves(t)
     elif isinstance(tree, dict):
         for t in tree.values():
-            yield from refs(t)
+            yield from leaves(t)
     elif isinstance(tree, slice):
-        for t in (tree.start, tree.stop, tree.step):
-            yield from refs(t)
+        yield from leaves((tree.start, tree.stop, tree.step))
     elif isinstance(tree, ReturnType):
-        yield from refs(tree.items)
+        yield from leaves(tree.items)
+    else:
+        yield tree
+
+
+def refs(tree):
+    """The InputRef/OutputRef leaves of an attribute tree, in order."""
+    return (leaf for leaf in leaves(tree) if isinstance(leaf, (InputRef, OutputRef)))
 
 
 _MEMORY_FORMATS = {

@@ -123,20 +123,14 @@ def _elem(dtype):
 
 
 def _common(a, b):
-    """The dtype torch computes `a <op> b` in (Values and Python numbers)."""
-    def torch_type(x):
+    """The dtype torch computes `a <op> b` in (Values and Python numbers):
+    torch's own promotion, asked with stand-ins of the same dtype and rank
+    class (0-d or not)."""
+    def stand_in(x):
         if isinstance(x, Value):
-            return x.var.dtype, x.var.ndim == 0
-        return {bool: torch.bool, int: torch.int64, float: torch.get_default_dtype()}[type(x)], True
-    (ta, sa), (tb, sb) = torch_type(a), torch_type(b)
-    if isinstance(a, Value) and isinstance(b, Value):
-        if sa == sb:
-            return dtype_name(torch.promote_types(ta, tb))
-    category = lambda t: 2 if t.is_floating_point else 0 if t == torch.bool else 1
-    tensor, other = (ta, tb) if (isinstance(a, Value) and not (isinstance(b, Value) and sa and not sb)) else (tb, ta)
-    if category(other) > category(tensor):
-        return dtype_name(torch.get_default_dtype() if category(other) == 2 else torch.int64)
-    return dtype_name(tensor)
+            return torch.empty((1,) * min(x.var.ndim, 1), dtype=x.var.dtype, device="meta")
+        return x
+    return dtype_name(torch.result_type(stand_in(a), stand_in(b)))
 
 
 # -- table -------------------------------------------------------------------------------

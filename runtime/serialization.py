@@ -19,7 +19,7 @@ above, and refuses anything that could make the executor do something other
 than run registered kernels on declared variables -- see `_Validator`.
 """
 
-from .attrs import InputRef, OutputRef, ReturnType, decode, encode, refs
+from .attrs import InputRef, OutputRef, decode, encode, leaves, refs
 from .errors import ModelFormatError
 from .format_rules import check_collisions, check_name, check_size, current_limits
 from .ir import TENSOR, TENSOR_ARRAY, Block, Program, dtype_name
@@ -340,26 +340,11 @@ def _check_attr_schema(opdef, attrs, where):
         kind = _CALL_ATTRS[key]
         if not isinstance(value, kind):
             _fail(where, f"attribute {key!r} must be a {kind.__name__}, got {type(value).__name__}")
-        if any(isinstance(leaf, Block) for leaf in _leaves(value)):
+        if any(isinstance(leaf, Block) for leaf in leaves(value)):
             _fail(where, f"attribute {key!r} holds a block reference; only control-flow ops have sub-blocks")
     out = attrs.get("out")
-    if out is not None and not all(isinstance(leaf, OutputRef) for leaf in _leaves(out)):
+    if out is not None and not all(isinstance(leaf, OutputRef) for leaf in leaves(out)):
         _fail(where, "attribute 'out' may only hold output positions ($out)")
-
-
-def _leaves(tree):
-    if isinstance(tree, (list, tuple)):
-        for item in tree:
-            yield from _leaves(item)
-    elif isinstance(tree, dict):
-        for item in tree.values():
-            yield from _leaves(item)
-    elif isinstance(tree, ReturnType):
-        yield from _leaves(tree.items)
-    elif isinstance(tree, slice):
-        yield from _leaves((tree.start, tree.stop, tree.step))
-    else:
-        yield tree
 
 
 def _visible(block, name):

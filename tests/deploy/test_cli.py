@@ -208,9 +208,9 @@ def test_show_writes_dot_text(quickstart, tmp_path, capsys):
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz is not installed")
-def test_show_renders_the_quickstart_model_as_svg(quickstart, tmp_path):
-    result = _cli("show", quickstart, "-o", str(tmp_path / "q.svg"), cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
+def test_show_renders_the_quickstart_model_as_svg(quickstart, tmp_path, capsys):
+    assert main(["show", quickstart, "-o", str(tmp_path / "q.svg")]) == 0
+    assert capsys.readouterr().out == f"wrote {tmp_path / 'q.svg'}\n"
     root = ET.parse(tmp_path / "q.svg").getroot()
     assert root.tag == "{http://www.w3.org/2000/svg}svg"
     texts = {t.text for t in root.iter("{http://www.w3.org/2000/svg}text")}

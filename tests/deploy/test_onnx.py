@@ -137,6 +137,44 @@ def test_digits_classifier(tmp_path, batch):
         _check(session, [x], eager(x))
 
 
+@d2s.declarative
+def _clipped_sum(x, limit):
+    total = x.sum() * 0
+    i = 0
+    while i < x.shape[0]:
+        if total > limit:
+            break
+        total = total + x[i].abs().sum()
+        i += 1
+    return total, i
+
+
+def test_a_declarative_function_with_break_in_a_loop_over_rows(tmp_path):
+    path = str(tmp_path / "f.onnx")
+    d2s.onnx.export(_clipped_sum, path, input_spec=[d2s.InputSpec([None, 3]), d2s.InputSpec([], "float32")])
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    x = torch.arange(12.0).reshape(4, 3)
+    trips = set()
+    for rows, limit in [(4, 100.0), (4, 5.0), (1, 0.0), (0, 1.0), (4, -1.0)]:
+        total, i = _clipped_sum.dygraph_function(x[:rows], torch.tensor(limit))
+        trips.add(int(i))
+        _check(session, [x[:rows], np.array(limit, dtype="float32")], [total, torch.tensor(i)])
+    assert trips == {0, 1, 2, 4}
+
+
+@d2s.declarative
+def _mixed_dtypes(ids, x):
+    return ids < 2.5, x > ids, ids * 0.5 + x, ids / 2, (ids == 3) | (x.sum(1, keepdim=True) > 0)
+
+
+def test_type_promotion_follows_torch(tmp_path):
+    path = str(tmp_path / "mixed.onnx")
+    d2s.onnx.export(_mixed_dtypes, path, input_spec=[d2s.InputSpec([None, 3], "int64"), d2s.InputSpec([None, 3])])
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    ids, x = torch.tensor([[1, 2, 3], [3, 4, 0]]), torch.tensor([[2.5, 1.0, 3.5], [-9.0, 4.0, 0.25]])
+    _check(session, [ids, x], _mixed_dtypes.dygraph_function(ids, x))
+
+
 def test_an_op_without_a_lowering_names_the_op_and_the_line(tmp_path):
     @d2s.declarative
     def uses_cumsum(x):

@@ -338,33 +338,19 @@ def _check_rejected(path, tamper, message, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("case", sorted(TAMPERING))
-def test_tampered_model_is_rejected_before_anything_runs(tmp_path, monkeypatch, case):
+def test_tampered_model_is_rejected_before_anything_runs(tmp_path, monkeypatch, forbid_execution, case):
     path, *_ = _saved(tmp_path)
     tamper, message = TAMPERING[case]
-    _guard(monkeypatch)
+    forbid_execution()
     _check_rejected(path, tamper, message, tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("case", sorted(CONTROL_FLOW_TAMPERING))
-def test_tampered_control_flow_is_rejected_before_anything_runs(tmp_path, monkeypatch, case):
+def test_tampered_control_flow_is_rejected_before_anything_runs(tmp_path, monkeypatch, forbid_execution, case):
     path, *_ = _saved(tmp_path, "control_flow")
     tamper, message = CONTROL_FLOW_TAMPERING[case]
-    _guard(monkeypatch)
+    forbid_execution()
     _check_rejected(path, tamper, message, tmp_path, monkeypatch)
-
-
-def _guard(monkeypatch):
-    """Loading a bad model must fail before compiling, binding or unpickling."""
-    def forbidden(*args, **kwargs):
-        raise AssertionError("a rejected model got as far as compiling, binding or unpickling")
-    import runtime.codegen
-    import runtime.executor
-    monkeypatch.setattr(runtime.codegen, "compile_program", forbidden)
-    monkeypatch.setattr(runtime.executor, "compile_program", forbidden)
-    monkeypatch.setattr(runtime.Program, "bind", forbidden)
-    monkeypatch.setattr(torch, "load", forbidden)
-    monkeypatch.setattr(pickle, "load", forbidden)
-    monkeypatch.setattr(pickle, "loads", forbidden)
 
 
 def test_missing_directory_is_a_model_format_error(tmp_path):
@@ -372,10 +358,10 @@ def test_missing_directory_is_a_model_format_error(tmp_path):
         load_inference_model(str(tmp_path / "absent"), Executor())
 
 
-def test_guard_catches_a_load_that_binds(tmp_path, monkeypatch):
+def test_guard_catches_a_load_that_binds(tmp_path, forbid_execution):
     # The tampering tests rely on the guard: an intact model must trip it.
     path, *_ = _saved(tmp_path)
-    _guard(monkeypatch)
+    forbid_execution()
     with pytest.raises(AssertionError, match="got as far as"):
         load_inference_model(str(path), Executor())
 
