@@ -133,7 +133,7 @@ def _outer_reads(blocks):
 def _check_pred(pred):
     if any(d not in (1, -1) for d in pred.shape):
         raise error_at_user_line(
-            f"a condition must be a tensor with one element, but `{pred.name}` has shape "
+            f"a condition must be a tensor with one element, but this one has shape "
             f"{list(pred.shape)}; reduce it first (e.g. `.any()` / `.all()`)")
 
 

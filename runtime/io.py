@@ -400,6 +400,8 @@ def _read_json(path, max_bytes):
         return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         raise ModelFormatError(f"{path}: not valid JSON ({type(exc).__name__}: {exc})") from None
+    except OSError as exc:  # unreadable (permissions, a FIFO that fails, ...)
+        raise ModelFormatError(f"{path}: cannot read it ({exc.strerror or exc})") from None
 
 
 def _parse_document(doc, where, limits=None):

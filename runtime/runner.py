@@ -131,7 +131,7 @@ def _op_error(exc, op):
         # A check the user wrote (`assert`, `raise` under a tensor condition)
         # raises the exception type and message the user chose.
         try:
-            return type(exc)(f"{exc}{where}" if op.type == "raise" else message)
+            return type(exc)(f"{exc}{where}")
         except TypeError:  # an exception class with a richer constructor
             pass
     return OpRuntimeError(message)

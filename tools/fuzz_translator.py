@@ -76,6 +76,7 @@ def main(argv=None):
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--out", help="directory for the minimised reproducers")
     parser.add_argument("--minimize-seconds", type=float, default=60.0, help="time budget per failure")
+    parser.add_argument("--per-class", type=int, default=3, help="programs shrunk per class of wrong results")
     parser.add_argument("--no-minimize", action="store_true", help="only count outcomes")
     args = parser.parse_args(argv)
 
@@ -111,7 +112,9 @@ def main(argv=None):
             return 1 if failing else 0
         if args.out:
             os.makedirs(args.out, exist_ok=True)
-        tasks = [(args.seed, members[0][1], args.minimize_seconds) for _, members in failing]
+        # A class of wrong results can have several causes: shrink a few of its programs.
+        tasks = [(args.seed, index, args.minimize_seconds) for klass, members in failing
+                 for _, index, _ in members[:args.per_class if klass[0] == "wrong" else 1]]
         seen = {}
         for index, signature, message, text in pool.imap(_minimize_one, tasks):
             if signature in seen:

@@ -29,21 +29,25 @@ class Liveness:
     live_out: dict = field(default_factory=dict)
 
 
-def analyze(fn):
+def analyze(fn, cell_reads=None):
+    """``cell_reads`` maps id(statement) -> names the statement reads without
+    naming them: a generated ``x, i = helpers.convert_while(...)`` reads the
+    loop variables' values before the loop through closure cells."""
     result = Liveness()
-    _Scope(result).function(fn)
+    _Scope(result, cell_reads or {}).function(fn)
     return result
 
 
 class _Scope:
-    def __init__(self, result):
+    def __init__(self, result, cell_reads):
         self.result = result
+        self.cell_reads = cell_reads
         self.loops = []  # (live after the loop, live at the loop head) for break/continue
 
     def function(self, fn):
         body = fn.body if isinstance(fn.body, list) else []
         end = activity.analyze(body).nonlocals
-        _Scope(self.result).block(body, set(end))
+        _Scope(self.result, self.cell_reads).block(body, set(end))
         # Nested functions are analysed where they are defined (see `stmt`).
 
     def block(self, stmts, live):
@@ -59,7 +63,7 @@ class _Scope:
         if method is not None:
             return method(s, out)
         act = activity.analyze(s)
-        return (out - _kills(s)) | act.read
+        return (out - _kills(s)) | act.read | self.cell_reads.get(id(s), set())
 
     def stmt_If(self, s, out):
         return _reads(s.test) | self.block(s.body, out) | self.block(s.orelse, out)

@@ -20,7 +20,9 @@ class Context:
     one side: the return transformer adds to it, the loop and branch
     transformers pass it on to the runtime. ``return_flags`` holds the
     lowered ``return``'s flags: on a path where one is True, nothing after
-    the branch uses the names it leaves undefined.
+    the branch uses the names it leaves undefined. ``cell_reads`` maps a
+    generated statement (by id) to the names its helper reads through closure
+    cells (see ``liveness.analyze``), for the analyses of later passes.
     """
 
     filename: str
@@ -29,6 +31,7 @@ class Context:
     helpers: str
     return_names: set = field(default_factory=set)
     return_flags: set = field(default_factory=set)
+    cell_reads: dict = field(default_factory=dict)
 
     def error(self, node, message):
         lineno = getattr(node, "lineno", None)

@@ -40,7 +40,10 @@ class Call(Transformer):
 
     def visit_FunctionDef(self, node):
         args = node.args.posonlyargs + node.args.args
-        self.first_params.append(args[0].id if args else None)
+        # A function without parameters (a generated branch or loop body) sees
+        # the enclosing method's `self`: zero-argument super() there means it.
+        enclosing = self.first_params[-1] if self.first_params else None
+        self.first_params.append(args[0].id if args else enclosing)
         self.generic_visit(node)
         self.first_params.pop()
         return node

@@ -54,5 +54,8 @@ class WhileLoop(ScopedTransformer):
             "helpers.convert_while(test_fn, body_fn, names, return_names)", node,
             test_fn=test_fn, body_fn=body_fn, names=templates.constant(tuple(loop_vars)),
             return_names=templates.constant(tuple(n for n in loop_vars if n in self.ctx.return_names)))
-        return stmts + assign(loop_vars, call, node)
+        result = assign(loop_vars, call, node)
+        # The helper reads the loop variables' values from before the loop.
+        self.ctx.cell_reads[id(result[0])] = set(loop_vars) & self.liveness.live_in[node]
+        return stmts + result
 

@@ -286,3 +286,41 @@ def raise_in_both_branches_of_one_path(x):
             raise KeyError("very")
         raise IndexError("negative")
     return x + 1
+
+
+@case((POS, I(2)), (NEG, I(0)), (NEG, I(3)), ops={"cond", "while"})
+def loop_after_early_return_keeps_value_from_before(x, n):
+    t = x.sum()
+    if x.max() > 1.0:
+        return x + t
+    w = 0
+    while w < n:
+        w += 1
+        t = x.sum() * w
+    return x + t
+
+
+@case((POS,), (NEG,), (T(-0.5, -0.1, 0.0),), ops={"cond", "while"})
+def tensor_if_in_loop_after_early_return(x):
+    t = x.sum()
+    if x.max() > 1.0:
+        return x + t
+    w = 0
+    while w < 1 and x.sum() < -0.5:
+        w += 1
+        if x.sum() > -10.0:
+            t = x.sum() * 2
+    return x + t
+
+
+# -- lists appended under a tensor condition inside a graph loop ---------------------------
+
+
+@case((POS,), (NEG,), (T(1.0, -2.0, 3.0),), ops={"cond", "while"})
+def list_appended_under_tensor_if_in_loop(x):
+    y = x.reshape(3, 1)
+    out = []
+    for row in y:
+        if row.sum() > 0:
+            out.append(row * x)
+    return len(out)

@@ -34,3 +34,26 @@ def test_declarative_matches_eager(fn, arg_sets, ops, no):
     types = all_op_types(static.program_cache.last.main_program)
     assert ops <= types, f"missing {ops - types}; program has {sorted(types)}"
     assert not (no & types), f"unexpected {no & types}"
+
+
+class _Doubler(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+class _Child(_Doubler):
+    def forward(self, x):
+        if x.sum() > 0:
+            x = super().forward(x)
+        for i in range(2):
+            x = super().forward(x) + i
+        return x
+
+
+def test_zero_argument_super_inside_branches_and_loops():
+    module = _Child()
+    static = d2s.declarative(module)
+    for x in (torch.ones(3), -torch.ones(3)):
+        assert torch.equal(static(x), module(x))
+    program = d2s.ProgramTranslator().get_program(module.forward, torch.ones(3))[0]
+    assert "cond" in all_op_types(program)

@@ -226,3 +226,15 @@ def test_inspect_prints_names_escaped():
     assert _shown("x\nfetches:") == "'x\\nfetches:'"
     assert _shown("a\u202eb") == "'a\\u202eb'"
     assert _shown("encode.weight") == "encode.weight"
+
+
+def test_naming_rules_bind_files_not_programs_in_memory(tmp_path):
+    program = d2s.Program()
+    with d2s.program_guard(program):
+        x = d2s.data("my input", [2])
+    copy = program.clone()  # a copy of an in-memory program keeps any name
+    assert "my input" in copy.global_block().vars
+    with pytest.raises(ModelFormatError, match="'my input' is not a valid variable name"):
+        d2s.save_inference_model(str(tmp_path / "m"), ["my input"], [x], Executor(), program)
+    assert not (tmp_path / "m").exists()  # never writes what loading would refuse
+

@@ -15,7 +15,8 @@ nested ``if``/``elif``/``else`` on tensors and on Python values, ternaries,
 ``else``, early ``return`` in branches and loops, Python accumulators, list
 ``append`` then ``torch.stack``/``len``, tensors grown with ``torch.cat``,
 augmented assignment, in-place ops and calls to helper functions that have
-control flow of their own.
+control flow of their own, `int()`/`float()` of tensors, `len`/`.shape`,
+`assert`s that hold, and `zip`.
 
 `generate(seed)` is deterministic: the same seed gives the same program on
 every machine. The tree keeps what the runner and the minimiser need: which
@@ -41,6 +42,7 @@ STATE = {
     "s": ("s = 0.0", "s"),
     "ys": ("ys = [x]", "torch.stack(ys).sum(0)"),
     "zs": ("zs = []", "len(zs)"),
+    "ok": ("ok = (x > 0).any()", None),  # a condition kept in a variable; only tests read it
 }
 
 HELPERS = '''
@@ -68,6 +70,7 @@ def walk(mat, u):
 TENSOR_TESTS = [
     "a.sum() > {c}", "b.mean() < {c}", "(a - b).max() > {c}", "t > {c}", "(a > {c}).any()",
     "x.sum() > {c} and b.sum() < {d}", "a.min() < {c} or not b.sum() > {d}", "not a.sum() > {c}",
+    "ok", "ok and t > {c}", "not ok or k > {i}",
     "a.sum() > {c} and k > {i}", "k > {i} or t < {c}",
 ]
 PYTHON_TESTS = ["k > {i}", "k % 2 == 0", "len(ys) > {i}", "s < {c}", "k == {i} or s > {c}"]
@@ -77,21 +80,25 @@ ASSIGNS = [
     "a = a + x", "a = (a + b) * {s}", "b = torch.tanh(a - b)", "a = torch.add(a, b, alpha={s})",
     "b = b * {s} + 1.0", "a, b = b, a", "t = a.sum()", "t = t + b.max()", "a = torch.where(a > {c}, a, b)",
     "b = torch.sort(a).values", "a = a + t", "b = torch.maximum(a, b) - {c}",
+    "ok = (a > {c}).any() and (b < {d}).all()", "ok = not ok", "ok = ok or t > {c}",
 ]
-PY_ASSIGNS = ["k = k + 1", "k += 2", "s = s + {c}", "s = s * {s}", "s += float(a.max())", "k = k * 2 if k < 4 else k - 1"]
+PY_ASSIGNS = ["k = k + 1", "k += 2", "s = s + {c}", "s = s * {s}", "s += float(a.max())", "k = k * 2 if k < 4 else k - 1",
+              "k = k + int(n)", "k = k + len(m) + x.shape[0]", "assert len(ys) > 0, 'ys is empty'",
+              "assert (a.abs() >= 0).all(), 'a has a negative magnitude'"]
 AUG = ["a += b", "b *= {s}", "t += a.sum()", "a -= {c}"]
 INPLACE = ["acc.add_(a)", "acc.mul_({s})", "acc.add_(b * {s})"]
 TERNARY = ["b = b * {s} if a.sum() > {c} else b + 1.0", "a = a - 1.0 if t < {c} else a * {s}",
            "t = t * 2.0 if (b > {c}).all() else t - 1.0"]
 LISTS = ["ys.append(a * {s})", "zs.append(b)", "a = a + torch.stack(ys).mean(0)", "k = k + len(zs)"]
 GROW = ["g = torch.cat([g, a[:1]])", "t = t + g.sum()"]
-CALLS = ["a = mix(a, b)", "b = clip(b + a, 3.0)", "a = walk(m, a)"]
+CALLS = ["a = mix(a, b)", "b = clip(b + a, 3.0)", "a = walk(m, a)", "b = (lambda u: u * {s} + 1.0)(b)"]
 # Statements that use a loop's target, by target kind.
 TARGET_USES = {
     "index": ["a = a + {v}", "t = t + {v}", "k = k + {v}"],
     "row": ["a = a + {v}", "b = b + {v} * {s}", "ys.append({v})", "t = t + {v}.sum()"],
     "row_inplace": ["{v} *= {s}"],
     "scale": ["a = a * {v}", "s = s + {v}"],
+    "elem": ["t = t + {v}", "a = a + {v}", "s = s + {v}", "a += {v}"],
 }
 
 
@@ -186,14 +193,16 @@ def walk(stmts):
 class Program:
     """A generated function: its state variables, its body, whether `x` requires grad."""
 
-    def __init__(self, seed, state, body, rows, grad):
+    def __init__(self, seed, state, body, rows, grad, pair=False):
         self.seed, self.state, self.body, self.rows, self.grad = seed, state, body, rows, grad
+        self.pair = pair  # return (tensor, k) rather than one tensor
 
     def copy(self):
-        return Program(self.seed, list(self.state), copy_block(self.body), self.rows, self.grad)
+        return Program(self.seed, list(self.state), copy_block(self.body), self.rows, self.grad, self.pair)
 
     def return_text(self):
-        return "return " + " + ".join(STATE[v][1] for v in self.state)
+        total = " + ".join(STATE[v][1] for v in self.state if STATE[v][1])
+        return f"return {total}, k" if self.pair and "k" in self.state else f"return {total}"
 
     def source(self):
         """The module text; also records each statement's line number."""
@@ -264,7 +273,7 @@ class _Generator:
     def simple(self, targets, branch):
         r = self.rng
         # A list appended under a tensor `if` is a documented refusal: rarely, to test that path.
-        lists = [t for t in LISTS if "append" not in t] if branch and r.random() < 0.9 else LISTS
+        lists = [t for t in LISTS if "append" not in t] if branch and r.random() < 0.95 else LISTS
         groups = [("assign", ASSIGNS, 5), ("python", PY_ASSIGNS, 3), ("ternary_tensor", TERNARY, 2),
                   ("list", lists, 2), ("grow", GROW, 1), ("call", CALLS, 1)]
         if not self.grad:
@@ -313,7 +322,7 @@ class _Generator:
     def if_stmt(self, tensor, depth, in_loop, targets, branch):
         r = self.rng
         test = self.test(tensor, targets)
-        branch = branch or _is_tensor_test(test)
+        branch = branch or bool(_TENSOR_NAMES.search(test))  # some operand may be a tensor
         body = self.block(depth + 1, in_loop, targets, branch)
         roll = r.random()
         if roll < 0.35:
@@ -326,8 +335,8 @@ class _Generator:
 
     def loop(self, depth, targets, branch):
         r = self.rng
-        kind = r.choice(["range_tensor", "rows", "enumerate", "while_tensor", "while_and", "range_python",
-                         "list_python", "while_python"])
+        kind = r.choice(["range_tensor", "rows", "enumerate", "zip", "elems", "while_tensor", "while_and",
+                         "range_python", "list_python", "while_python"])
         init, step, new_targets = [], [], []
         if kind == "range_tensor":
             v = self.fresh("i")
@@ -338,6 +347,12 @@ class _Generator:
         elif kind == "enumerate":
             i, v = self.fresh("j"), self.fresh("row")
             header, new_targets = f"for {i}, {v} in enumerate(m):", [(i, "index"), (v, "row")]
+        elif kind == "elems":  # the 0-d elements of a vector the body may change
+            v = self.fresh("e")
+            header, new_targets = f"for {v} in {r.choice(['x', 'a', 'b'])}:", [(v, "elem")]
+        elif kind == "zip":
+            i, v = self.fresh("i"), self.fresh("row")
+            header, new_targets = f"for {i}, {v} in zip(range(n), m):", [(i, "index"), (v, "row")]
         elif kind == "range_python":
             v = self.fresh("i")
             header, new_targets = f"for {v} in range({r.randint(0, 3)}):", [(v, "index")]
@@ -351,7 +366,7 @@ class _Generator:
             header = f"while {w} < {bound}:" if bound else self.fill(f"while {w} < {{i}} and a.sum() < {{c}}:")
             new_targets = [(w, "index")]
         # `while w < 0 and ...` is decided by Python (the tensor operand never runs).
-        tensor = kind in ("range_tensor", "rows", "enumerate", "while_tensor") or (
+        tensor = kind in ("range_tensor", "rows", "enumerate", "zip", "elems", "while_tensor") or (
             kind == "while_and" and not header.startswith(f"while {init[0].split()[0]} < 0 "))
         # Appends in a tensor loop make a tensor array, whatever encloses the loop.
         body = self.block(depth + 1, True, targets + new_targets, branch and not tensor)
@@ -359,11 +374,14 @@ class _Generator:
         return Loop(kind, init, header, step, body, orelse, tensor)
 
 
+_TENSOR_NAMES = re.compile(r"\b(a|b|t|x|ok|row\d+|e\d+)\b")
+
+
 def _is_tensor_test(test):
     """Whether a generated test is decided by a tensor: its first operand (later
     operands of `and`/`or` may be short-circuited by Python) names a tensor."""
     first = re.split(r" and | or ", test)[0]
-    return bool(re.search(r"\b(a|b|t|x|row\d+)\b", first))
+    return bool(_TENSOR_NAMES.search(first))
 
 
 def generate(seed, top=5, depth=3):
@@ -373,7 +391,7 @@ def generate(seed, top=5, depth=3):
     grad = rng.random() < 0.3
     gen = _Generator(rng, grad, top, depth)
     body = gen.block(0, False, [])
-    program = Program(seed, list(STATE), body, rows=rng.randint(1, 3), grad=grad)
+    program = Program(seed, list(STATE), body, rows=rng.randint(1, 3), grad=grad, pair=rng.random() < 0.2)
     program.state = [v for v in STATE if v in program.used_names() or v in ("a",)]
     return program
 

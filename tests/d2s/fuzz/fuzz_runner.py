@@ -129,7 +129,10 @@ def eager_run(fn, args, filename=None):
 
 
 def _grad(result, args):
+    """The gradient of x for a weighted sum of the (first) result."""
     x = args[0]
+    if isinstance(result, tuple) and result:
+        result = result[0]
     if not x.requires_grad or not isinstance(result, torch.Tensor) or not result.requires_grad:
         return None
     weights = torch.arange(1.0, 1.0 + result.numel()).reshape(result.shape)
@@ -217,7 +220,7 @@ def blank(message):
     return " ".join(message.split())[:160]
 
 
-def classify_error(exc, program, source):
+def classify_error(exc, program, source, path=None):
     """An exception from the static side -> Outcome (refused, or crash with the reason)."""
     message = exc.message if isinstance(exc, d2s.ConversionError) else f"{type(exc).__name__}: {exc}"
     named = set(re.findall(r"'([A-Za-z_]\w*)'", message))
@@ -233,6 +236,9 @@ def classify_error(exc, program, source):
             return Outcome("crash", "conversion_error", "false message: " + blank(message), message)
         if not _is_documented(message):
             return Outcome("crash", "conversion_error", "undocumented: " + blank(message), message)
+        if path is not None and (exc.filename != path or not exc.lineno):
+            return Outcome("crash", "conversion_error", "not at the user's line: " + blank(message),
+                           f"{message}\n(raised for {exc.filename}, line {exc.lineno})")
         return Outcome("refused", "conversion_error", blank(message), message)
     tb = traceback.extract_tb(exc.__traceback__)
     where = next((f"{os.path.basename(fr.filename)}:{fr.name}" for fr in reversed(tb)
@@ -299,7 +305,7 @@ def _run(program):
         except _Timeout:
             raise
         except Exception as exc:
-            outcome = classify_error(exc, program, source)
+            outcome = classify_error(exc, program, source, path)
             outcome.stage = stage if outcome.kind == "crash" and outcome.stage == "exception" else outcome.stage
             return outcome
         if not same(result, got):
@@ -317,7 +323,7 @@ def _run(program):
         except _Timeout:
             raise
         except Exception as exc:
-            outcome = classify_error(exc, program, source)
+            outcome = classify_error(exc, program, source, path)
             if outcome.kind == "refused":
                 outcome = Outcome("crash", "executor", outcome.detail, outcome.message)
             return outcome
