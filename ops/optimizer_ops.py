@@ -41,12 +41,11 @@ from .capture import error_at_user_line, user_origin
 from .registry import OpDef, register
 
 
-def _backward_kernel(loss, *params, grad_output=None, retain_graph=None, unused="zeros"):
-    grads = torch.autograd.grad(loss, params, grad_outputs=grad_output, retain_graph=retain_graph,
-                                allow_unused=True)
-    if unused == "none":  # like eager: a leaf the loss does not reach gets no gradient at all
-        return tuple(grads)
-    return tuple(torch.zeros_like(p) if g is None else g for p, g in zip(params, grads))
+def _backward_kernel(loss, *params, grad_output=None, retain_graph=None):
+    # A parameter the loss does not reach on the path taken gets None, as in
+    # eager: no `.grad`, and the update ops skip it like torch.optim does.
+    return torch.autograd.grad(loss, params, grad_outputs=grad_output, retain_graph=retain_graph,
+                               allow_unused=True)
 
 
 @torch.no_grad()
@@ -65,12 +64,16 @@ def _accumulate_grad_kernel(*tensors):
 
 @torch.no_grad()
 def _sgd_kernel(param, grad, lr):
+    if grad is None:  # not reached on this run's path: torch.optim skips it
+        return param
     param.add_(grad, alpha=-lr)
     return param
 
 
 @torch.no_grad()
 def _momentum_kernel(param, grad, velocity, lr, momentum):
+    if grad is None:  # not reached on this run's path: torch.optim skips it
+        return param
     velocity.mul_(momentum).add_(grad)
     param.add_(velocity, alpha=-lr)
     return param
@@ -78,6 +81,8 @@ def _momentum_kernel(param, grad, velocity, lr, momentum):
 
 @torch.no_grad()
 def _adam_kernel(param, grad, moment1, moment2, step, lr, beta1, beta2, epsilon):
+    if grad is None:  # not reached on this run's path: torch.optim skips it
+        return param
     step.add_(1)
     t = step.item()
     moment1.lerp_(grad, 1 - beta1)
@@ -258,7 +263,7 @@ def record_backward(loss, gradient=None, retain_graph=None, create_graph=False, 
     grads = [block.create_var(name=program.unique_name(v.name + "@GRAD"), shape=v.shape, dtype=v.dtype,
                               stop_gradient=True) for v in leaves]
     inputs = [loss] + leaves + ([gradient] if gradient is not None else [])
-    kwargs = {"retain_graph": retain_graph, "unused": "none"}
+    kwargs = {"retain_graph": retain_graph}
     if gradient is not None:
         kwargs["grad_output"] = InputRef(len(inputs) - 1)
     args = tuple(InputRef(i) for i in range(1 + len(leaves)))

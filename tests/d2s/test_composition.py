@@ -85,3 +85,53 @@ def test_a_data_parallel_module_called_inside_declarative_code_is_refused():
     with pytest.raises(d2s.ConversionError, match=r"wrap the other way round") as err:
         d2s.declarative(forward)(torch.ones(1, 2))
     assert err.value.filename == __file__
+
+
+class Branchy(nn.Module):
+    """Each branch uses its own layer: a step that takes one branch gives the
+    other layer no gradient, and torch.optim leaves it (and its state) alone."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        if x.mean() > 0:
+            h = torch.tanh(self.a(x))
+        else:
+            h = torch.sigmoid(self.b(x))
+        i = torch.zeros(())
+        while i < 2:  # a tensor loop variable: a graph `while`
+            h = h + 0.5 * torch.tanh(h)
+            i = i + 1
+        return h
+
+
+@pytest.mark.parametrize("static_opt, eager_opt", [
+    (lambda: d2s.optimizer.Momentum(0.1, momentum=0.9), lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)),
+    (lambda: d2s.optimizer.Adam(0.05), lambda p: torch.optim.Adam(p, lr=0.05)),
+], ids=["momentum", "adam"])
+def test_minimize_skips_parameters_the_taken_branch_does_not_reach(static_opt, eager_opt):
+    torch.manual_seed(0)
+    eager = Branchy()
+    model = d2s.declarative(copy.deepcopy(eager))
+    main, startup = d2s.Program(), d2s.Program()
+    with d2s.program_guard(main, startup):
+        x, y = d2s.data("x", [None, 4]), d2s.data("y", [None, 4])
+        loss = F.mse_loss(model(x), y)
+        static_opt().minimize(loss)
+    assert {"cond", "while"} <= {op.type for op in main.global_block().ops}
+    exe = d2s.Executor()
+    exe.run(startup)
+    opt = eager_opt(eager.parameters())
+    gen = torch.Generator().manual_seed(2)
+    for sign in (1, -1, -1, 1, 1, -1):
+        xs, ys = torch.rand(3, 4, generator=gen) * sign, torch.randn(3, 4, generator=gen)
+        (static_loss,) = exe.run(main, feed={"x": xs, "y": ys}, fetch_list=[loss])
+        eager_loss = F.mse_loss(eager(xs), ys)
+        opt.zero_grad()
+        eager_loss.backward()
+        opt.step()
+        assert static_loss.item() == eager_loss.item()
+    for p, q in zip(eager.parameters(), model.parameters()):
+        assert torch.equal(p, q)
