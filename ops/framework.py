@@ -244,8 +244,9 @@ def _note_element(array, x):
         return
     if len(x.shape) != len(array.shape) or x.dtype != array.dtype:
         raise error_at_user_line(
-            f"tensor array `{array.name}` holds {array.dtype_name}{list(array.shape)} elements; "
-            f"cannot append {x.dtype_name}{list(x.shape)}")
+            f"this list, appended in a loop over a tensor condition, holds {array.dtype_name}"
+            f"{list(array.shape)} elements; cannot append {x.dtype_name}{list(x.shape)}: append tensors "
+            "of one rank and dtype")
     array.shape = tuple(a if a == b else -1 for a, b in zip(array.shape, x.shape))
 
 

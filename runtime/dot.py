@@ -83,7 +83,11 @@ class _DotWriter:
         for i, op in enumerate(block.ops):
             node_id = f"op:{block.idx}:{i}"
             subs = [(key, value) for key, value in op.attrs.items() if isinstance(value, Block)]
-            for name in op.input_names:
+            # A control-flow op's X inputs are the outer values its
+            # sub-blocks read: drawn to the ops inside that read them.
+            reads = op.input_names if not subs else [n for slot, names in op.inputs.items() if slot != "X"
+                                                     for n in names]
+            for name in reads:
                 self.edge(name, node_id)
             if not subs:
                 self.node(node_id, indent, label=_short(op.type), shape="box", tooltip=op.type)

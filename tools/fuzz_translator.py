@@ -27,6 +27,12 @@ import fuzz_runner  # noqa: E402
 FAILURES = ("wrong", "crash")
 
 
+def _pool(jobs, **kwargs):
+    # Fresh interpreters: a forked child of a process that imported torch can
+    # find modules half-initialised ("partially initialized module").
+    return multiprocessing.get_context("spawn").Pool(jobs, **kwargs)
+
+
 def program_seed(seed, index):
     return f"{seed}-{index}"
 
@@ -76,57 +82,77 @@ def main(argv=None):
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--out", help="directory for the minimised reproducers")
     parser.add_argument("--minimize-seconds", type=float, default=60.0, help="time budget per failure")
+    parser.add_argument("--max-minutes", type=float, help="stop starting programs after this long; "
+                        "the counts then cover the programs run")
     parser.add_argument("--per-class", type=int, default=3, help="programs shrunk per class of wrong results")
     parser.add_argument("--no-minimize", action="store_true", help="only count outcomes")
     args = parser.parse_args(argv)
 
     started = time.monotonic()
+    counts, groups, done = run_programs(args, started)
+    print(f"\n{done} programs of {args.count} (seed {args.seed!r}) in {time.monotonic() - started:.0f}s")
+    for kind in ("pass", "wrong", "crash", "refused", "invalid"):
+        print(f"  {kind:8} {counts[kind]}")
+    print("\nrefusals (documented ConversionErrors):")
+    for signature, members in sorted(groups.items(), key=lambda g: -len(g[1])):
+        if signature[0] == "refused":
+            print(f"  {len(members):5}  {signature[2]}")
+    invalid = sum(len(m) for s, m in groups.items() if s[0] == "invalid")
+    if invalid:
+        print(f"\n{invalid} programs failed eagerly (generator defects): "
+              + "; ".join(sorted({s[2] for s in groups if s[0] == "invalid"})))
+    failing = [(klass, sorted(members)) for klass, members in groups.items() if klass[0] in FAILURES]
+    failing.sort(key=lambda g: -len(g[1]))
+    print(f"\n{len(failing)} failure classes")
+    for klass, members in failing:
+        print(f"  {len(members):5}  {' / '.join(klass)}   e.g. program {members[0][1]}")
+    if failing and not args.no_minimize:
+        print_reproducers(args, failing)
+    return 1 if failing else 0
+
+
+def run_programs(args, started):
+    """-> (counts by outcome, programs by class, number run); stops early at --max-minutes."""
     work = [(args.seed, i) for i in range(args.start, args.start + args.count)]
     counts, groups = collections.Counter(), collections.defaultdict(list)
-    with multiprocessing.Pool(args.jobs, maxtasksperchild=200) as pool:
-        for done, (index, kind, signature, klass, message, size) in enumerate(
-                pool.imap_unordered(_run_one, work, chunksize=4), 1):
+    deadline = started + args.max_minutes * 60 if args.max_minutes else None
+    done = 0
+    pool = _pool(args.jobs, maxtasksperchild=200)
+    try:
+        for index, kind, signature, klass, message, size in pool.imap_unordered(_run_one, work):
+            done += 1
             counts[kind] += 1
             groups[klass if kind in FAILURES else signature].append((size, index, message))
+            if kind in FAILURES or kind == "invalid":
+                print(f"program {index}: {' / '.join(signature)}", flush=True)
             if done % 100 == 0:
                 print(f"[{done}/{args.count}] {dict(counts)} {time.monotonic() - started:.0f}s", flush=True)
-        print(f"\n{args.count} programs (seed {args.seed!r}) in {time.monotonic() - started:.0f}s")
-        for kind in ("pass", "wrong", "crash", "refused", "invalid"):
-            print(f"  {kind:8} {counts[kind]}")
+            if deadline and time.monotonic() > deadline:
+                break
+    finally:
+        pool.terminate()
+    return counts, groups, done
 
-        print("\nrefusals (documented ConversionErrors):")
-        for signature, members in sorted(groups.items(), key=lambda g: -len(g[1])):
-            if signature[0] == "refused":
-                print(f"  {len(members):5}  {signature[2]}")
-        invalid = sum(len(m) for s, m in groups.items() if s[0] == "invalid")
-        if invalid:
-            print(f"\n{invalid} programs failed eagerly (generator defects): "
-                  + "; ".join(sorted({s[2] for s in groups if s[0] == "invalid"})))
 
-        failing = [(klass, sorted(members)) for klass, members in groups.items() if klass[0] in FAILURES]
-        failing.sort(key=lambda g: -len(g[1]))
-        print(f"\n{len(failing)} failure classes")
-        for klass, members in failing:
-            print(f"  {len(members):5}  {' / '.join(klass)}   e.g. program {members[0][1]}")
-        if args.no_minimize or not failing:
-            return 1 if failing else 0
-        if args.out:
-            os.makedirs(args.out, exist_ok=True)
-        # A class of wrong results can have several causes: shrink a few of its programs.
-        tasks = [(args.seed, index, args.minimize_seconds) for klass, members in failing
-                 for _, index, _ in members[:args.per_class if klass[0] == "wrong" else 1]]
-        seen = {}
+def print_reproducers(args, failing):
+    """Shrink programs of each failure class; print (and write to --out) one per distinct failure."""
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+    # A class of wrong results can have several causes: shrink a few of its programs.
+    tasks = [(args.seed, index, args.minimize_seconds) for klass, members in failing
+             for _, index, _ in members[:args.per_class if klass[0] == "wrong" else 1]]
+    seen = {}
+    with _pool(args.jobs) as pool:
         for index, signature, message, text in pool.imap(_minimize_one, tasks):
             if signature in seen:
                 print(f"\n(program {index} minimises to the same failure as program {seen[signature]})")
                 continue
             seen[signature] = index
             name = f"{len(seen):02d}-{signature[0]}-{signature[1]}.py"
-            print(f"\n===== {name}: {' / '.join(signature)}\n{text}")
+            print(f"\n===== {name}: {' / '.join(signature)}\n{text}", flush=True)
             if args.out:
                 with open(os.path.join(args.out, name), "w") as f:
                     f.write(text)
-    return 1
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ class Rows(_GraphIterable):
         if self.value.kind == TENSOR_ARRAY:
             return fw.array_length(self.value)
         if not self.value.shape:
-            raise error_at_user_line(f"iteration over a 0-d tensor `{self.value.name}`")
+            raise error_at_user_line("iteration over a 0-d tensor")  # torch's own message
         n = self.value.shape[0]
         return n if n != -1 else fw.shape(self.value)[0]
 

@@ -77,6 +77,15 @@ def inplace_add_in_tensor_while(x):
     return y
 
 
+@case((POS, LABEL), (NEG, LABEL))
+def inplace_add_and_sort_under_python_if(x, label):
+    y = x.clone()
+    if label is not None:
+        y.add_(label)
+        y, _indices = torch.sort(y)
+    return y
+
+
 @case((POS,), (NEG,))
 def inplace_add_in_unrolled_for(x):
     y = x.clone()
@@ -324,3 +333,22 @@ def list_appended_under_tensor_if_in_loop(x):
         if row.sum() > 0:
             out.append(row * x)
     return len(out)
+
+
+@case((POS, I(0)), (POS, I(2)), (NEG, I(2)), ops={"cond", "while"})
+def branch_value_survives_zero_trip_tensor_loop(x, n):
+    if x.sum() > 0:
+        x = x * 2
+    for i in range(n):
+        if x.sum() > 100:
+            x = x + 1
+    return x
+
+
+@case((POS, 0), (NEG, 0), (POS, 2))
+def name_from_zero_trip_python_loop_is_unbound(x, n):
+    if x.sum() > 0:
+        x = x + 1
+    for i in range(n):
+        z = x * 2
+    return z

@@ -30,7 +30,10 @@ def test_declarative_matches_eager(fn, arg_sets, ops, no):
         assert_same(eager, static(*_copy(args)))
     # One program per distinct Python-valued arguments (those are in the cache key).
     python_args = {tuple(a for a in args if not isinstance(a, torch.Tensor)) for args in arg_sets}
-    assert 1 <= len(static.program_cache) <= len(python_args)
+    assert len(static.program_cache) <= len(python_args)
+    if not len(static.program_cache):  # every call raised while the program was built, as eager raised
+        assert not ops
+        return
     types = all_op_types(static.program_cache.last.main_program)
     assert ops <= types, f"missing {ops - types}; program has {sorted(types)}"
     assert not (no & types), f"unexpected {no & types}"
