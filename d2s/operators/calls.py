@@ -14,7 +14,7 @@ import types
 
 import torch
 
-from ops.capture import error_at_user_line
+from ops.capture import error_at_user_line, refuse_denied
 from ops.optimizer_ops import record_optimizer_call
 from runtime.ir import Variable
 
@@ -87,6 +87,7 @@ def convert_call(fn):
     """
     from .. import conversion
     from ..static_function import DATA_PARALLEL, StaticFunction, data_parallel_message
+    refuse_denied(fn)  # torch.save & co.: refused before they run (ops/torch_ops.py DENYLIST)
     try:
         mapped = BUILTINS.get(fn)
     except TypeError:  # unhashable callable
@@ -128,6 +129,14 @@ def _module_forward(module):
     if isinstance(forward, StaticFunction):
         forward = forward._function
     elif forward is None:
+        raw = inspect.getattr_static(type(module), "forward", None)
+        if isinstance(raw, (staticmethod, classmethod)):
+            # `@staticmethod def forward(x)` takes no module; a classmethod the class.
+            func = raw.__func__
+            if not (isinstance(func, types.FunctionType) and _convertible(func)):
+                return module
+            converted = conversion.convert_function(func)
+            return converted if isinstance(raw, staticmethod) else types.MethodType(converted, type(module))
         forward = type(module).forward
         if isinstance(forward, StaticFunction):
             forward = forward._function
