@@ -98,6 +98,11 @@ def convert_call(fn):
         return functools.partial(_call_with_packed_sizes, fn)
     if isinstance(fn, StaticFunction):
         return convert_call(fn.dygraph_function)
+    if isinstance(fn, torch.jit.ScriptFunction) and isinstance(getattr(fn, "_torchdynamo_inline", None),
+                                                                types.FunctionType):
+        # A @torch.jit.script function takes only real tensors; torch keeps
+        # the Python function it compiled, which means the same.
+        return convert_call(fn._torchdynamo_inline)
     if isinstance(fn, types.FunctionType):
         return conversion.convert_function(fn) if _convertible(fn) else fn
     if isinstance(fn, DATA_PARALLEL):  # its per-step Python bookkeeping would run once, at build time

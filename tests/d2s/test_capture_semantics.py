@@ -177,3 +177,19 @@ def test_assigning_param_data_updates_it_every_call_like_eager():
     for _ in range(3):
         assert torch.allclose(static(x), eager(x))
         assert torch.allclose(static.w, eager.w)
+
+
+# -- @torch.jit.script helpers ------------------------------------------------------------------------------
+
+@torch.jit.script
+def scripted_mish(x):
+    return x * torch.tanh(torch.nn.functional.softplus(x))
+
+
+def uses_scripted(x):
+    return scripted_mish(x) + 1
+
+
+def test_a_torchscript_function_is_converted_from_its_python_source():
+    x = torch.randn(3)
+    assert torch.allclose(d2s.declarative(uses_scripted)(x), uses_scripted(x))
