@@ -70,9 +70,8 @@ def _assert_same_parameters(a, b):
         torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
 
 
-@pytest.mark.parametrize("optimizer, variant", [("sgd", {}), ("adam", {}),
-                                                ("adam", {"dropout": 0.3, "batch_norm": True})],
-                         ids=["sgd", "adam", "adam-dropout+batchnorm"])
+@pytest.mark.parametrize("optimizer, variant", [("sgd", {}), ("adam", {"dropout": 0.3, "batch_norm": True})],
+                         ids=["sgd", "adam-dropout+batchnorm"])
 def test_digits_graph_matches_eager_step_by_step(data, optimizer, variant):
     torch.manual_seed(0)
     eager = MNIST(**variant)
@@ -243,6 +242,6 @@ def test_jit_save_of_a_training_graph_serves_the_model_in_a_fresh_process(data, 
 
 def test_example_script_runs(capsys):
     import graph_mnist
-    assert graph_mnist.main(["--steps", "4", "--batch-size", "8"])
+    assert graph_mnist.main(["--steps", "2", "--batch-size", "4"])
     out = capsys.readouterr().out
     assert "not built yet" in out and "parameters equal to eager's: True" in out
