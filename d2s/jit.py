@@ -8,7 +8,8 @@ import re
 
 import torch
 
-from runtime.executor import Executor, check_feed_shape, run_compiled
+from runtime import runner
+from runtime.executor import Executor
 from runtime.io import read_model, save_model
 from runtime.ir import torch_dtype
 
@@ -232,13 +233,7 @@ class TranslatedLayer(torch.nn.Module):
             raise TypeError(f"this model takes {len(self.feed_names)} inputs ({', '.join(self.feed_names)}), "
                             f"got {len(inputs)}")
         block = self.program.global_block()
-        tensors = []
-        for name, value in zip(self.feed_names, inputs):
-            value = torch.as_tensor(value)
-            check_feed_shape(block.vars[name], value)
-            if value.dtype != block.vars[name].dtype:
-                raise TypeError(f"input {name!r} must have dtype {block.vars[name].dtype_name}, got {value.dtype}")
-            tensors.append(value)
+        tensors = runner.convert_inputs(inputs, [block.vars[n] for n in self.feed_names], "input")
         compiled = self._compiled.get(id(self.program))
         if compiled is None:
             compiled = Executor().compiled(self.program, self.feed_names, [v.name for v in self.fetch_vars])
@@ -246,7 +241,7 @@ class TranslatedLayer(torch.nn.Module):
         # Look the values up through the module so .to(), load_state_dict and
         # fine-tuning act on what the program reads.
         params = [self._lookup(n) for n in compiled.param_names]
-        results = run_compiled(compiled, tensors + params)[:len(self.fetch_vars)]
+        results = runner.run(compiled, tensors, params)[:len(self.fetch_vars)]
         return results[0] if len(results) == 1 else tuple(results)
 
     # -- saving and printing ----------------------------------------------------------------

@@ -25,9 +25,10 @@ from ops import tracer
 from ops.framework import scalar_copy as fw_scalar_copy
 from ops.tracer import Tracer
 from runtime import _debug
-from runtime.executor import Executor, run_compiled
+from runtime import runner
+from runtime.executor import Executor
 from runtime.errors import ConversionError
-from runtime.ir import SCALAR, Program, Variable, dtype_name, program_guard
+from runtime.ir import SCALAR, Program, Variable, dtype_name, program_guard, torch_dtype
 from runtime.passes import check_level
 
 from . import module_watch
@@ -102,7 +103,7 @@ class ConcreteProgram:
             # Bound tensors change only through Program.bind, which bumps the version.
             self._params = [program.bound[n] for n in self.compiled.param_names]
             self._params_version = program._version
-        results = run_compiled(self.compiled, [*tensors, *self._params])
+        results = runner.run(self.compiled, tensors, self._params)
         if self.state_writes:
             module_state.apply_writes(self.state_writes, results[len(self.fetch_vars):], _rebuild)
         return results[0] if self._single else _rebuild(self.out_tree, results)
@@ -150,16 +151,11 @@ class _SymbolicArguments(Exception):
 
 def _flatten_args(value, specs, tensors):
     """A hashable key for `value`, collecting its tensors (in order) into
-    `tensors`. `specs` maps a position in the tensor list to an InputSpec.
-    This runs on every call: it builds nothing but the key."""
+    `tensors`. (`specs` is unused: InputSpecs apply to whole arguments, see
+    `StaticFunction._spec_key`.) This runs on every call: it builds nothing
+    but the key."""
     if isinstance(value, torch.Tensor):
-        spec = specs.get(len(tensors)) if specs else None
         tensors.append(value)
-        if spec is not None:
-            if not spec.matches(value):
-                raise ValueError(f"tensor argument {len(tensors) - 1} has shape {list(value.shape)} and dtype "
-                                 f"{dtype_name(value.dtype)}, which does not match {spec}")
-            return spec.key() + (value.device.type,)
         # torch.Size hashes and compares as the tuple of its sizes.
         return ("tensor", value.shape, value.dtype, value.device, value.requires_grad)
     if isinstance(value, (list, tuple)):
@@ -325,7 +321,15 @@ class StaticFunction:
             args_key = tuple(parts)
         else:
             stale = stale or any(isinstance(v, torch.nn.Module) for v in args)
-            args_key = _flatten_args(tuple(args), self._specs, tensors)
+            parts = []
+            for i, v in enumerate(args):
+                spec = self._specs.get(i)
+                if spec is None:
+                    parts.append(_flatten_args(v, None, tensors))
+                else:  # already checked and converted by _spec_args
+                    tensors.append(v)
+                    parts.append(spec.key() + (v.device.type,))
+            args_key = tuple(parts)
         if kwargs:
             stale = stale or any(isinstance(v, torch.nn.Module) for v in kwargs.values())
         if stale:
@@ -333,6 +337,25 @@ class StaticFunction:
         level = self._optimize or (ProgramTranslator._instance or ProgramTranslator())._optimize
         state = module_state.key(self.program_cache.state_attrs) if self.program_cache.state_attrs else ()
         return (args_key, _flatten_args(kwargs, None, tensors) if kwargs else (), self._flags, state, level), tensors
+
+    def _spec_args(self, args):
+        """The positional arguments with each one that has an InputSpec
+        checked and converted by the one input policy (runtime.runner): a
+        tensor or array of the spec's rank and static sizes, its dtype cast
+        only when safe; errors name the parameter."""
+        if not self._specs or any(isinstance(v, Variable) for v in args):
+            return args
+        names = self._feed_names()
+        out = list(args)
+        for i, spec in self._specs.items():
+            if i >= len(out):
+                break
+            name = names[i] if i < len(names) else f"args[{i}]"
+            try:
+                out[i] = runner.convert_input(out[i], name, torch_dtype(spec.dtype), spec.shape, "argument")
+            except ValueError as exc:
+                raise ValueError(f"{exc}, which does not match {spec}") from None
+        return tuple(out)
 
     def _refresh_training_flags(self, args, kwargs):
         """Re-read the `training` flag of every module involved (the
@@ -346,6 +369,7 @@ class StaticFunction:
     def _lookup(self, args, kwargs):
         """(the concrete program for these arguments, their tensors), built on a miss."""
         args, kwargs = self._normalize(args, kwargs)
+        args = self._spec_args(args)
         key, tensors = self.cache_key(args, kwargs)
         concrete = self.program_cache.get(key)
         if concrete is None:
@@ -358,6 +382,8 @@ class StaticFunction:
             return self.dygraph_function(*args, **kwargs)
         if kwargs or len(args) != self._n_positional:
             args, kwargs = self._normalize(args, kwargs)
+        if self._specs:
+            args = self._spec_args(args)
         try:
             key, tensors = self.cache_key(args, kwargs)
         except _SymbolicArguments:
@@ -392,10 +418,8 @@ class StaticFunction:
         return self.program_cache.last
 
     def _feed_names(self):
-        try:
-            params = list(inspect.signature(self._function).parameters)
-        except (TypeError, ValueError):
-            params = []
+        """The parameter names, without `self` for a method."""
+        params = list(self._signature.parameters) if self._signature is not None else []
         if self._instance is not None:
             params = params[1:]
         return params
@@ -416,7 +440,8 @@ class StaticFunction:
                 for m in v.modules())
             with program_guard(main, startup), Tracer(main, self._name_hints(args)) as tr:
                 for i, (path, t) in enumerate(leaves):
-                    spec = specs[i] if i < len(specs) else None
+                    m = re.match(r"args\[(\d+)\]$", path)
+                    spec = specs[int(m.group(1))] if m and int(m.group(1)) < len(specs) else None
                     name = spec.name if spec is not None and spec.name else _feed_name(path, arg_names)
                     name = name if name not in main.global_block().vars else main.unique_name(name)
                     shape = spec.shape if spec is not None else tuple(t.shape)

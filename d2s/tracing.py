@@ -9,7 +9,8 @@ error that points at the line: decorate such a forward with `@declarative`.
 
 from ops.capture import CaptureMode
 from ops.tracer import Tracer
-from runtime.executor import Executor, run_compiled
+from runtime import runner
+from runtime.executor import Executor
 from runtime.ir import Program, program_guard
 
 from .static_function import select_by_index
@@ -42,8 +43,11 @@ class TracedLayer:
         return outputs, TracedLayer(program, feeds, fetch)
 
     def __call__(self, *inputs):
+        """Run the program on inputs like the example ones (runtime.runner's
+        input policy: same shapes, dtypes cast only when safe)."""
+        tensors = runner.convert_inputs(inputs, self.feed_vars, "input")
         params = [self.program.bound[n] for n in self._compiled.param_names]
-        results = run_compiled(self._compiled, list(inputs) + params)
+        results = runner.run(self._compiled, tensors, params)
         return results[0] if len(results) == 1 else list(results)
 
     def save_inference_model(self, dirname, feed=None, fetch=None):

@@ -142,7 +142,9 @@ class Codegen:
             stmts = [self.assign(self.out_target(out, op.output("Out")), call)]
         if op.attrs.get("no_grad"):
             no_grad = self.call(self.global_ref(torch.no_grad, "no_grad"))
-            stmts = [ast.With(items=[ast.withitem(context_expr=no_grad)], body=stmts)]
+            block = ast.With(items=[ast.withitem(context_expr=no_grad)], body=stmts)
+            block._d2s_no_grad = True
+            stmts = [block]
         return stmts
 
     def emit_block(self, block, keep=()):
@@ -176,7 +178,34 @@ class Codegen:
             if dead:
                 stmts.append(ast.Delete(targets=[ast.Name(id=self.local(n), ctx=ast.Del()) for n in dead],
                                         lineno=line))
-        return stmts
+        return _group_no_grad(stmts)
+
+
+def _group_no_grad(stmts):
+    """Consecutive `with no_grad():` statements (ops under a no_grad block
+    of the user's code, with only frees between them) become one, so the
+    grad mode is switched once per region instead of once per op."""
+    out = []
+    open_with = None  # the last `with no_grad()` emitted, while only frees followed it
+    pending = []      # frees seen since
+    for stmt in stmts:
+        if getattr(stmt, "_d2s_no_grad", False):
+            if open_with is not None:
+                open_with.body += pending + stmt.body
+                pending = []
+                continue
+            out += pending
+            pending = []
+            open_with = stmt
+            out.append(stmt)
+        elif isinstance(stmt, ast.Delete) and open_with is not None:
+            pending.append(stmt)
+        else:
+            out += pending
+            pending = []
+            open_with = None
+            out.append(stmt)
+    return out + pending
 
 
 def _has_ref(tree):

@@ -12,13 +12,12 @@ every op as it runs.
 
 import sys
 
-import numpy as np
 import torch
 
 from . import _debug
 from . import passes
 from .codegen import compile_program
-from .errors import OpRuntimeError
+from .runner import check_shape, convert_input, run_compiled  # noqa: F401 - run_compiled re-exported
 from .ir import Program, Variable, default_main_program
 from .optable import get_op_def
 
@@ -156,24 +155,16 @@ class Executor:
         return list(results)
 
     def _to_tensor(self, value, var, copy):
-        if isinstance(value, torch.Tensor):
-            tensor = value
-        else:
-            array = np.asarray(value)
-            tensor = torch.from_numpy(array) if array.dtype != object else torch.tensor(value)
-            copy = copy or not array.flags.writeable
-        if tensor.dtype != var.dtype:
-            tensor = tensor.to(var.dtype)
-            copy = False
-        check_feed_shape(var, tensor)
-        tensor = tensor.to(self.place.device)
-        return tensor.clone() if copy else tensor
+        """The feed tensor (see runner.convert_input); `copy`: the program
+        writes this feed in place, so it must not share the caller's memory."""
+        tensor = convert_input(value, var.name, var.dtype, var.shape, "feed", self.place.device)
+        # A tensor passed through, or one made from an array, may share memory with the caller's.
+        shares = tensor is value or not isinstance(value, torch.Tensor)
+        return tensor.clone() if copy and shares else tensor
 
 
 def check_feed_shape(var, tensor):
-    if len(var.shape) != tensor.dim() or any(d not in (-1, s) for d, s in zip(var.shape, tensor.shape)):
-        raise ValueError(f"feed {var.name!r} expects shape {list(var.shape)} (-1: any size), "
-                         f"got {list(tensor.shape)}")
+    check_shape(tensor, var.name, var.shape)
 
 
 def _to_numpy(value):
@@ -227,41 +218,3 @@ def resolve_persistables(program, names, scope=None):
                              "first, or load the model's parameters")
         out.append(value)
     return out
-
-
-def run_compiled(entry, args):
-    """Call a CompiledBlock, turning a failure into an error that shows the op
-    and the user line that created it."""
-    try:
-        return entry.fn(*args)
-    except Exception as exc:  # noqa: BLE001 - re-raised with context below
-        op = _failing_op(entry, exc.__traceback__)
-        if op is None:
-            raise
-        raise _op_error(exc, op) from exc
-
-
-def _failing_op(entry, tb):
-    op = None
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == entry.fn.__code__.co_filename:
-            op = entry.line_ops.get(tb.tb_lineno, op)
-        tb = tb.tb_next
-    return op
-
-
-def _op_error(exc, op):
-    where = ""
-    if op.origin:
-        filename, lineno, line = op.origin
-        where = f'\n  created at File "{filename}", line {lineno}' + (f"\n    {line}" if line else "")
-    message = f"{type(exc).__name__}: {exc}\n  while running op: {op.to_string()}{where}"
-    if isinstance(exc, AssertionError) or op.type == "raise":
-        # A check the user wrote (`assert`, `raise` under a tensor condition)
-        # raises the exception type and message the user chose.
-        try:
-            return type(exc)(f"{exc}{where}")
-        except TypeError:  # an exception class with a richer constructor
-            pass
-    return OpRuntimeError(message)
-

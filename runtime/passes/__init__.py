@@ -6,19 +6,24 @@ passes over the copy, and codegen compiles the result. One pass per file,
 each with a before/after docstring:
 
   level "default" (CPU results bit-identical to eager):
-      dce -> scalars -> hoist_constants -> dce
+      dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce
   level "fast" (exact up to floating-point rounding; see each pass):
-      fuse_rnn_loops -> dce -> scalars -> hoist_constants -> dce
+      fuse_rnn_loops -> dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce
 
   - dce: drop ops nothing observes (pure, outputs unused);
+  - cse: a pure op repeating an earlier one (same inputs, same arguments)
+    reuses its result;
   - scalars: CPU integer/bool 0-d values (loop counters, lengths, break
     flags) run as Python ints/bools;
+  - loop_slices: `x[:, t]` of a loop-invariant `x` by the loop counter is
+    one `x.unbind(1)` before the loop and a Python index per step;
   - hoist_constants: `fill_constant`s only read by ops that make a fresh
     result are created once, at compile time, instead of on every call;
   - fuse_rnn_loops: a `while` loop applying an LSTM/GRU/RNN cell step by step
     over a sequence becomes one fused `torch.lstm`/`gru`/`rnn_*` call.
 
-`D2S_DEBUG=2` prints the program after each pass.
+`D2S_DEBUG=2` prints the program after each pass. (Codegen itself groups
+consecutive ops of a user's `no_grad` block under one `with no_grad():`.)
 
 Passes read op facts (effects: mutates, random, side effects) from the op
 table through `ctx.get_op_def`; runtime never imports `ops`.
@@ -28,14 +33,14 @@ import sys
 
 from .. import _debug
 from ..optable import get_op_def
-from . import dce, fuse_rnn_loops, hoist_constants, scalars
+from . import cse, dce, fuse_rnn_loops, hoist_constants, loop_slices, scalars
 from ._util import copy_program
 
 LEVELS = ("default", "fast")
 
 PIPELINES = {
-    "default": (dce, scalars, hoist_constants, dce),
-    "fast": (fuse_rnn_loops, dce, scalars, hoist_constants, dce),
+    "default": (dce, cse, scalars, loop_slices, hoist_constants, dce),
+    "fast": (fuse_rnn_loops, dce, cse, scalars, loop_slices, hoist_constants, dce),
 }
 
 

@@ -50,3 +50,36 @@ def scaled_branches():
         (z,) = d2s.while_loop(lambda v: v.sum() < 100, lambda v: [v + half + 1], [y])
         w = torch.stack([z, kept.expand(3)])
     return program, ["x"], [w.name]
+
+
+@d2s.declarative
+def positive_rows_sum(x, n):
+    """Rows `x[t]` read by the counter inside a `cond` inside a `while`."""
+    acc = torch.zeros(x.shape[1])
+    for t in range(n):
+        if x[t].sum() > 0:
+            acc = acc + x[t]
+    return acc
+
+
+@d2s.declarative
+def repeated_sums(x):
+    """`x.sum()` three times: before a `cond`, in its branch, and in a `while` body
+    (which ends: it adds at least 1 per trip)."""
+    s = x.sum()
+    if x.sum() > 0:
+        y = x * x.sum()
+    else:
+        y = x - s
+    while y.sum() < 10:
+        y = y + x.sum().abs() + 1
+    return y
+
+
+@d2s.declarative
+def frozen_scale(x, w):
+    with torch.no_grad():
+        a = w * 2
+        b = a + 1
+        c = b.tanh()
+    return x * c

@@ -7,10 +7,11 @@ import torch
 
 import runtime
 from runtime import passes
-from runtime.passes import PassContext, dce, hoist_constants, scalars
+from runtime.passes import PassContext, cse, dce, hoist_constants, loop_slices, scalars
 from runtime.passes._util import copy_program
 
-from pass_programs import count_until, ops_text, scaled_branches, traced
+from pass_programs import (count_until, frozen_scale, ops_text, positive_rows_sum, repeated_sums,
+                           scaled_branches, traced)
 
 @pytest.fixture
 def run_pass():
@@ -152,7 +153,7 @@ def test_debug_level_2_prints_the_program_after_each_pass(counted, capsys):
     finally:
         runtime._debug.set_verbosity(None)
     err = capsys.readouterr().err
-    for name in ("dce", "scalars", "hoist_constants"):
+    for name in ("dce", "cse", "scalars", "loop_slices", "hoist_constants"):
         assert f"program after pass {name}:" in err
     assert "py.lt(i_0, n_i_0)" in err
 
@@ -160,3 +161,103 @@ def test_debug_level_2_prints_the_program_after_each_pass(counted, capsys):
 def test_unknown_level_is_an_error(counted):
     with pytest.raises(ValueError, match="optimize must be one of 'default', 'fast'"):
         passes.optimize(*counted, level="fastest")
+
+
+def test_loop_slices_unbinds_once_before_the_loop(run_pass):
+    program, feeds, fetches = traced(positive_rows_sum, torch.randn(5, 3), torch.tensor(4))
+    after, _ = run_pass(loop_slices, program, feeds, fetches)
+    assert ops_text(after) == """\
+block 0
+  tmp_0 = torch.zeros(3)
+  tmp_1 = fill_constant(0, torch.int64)
+  x_slices_0 = unbind_slices(x, 0)
+  Out=[acc_2, ctr_1] = while(Init=[tmp_0, tmp_1], X=[n, x, x_slices_0]) {body_block: block[1], body_outs: ['acc_1', 'tmp_5'], cond_block: block[2], cond_out: 'tmp_4', loop_vars: ['acc_0', 'ctr_0']}
+block 1
+  tmp_5 = torch.Tensor.__add__(ctr_0, 1)
+  tmp_6 = py.index(x_slices_0, ctr_0)
+  tmp_7 = torch.Tensor.sum(tmp_6)
+  tmp_8 = torch.Tensor.__gt__(tmp_7, 0)
+  Out=[acc_1] = cond(Cond=[tmp_8], X=[x, ctr_0, acc_0, x_slices_0]) {false_block: block[4], false_outs: ['acc_0'], true_block: block[3], true_outs: ['tmp_10']}
+block 2
+  tmp_4 = torch.Tensor.__lt__(ctr_0, n)
+block 3
+  tmp_9 = py.index(x_slices_0, ctr_0)
+  tmp_10 = torch.Tensor.__add__(acc_0, tmp_9)
+block 4
+"""
+    after.verify()
+
+
+@pytest.mark.parametrize("n", [0, 2, 5])
+def test_loop_slices_bit_identical_values_and_gradients(n):
+    x = torch.randn(5, 3, generator=torch.Generator().manual_seed(n))
+    results = []
+    for fn in (positive_rows_sum.dygraph_function, positive_rows_sum):
+        xi = x.clone().requires_grad_()
+        out = fn(xi, torch.tensor(n))
+        (out * torch.arange(3.0)).sum().backward() if out.requires_grad else None
+        results.append((out.detach(), xi.grad))
+    (want, want_grad), (got, got_grad) = results
+    assert torch.equal(got, want)
+    assert (got_grad is None and want_grad is None) or torch.equal(got_grad, want_grad)
+
+
+def test_loop_slices_past_the_end_is_an_index_error():
+    with pytest.raises(Exception, match="out of range"):
+        positive_rows_sum(torch.ones(2, 3), torch.tensor(3))
+
+
+def test_cse_reuses_a_pure_result_in_branches_and_loop_bodies(run_pass):
+    program, feeds, fetches = traced(repeated_sums, torch.ones(3))
+    after, _ = run_pass(cse, program, feeds, fetches)
+    assert ops_text(after) == """\
+block 0
+  tmp_0 = torch.Tensor.sum(x)
+  tmp_2 = torch.Tensor.__gt__(tmp_0, 0)
+  Out=[y_0] = cond(Cond=[tmp_2], X=[x, tmp_0]) {false_block: block[2], false_outs: ['tmp_5'], true_block: block[1], true_outs: ['tmp_4']}
+  Out=[y_2] = while(Init=[y_0], X=[x]) {body_block: block[3], body_outs: ['tmp_15'], cond_block: block[4], cond_out: 'tmp_11', loop_vars: ['y_1']}
+block 1
+  tmp_4 = torch.Tensor.__mul__(x, tmp_0)
+block 2
+  tmp_5 = torch.Tensor.__sub__(x, tmp_0)
+block 3
+  tmp_13 = torch.Tensor.__abs__(tmp_0)
+  tmp_14 = torch.Tensor.__add__(y_1, tmp_13)
+  tmp_15 = torch.Tensor.__add__(tmp_14, 1)
+block 4
+  tmp_10 = torch.Tensor.sum(y_1)
+  tmp_11 = torch.Tensor.__lt__(tmp_10, 10)
+"""
+    after.verify()
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_cse_results_bit_identical_on_both_branches(sign):
+    x = torch.linspace(0.1, 0.7, 3) * sign
+    assert torch.equal(repeated_sums(x), repeated_sums.dygraph_function(x))
+
+
+def test_cse_leaves_programs_with_in_place_writes_alone(run_pass):
+    program, feeds, fetches = scaled_branches()
+    with runtime.program_guard(program):
+        x = program.global_block().vars["x"]
+        x.add_(1)
+    after, _ = run_pass(cse, program, feeds, fetches)
+    assert ops_text(after) == ops_text(program)
+
+
+def test_no_grad_region_is_one_with_statement():
+    w = torch.ones(3, requires_grad=True)
+    out = frozen_scale(torch.ones(3), w)
+    assert torch.equal(out, frozen_scale.dygraph_function(torch.ones(3), w)) and not out.requires_grad
+    source = frozen_scale.concrete_program.compiled.source
+    assert source.count("with no_grad") == 1
+    assert """\
+    with no_grad_no_grad():
+        v_tmp_0 = k___mul__(v_w, 2)
+        del v_w
+        v_tmp_1 = k___add__(v_tmp_0, 1)
+        del v_tmp_0
+        v_tmp_2 = k_tanh(v_tmp_1)
+    del v_tmp_1
+""" in source

@@ -1,0 +1,84 @@
+"""Common-subexpression elimination of pure ops.
+
+Two call-style ops of the same type with the same arguments and inputs,
+neither random, mutating nor side-effecting, compute the same value: the
+second is dropped and its readers read the first one's outputs. Applied
+within a block and from a block to the blocks nested in it (an op in a
+branch reuses one computed before the `cond`). Tensors that some op of the
+program writes in place are left alone: a later in-place write would make
+two results that were equal differ, so a program with any in-place write
+(other than appending to a tensor array) is left as it is.
+
+Before:                                  After:
+    tmp_1 = torch.Tensor.sum(x)              tmp_1 = torch.Tensor.sum(x)
+    tmp_2 = torch.Tensor.__gt__(tmp_1, 0)    tmp_2 = torch.Tensor.__gt__(tmp_1, 0)
+  block 1 (true branch):                   block 1:
+    tmp_3 = torch.Tensor.sum(x)              tmp_4 = torch.Tensor.__mul__(x, tmp_1)
+    tmp_4 = torch.Tensor.__mul__(x, tmp_3)
+"""
+
+from ..attrs import encode
+from ._util import attr_names
+
+
+def _key(op, rename):
+    try:
+        args = repr(encode(op.attrs["args"])) + repr(encode(op.attrs.get("kwargs", {})))
+    except Exception:  # noqa: BLE001 - an attribute with no stable text form: never merged
+        return None
+    return (op.type, args, repr(op.attrs.get("out")), bool(op.attrs.get("no_grad")),
+            tuple(rename.get(n, n) for n in op.input("X")))
+
+
+def _rename_block(block, rename):
+    for op in block.ops:
+        for slot, names in op.inputs.items():
+            op.inputs[slot] = [rename.get(n, n) for n in names]
+        for key, value in op.attrs.items():
+            if isinstance(value, str) and value in rename:
+                op.attrs[key] = rename[value]
+            elif isinstance(value, list) and value and all(isinstance(v, str) for v in value) \
+                    and key not in ("loop_vars",):
+                op.attrs[key] = [rename.get(v, v) for v in value]
+        for sub in op.sub_blocks():
+            _rename_block(sub, rename)
+
+
+def run(ctx):
+    program = ctx.program
+    # An in-place write may reach a merged value through a view: programs
+    # with any (but appends to tensor arrays) are left as they are.
+    if any(ctx.get_op_def(op.type).mutates and op.type != "array_append"
+           for block in program.blocks for op in block.ops):
+        return
+    written = set()
+    fetched = set(ctx.fetch_names)
+    rename = {}
+
+    def visit(block, seen):
+        seen = dict(seen)
+        kept = []
+        for op in block.ops:
+            for sub in op.sub_blocks():
+                visit(sub, seen)
+            opdef = ctx.get_op_def(op.type)
+            key = None
+            if ("args" in op.attrs and not op.sub_blocks() and not opdef.mutates and not opdef.random
+                    and not opdef.training_only and not opdef.extra.get("side_effect")
+                    and not opdef.extra.get("factory") and op.output_names
+                    and not (set(op.input_names) | set(op.output_names)) & written
+                    and not set(op.output_names) & fetched and not opdef.extra.get("internal")):
+                key = _key(op, rename)
+            if key is not None and key in seen:
+                for mine, theirs in zip(op.output_names, seen[key]):
+                    rename[mine] = theirs
+                continue
+            if key is not None:
+                seen[key] = op.output_names
+            kept.append(op)
+        block.ops = kept
+
+    visit(program.global_block(), {})
+    if rename:
+        for block in program.blocks:
+            _rename_block(block, rename)

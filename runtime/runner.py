@@ -1,0 +1,137 @@
+"""One way to run a compiled program, with one input policy.
+
+`Executor.run`, declarative calls (`StaticFunction`), `TracedLayer` and
+`TranslatedLayer` all turn their inputs into feed tensors with
+`convert_input` and call the generated function through `run`:
+
+  - a feed is a tensor, a numpy array or a Python number/nested list of
+    numbers; anything else (a string, None, an object) is a TypeError that
+    names the feed;
+  - dtype: a value whose dtype differs from the feed's is cast only when the
+    cast keeps its kind or widens it (bool -> integer -> floating ->
+    complex, numpy's "same_kind" rule): 2.7 fed to an int64 feed is a
+    TypeError naming the feed, never a silent truncation to 2;
+  - shape: the rank and every static dimension must match (-1 in the
+    feed's shape is any size), else a ValueError naming the feed.
+"""
+
+import numpy as np
+import torch
+
+from .errors import OpRuntimeError
+from .ir import dtype_name
+
+_KINDS = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+
+
+def _kind(dtype):
+    if dtype == torch.bool:
+        return 0
+    if dtype.is_complex:
+        return 3
+    if dtype.is_floating_point:
+        return 2
+    return 1
+
+
+def safe_cast(src, dst):
+    """Whether a `src` tensor may be fed where `dst` is expected."""
+    return src == dst or _kind(src) <= _kind(dst)
+
+
+def convert_input(value, name, dtype, shape, what="feed", device=None):
+    """`value` as a tensor for the feed `name` of `dtype` and `shape`, by the
+    policy above. Tensors of the right dtype are passed as they are."""
+    label = f"{what} {name!r}"
+    if isinstance(value, torch.Tensor):
+        tensor = value
+    elif isinstance(value, (np.ndarray, np.generic, bool, int, float, complex, list, tuple)):
+        array = np.asarray(value)
+        if array.dtype == object:  # e.g. a list of 0-d tensors
+            try:
+                tensor = torch.tensor(value)
+            except (TypeError, ValueError, RuntimeError):
+                raise TypeError(f"{label} expects a tensor of {dtype_name(dtype)}, got {_describe(value)}") from None
+        elif array.dtype.kind not in _KINDS:
+            raise TypeError(f"{label} expects a tensor of {dtype_name(dtype)}, got {_describe(value)}")
+        else:
+            # A read-only array (a numpy scalar's) is copied: torch wants writable memory.
+            tensor = torch.from_numpy(array if array.flags.writeable else array.copy())
+    else:
+        raise TypeError(f"{label} expects a tensor of {dtype_name(dtype)}, got {_describe(value)}")
+    if tensor.dtype != dtype:
+        if not safe_cast(tensor.dtype, dtype):
+            raise TypeError(f"{label} expects {dtype_name(dtype)}, got {dtype_name(tensor.dtype)}: casting would "
+                            f"lose information (only casts that keep or widen the kind are made: bool -> int -> "
+                            f"float -> complex); convert it explicitly")
+        tensor = tensor.to(dtype)
+    check_shape(tensor, name, shape, what)
+    if device is not None and tensor.device != device:
+        tensor = tensor.to(device)
+    return tensor
+
+
+def check_shape(tensor, name, shape, what="feed"):
+    if len(shape) != tensor.dim() or any(d not in (-1, s) for d, s in zip(shape, tensor.shape)):
+        raise ValueError(f"{what} {name!r} expects shape {list(shape)} (-1: any size), got {list(tensor.shape)}")
+
+
+def _describe(value):
+    if value is None:
+        return "None"
+    if isinstance(value, str):
+        return f"the string {value[:40]!r}"
+    if isinstance(value, np.ndarray):
+        return f"a numpy array of {value.dtype}"
+    return f"a {type(value).__name__}"
+
+
+def convert_inputs(values, feed_vars, what="feed", device=None):
+    """`convert_input` for each (value, Variable), after checking the count."""
+    if len(values) != len(feed_vars):
+        names = ", ".join(v.name for v in feed_vars)
+        raise TypeError(f"expected {len(feed_vars)} input(s) ({names}), got {len(values)}")
+    return [convert_input(v, var.name, var.dtype, var.shape, what, device) for v, var in zip(values, feed_vars)]
+
+
+def run(entry, inputs, params):
+    """Call a CompiledBlock on checked inputs and the persistable values;
+    failures name the op and the user line that created it."""
+    return run_compiled(entry, [*inputs, *params])
+
+
+def run_compiled(entry, args):
+    """Call a CompiledBlock, turning a failure into an error that shows the op
+    and the user line that created it."""
+    try:
+        return entry.fn(*args)
+    except Exception as exc:  # noqa: BLE001 - re-raised with context below
+        op = _failing_op(entry, exc.__traceback__)
+        if op is None:
+            raise
+        raise _op_error(exc, op) from exc
+
+
+def _failing_op(entry, tb):
+    op = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == entry.fn.__code__.co_filename:
+            op = entry.line_ops.get(tb.tb_lineno, op)
+        tb = tb.tb_next
+    return op
+
+
+def _op_error(exc, op):
+    where = ""
+    if op.origin:
+        filename, lineno, line = op.origin
+        where = f'\n  created at File "{filename}", line {lineno}' + (f"\n    {line}" if line else "")
+    message = f"{type(exc).__name__}: {exc}\n  while running op: {op.to_string()}{where}"
+    if isinstance(exc, AssertionError) or op.type == "raise":
+        # A check the user wrote (`assert`, `raise` under a tensor condition)
+        # raises the exception type and message the user chose.
+        try:
+            return type(exc)(f"{exc}{where}")
+        except TypeError:  # an exception class with a richer constructor
+            pass
+    return OpRuntimeError(message)
