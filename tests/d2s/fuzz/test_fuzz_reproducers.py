@@ -62,6 +62,21 @@ CASES = {
                     zs.append(a)
             return a + len(zs)
         """, ("cond", "while")),
+    # After an `if` whose branches all return, `ys` is read through convert_load: its append in
+    # the loop must still make it a loop variable (a tensor array).
+    "append_after_branches_that_all_return": ({}, """
+        def f(x, m, n):
+            a = x * 1.0
+            ys = [x]
+            if a.sum() > 1.0:
+                if a.sum() > 2.0:
+                    return a
+                else:
+                    return a * 2.0
+            for row in m:
+                ys.append(a * -1.0)
+            return a + torch.stack(ys).sum(0)
+        """, ("cond", "while")),
 }
 
 
