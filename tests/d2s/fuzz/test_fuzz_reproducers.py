@@ -77,6 +77,24 @@ CASES = {
                 ys.append(a * -1.0)
             return a + torch.stack(ys).sum(0)
         """, ("cond", "while")),
+    # Same root through a Python if whose other branches return: the append was done at build time.
+    "append_after_python_if_with_returns": ({}, """
+        def f(x, m, n):
+            a = x * 1.0
+            k = 0
+            zs = []
+            if k % 2 == 0:
+                pass
+            elif k > 0:
+                return a + k + len(zs)
+            else:
+                return a + k + len(zs)
+            w = 0
+            while w < 2 and a.sum() < -2.0:
+                w += 1
+                zs.append(a)
+            return a + k + len(zs)
+        """, ("while",)),
 }
 
 
