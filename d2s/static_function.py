@@ -16,10 +16,11 @@ import re
 import sys
 import threading
 import warnings
+import weakref
 
 import torch
 
-from ops.capture import CaptureMode, lift
+from ops.capture import CaptureMode, dispatch, lift
 from ops import tracer
 from ops.tracer import Tracer
 from runtime import _debug
@@ -29,6 +30,8 @@ from runtime.ir import Program, Variable, dtype_name, program_guard
 from runtime.passes import check_level
 
 from . import module_watch
+
+from . import module_state
 
 MANY_PROGRAMS = 8
 # Programs one StaticFunction keeps (per bound instance) before evicting the
@@ -69,7 +72,8 @@ class ConcreteProgram:
     """One traced program: its feeds (in argument order), its outputs (the
     returned structure with Variables in it), and the compiled function."""
 
-    def __init__(self, main_program, startup_program, inputs, outputs, fetch_vars, out_tree, optimize="default"):
+    def __init__(self, main_program, startup_program, inputs, outputs, fetch_vars, out_tree, optimize="default",
+                 state=None):
         self.main_program = main_program
         self.startup_program = startup_program
         self.inputs = inputs
@@ -77,20 +81,29 @@ class ConcreteProgram:
         self.fetch_vars = fetch_vars
         self.out_tree = out_tree
         self.optimize = optimize
-        self.compiled = Executor().compiled(main_program, [v.name for v in inputs], [v.name for v in fetch_vars],
-                                            optimize)
+        # Module state (d2s/module_state.py): extra fetches written back to
+        # module attributes after each run, attributes read at the start.
+        self.state_writes, self.state_reads, state_fetch = state or ([], [], [])
+        self.compiled = Executor().compiled(main_program, [v.name for v in inputs],
+                                            [v.name for v in fetch_vars + state_fetch], optimize)
         self._params_version = None
         self._params = ()
         # A single returned tensor (the common case) needs no tree rebuild.
-        self._single = out_tree == ("fetch", 0)
+        self._single = out_tree == ("fetch", 0) and not self.state_writes
 
     def run(self, tensors):
         program = self.main_program
+        if self.state_reads:
+            # The previous call's state is what the module attributes hold now.
+            module_state.refresh_reads(self.state_reads, program.bound)
+            self._params_version = None
         if self._params_version != program._version:
             # Bound tensors change only through Program.bind, which bumps the version.
             self._params = [program.bound[n] for n in self.compiled.param_names]
             self._params_version = program._version
         results = run_compiled(self.compiled, [*tensors, *self._params])
+        if self.state_writes:
+            module_state.apply_writes(self.state_writes, results[len(self.fetch_vars):], _rebuild)
         return results[0] if self._single else _rebuild(self.out_tree, results)
 
 
@@ -103,6 +116,7 @@ class ProgramCache:
         self._programs = collections.OrderedDict()
         self.max_size = PROGRAM_CACHE_SIZE if max_size is None else max_size
         self.last = None
+        self.state_attrs = []  # (module weakref, name) of module attributes the programs store
 
     def __len__(self):
         return len(self._programs)
@@ -189,6 +203,11 @@ def _replace_tensors(value, feeds):
 def _output_tree(value, fetch):
     """The returned structure with ('fetch', i) for each Variable."""
     if isinstance(value, Variable):
+        if any(v is value for v in fetch):
+            # Returned twice (`return y, y`): the second is a view of the
+            # first under a name of its own, so the fetch list never repeats
+            # a name and a saved program returns both.
+            value = dispatch(torch.Tensor.view_as, (value, value), {})
         fetch.append(value)
         return ("fetch", len(fetch) - 1)
     if isinstance(value, torch.Tensor):
@@ -231,7 +250,12 @@ class StaticFunction:
         self._input_spec = list(input_spec) if input_spec is not None else None
         self._specs = dict(enumerate(self._input_spec)) if self._input_spec else None
         self.program_cache = ProgramCache()
-        self._bound = {}
+        # instance -> its bound StaticFunction, which holds the instance; the
+        # value is kept only weakly so the pair dies with the last outside
+        # reference. The program caches live on in `_caches` (keyed weakly,
+        # they never refer back to the instance) while the instance does.
+        self._bound = weakref.WeakValueDictionary() if instance is None else {}
+        self._caches = weakref.WeakKeyDictionary() if instance is None else None
         self._flags_generation = None
         self._flags = ()
         self._lock = threading.RLock()
@@ -244,15 +268,21 @@ class StaticFunction:
                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         self._n_positional = len(positional) - (1 if instance is not None else 0)
 
-    # methods: one StaticFunction (and program cache) per instance
+    # methods: one program cache per instance, held weakly so that a deleted
+    # module (and everything its programs bind) is garbage-collected.
     def __get__(self, instance, owner=None):
         if instance is None:
             return self
-        key = id(instance)
-        bound = self._bound.get(key)
-        if bound is None or bound._instance is not instance:
+        try:
+            bound = self._bound.get(instance)
+        except TypeError:  # an unhashable or non-weakrefable instance: no caching
+            return StaticFunction(self._function, self._input_spec, instance, self._optimize)
+        if bound is None:
             bound = StaticFunction(self._function, self._input_spec, instance, self._optimize)
-            self._bound[key] = bound
+            caches = self._caches.setdefault(instance, ProgramCache()) if self._caches is not None else None
+            if caches is not None:
+                bound.program_cache = caches
+            self._bound[instance] = bound
         return bound
 
     @property
@@ -298,7 +328,8 @@ class StaticFunction:
         if stale:
             self._refresh_training_flags(args, kwargs)
         level = self._optimize or (ProgramTranslator._instance or ProgramTranslator())._optimize
-        return (args_key, _flatten_args(kwargs, None, tensors) if kwargs else (), self._flags, level), tensors
+        state = module_state.key(self.program_cache.state_attrs) if self.program_cache.state_attrs else ()
+        return (args_key, _flatten_args(kwargs, None, tensors) if kwargs else (), self._flags, state, level), tensors
 
     def _refresh_training_flags(self, args, kwargs):
         """Re-read the `training` flag of every module involved (the
@@ -377,7 +408,10 @@ class StaticFunction:
             specs = self._input_spec or []
             arg_names = self._feed_names()
             feeds = []
-            with program_guard(main, startup), Tracer(main, self._name_hints(args)):
+            before = module_state.snapshot(
+                m for v in (self._instance, *args, *kwargs.values()) if isinstance(v, torch.nn.Module)
+                for m in v.modules())
+            with program_guard(main, startup), Tracer(main, self._name_hints(args)) as tracer:
                 for i, (path, t) in enumerate(leaves):
                     spec = specs[i] if i < len(specs) else None
                     name = spec.name if spec is not None and spec.name else _feed_name(path, arg_names)
@@ -394,8 +428,12 @@ class StaticFunction:
                     out = converted(*self._full_args(sym_args), **sym_kwargs)
                 fetch = []
                 out_tree = _output_tree(out, fetch)
+                state_fetch = []
+                writes, reads = module_state.collect(before, tracer.lifted, _output_tree, state_fetch)
+            self._note_state(writes)
             main.verify()
-            concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree, key[-1])
+            concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree, key[-1],
+                                       (writes, reads, state_fetch) if writes else None)
             self.program_cache.put(key, concrete)
             if len(self.program_cache) == MANY_PROGRAMS:
                 warnings.warn(
@@ -405,6 +443,12 @@ class StaticFunction:
             if _debug.level() >= 2:
                 print(f"[d2s] program of {self._function.__qualname__}:\n{main.to_string()}", file=sys.stderr)
             return concrete
+
+    def _note_state(self, writes):
+        known = {(ref(), name) for ref, name in self.program_cache.state_attrs}
+        for w in writes:
+            if (w.module(), w.name) not in known:
+                self.program_cache.state_attrs.append((w.module, w.name))
 
     def _name_hints(self, args):
         hints = {}
@@ -459,7 +503,13 @@ def declarative(function=None, input_spec=None, optimize=None):
         forward = type(module).forward
         if isinstance(forward, StaticFunction):
             return module
-        static = StaticFunction(forward, input_spec, instance=module, optimize=optimize)
+        raw = inspect.getattr_static(type(module), "forward", None)
+        if isinstance(raw, staticmethod):
+            static = StaticFunction(raw.__func__, input_spec, optimize=optimize)
+        elif isinstance(raw, classmethod):
+            static = StaticFunction(raw.__func__, input_spec, instance=type(module), optimize=optimize)
+        else:
+            static = StaticFunction(forward, input_spec, instance=module, optimize=optimize)
         object.__setattr__(module, "forward", static)
         return module
     if inspect.ismethod(function):

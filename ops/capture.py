@@ -20,6 +20,7 @@ import linecache
 import os
 import sys
 
+import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -27,8 +28,7 @@ from runtime.attrs import InputRef, OutputRef, ReturnType
 from runtime.errors import ConversionError
 from runtime.ir import TENSOR_ARRAY, Variable
 
-from . import torch_ops  # noqa: F401 - fills the registry
-from . import tracer
+from . import torch_ops, tracer
 from .infer import Dynamic, Meta, infer
 from .registry import op_for_callable
 
@@ -113,6 +113,20 @@ def _contains(tree, cls):
     return False
 
 
+def python_constant(value):
+    """A value the program can hold and save, for one an op argument carries:
+    a NumPy scalar becomes the Python number it stands for (torch treats
+    NumPy scalars as Python scalars), a NumPy array a tensor (lifted into a
+    persistable constant), a range a list."""
+    if isinstance(value, np.generic) and not isinstance(value, np.object_):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, range):
+        return list(value)
+    return value
+
+
 class _Refs:
     """Turns an argument tree into one with InputRef leaves, collecting the
     input Variables (each once)."""
@@ -122,6 +136,7 @@ class _Refs:
         self._index = {}
 
     def ref(self, value):
+        value = python_constant(value)
         if isinstance(value, torch.Tensor):
             value = lift(value)
         if isinstance(value, Variable):
@@ -131,7 +146,7 @@ class _Refs:
                 self.inputs.append(value)
             return InputRef(i)
         if isinstance(value, torch.Size):
-            return tuple(value)
+            return value  # a Size, not a tuple: `x.new(x.shape)` is sizes, `x.new((2, 3))` data
         if isinstance(value, list):
             return [self.ref(v) for v in value]
         if isinstance(value, tuple) and not hasattr(value, "_fields"):
@@ -153,6 +168,7 @@ def _build_outputs(meta, block, opdef, inputs, outs, stop_gradient):
         var = block.create_var(name=block.program.unique_name("tmp"), shape=meta.shape,
                                dtype=meta.dtype, stop_gradient=stop_gradient
                                or not (meta.dtype.is_floating_point or meta.dtype.is_complex))
+        var.strides = meta.strides
         outs.append(var)
         return var, OutputRef(len(outs) - 1)
     if isinstance(meta, Dynamic):
@@ -182,6 +198,14 @@ def stands_for_number(value):
     return isinstance(value, (int, float, bool))
 
 
+def _has_python_number(meta):
+    if isinstance(meta, (bool, int, float, complex)):
+        return True
+    if isinstance(meta, (list, tuple)) and not isinstance(meta, torch.Size):
+        return any(_has_python_number(m) for m in meta)
+    return False
+
+
 def record(opdef, fn, args, kwargs):
     """Append one call-style op running `fn(*args, **kwargs)`; return its
     result with Variables in place of tensors."""
@@ -191,12 +215,21 @@ def record(opdef, fn, args, kwargs):
     args_tree = refs.ref(tuple(args))
     kwargs_tree = refs.ref(dict(kwargs))
     try:
-        meta = infer(fn, args_tree, kwargs_tree, refs.inputs, factory=bool(opdef.extra.get("factory")))
+        # Infer with the kernel the executor will run (`torch.equal` runs as
+        # a bool tensor; see ops/torch_ops.py), not the Python-level callable.
+        meta = infer(opdef.kernel or fn, args_tree, kwargs_tree, refs.inputs,
+                     factory=bool(opdef.extra.get("factory")))
     except ConversionError:
         raise
     except Exception as exc:  # noqa: BLE001 - the kernel's own complaint, at the user's line
         shapes = ", ".join(f"{v.name}: {v.dtype_name}{list(v.shape)}" for v in refs.inputs)
         raise error_at_user_line(f"`{opdef.type}` fails on inputs ({shapes}): {exc}") from None
+    if _has_python_number(meta):
+        # Computed from tensor values (metadata is answered before ops are
+        # recorded): the value of one stand-in run must not be frozen.
+        raise error_at_user_line(
+            f"`{opdef.type}` returns a Python number computed from tensor values, which are known only when "
+            "the program runs; keep the result a tensor")
     outs = []
     if opdef.mutates:
         result, out_tree = None, None
@@ -206,10 +239,6 @@ def record(opdef, fn, args, kwargs):
         if (isinstance(result, Variable) and result.shape == () and refs.inputs
                 and all(stands_for_number(v) for v in refs.inputs)):
             result.python_number = True
-    if opdef.mutates and refs.inputs[0].persistable:
-        # A parameter/buffer the program writes: its value at build time is
-        # not its value at run time (see dispatch).
-        tr.written.add(id(tr.program.bound.get(refs.inputs[0].name)))
     if opdef.mutates:
         # An in-place op writes its first input; `out` names it so the
         # executor knows the op's result is that same tensor.
@@ -229,34 +258,77 @@ def record(opdef, fn, args, kwargs):
 
 # -- dispatch ----------------------------------------------------------------------
 
-def _check_not_written(fn, args):
-    """Reading the value of a buffer that the program updates in place
-    (`float(self.num_batches_tracked)` after its `add_`) at build time would
-    freeze a stale value into the program."""
-    written = tracer.current().written
-    if not written:
+def _name(fn):
+    qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    if qual == "__get__" and getattr(fn, "__self__", None) is not None:  # a property getter
+        return f"Tensor.{fn.__self__.__name__}"
+    module = getattr(fn, "__module__", None)
+    if module and module.startswith("torch") and not qual.startswith("Tensor."):
+        return f"{module}.{qual}" if module != "torch._C._VariableFunctions" else f"torch.{qual}"
+    return f"torch.{qual}" if qual.startswith("Tensor.") else qual
+
+
+def refuse_denied(fn, args=()):
+    """Raise at the user's line, before anything runs, when `fn` is on the denylist."""
+    hit = torch_ops.denied(fn)
+    if hit is None:
         return
-    for a in args:
-        if isinstance(a, torch.Tensor) and id(a) in written:
-            name = getattr(fn, "__name__", repr(fn))
-            raise error_at_user_line(
-                f"`{name}` reads the value of a tensor that the program updates in place; that value is "
-                "known only when the program runs, so it cannot become a Python value here")
+    name, why = hit
+    if why == torch_ops.TO_PYTHON and args and isinstance(args[0], torch.Tensor):
+        # A parameter, buffer or other tensor the traced code reaches: its
+        # value at build time is not its value when the program runs.
+        raise error_at_user_line(
+            f"`{name}` turns a tensor the program reads (a parameter, buffer or module tensor, "
+            f"{list(args[0].shape)}) into a Python value; that value is known only when the program runs "
+            "(it may change between calls or be updated in place by the program), so it cannot be frozen "
+            "here; keep it a tensor")
+    raise error_at_user_line(f"`{name}` cannot be part of a program ({why}); call it outside the "
+                             "declarative function")
+
+
+def _metadata_name(fn):
+    """'numel' for torch.numel / Tensor.numel etc.; None for other functions."""
+    name = getattr(fn, "__name__", None)
+    if name in torch_ops.METADATA_NAMES and (fn is getattr(torch, name, None) or fn is getattr(torch.Tensor, name)):
+        return name
+    return None
+
+
+def _is_metadata_getter(fn):
+    """The getter of a tensor property that is not a tensor (`x.shape`, `x.dtype`, `x.requires_grad`)."""
+    return getattr(fn, "__name__", None) == "__get__" and isinstance(getattr(fn, "__self__", None), object) \
+        and op_for_callable(fn) is None
 
 
 def dispatch(fn, args, kwargs):
-    """Handle one torch call seen while capturing."""
+    """Handle one torch call seen while capturing.
+
+    A denylisted function is refused before it runs; a function of the op
+    table becomes an op when a tensor (Variable, parameter, buffer or any
+    other real tensor) takes part, or when it is a factory; tensor metadata
+    is answered at once; a Python-level torch function outside the table runs
+    its body under capture. Anything else touching a tensor is refused: run
+    now, its value would be frozen into the program.
+    """
+    refuse_denied(fn, args)
     opdef = op_for_callable(fn)
     has_var = _contains((args, kwargs), Variable)
-    if opdef is not None and (has_var or opdef.extra.get("factory") or
-                              _contains((args, kwargs), torch.Tensor)):
+    has_tensor = has_var or _contains((args, kwargs), torch.Tensor)
+    if opdef is not None and (has_tensor or opdef.extra.get("factory")):
         return record(opdef, fn, args, kwargs)
-    if not has_var:
-        _check_not_written(fn, args)
+    if not has_tensor:
+        return fn(*args, **kwargs)
+    meta_name = _metadata_name(fn)
+    if meta_name is not None:
+        if isinstance(args[0], Variable):
+            return _method(args[0], meta_name)(*args[1:], **kwargs)
+        if not has_var:
+            return fn(*args, **kwargs)
+    if not has_var and _is_metadata_getter(fn):
         return fn(*args, **kwargs)
     expanding = tracer.current().expanding
     if inspect.isfunction(fn) and fn not in expanding:
-        # A Python-level torch function outside the allowlist: run its body,
+        # A Python-level torch function outside the table: run its body,
         # whose primitive calls are captured one by one. Its own
         # has_torch_function preamble dispatches here again; that re-entry
         # must not expand it a second time.
@@ -266,10 +338,9 @@ def dispatch(fn, args, kwargs):
                 return fn(*args, **kwargs)
         finally:
             expanding.discard(fn)
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
     raise error_at_user_line(
-        f"torch function `{name}` cannot be captured into a program: it is not in d2s's allowlist "
-        "of ops (ops/torch_ops.py)")
+        f"torch function `{_name(fn)}` cannot be captured into a program: it is not in d2s's op table "
+        "(ops/torch_ops.py), and running it now would freeze its result into the program")
 
 
 class CaptureMode(TorchFunctionMode):
@@ -334,20 +405,77 @@ def _runtime_dims(var):
     return dims
 
 
+def _known_shape(var, what):
+    if -1 in var.shape:
+        raise _to_python_error(var, f"a Python value ({what}, which depends on a size known only at run time)")
+    return var.shape
+
+
+def _numel(var):
+    n = 1
+    for d in _known_shape(var, "numel"):
+        n *= d
+    return n
+
+
+def contiguous_strides(shape):
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def _strides(var):
+    """The strides eager would give: those the meta kernel produced for this
+    output (see `record`), else a contiguous layout (feeds, constants)."""
+    known = getattr(var, "strides", None)
+    return known if known is not None else contiguous_strides(_known_shape(var, "stride"))
+
+
+def _stride(var, dim=None):
+    strides = _strides(var)
+    return strides if dim is None else strides[dim]
+
+
+def _is_contiguous(var, memory_format=torch.contiguous_format):
+    if memory_format != torch.contiguous_format:
+        raise error_at_user_line(f"`is_contiguous(memory_format={memory_format})` of `{var.name}`")
+    return all(a == b for a, b, d in zip(_strides(var), contiguous_strides(var.shape), var.shape) if d != 1)
+
+
+def _is_same_size(var, other):
+    return tuple(_known_shape(var, "is_same_size")) == tuple(_known_shape(other, "is_same_size"))
+
+
+# Tensor metadata, known while tracing (ops/torch_ops.py METADATA): the
+# answer eager gives for a tensor of this Variable's shape, dtype and device.
+_METADATA = {
+    "size": lambda var, dim=None: size(var, dim),
+    "dim": lambda var: len(var.shape),
+    "ndimension": lambda var: len(var.shape),
+    "numel": _numel,
+    "nelement": _numel,
+    "stride": _stride,
+    "is_contiguous": _is_contiguous,
+    "is_same_size": _is_same_size,
+    "is_complex": lambda var: var.dtype.is_complex,
+    "is_floating_point": lambda var: var.dtype.is_floating_point,
+    "is_signed": lambda var: var.dtype.is_signed,
+    "element_size": lambda var: var.dtype.itemsize,
+    "get_device": lambda var: -1 if var.device.type == "cpu" else var.device.index or 0,
+    "is_inference": lambda var: False,
+    "is_conj": lambda var: False,
+    "is_neg": lambda var: False,
+    "dim_order": lambda var: tuple(sorted(range(len(var.shape)), key=lambda i: -_strides(var)[i])),
+}
+
+
 def _method(var, name):
     if name in _TO_PYTHON:
         raise _to_python_error(var, _TO_PYTHON[name])
-    if name == "size":
-        return lambda dim=None: size(var, dim)
-    if name == "numel":
-        def numel():
-            if -1 in var.shape:
-                raise _to_python_error(var, "a Python int (numel)")
-            n = 1
-            for d in var.shape:
-                n *= d
-            return n
-        return numel
+    if name in _METADATA:
+        return lambda *args, **kwargs: _METADATA[name](var, *args, **kwargs)
     if name == "__len__":
         def length():
             if not var.shape:
@@ -373,6 +501,7 @@ def _method(var, name):
     attr = getattr(torch.Tensor, name, None)
     if attr is None:
         raise AttributeError(f"Variable {var.name!r} has no attribute {name!r}")
+    refuse_denied(attr)
     if isinstance(attr, property) or type(attr).__name__ == "getset_descriptor":
         getter = attr.__get__
         if op_for_callable(getter) is None:
@@ -381,7 +510,7 @@ def _method(var, name):
     if op_for_callable(attr) is None:
         raise error_at_user_line(
             f"tensor method `.{name}()` cannot be captured into a program: it is not in d2s's "
-            "allowlist of ops (ops/torch_ops.py)")
+            "op table (ops/torch_ops.py)")
     return lambda *args, **kwargs: dispatch(attr, (var,) + args, kwargs)
 
 

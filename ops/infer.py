@@ -31,11 +31,12 @@ SMALL_SIZES = {5040: 8, 7560: 12}
 class Meta:
     """The inferred type of one tensor output."""
 
-    __slots__ = ("shape", "dtype")
+    __slots__ = ("shape", "dtype", "strides")
 
-    def __init__(self, shape, dtype):
+    def __init__(self, shape, dtype, strides=None):
         self.shape = tuple(shape)
         self.dtype = dtype
+        self.strides = strides  # the meta kernel's strides, when every run agrees (`x.stride()`)
 
 
 def _has_unknown(inputs):
@@ -69,6 +70,8 @@ def _substitute(tree, values):
     from runtime.attrs import InputRef
     if isinstance(tree, InputRef):
         return values[tree.index]
+    if isinstance(tree, torch.Size):
+        return tree  # sizes, not data (`x.new(x.size())`)
     if isinstance(tree, list):
         return [_substitute(t, values) for t in tree]
     if isinstance(tree, tuple):
@@ -127,7 +130,8 @@ def _merge(runs, exact):
         if not exact:
             return Meta([-1] * a.dim(), a.dtype)
         shape = [dims[0] if len(set(dims)) == 1 else -1 for dims in zip(*(r.shape for r in runs))]
-        return Meta(shape, a.dtype)
+        strides = a.stride() if all(r.stride() == a.stride() for r in runs) else None
+        return Meta(shape, a.dtype, strides)
     if isinstance(a, (list, tuple)):
         if any(len(r) != len(a) for r in runs[1:]):
             return Dynamic(a)  # e.g. the pieces of `split` along a run-time dim

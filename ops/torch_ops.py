@@ -1,173 +1,234 @@
-"""The allowlist of PyTorch functions a program may call, by family.
+"""The torch ops a program may call, derived from torch's own declarations.
 
-Each name becomes one call-style op type (its qualified name, e.g.
-`torch.nn.functional.conv2d`) whose kernel is that very function, so the
-executor runs exactly what eager PyTorch runs. Shape/dtype inference for all
-of them is shared: the kernel runs on meta tensors (see `ops/infer.py`).
+Every public function of `torch`, `torch.nn.functional`, `torch.linalg`,
+`torch.special` and `torch.fft` that torch declares overridable
+(`torch.overrides.get_overridable_functions()`: the functions that take
+tensors), every `torch.Tensor` method and property torch declares, and the
+factory functions (the ignored functions whose native schema takes a
+`device` and returns a Tensor: `torch.zeros`, `torch.randn`, ...) becomes a
+call-style op whose type is its public name (`torch.nn.functional.conv2d`,
+`torch.Tensor.softmax`) and whose kernel is that very function, so the
+executor runs exactly what eager PyTorch runs. Shape/dtype inference is
+shared: the kernel runs on meta tensors (`ops/infer.py`).
 
-Nothing outside these lists can be captured or loaded: no `torch.load`,
-`torch.save`, no I/O, no global state setters.
+Effects come from torch's conventions too: a trailing `_` (and the in-place
+operators `__iadd__`, `__setitem__`, ...) writes the first argument; a
+`generator` argument in the native schema (and dropout) draws random numbers.
+
+Left out, by the explicit DENYLIST below: what must never run inside a
+program (I/O and serialization, global or process state, hooks, storage and
+pointer access, conversions to Python or numpy objects). Tensor metadata
+known while tracing (`.dim()`, `.size()`, `.stride()`, `.is_complex()`, ...,
+see METADATA) is answered by capture from the Variable, not recorded.
+
+The table is the loading allowlist: a saved program names nothing else. A
+name listed here that torch does not have fails at import.
 """
 
 import torch
 import torch.nn.functional as F
+from torch.overrides import get_ignored_functions, get_overridable_functions
+
+from runtime.optable import callable_key as _key
 
 from .registry import OpDef, is_registered, register
 
-ELEMENTWISE = """
-abs absolute neg negative exp exp2 expm1 log log2 log10 log1p sqrt rsqrt square sin cos tan
-asin acos atan sinh cosh tanh asinh acosh atanh sigmoid logit relu floor ceil round trunc frac
-sign sgn reciprocal erf erfc erfinv lgamma digamma pow float_power add sub subtract mul multiply
-div divide true_divide floor_divide remainder fmod maximum minimum fmax fmin clamp clip
-clamp_min clamp_max where lerp atan2 hypot isnan isinf isfinite isposinf isneginf nan_to_num
-eq ne lt le gt ge greater less greater_equal less_equal not_equal logical_and logical_or
-logical_not logical_xor bitwise_and bitwise_or bitwise_not bitwise_xor addcmul addcdiv
-heaviside xlogy sinc deg2rad rad2deg polar real imag conj angle
+NAMESPACES = (
+    ("torch", torch),
+    ("torch.nn.functional", F),
+    ("torch.linalg", torch.linalg),
+    ("torch.special", torch.special),
+    ("torch.fft", torch.fft),
+)
+
+TO_PYTHON = "conversion to Python or numpy objects"
+
+# Never inside a program, never loaded. Each entry: (namespace, names, why).
+DENYLIST = (
+    ("torch", "save load from_file", "I/O and serialization"),
+    ("torch", "manual_seed seed initial_seed get_rng_state set_rng_state set_default_dtype "
+              "set_default_device set_default_tensor_type set_num_threads set_num_interop_threads "
+              "set_printoptions set_grad_enabled set_anomaly_enabled set_flush_denormal "
+              "use_deterministic_algorithms set_deterministic_debug_mode set_warn_always "
+              "set_float32_matmul_precision compile", "global or process state"),
+    ("torch.Tensor", "register_hook register_post_accumulate_grad_hook retain_grad backward "
+                     "record_stream share_memory_ pin_memory", "hooks, autograd and process state"),
+    ("torch.Tensor", "data_ptr const_data_ptr storage untyped_storage storage_type set_ is_set_to "
+                     "is_shared is_pinned resize_ resize_as_ __dlpack__ __dlpack_device__ "
+                     "__setstate__ apply_ map_ map2_ module_load", "storage and pointer access"),
+    ("torch.Tensor", "item tolist numpy __array__ __array_wrap__ __bool__ __nonzero__ __int__ "
+                     "__long__ __float__ __complex__ __index__ __format__ __repr__ __reduce_ex__ "
+                     "__deepcopy__ __contains__", TO_PYTHON),
+)
+
+# Tensor metadata: known while tracing, answered from the Variable by
+# ops/capture.py (never an op, never frozen from a value).
+METADATA = """
+dim ndimension size numel nelement stride is_complex is_floating_point is_signed get_device
+element_size is_contiguous is_same_size is_inference is_conj is_neg dim_order __len__
 """
 
-REDUCTION = """
-sum mean nansum nanmean prod max min amax amin aminmax argmax argmin std var std_mean var_mean
-norm logsumexp cumsum cumprod cummax cummin logcumsumexp all any topk kthvalue sort argsort
-median nanmedian mode count_nonzero quantile nanquantile unique unique_consecutive bincount
-histc diff dist cdist renorm
-"""
+# Functions torch computes a Python bool from tensor values with: recorded
+# as ops returning a 0-d bool tensor, so `if torch.equal(a, b):` becomes a
+# graph branch instead of a value frozen at build time.
+TO_BOOL_TENSOR = {"equal", "allclose", "is_nonzero"}
 
-SHAPE = """
-reshape flatten unflatten squeeze unsqueeze transpose swapaxes swapdims permute t adjoint cat
-concat concatenate stack hstack vstack dstack column_stack split tensor_split chunk narrow
-select index_select gather scatter scatter_add scatter_reduce masked_fill masked_scatter
-masked_select index_add index_copy index_fill index_put take take_along_dim tile flip fliplr
-flipud roll rot90 movedim moveaxis broadcast_to broadcast_tensors unbind tril triu diag
-diagonal diag_embed diagflat block_diag einsum matmul mm bmm mv addmm addbmm baddbmm addmv
-addr outer ger dot vdot inner cross kron tensordot meshgrid nonzero argwhere repeat_interleave
-searchsorted bucketize atleast_1d atleast_2d atleast_3d ravel clone detach flatten cartesian_prod
-combinations trace tril_indices triu_indices view_as_real view_as_complex chain_matmul
-"""
-
-NN = """
-relu lstm gru rnn_tanh rnn_relu lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell embedding
-batch_norm layer_norm group_norm instance_norm dropout feature_dropout alpha_dropout conv1d
-conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d max_pool1d max_pool2d
-max_pool3d avg_pool1d adaptive_avg_pool1d adaptive_max_pool1d softmax log_softmax selu celu
-prelu rrelu hardshrink threshold cosine_similarity pairwise_distance pdist pixel_shuffle
-pixel_unshuffle channel_shuffle bilinear ctc_loss
-"""
-
-FACTORY = """
-zeros ones full empty arange range linspace logspace eye zeros_like ones_like full_like
-empty_like tensor as_tensor scalar_tensor complex
-"""
-
-RANDOM = """
-rand randn randint randperm rand_like randn_like randint_like normal bernoulli multinomial
-poisson
-"""
-
-FUNCTIONAL = """
-linear bilinear conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d unfold
-fold avg_pool1d avg_pool2d avg_pool3d max_pool1d max_pool2d max_pool3d lp_pool1d lp_pool2d
-adaptive_avg_pool1d adaptive_avg_pool2d adaptive_avg_pool3d adaptive_max_pool1d
-adaptive_max_pool2d adaptive_max_pool3d fractional_max_pool2d batch_norm layer_norm group_norm
-instance_norm local_response_norm rms_norm normalize dropout dropout1d dropout2d dropout3d
-alpha_dropout feature_alpha_dropout relu relu6 leaky_relu elu selu celu gelu silu mish
-softplus softsign softshrink hardshrink tanhshrink hardtanh hardswish hardsigmoid sigmoid
-tanh logsigmoid glu threshold prelu rrelu softmax log_softmax softmin gumbel_softmax
-embedding embedding_bag one_hot pad interpolate upsample grid_sample affine_grid
-pixel_shuffle pixel_unshuffle cosine_similarity pairwise_distance pdist
-scaled_dot_product_attention multi_head_attention_forward cross_entropy nll_loss mse_loss
-l1_loss smooth_l1_loss huber_loss binary_cross_entropy binary_cross_entropy_with_logits
-kl_div poisson_nll_loss gaussian_nll_loss margin_ranking_loss hinge_embedding_loss
-multilabel_margin_loss soft_margin_loss multilabel_soft_margin_loss cosine_embedding_loss
-multi_margin_loss triplet_margin_loss ctc_loss
-"""
-
-LINALG = """
-norm vector_norm matrix_norm det slogdet inv pinv solve cholesky qr svd svdvals eigh eigvalsh
-matrix_power matrix_rank cross multi_dot householder_product lstsq vecdot
-"""
-
-SPECIAL = """
-expit logit erf erfc erfinv gammaln digamma softmax log_softmax xlogy entr sinc logsumexp
-"""
-
-# Tensor methods (and the Python operators, which forward to them).
-METHODS = """
-__add__ __radd__ __sub__ __rsub__ __mul__ __rmul__ __truediv__ __rtruediv__ __floordiv__
-__rfloordiv__ __mod__ __rmod__ __pow__ __rpow__ __matmul__ __rmatmul__ __and__ __rand__
-__or__ __ror__ __xor__ __rxor__ __lshift__ __rshift__ __neg__ __pos__ __abs__ __invert__
-__eq__ __ne__ __lt__ __le__ __gt__ __ge__ __getitem__ __setitem__ __iadd__ __isub__ __imul__
-__itruediv__ __ifloordiv__ __imod__ __ipow__ __iand__ __ior__ __ixor__
-view view_as reshape_as expand expand_as repeat contiguous clone detach float double half
-bfloat16 long int short bool byte char to type_as cpu cuda new_zeros new_ones new_full
-new_empty new_tensor unfold masked_fill masked_scatter index_put type
-add_ sub_ mul_ div_ pow_ neg_ abs_ exp_ log_ sqrt_ clamp_ clamp_min_ clamp_max_ relu_
-sigmoid_ tanh_ fill_ zero_ copy_ masked_fill_ masked_scatter_ index_fill_ index_add_
-index_copy_ index_put_ scatter_ scatter_add_ scatter_reduce_ unsqueeze_ squeeze_ t_
-transpose_ floor_ ceil_ round_ lerp_ addcmul_ addcdiv_ clip_ detach_ requires_grad_
-logical_and_ logical_or_ logical_not_ bernoulli_ uniform_ normal_ exponential_ random_
-addmm_ baddbmm_ tril_ triu_ fmod_ remainder_ reciprocal_ sign_ sin_ cos_ square_ rsqrt_
-"""
-
-# Properties read through `x.T` etc.
-PROPERTIES = "T mT H mH real imag data"
-
-_RANDOM_METHODS = {"bernoulli_", "uniform_", "normal_", "exponential_", "random_"}
-_NAMESPACES = {
-    "torch": torch,
-    "torch.nn.functional": F,
-    "torch.linalg": torch.linalg,
-    "torch.special": torch.special,
+_INPLACE_OPERATORS = {
+    "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
+    "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__idiv__",
+    "__imatmul__",
 }
 
 
+def _lookup(prefix, name):
+    owner = torch.Tensor if prefix == "torch.Tensor" else dict(NAMESPACES)[prefix]
+    value = owner.__dict__.get(name, getattr(owner, name, None)) if owner is torch.Tensor else getattr(owner, name, None)
+    if value is None:
+        raise ImportError(f"ops/torch_ops.py names {prefix}.{name}, which this torch ({torch.__version__}) "
+                          "does not have; update the list")
+    return value
+
+
+def _denied():
+    """{callable: (qualified name, why)} for every denylisted name."""
+    denied = {}
+    for prefix, names, why in DENYLIST:
+        for name in names.split():
+            value = _lookup(prefix, name)
+            getter = value.__get__ if isinstance(value, property) or type(value).__name__ == "getset_descriptor" else None
+            for obj in (value, getter):
+                if obj is not None:
+                    denied[_key(obj)] = (f"{prefix}.{name}", why)
+    return denied
+
+
+DENIED = _denied()
+METADATA_NAMES = frozenset(METADATA.split())
+for _name in METADATA_NAMES:
+    _lookup("torch.Tensor", _name)
+
+
+def denied(fn):
+    """(qualified name, why) when `fn` is on the denylist, else None."""
+    # torch may re-wrap its own functions later (importing torch._dynamo wraps
+    # torch.manual_seed); functools.wraps leaves the original in __wrapped__.
+    for _ in range(4):
+        try:
+            hit = DENIED.get(_key(fn))
+        except TypeError:
+            return None
+        if hit is not None or getattr(fn, "__wrapped__", None) is None:
+            return hit
+        fn = fn.__wrapped__
+    return None
+
+
+def _schemas(fn):
+    packet = getattr(torch.ops.aten, getattr(fn, "__name__", "") or "", None)
+    if packet is None:
+        return []
+    try:
+        return [getattr(packet, o)._schema for o in packet.overloads()]
+    except (AttributeError, RuntimeError):
+        return []
+
+
+def _is_factory(fn):
+    """A native function with TensorOptions (a `device` argument) returning a Tensor."""
+    return any(any(a.name == "device" for a in s.arguments) and any(str(r.type) == "Tensor" for r in s.returns)
+               for s in _schemas(fn))
+
+
+def _is_random(name, fn):
+    return "dropout" in name or name in ("rrelu", "gumbel_softmax") or any(
+        any(a.name == "generator" for a in s.arguments) for s in _schemas(fn))
+
+
 def _is_inplace(name):
-    return (name.endswith("_") and not name.endswith("__")) or name in (
-        "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
-        "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__")
+    return (name.endswith("_") and not name.endswith("__")) or name in _INPLACE_OPERATORS
 
 
-def _register_namespace(prefix, names, **flags):
-    module = _NAMESPACES[prefix]
-    for name in names.split():
-        fn = getattr(module, name, None)
-        type_name = f"{prefix}.{name}"
-        if fn is None or not callable(fn):
-            continue  # not in this torch version
-        if is_registered(type_name):
-            continue
-        register(OpDef(type_name, kernel=fn, **flags), fn)
+def _bool_tensor(fn):
+    def kernel(*args, **kwargs):
+        return torch.tensor(fn(*args, **kwargs))
+    kernel.__name__ = fn.__name__
+    return kernel
 
 
-def _register_methods():
-    for name in METHODS.split():
-        fn = getattr(torch.Tensor, name, None)
-        if fn is None:
-            continue
-        register(OpDef(f"torch.Tensor.{name}", kernel=fn, mutates=_is_inplace(name),
-                       random=name in _RANDOM_METHODS), fn)
-    for name in PROPERTIES.split():
-        getter = getattr(torch.Tensor, name).__get__
+def _add(type_name, name, fn, **flags):
+    if is_registered(type_name) or denied(fn) is not None:
+        return
+    kernel = _bool_tensor(fn) if name in TO_BOOL_TENSOR else fn
+    register(OpDef(type_name, kernel=kernel, mutates=_is_inplace(name), random=_is_random(name, fn), **flags), fn)
+
+
+OVERRIDABLE = {_key(f) for fs in get_overridable_functions().values() for f in fs}
+FACTORIES = {_key(f) for f in get_ignored_functions() if callable(f) and _is_factory(f)}
+# Python-level compute functions torch lists as "ignored" (they only call
+# other torch functions), named here so that a saved program may use them.
+PYTHON_LEVEL = (
+    ("torch.nn.functional", "hardsigmoid hardswish sigmoid tanh upsample upsample_bilinear upsample_nearest"),
+    ("torch.Tensor", "unflatten"),
+    # Private native functions torch's own nn code calls (nn.utils.weight_norm).
+    ("torch", "_weight_norm"),
+)
+# Tensor properties whose value is a tensor; the others (shape, dtype,
+# device, requires_grad, ...) are metadata.
+TENSOR_PROPERTIES = "T mT H mH real imag data"
+
+
+def _register_namespaces():
+    for prefix, module in NAMESPACES:
+        for name in sorted(dir(module)):
+            if name.startswith("_"):
+                continue
+            fn = getattr(module, name, None)
+            if not callable(fn) or isinstance(fn, type):
+                continue
+            if _key(fn) in FACTORIES:
+                _add(f"{prefix}.{name}", name, fn, extra={"factory": True})
+            elif _key(fn) in OVERRIDABLE and name not in METADATA_NAMES:
+                _add(f"{prefix}.{name}", name, fn)
+            elif _is_inplace(name) and _key(getattr(module, name[:-1], None)) in OVERRIDABLE and _schemas(fn):
+                # `torch.tanh_(x)`: the in-place form of a declared function (a native op of its own)
+                _add(f"{prefix}.{name}", name, fn)
+
+
+def _register_tensor():
+    for name in TENSOR_PROPERTIES.split():
+        getter = _lookup("torch.Tensor", name).__get__
         register(OpDef(f"torch.Tensor.{name}", kernel=getter, extra={"property": True}), getter)
-    # Tensor methods that share a name with a torch function run the same
-    # kernel; record them under the method's own name so that printing and
-    # errors show what the user wrote.
-    for family in (ELEMENTWISE, REDUCTION, SHAPE):
-        for name in family.split():
-            fn = getattr(torch.Tensor, name, None)
-            type_name = f"torch.Tensor.{name}"
-            if fn is not None and not is_registered(type_name):
-                register(OpDef(type_name, kernel=fn), fn)
+    for name in sorted(dir(torch.Tensor)):
+        fn = getattr(torch.Tensor, name, None)
+        if name in METADATA_NAMES or not callable(fn) or isinstance(fn, type):
+            continue
+        if _key(fn) in OVERRIDABLE or _key(fn) in FACTORIES:  # `x.new_zeros`: a factory on a tensor
+            _add(f"torch.Tensor.{name}", name, fn)
+    # The legacy constructors `x.new(...)`, `x.new_tensor(data)`: they copy
+    # x's dtype/device, so they are methods, not factories.
+    for name in ("new", "new_tensor"):
+        _add(f"torch.Tensor.{name}", name, _lookup("torch.Tensor", name))
 
 
-def _register_all():
-    for family in (ELEMENTWISE, REDUCTION, SHAPE, NN):
-        _register_namespace("torch", family)
-    _register_namespace("torch", FACTORY, extra={"factory": True})
-    _register_namespace("torch", RANDOM, random=True, extra={"factory": True})
-    _register_namespace("torch.nn.functional", FUNCTIONAL)
-    _register_namespace("torch.linalg", LINALG)
-    _register_namespace("torch.special", SPECIAL)
-    _register_methods()
+def _set_data(tensor, value):
+    """`param.data = value`: the parameter takes `value`'s contents, outside
+    autograd. Programs have fixed shapes and dtypes, so a value of another
+    shape or dtype is an error (at build time, from inference)."""
+    if value.shape != tensor.shape or value.dtype != tensor.dtype:
+        raise ValueError(f"`.data = ...` changes {tuple(tensor.shape)}/{tensor.dtype} to "
+                         f"{tuple(value.shape)}/{value.dtype}; a program keeps shapes and dtypes")
+    with torch.no_grad():
+        tensor.copy_(value)
 
 
-_register_all()
+def _register_python_level():
+    setter = _lookup("torch.Tensor", "data").__set__
+    register(OpDef("torch.Tensor.data.__set__", kernel=_set_data, mutates=True), setter)
+    for prefix, names in PYTHON_LEVEL:
+        for name in names.split():
+            _add(f"{prefix}.{name}", name, _lookup(prefix, name))
+
+
+_register_namespaces()
+_register_tensor()
+_register_python_level()

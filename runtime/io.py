@@ -154,8 +154,8 @@ def _check_endpoints(program, feed_names, fetch_names):
             raise ValueError(f"feed {name!r} is not a data variable of the program (data variables: {known})")
     if len(set(feed_names)) != len(feed_names):
         raise ValueError(f"feed names repeat: {feed_names}")
-    if not fetch_names:
-        raise ValueError("save_inference_model needs at least one target variable")
+    # No targets is a program with no outputs (a forward returning no tensor):
+    # it saves and loads, and running it returns nothing.
     for name in fetch_names:
         if name not in block.vars:
             raise ValueError(f"target {name!r} is not a variable of the program's global block")
@@ -443,8 +443,6 @@ def _parse_part(doc, where, limits):
     for name in names["feed"]:
         if name not in block.vars or not block.vars[name].is_data:
             raise ModelFormatError(f"{where}: feed {name!r} is not a data variable of the program")
-    if not names["fetch"]:
-        raise ModelFormatError(f"{where}: the model has no fetch targets")
     for name in names["fetch"]:
         if name not in block.vars:
             raise ModelFormatError(f"{where}: fetch {name!r} is not a variable of the program's global block")

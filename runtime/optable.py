@@ -51,11 +51,13 @@ def register(opdef, *callables):
         raise ValueError(f"op type {opdef.type!r} is registered twice")
     _OPS[opdef.type] = opdef
     for fn in callables:
-        _BY_CALLABLE.setdefault(_key(fn), opdef)
+        _BY_CALLABLE.setdefault(callable_key(fn), opdef)
     return opdef
 
 
-def _key(fn):
+def callable_key(fn):
+    """Callables compare by value (a property's `__get__` is a new object on
+    each access, equal to the others); unhashable ones by identity."""
     try:
         hash(fn)
         return fn
@@ -79,9 +81,14 @@ def is_registered(op_type):
 def op_for_callable(fn):
     """The OpDef recording calls to `fn`, or None if `fn` is not in the table."""
     try:
-        return _BY_CALLABLE.get(_key(fn))
+        return _BY_CALLABLE.get(callable_key(fn))
     except TypeError:
         return None
+
+
+def empty_table_hint():
+    """A note for errors about unknown op types when nothing has filled the table."""
+    return "" if _OPS else " (the op table is empty: `import d2s` or `import ops` fills it)"
 
 
 def registered_types():

@@ -23,7 +23,7 @@ from .attrs import InputRef, OutputRef, decode, encode, leaves, refs
 from .errors import ModelFormatError
 from .format_rules import check_collisions, check_name, check_size, current_limits
 from .ir import TENSOR, TENSOR_ARRAY, Block, Program, dtype_name
-from .optable import get_op_def, is_registered
+from .optable import empty_table_hint, get_op_def, is_registered
 
 FORMAT_VERSION = 1
 
@@ -221,7 +221,7 @@ class _Validator:
             _expect(op, (dict,), where, "an op")
             op_type = _expect(op.get("type"), (str,), where, "'type'")
             if not is_registered(op_type):
-                _fail(where, f"op type {op_type!r} is not a registered d2s op; "
+                _fail(where, f"op type {op_type!r} is not a registered d2s op{empty_table_hint()}; "
                       "a saved program may only use the op allowlist (see ops/torch_ops.py)")
             where = f"block {block.idx}, op {j} ({op_type})"
             opdef = get_op_def(op_type)

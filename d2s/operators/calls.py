@@ -14,7 +14,7 @@ import types
 
 import torch
 
-from ops.capture import error_at_user_line
+from ops.capture import error_at_user_line, refuse_denied
 from ops.optimizer_ops import record_optimizer_call
 from runtime.ir import Variable
 
@@ -87,6 +87,7 @@ def convert_call(fn):
     """
     from .. import conversion
     from ..static_function import DATA_PARALLEL, StaticFunction, data_parallel_message
+    refuse_denied(fn)  # torch.save & co.: refused before they run (ops/torch_ops.py DENYLIST)
     try:
         mapped = BUILTINS.get(fn)
     except TypeError:  # unhashable callable
@@ -97,6 +98,11 @@ def convert_call(fn):
         return functools.partial(_call_with_packed_sizes, fn)
     if isinstance(fn, StaticFunction):
         return convert_call(fn.dygraph_function)
+    if isinstance(fn, torch.jit.ScriptFunction) and isinstance(getattr(fn, "_torchdynamo_inline", None),
+                                                                types.FunctionType):
+        # A @torch.jit.script function takes only real tensors; torch keeps
+        # the Python function it compiled, which means the same.
+        return convert_call(fn._torchdynamo_inline)
     if isinstance(fn, types.FunctionType):
         return conversion.convert_function(fn) if _convertible(fn) else fn
     if isinstance(fn, DATA_PARALLEL):  # its per-step Python bookkeeping would run once, at build time
@@ -128,6 +134,14 @@ def _module_forward(module):
     if isinstance(forward, StaticFunction):
         forward = forward._function
     elif forward is None:
+        raw = inspect.getattr_static(type(module), "forward", None)
+        if isinstance(raw, (staticmethod, classmethod)):
+            # `@staticmethod def forward(x)` takes no module; a classmethod the class.
+            func = raw.__func__
+            if not (isinstance(func, types.FunctionType) and _convertible(func)):
+                return module
+            converted = conversion.convert_function(func)
+            return converted if isinstance(raw, staticmethod) else types.MethodType(converted, type(module))
         forward = type(module).forward
         if isinstance(forward, StaticFunction):
             forward = forward._function

@@ -97,7 +97,50 @@ def _item(value):
     return out
 
 
+def convert_max_min(builtin, which):
+    """``max(a, b)`` / ``min(a, b)`` where a graph tensor takes part: eager
+    Python returns ``b`` when ``b > a`` (``b < a`` for min), else ``a``; the
+    graph picks the same value with ``torch.where``. Other uses (one
+    iterable, keywords, more arguments) are Python's own."""
+    def call(*args, **kwargs):
+        if len(args) != 2 or kwargs or not any(is_var(a) for a in args):
+            return builtin(*args, **kwargs)
+        a, b = args
+        pick_b = (b > a) if which == "max" else (b < a)
+        if not is_var(pick_b):
+            pick_b = torch.as_tensor(pick_b)
+        return torch.where(pick_b, b, a)
+    return call
+
+
+def convert_legacy_variable(data=None, requires_grad=False, volatile=False):
+    """``torch.autograd.Variable(t)``: since PyTorch 0.4 a new tensor sharing
+    ``t``'s data, detached from its graph, a leaf requiring grad only when
+    asked (what eager returns, as a graph op)."""
+    if not is_var(data):
+        return torch.autograd.Variable(data, requires_grad=requires_grad, volatile=volatile)
+    out = data.detach()
+    return out.requires_grad_() if requires_grad else out
+
+
+def convert_type(*args):
+    """``type(x)``: ``torch.Tensor`` for a graph tensor (the eager tensor's
+    type), or the Python number type it stands for; ``type(name, bases,
+    namespace)`` and other values are Python's own."""
+    if len(args) == 1 and is_var(args[0]):
+        value = args[0]
+        if stands_for_number(value):
+            return bool if value.dtype == torch.bool else float if value.dtype.is_floating_point else int
+        return torch.Tensor
+    return builtins.type(*args)
+
+
 BUILTINS = {
+    builtins.type: convert_type,
+    builtins.max: convert_max_min(builtins.max, "max"),
+    builtins.min: convert_max_min(builtins.min, "min"),
+    torch.autograd.Variable: convert_legacy_variable,
+    torch.is_tensor: lambda value: convert_isinstance(value, torch.Tensor),
     builtins.len: convert_len,
     builtins.print: convert_print,
     builtins.int: _cast_builtin(int),

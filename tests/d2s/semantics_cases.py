@@ -113,16 +113,6 @@ def augassign_on_0d_tensor_changes_aliases(x):
     return same, t
 
 
-@case((POS, I(3)), (NEG, I(0)), ops={"while"})
-def augassign_on_loop_counter_leaves_copies_alone(x, n):
-    i = 0
-    last = 0
-    while i < n:
-        last = i
-        i += 1
-    return last, i
-
-
 @case((POS.reshape(3, 1),), (NEG.reshape(3, 1),), ops={"while"})
 def rows_are_views(y):
     y = y.clone()

@@ -49,9 +49,9 @@ SCRIPT = textwrap.dedent("""
         pass
     else:
         sys.exit("the test module must not be importable here")
-    import runtime
-    program, feeds, fetches = runtime.load_inference_model(sys.argv[1], runtime.Executor())
-    (probs,) = runtime.Executor().run(program, feed={feeds[0]: np.load(sys.argv[2])}, fetch_list=fetches)
+    import d2s  # the public API; importing it fills the op table the loader checks against
+    program, feeds, fetches = d2s.load_inference_model(sys.argv[1], d2s.Executor())
+    (probs,) = d2s.Executor().run(program, feed={feeds[0]: np.load(sys.argv[2])}, fetch_list=fetches)
     np.save(sys.argv[3], probs)
     print(feeds, [v.name for v in fetches])
 """)

@@ -87,6 +87,14 @@ def check(fn, make, dyn=None, seed=None, capture_mode=True, exact=True, shapes=N
     return program, got
 
 
+def line_of(path, marker):
+    """The line number of the first line of `path` holding `marker` (where a test expects an error)."""
+    for i, line in enumerate(open(path), 1):
+        if marker in line and "line_of(" not in line:
+            return i
+    raise AssertionError(marker)
+
+
 def randn(*shape, dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(*shape, generator=g, dtype=dtype)

@@ -1,0 +1,402 @@
+"""ParityBench under d2s: how much of real-world PyTorch `@declarative` captures.
+
+    python benchmarks/paritybench.py PATH [--sample N] [--seed S] [--save] [--jobs J]
+                                          [--timeout T] [--files NAME ...] [--failures K]
+
+PATH is a checkout of github.com/jansel/pytorch-jit-paritybench (fetched,
+never copied into this repository). Each `generated/test_*.py` file is one
+project; its `TESTCASES` list holds (module class, init args, forward args,
+jit-compiles flag) tuples. For each case:
+
+  1. eager: build the module, `eval()`, run the forward twice with the RNG
+     reset before each; a case that fails eagerly or gives two different
+     results is left out (as ParityBench does);
+  2. d2s: `d2s.declarative(module)`, then call it twice (the second call runs
+     the cached program) and compare both with the eager result
+     (atol = rtol = 1e-4);
+  3. with --save: `d2s.jit.save` the program, `d2s.jit.load` it and compare
+     the loaded model's outputs (the tensors of the result, in order) again.
+
+Each file runs in its own subprocess (`--worker`), with a per-case time
+limit. Third-party modules the generated file imports but this machine
+lacks are replaced by `unittest.mock.MagicMock`s for that file only (its
+own `__import__`), so nothing else sees them.
+
+Prints the project and test pass rates, the save/reload rate and the most
+common failures, grouped by cause.
+"""
+
+import argparse
+import builtins
+import collections
+import concurrent.futures
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import types
+import unittest
+from unittest import mock
+
+SEED = 20261121
+TOL = 1e-4
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# -- the worker: one generated file in this process --------------------------------------------
+
+class CaseTimeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise CaseTimeout("timed out")
+
+
+def _helpers_module():
+    """Stand-in for ParityBench's `_paritybench_helpers`: the names generated
+    files import, without its dynamo/inductor test machinery."""
+    import torch
+    helpers = types.ModuleType("_paritybench_helpers")
+
+    class _mock_config(dict):
+        __getattr__ = dict.__getitem__
+
+    def patch_functional():
+        # Some projects import `torch.functional` as F and call nn.functional
+        # names on it (or the reverse): make each have the other's names.
+        f1, f2 = torch.functional, torch.nn.functional
+        names1 = {n for n in dir(f1) if re.match(r"^[a-z]", n)}
+        names2 = {n for n in dir(f2) if re.match(r"^[a-z]", n)}
+        for n in names1 - names2:
+            setattr(f2, n, getattr(f1, n))
+        for n in names2 - names1:
+            setattr(f1, n, getattr(f2, n))
+
+    def _mock_layer(in_features=None, out_features=None, *args, **kwargs):
+        if in_features and out_features:
+            return torch.nn.Linear(in_features, out_features, **kwargs)
+        return torch.nn.ReLU()
+
+    helpers._mock_config = _mock_config
+    helpers.patch_functional = patch_functional
+    helpers._mock_layer = _mock_layer
+    helpers._paritybench_base = unittest.TestCase
+    helpers._fails_compile = lambda: (lambda x: x)
+    return helpers
+
+
+def _mocking_import(real_import):
+    """An `__import__` that answers a missing third-party module with a MagicMock."""
+    def _import(name, globals=None, locals=None, fromlist=(), level=0):
+        try:
+            return real_import(name, globals, locals, fromlist, level)
+        except ImportError as exc:
+            missing = (getattr(exc, "name", None) or name).split(".")[0]
+            if level != 0 or missing in ("torch", "d2s", "ops", "runtime"):
+                raise
+            return mock.MagicMock(name=name)
+    return _import
+
+
+def load_generated(path):
+    """Execute one generated file as a fresh module with its own mocking `__import__`."""
+    sys.modules["_paritybench_helpers"] = _helpers_module()
+    name = "pb_" + re.sub(r"\W", "_", os.path.basename(path)[:-3])
+    module = types.ModuleType(name)
+    module.__file__ = path
+    own_builtins = dict(vars(builtins))
+    own_builtins["__import__"] = _mocking_import(builtins.__import__)
+    module.__dict__["__builtins__"] = own_builtins
+    sys.modules[name] = module
+    with open(path) as f:
+        code = compile(f.read(), path, "exec")
+    exec(code, module.__dict__)
+    return module
+
+
+def reset_rng():
+    import numpy as np
+    import torch
+    torch.manual_seed(1337)
+    random.seed(1337)
+    np.random.seed(1337)
+
+
+def tensor_leaves(value):
+    import torch
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in tensor_leaves(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in tensor_leaves(v)]
+    return []
+
+
+def same(a, b):
+    """Whether two results match: same structure, tensors within TOL."""
+    import torch
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.is_complex() or a.is_floating_point():
+            return torch.allclose(a.detach(), b.detach(), atol=TOL, rtol=TOL, equal_nan=True)
+        return torch.equal(a, b)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= TOL + TOL * abs(b) or (a != a and b != b)
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - incomparable values do not match
+        return False
+
+
+def cause(exc):
+    """A short, size-free description of a failure, to group failures by."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = re.sub(r'^File "[^"]*", line \d+: ', "", text)
+    text = re.sub(r"'[^']*'|\"[^\"]*\"", lambda m: m.group(0) if len(m.group(0)) < 40 else "'...'", text)
+    text = re.sub(r"(?<![A-Za-z_])\d+", "N", text)
+    return f"{type(exc).__name__}: {text}"[:160]
+
+
+def _where(exc):
+    """The innermost d2s frame of the traceback (file:line), to locate causes."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    for fr in reversed(frames):
+        if fr.filename.startswith(REPO):
+            return f"{os.path.relpath(fr.filename, REPO)}:{fr.lineno}"
+    return ""
+
+
+def _mocked(value):
+    import torch
+    if isinstance(value, mock.Base):
+        return True
+    if isinstance(value, torch.nn.Module):
+        return any(isinstance(m, mock.Base) or isinstance(getattr(type(m), "forward", None), mock.Base)
+                   or isinstance(vars(m).get("forward"), mock.Base) for m in value.modules())
+    if isinstance(value, (list, tuple)):
+        return any(_mocked(v) for v in value)
+    if isinstance(value, dict):
+        return any(_mocked(v) for v in value.values())
+    return False
+
+
+def run_case(entry, save):
+    import torch
+    import d2s
+    module_cls, init_args, forward_args = entry[0], entry[1], entry[2]
+    result = {"case": getattr(module_cls, "__name__", str(module_cls))}
+    # eager
+    try:
+        args, kwargs = init_args()
+        model = module_cls(*args, **kwargs)
+        model.eval()
+        args, kwargs = forward_args()
+        reset_rng()
+        expected = model(*args, **kwargs)
+        reset_rng()
+        again = model(*args, **kwargs)
+    except CaseTimeout:
+        result.update(status="eager_fail", cause="eager run timed out")
+        return result
+    except Exception as exc:  # noqa: BLE001 - the case is left out, as ParityBench does
+        result.update(status="eager_fail", cause=cause(exc))
+        return result
+    if _mocked(expected) or _mocked(model):
+        # A third-party class this machine lacks stands in: nothing to compare.
+        result.update(status="eager_fail", cause="uses a mocked third-party module")
+        return result
+    if not same(expected, again):
+        result.update(status="nondeterministic")
+        return result
+    # d2s
+    try:
+        static = d2s.declarative(model)
+        for _ in range(2):
+            reset_rng()
+            got = static(*args, **kwargs)
+            if not same(expected, got):
+                result.update(status="fail", cause="wrong result (differs from eager)")
+                return result
+    except CaseTimeout:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure is a result to report
+        result.update(status="fail", cause=cause(exc), where=_where(exc))
+        return result
+    result["status"] = "pass"
+    if save:
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                d2s.jit.save(static, os.path.join(tmp, "model"))
+                loaded = d2s.jit.load(os.path.join(tmp, "model"))
+                reset_rng()
+                out = loaded(*tensor_leaves((args, kwargs)))
+            out = list(out) if isinstance(out, tuple) else [out]
+            want = tensor_leaves(expected)
+            result["save"] = "pass" if same(want, out) else "fail"
+            if result["save"] == "fail":
+                result["save_cause"] = "wrong result after reload"
+        except CaseTimeout:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            result.update(save="fail", save_cause=cause(exc), save_where=_where(exc))
+    return result
+
+
+def worker(path, save, timeout):
+    import torch
+    torch.set_num_threads(1)
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(timeout)
+    try:
+        module = load_generated(path)
+        cases = list(getattr(module, "TESTCASES", []))
+    except BaseException as exc:  # noqa: BLE001 - an import failure leaves the whole file out
+        print(json.dumps({"status": "import_fail", "cause": cause(exc)}), flush=True)
+        return
+    finally:
+        signal.alarm(0)
+    if not cases:
+        print(json.dumps({"status": "no_cases"}), flush=True)
+    for i, entry in enumerate(cases):
+        # A crash (not an exception) in this case leaves this line last.
+        print(json.dumps({"status": "started", "index": i}), flush=True)
+        signal.alarm(timeout)
+        try:
+            result = run_case(entry, save)
+        except CaseTimeout:
+            result = {"case": str(i), "status": "timeout", "cause": "timeout"}
+        except BaseException as exc:  # noqa: BLE001
+            result = {"case": str(i), "status": "fail", "cause": cause(exc)}
+        finally:
+            signal.alarm(0)
+        result["index"] = i
+        print(json.dumps(result), flush=True)
+
+
+# -- the driver -----------------------------------------------------------------------------------
+
+def sample_files(path, n, seed):
+    names = sorted(f for f in os.listdir(os.path.join(path, "generated"))
+                   if f.startswith("test_") and f.endswith(".py"))
+    if n is not None and n < len(names):
+        names = random.Random(seed).sample(sorted(names), n)
+    return names
+
+
+def run_file(path, name, save, timeout):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", os.path.join(path, "generated", name),
+           "--timeout", str(timeout)] + (["--save"] if save else [])
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OMP_NUM_THREADS="1")
+    with tempfile.TemporaryDirectory() as cwd:  # files a model writes stay out of the way
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd,
+                                  timeout=timeout * 40)
+            out, err = proc.stdout, proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            out, err = exc.stdout or "", "file timed out"
+            out = out.decode() if isinstance(out, bytes) else out
+    results = []
+    for line in out.splitlines():
+        if line.startswith("{"):
+            try:
+                results.append(json.loads(line))
+            except ValueError:
+                pass
+    tail = ((err or "").strip().splitlines()[-1:] or ["no output"])[0][:120]
+    if not results:
+        results.append({"status": "import_fail", "cause": "crashed while importing: " + tail})
+    elif results[-1]["status"] == "started":
+        results[-1] = {"status": "crash", "index": results[-1]["index"], "cause": "worker crashed: " + tail}
+    results = [r for r in results if r["status"] != "started"]
+    for r in results:
+        r["file"] = name
+    return results
+
+
+def report(results, save, top):
+    by_file = collections.defaultdict(list)
+    for r in results:
+        by_file[r["file"]].append(r)
+    counted = [r for r in results if r["status"] in ("pass", "fail", "timeout", "crash")]
+    passed = [r for r in counted if r["status"] == "pass"]
+    projects = {f: rs for f, rs in by_file.items() if any(r["status"] in ("pass", "fail", "timeout", "crash")
+                                                        for r in rs)}
+    ok_projects = [f for f, rs in projects.items()
+                   if all(r["status"] not in ("fail", "timeout", "crash") for r in rs)]
+    left_out = collections.Counter(r["status"] for r in results if r not in counted)
+    print(f"files: {len(by_file)}; left out: {dict(left_out)}")
+    print(f"projects: {len(ok_projects)}/{len(projects)} = {100 * len(ok_projects) / max(1, len(projects)):.1f}%")
+    print(f"tests:    {len(passed)}/{len(counted)} = {100 * len(passed) / max(1, len(counted)):.1f}%")
+    if save:
+        saved = [r for r in passed if r.get("save") == "pass"]
+        print(f"save/reload: {len(saved)}/{len(passed)} = {100 * len(saved) / max(1, len(passed)):.1f}% "
+              "of passing tests")
+    causes = collections.Counter(r["cause"] for r in counted if r["status"] != "pass")
+    if causes:
+        print("\nmost common failures (tests):")
+        for c, n in causes.most_common(top):
+            files = sorted({r["file"] for r in counted if r.get("cause") == c})
+            print(f"  {n:4d}  {c}\n        e.g. {', '.join(files[:3])}")
+    save_causes = collections.Counter(r.get("save_cause") for r in passed if r.get("save") == "fail")
+    if save_causes:
+        print("\nmost common save/reload failures:")
+        for c, n in save_causes.most_common(top):
+            files = sorted({r["file"] for r in passed if r.get("save_cause") == c})
+            print(f"  {n:4d}  {c}\n        e.g. {', '.join(files[:3])}")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("path", help="a checkout of pytorch-jit-paritybench")
+    p.add_argument("--sample", type=int, default=None, help="run N files drawn at random (default: all)")
+    p.add_argument("--seed", type=int, default=SEED)
+    p.add_argument("--save", action="store_true", help="also jit.save / jit.load and compare again")
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--timeout", type=int, default=60, help="seconds per case")
+    p.add_argument("--files", nargs="*", help="only these file names (test_*.py)")
+    p.add_argument("--failures", type=int, default=20, help="how many failure causes to list")
+    p.add_argument("--json", help="write every case's result to this file")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.worker:
+        sys.path.insert(0, REPO)
+        worker(a.path, a.save, a.timeout)
+        return 0
+    names = a.files or sample_files(a.path, a.sample, a.seed)
+    results = []
+    start = time.time()
+    with concurrent.futures.ThreadPoolExecutor(max(1, a.jobs)) as pool:
+        futures = {pool.submit(run_file, a.path, n, a.save, a.timeout): n for n in names}
+        for done, fut in enumerate(concurrent.futures.as_completed(futures), 1):
+            rs = fut.result()
+            results.extend(rs)
+            bad = [r for r in rs if r["status"] in ("fail", "timeout", "crash")]
+            print(f"[{done}/{len(names)}] {futures[fut]}: "
+                  f"{sum(r['status'] == 'pass' for r in rs)} pass, {len(bad)} fail"
+                  + (f" ({bad[0]['cause']})" if bad else ""), file=sys.stderr, flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+    print(f"\n{len(names)} files in {time.time() - start:.0f} s")
+    report(results, a.save, a.failures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

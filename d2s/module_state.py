@@ -1,0 +1,132 @@
+"""Tensors a forward stores on its modules are program state.
+
+Eager code may keep a tensor on a module between calls (`self.last = y`, a
+cached RNN state `self.hidden = (h, c)`, attention weights kept for
+plotting). While tracing, such a store puts a Variable there; left in
+place, it would outlive its program. Instead, after the trace:
+
+  - the stored value becomes an extra output of the program, and after
+    every run the module attribute is set to its real tensor, as eager
+    leaves it (`writes`);
+  - the attribute gets its pre-trace value back until the first run;
+  - a tensor the forward read from such an attribute (the previous call's
+    state) is read from the attribute at the start of every run, not from
+    the object seen while tracing (`reads`);
+  - the attribute's kind (None, or a tensor's shape/dtype) is part of the
+    cache key (`key`), so `if self.hidden is None:` takes the right path.
+
+Before:   self.hidden = h           (a Variable left on the module)
+After:    module.hidden = <tensor of this run>   after each run
+"""
+
+import weakref
+
+import torch
+
+from runtime.ir import Variable
+
+
+def _holds_variable(value):
+    if isinstance(value, Variable):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_holds_variable(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_variable(v) for v in value.values())
+    return False
+
+
+def _slots(module):
+    """(dict, name, value) for the module's plain attributes and buffers."""
+    for name, value in list(vars(module).items()):
+        yield vars(module), name, value
+    for name, value in list(module._buffers.items()):
+        yield module._buffers, name, value
+
+
+def snapshot(modules):
+    return [(m, dict(vars(m)), dict(m._buffers)) for m in modules]
+
+
+class StateWrite:
+    def __init__(self, module, name, tree):
+        self.module = weakref.ref(module)
+        self.name = name
+        self.tree = tree
+
+
+class StateRead:
+    def __init__(self, module, name, index, var_name):
+        self.module = weakref.ref(module)
+        self.name = name
+        self.index = index  # which tensor of the attribute's value (`(h, c)`)
+        self.var_name = var_name
+
+
+def collect(before, lifted, output_tree, fetch):
+    """After a trace: the stores of Variables on modules (each store's value
+    appended to `fetch` through `output_tree`), with the attributes restored,
+    and the state reads among the `lifted` tensors (id -> var name)."""
+    writes, reads = [], []
+    for module, attrs, buffers in before:
+        for where, name, value in _slots(module):
+            if not _holds_variable(value):
+                continue
+            writes.append(StateWrite(module, name, output_tree(value, fetch)))
+            old = (buffers if where is module._buffers else attrs).get(name, _MISSING)
+            if old is _MISSING:
+                del where[name]
+            else:
+                where[name] = old
+                for i, t in enumerate(_tensors(old)):
+                    if id(t) in lifted:
+                        reads.append(StateRead(module, name, i, lifted[id(t)]))
+    return writes, reads
+
+
+_MISSING = object()
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def value_key(value):
+    """What of a state attribute's value selects a program."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype)
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(value_key(v) for v in value)
+    return ("value", type(value).__name__)
+
+
+def key(state_attrs):
+    """The cache-key part for the (module ref, name) pairs known to hold state."""
+    out = []
+    for module_ref, name in state_attrs:
+        module = module_ref()
+        if module is not None:
+            out.append((name, value_key(getattr(module, name, None))))
+    return tuple(out)
+
+
+def refresh_reads(reads, bound):
+    """Bind each state read to the tensor the attribute holds now."""
+    for read in reads:
+        module = read.module()
+        if module is None:
+            continue
+        values = _tensors(getattr(module, read.name, None))
+        if read.index < len(values):
+            bound[read.var_name] = values[read.index]
+
+
+def apply_writes(writes, results, rebuild):
+    for write in writes:
+        module = write.module()
+        if module is not None:
+            setattr(module, write.name, rebuild(write.tree, results))

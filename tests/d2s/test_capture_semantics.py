@@ -1,0 +1,195 @@
+"""What eager PyTorch code does with modules, NumPy values and legacy APIs
+behaves the same under @declarative (ParityBench's most common causes)."""
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from torch.autograd import Variable
+
+import d2s
+
+
+def _same(a, b):
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return torch.allclose(torch.as_tensor(a).float(), torch.as_tensor(b).float())
+    return a == b
+
+
+# -- NumPy scalars, arrays and ranges become constants the program holds and saves ----------------
+
+def numpy_operands(q, k):
+    scores = q @ k.transpose(-2, -1) / np.sqrt(k.shape[-1]) + np.float32(0.5) + np.int64(2)
+    return scores + torch.tensor(range(3)) + torch.from_numpy(np.arange(3.0, dtype=np.float32))
+
+
+def test_numpy_values_are_program_constants_and_save(tmp_path):
+    q = torch.randn(3, 3)
+    static = d2s.declarative(numpy_operands)
+    assert torch.allclose(static(q, q), numpy_operands(q, q))
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    assert torch.allclose(loaded(q, q), numpy_operands(q, q))
+
+
+# -- legacy Variable, builtin max/min, is_tensor ------------------------------------------------------
+
+def legacy(x):
+    y = Variable(x) + Variable(x * 2, requires_grad=True)
+    return max(y.sum(), 0.5), min(1.0, y.sum()), torch.is_tensor(y), isinstance(y, torch.Tensor)
+
+
+@pytest.mark.parametrize("scale", [1.0, -1.0])
+def test_variable_max_min_is_tensor(scale):
+    x = torch.ones(2) * scale
+    static = d2s.declarative(legacy)
+    assert _same(static(x), legacy(x))
+
+
+# -- @staticmethod / @classmethod forward -------------------------------------------------------------
+
+class StaticForward(nn.Module):
+    @staticmethod
+    def forward(x):
+        return x + 1
+
+
+class ClassForward(nn.Module):
+    offset = 2.0
+
+    @classmethod
+    def forward(cls, x):
+        return x + cls.offset
+
+
+class Holder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = StaticForward(), ClassForward()
+
+    def forward(self, x):
+        return self.a(x) * self.b(x)
+
+
+@pytest.mark.parametrize("make", [StaticForward, ClassForward, Holder])
+def test_static_and_class_method_forwards(make):
+    x = torch.randn(3)
+    assert torch.allclose(d2s.declarative(make())(x), make()(x))
+
+
+# -- module state ---------------------------------------------------------------------------------------
+
+class Stateful(nn.Module):
+    """Keeps the previous call's hidden state and attention pair on the module."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.hidden = None
+        self.attn = None
+
+    def forward(self, x):
+        if self.hidden is None:
+            h = torch.zeros_like(x)
+        else:
+            h = self.hidden
+        h = torch.tanh(self.fc(x) + h)
+        self.hidden = h
+        self.attn = (h * 2, h.sum())
+        return h
+
+
+def test_state_stored_on_the_module_is_carried_across_calls_like_eager():
+    torch.manual_seed(0)
+    eager = Stateful()
+    static = d2s.declarative(Stateful())
+    static.load_state_dict(eager.state_dict())
+    x = torch.randn(2, 3)
+    for _ in range(3):
+        assert torch.allclose(static(x), eager(x))
+        assert type(static.hidden) is torch.Tensor
+        assert _same(static.attn, eager.attn)
+    eager.hidden = static.hidden = None  # a reset takes the other path again
+    assert torch.allclose(static(x), eager(x))
+
+
+# -- declarative instances are held weakly ---------------------------------------------------------------
+
+class Decorated(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+
+    @d2s.declarative
+    def forward(self, x):
+        return self.fc(x)
+
+
+@pytest.mark.parametrize("make", [Decorated, lambda: d2s.declarative(Holder())])
+def test_deleted_declarative_module_is_garbage_collected(make):
+    module = make()
+    x = torch.randn(2) if isinstance(module, Decorated) else torch.randn(3)
+    module(x)
+    module(x)
+    ref = weakref.ref(module)
+    del module
+    gc.collect()
+    assert ref() is None
+
+
+# -- type(x) of a graph tensor --------------------------------------------------------------------------
+
+def pick_by_type(x):
+    if type(x) is torch.Tensor:
+        return x * 2
+    s, v = x
+    return s + v
+
+
+def test_type_of_a_graph_tensor_is_tensor():
+    x = torch.randn(2, 3)
+    static = d2s.declarative(pick_by_type)
+    assert torch.equal(static(x), pick_by_type(x))
+    pair = (torch.randn(2), torch.randn(2))
+    assert torch.equal(static(pair), pick_by_type(pair))
+
+
+# -- param.data = ... in forward --------------------------------------------------------------------------
+
+class DecayingWeight(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(2))
+
+    def forward(self, x):
+        self.w.data = self.w.data * 0.5 + x
+        return self.w * 2
+
+
+def test_assigning_param_data_updates_it_every_call_like_eager():
+    eager, static = DecayingWeight(), d2s.declarative(DecayingWeight())
+    x = torch.randn(2)
+    for _ in range(3):
+        assert torch.allclose(static(x), eager(x))
+        assert torch.allclose(static.w, eager.w)
+
+
+# -- @torch.jit.script helpers ------------------------------------------------------------------------------
+
+@torch.jit.script
+def scripted_mish(x):
+    return x * torch.tanh(torch.nn.functional.softplus(x))
+
+
+def uses_scripted(x):
+    return scripted_mish(x) + 1
+
+
+def test_a_torchscript_function_is_converted_from_its_python_source():
+    x = torch.randn(3)
+    assert torch.allclose(d2s.declarative(uses_scripted)(x), uses_scripted(x))

@@ -1,0 +1,63 @@
+"""Forwards that return an input unchanged, a constant, a parameter, no tensor
+or the same tensor twice save with jit.save and reload with jit.load."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+import d2s
+
+
+class Identity(nn.Module):
+    def forward(self, x):
+        return x
+
+
+class Constant(nn.Module):
+    def forward(self, x):
+        return torch.ones(2)
+
+
+class Twice(nn.Module):
+    def forward(self, x):
+        y = x + 1
+        return y, y
+
+
+class NoTensor(nn.Module):
+    def forward(self, x):
+        return 3
+
+
+class Weight(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(2))
+
+    def forward(self, x):
+        return self.w
+
+
+def _leaves(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _leaves(v)]
+    return []
+
+
+@pytest.mark.parametrize("make", [Identity, Constant, Twice, NoTensor, Weight])
+def test_forward_form_saves_and_reloads(make, tmp_path):
+    module = make()
+    x = torch.randn(2)
+    eager = module(x)
+    static = d2s.declarative(module)
+    got = static(x)
+    assert [torch.equal(a, b) for a, b in zip(_leaves(got), _leaves(eager))] == [True] * len(_leaves(eager))
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    out = loaded(x)
+    out = list(out) if isinstance(out, tuple) else [out]
+    assert len(out) == len(_leaves(eager))
+    for a, b in zip(out, _leaves(eager)):
+        assert torch.equal(a.detach(), b.detach())
