@@ -6,7 +6,7 @@ one function scope, and returns an ``Activity``. Rules:
 - ``x = ...``, ``x += ...``, ``del x``, ``for x in``, ``with ... as x``,
   ``import x``, ``def x``, ``class x``, ``except E as x``, ``(x := ...)``
   modify ``x``.
-- ``x[i] = ...`` and mutating method calls on a bare name (``x.append(v)``,
+- ``x[i] = ...`` and mutating method calls on a bare name or ``convert_load(x)`` (``x.append(v)``,
   ``x.extend``, ``x.pop``, ...) *mutate* ``x``: the object changes, the name
   does not. ``modified`` holds both kinds; ``bound`` only the rebound names,
   ``mutated`` only the others. Whether a mutation matters to a branch or loop
@@ -100,6 +100,15 @@ def _merge(a, b):
                     a.nonlocals | b.nonlocals, a.globals | b.globals)
 
 
+def _loaded_name(node):
+    """``x`` for ``x`` and for ``helpers.convert_load(x)`` (a read of a name
+    that may be unbound, see transformers/undefined.py); None otherwise."""
+    if (isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute)
+            and node.func.attr == "convert_load" and len(node.args) == 1):
+        node = node.args[0]
+    return node.id if isinstance(node, gast.Name) else None
+
+
 def root_name(node):
     """``x`` for ``x``, ``x.a``, ``x[i].b``; None for anything else."""
     while isinstance(node, (gast.Attribute, gast.Subscript)):
@@ -129,9 +138,10 @@ class _Visitor(gast.NodeVisitor):
 
     def visit_Call(self, node):
         func = node.func
-        if (isinstance(func, gast.Attribute) and func.attr in MUTATING_METHODS
-                and isinstance(func.value, gast.Name)):
-            self.activity.mutated.add(func.value.id)
+        if isinstance(func, gast.Attribute) and func.attr in MUTATING_METHODS:
+            name = _loaded_name(func.value)
+            if name is not None:
+                self.activity.mutated.add(name)
         self.generic_visit(node)
 
     def visit_Global(self, node):

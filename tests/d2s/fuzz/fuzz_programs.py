@@ -98,7 +98,8 @@ TARGET_USES = {
     "row": ["a = a + {v}", "b = b + {v} * {s}", "ys.append({v})", "t = t + {v}.sum()"],
     "row_inplace": ["{v} *= {s}"],
     "scale": ["a = a * {v}", "s = s + {v}"],
-    "elem": ["t = t + {v}", "a = a + {v}", "s = s + {v}", "a += {v}"],
+    # (not `a += e` in `for e in a`: eager refuses an in-place op on overlapping memory)
+    "elem": ["t = t + {v}", "a = a + {v}", "s = s + {v}", "b += {v} * 0.5"],
 }
 
 
@@ -285,7 +286,8 @@ class _Generator:
             v, target_kind = r.choice(targets)
             kinds = [target_kind] + (["row_inplace"] if target_kind == "row" and not self.grad else [])
             kind = r.choice(kinds)
-            uses = [u for u in TARGET_USES[kind] if not (branch and "append" in u)] or ["a = a + {v}"]
+            uses = [u for u in TARGET_USES[kind] if not (branch and "append" in u)
+                    and not (self.grad and "+=" in u)] or ["a = a + {v}"]
             return Simple(kind, self.fill(r.choice(uses), v=v))
         return Simple(kind, self.fill(r.choice(pool)))
 

@@ -62,6 +62,39 @@ CASES = {
                     zs.append(a)
             return a + len(zs)
         """, ("cond", "while")),
+    # After an `if` whose branches all return, `ys` is read through convert_load: its append in
+    # the loop must still make it a loop variable (a tensor array).
+    "append_after_branches_that_all_return": ({}, """
+        def f(x, m, n):
+            a = x * 1.0
+            ys = [x]
+            if a.sum() > 1.0:
+                if a.sum() > 2.0:
+                    return a
+                else:
+                    return a * 2.0
+            for row in m:
+                ys.append(a * -1.0)
+            return a + torch.stack(ys).sum(0)
+        """, ("cond", "while")),
+    # Same root through a Python if whose other branches return: the append was done at build time.
+    "append_after_python_if_with_returns": ({}, """
+        def f(x, m, n):
+            a = x * 1.0
+            k = 0
+            zs = []
+            if k % 2 == 0:
+                pass
+            elif k > 0:
+                return a + k + len(zs)
+            else:
+                return a + k + len(zs)
+            w = 0
+            while w < 2 and a.sum() < -2.0:
+                w += 1
+                zs.append(a)
+            return a + k + len(zs)
+        """, ("while",)),
 }
 
 
