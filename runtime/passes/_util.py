@@ -55,3 +55,11 @@ def arg_inputs(op, args):
     """The input names that InputRefs at the top level of `args` point to (None for constants)."""
     ins = op.input("X")
     return [ins[a.index] if isinstance(a, InputRef) else None for a in args]
+
+
+def find_var(program, name):
+    """The Variable called `name` in any block of `program`, or None."""
+    for block in program.blocks:
+        if name in block.vars:
+            return block.vars[name]
+    return None

@@ -37,6 +37,7 @@ import torch
 from ..attrs import InputRef, OutputRef
 from ..ir import Operator
 from ..optable import OpDef, is_registered, register
+from ._util import find_var
 
 _CELLS = {  # cell op type -> (fused kind, number of state tensors)
     "torch.lstm_cell": ("lstm", 2),
@@ -162,7 +163,7 @@ def _match(op, program):
     inside = _defined_in(body) | _defined_in(test) | set(loop_vars)
     if any(name in inside for name in [seq, n, *weights, *biases] if name is not None):
         return None
-    var = _find(program, seq)
+    var = find_var(program, seq)
     if var is None or len(var.shape) != 3:
         return None
     init = dict(zip(loop_vars, op.input("Init")))
@@ -172,13 +173,6 @@ def _match(op, program):
     outputs = [out_of[ctr], out_of[state[0]], out_of[state[1]] if n_state == 2 else None,
                *[out_of[v] for v in carried]]
     return kind, time_dim, inputs, outputs, n_arg
-
-
-def _find(program, name):
-    for block in program.blocks:
-        if name in block.vars:
-            return block.vars[name]
-    return None
 
 
 def run(ctx):

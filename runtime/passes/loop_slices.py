@@ -27,6 +27,7 @@ import torch
 from ..attrs import InputRef, OutputRef
 from ..ir import TENSOR_ARRAY, Operator
 from ..optable import OpDef, is_registered, register
+from ._util import find_var
 
 
 def _emit_index(op, gen):
@@ -112,7 +113,7 @@ def _slices_for(inner, loop, block, inside, made, program):
     seq_arg, index = inner.attrs["args"]
     seq, ctr = inner.input("X")
     dim = _slice_dim(index)
-    var = _find(program, seq)
+    var = find_var(program, seq)
     if (seq_arg != InputRef(0) or dim is None or seq in inside or ctr not in loop.attrs["loop_vars"]
             or var is None or dim >= len(var.shape) or inner.attrs.get("out") != OutputRef(0)):
         return None
@@ -129,8 +130,3 @@ def _slices_for(inner, loop, block, inside, made, program):
     return slices
 
 
-def _find(program, name):
-    for block in program.blocks:
-        if name in block.vars:
-            return block.vars[name]
-    return None

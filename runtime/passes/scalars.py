@@ -39,7 +39,7 @@ import torch
 from ..attrs import InputRef, OutputRef
 from ..ir import Operator
 from ..optable import OpDef, is_registered, register
-from ._util import attr_names, is_call
+from ._util import attr_names, find_var, is_call
 
 _BINARY = {  # op type -> (py op type, ast operator, reversed operands)
     "torch.Tensor.__add__": ("py.add", ast.Add, False),
@@ -202,7 +202,7 @@ def _analyse(program):
         for op in block.ops:
             if op.type == "while":
                 for lv in op.attrs["loop_vars"]:
-                    var = _find(program, lv)
+                    var = find_var(program, lv)
                     if var is not None and var.shape == () and var.dtype_name in (_INT, _BOOL):
                         candidates[lv] = var.dtype_name
     while True:
@@ -220,13 +220,6 @@ def _analyse(program):
             return analysis
         for lv in bad:
             del candidates[lv]
-
-
-def _find(program, name):
-    for block in program.blocks:
-        if name in block.vars:
-            return block.vars[name]
-    return None
 
 
 # -- rewriting -----------------------------------------------------------------------------------
@@ -264,7 +257,7 @@ def run(ctx):
     dtypes = {_INT: torch.int64, _BOOL: torch.bool}
     def fresh(block, like, suffix):
         name = program.unique_name(f"{like}_{suffix}")
-        src = _find(program, like)
+        src = find_var(program, like)
         block.create_var(name=name, shape=(), dtype=src.dtype if src is not None else "int64",
                          stop_gradient=True)
         return name
