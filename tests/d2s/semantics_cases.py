@@ -253,6 +253,17 @@ def inner_if_returning_on_both_arms_need_not_define(x):
     return x + y
 
 
+@case((POS,), (NEG,), (T(0.5, 0.2, 0.1),), ops={"cond"})
+def name_set_after_a_possible_return_in_one_branch(x):
+    if x.sum() > 0:
+        if x.max() > 1:
+            return x
+        j = x * 2
+    else:
+        j = x
+    return x + j
+
+
 @case((POS, True), (NEG, True), (POS, False))
 def python_inner_if_returning_on_both_arms_need_not_define(x, flag):
     if flag:
