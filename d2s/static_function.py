@@ -151,6 +151,37 @@ class ProgramCache:
         self.last = self._recent = None
 
 
+class _Identities:
+    """Objects (modules, parameters, buffers) as a key part compared by
+    identity. It holds them weakly, so a cached key neither keeps a module
+    alive nor matches a new object that reuses a dead one's id."""
+
+    __slots__ = ("_refs", "_hash", "__weakref__")
+
+    def __init__(self, objects):
+        self._refs = tuple(map(_weak, objects))
+        self._hash = hash(tuple(map(id, objects)))
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        if not isinstance(other, _Identities) or len(self._refs) != len(other._refs):
+            return False
+        for a, b in zip(self._refs, other._refs):
+            obj = a()
+            if obj is None or obj is not b():
+                return False
+        return True
+
+
+def _weak(obj):
+    try:
+        return weakref.ref(obj)
+    except TypeError:  # an object that takes no weak reference: held strongly
+        return lambda: obj
+
+
 class _SymbolicArguments(Exception):
     """A Variable among the arguments: the caller is building a program."""
 
@@ -375,15 +406,20 @@ class StaticFunction:
 
     def _refresh_training_flags(self, args, kwargs):
         """Re-read the `training` flag of every module involved (the
-        instance's tree, then modules passed as arguments). Between refreshes
-        the flags are cached: `module_watch` says when some module's flag or
-        submodules changed."""
+        instance's tree, then modules passed as arguments) and which modules,
+        parameters and buffers they are. Between refreshes this is cached:
+        `module_watch` says when some module's flag, submodules, parameters
+        or buffers changed."""
         self._flags_generation = module_watch._generation[0]
-        flags = [m.training for v in (self._instance, *args, *kwargs.values())
-                 if isinstance(v, torch.nn.Module) for m in v.modules()]
-        # (count, bit mask): the same information as the tuple of flags, but
-        # hashed and compared in constant time on every call.
-        self._flags = (len(flags), sum(1 << i for i, training in enumerate(flags) if training))
+        modules = [m for v in (self._instance, *args, *kwargs.values())
+                   if isinstance(v, torch.nn.Module) for m in v.modules()]
+        tree = _Identities(modules + [t for m in modules for d in (m._parameters, m._buffers)
+                                      for t in d.values() if t is not None])
+        if self._flags and self._flags[2] == tree:
+            tree = self._flags[2]  # the same object: a hit compares it by identity, in constant time
+        # (count, bit mask, identities): the flags hashed and compared in
+        # constant time on every call.
+        self._flags = (len(modules), sum(1 << i for i, m in enumerate(modules) if m.training), tree)
 
     def _lookup(self, args, kwargs):
         """(the concrete program for these arguments, their tensors), built on a miss."""
