@@ -517,7 +517,11 @@ def _read_params(path, programs, state, device):
                 raise ModelFormatError(f"{path}: missing parameter(s) {missing[:10]} the program needs")
             if extra:
                 raise ModelFormatError(f"{path}: parameter(s) {extra[:10]} are not variables of the program")
-            tensors = {name: f.get_tensor(name) for name in list(expected) + state_only}
+            # A fresh copy of each: safetensors hands back views at the file's
+            # byte offsets, so a tensor may start off a 64-byte boundary, and
+            # CPU kernels (dot, mv, grouped conv) then take other vector paths
+            # and round differently from the eager model the program came from.
+            tensors = {name: f.get_tensor(name).clone() for name in list(expected) + state_only}
     except ModelFormatError:
         raise
     except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
