@@ -122,6 +122,18 @@ def convert_call(fn):
     return fn
 
 
+def module_call_entry(cls):
+    """The `__call__` a user module class defines in place of `forward`
+    (nn.Module's `__call__` overridden, `forward` not): the function its
+    calls run, which d2s converts as it would `forward`. None otherwise."""
+    if cls.forward is not torch.nn.Module.forward:
+        return None
+    call = inspect.getattr_static(cls, "__call__", None)
+    if call is torch.nn.Module.__call__ or not isinstance(call, types.FunctionType) or not _convertible(call):
+        return None
+    return call
+
+
 def _module_forward(module):
     """A user module's converted ``forward``, bound; the module itself when
     hooks must run (``Module.__call__`` runs them around ``forward``)."""
@@ -142,7 +154,7 @@ def _module_forward(module):
                 return module
             converted = conversion.convert_function(func)
             return converted if isinstance(raw, staticmethod) else types.MethodType(converted, type(module))
-        forward = type(module).forward
+        forward = module_call_entry(type(module)) or type(module).forward
         if isinstance(forward, StaticFunction):
             forward = forward._function
     else:

@@ -193,3 +193,67 @@ def uses_scripted(x):
 def test_a_torchscript_function_is_converted_from_its_python_source():
     x = torch.randn(3)
     assert torch.allclose(d2s.declarative(uses_scripted)(x), uses_scripted(x))
+
+
+# -- a module whose entry point is its own __call__ (no forward) ------------------------------------
+
+class CallOnly(nn.Module):
+    """Like DeblurGAN's GANLoss: `__call__` overridden, no `forward`."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(2.0))
+
+    def __call__(self, x, flip):
+        if x.sum() > 0:
+            y = x * self.scale
+        else:
+            y = x - self.scale
+        return -y if flip else y
+
+
+class UsesCallOnly(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = CallOnly()
+
+    def forward(self, x):
+        return self.inner(x, True) + 1
+
+
+def _op_types(static):
+    program = static.forward.concrete_program.main_program
+    return {op.type for block in program.blocks for op in block.ops}
+
+
+@pytest.mark.parametrize("make, args", [(CallOnly, (False,)), (CallOnly, (True,)), (UsesCallOnly, ())])
+def test_module_with_its_own_call_and_no_forward_is_converted(make, args, tmp_path):
+    eager, static = make(), d2s.declarative(make())
+    assert isinstance(static, make)
+    xs = [torch.ones(3), -torch.ones(3)]
+    for x in xs:
+        assert torch.equal(static(x, *args), eager(x, *args))
+    assert len(static.forward.program_cache) == 1 and "cond" in _op_types(static)
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    for x in xs:
+        assert torch.equal(loaded(x), eager(x, *args))
+
+
+# -- jit.save of a declarative module that has not run ----------------------------------------------
+
+def test_save_before_any_call_uses_the_declared_input_spec(tmp_path):
+    torch.manual_seed(0)
+    module = nn.Linear(3, 2)
+    static = d2s.declarative(module, input_spec=[d2s.InputSpec([None, 3], "float32")])
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    for batch in (1, 5):
+        x = torch.randn(batch, 3)
+        assert torch.allclose(loaded(x), module(x))
+
+
+def test_save_before_any_call_without_input_spec_says_what_to_do(tmp_path):
+    static = d2s.declarative(nn.Linear(3, 2))
+    with pytest.raises(ValueError, match=r"jit.save\(Linear\): Linear has not run yet.*call it once.*input_spec"):
+        d2s.jit.save(static, str(tmp_path / "m"))
