@@ -257,3 +257,28 @@ def test_save_before_any_call_without_input_spec_says_what_to_do(tmp_path):
     static = d2s.declarative(nn.Linear(3, 2))
     with pytest.raises(ValueError, match=r"jit.save\(Linear\): Linear has not run yet.*call it once.*input_spec"):
         d2s.jit.save(static, str(tmp_path / "m"))
+
+
+# -- x.type(): the legacy type name is metadata; x.type(dtype) is a cast ----------------------------
+
+class TypeNames(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        t = x.type()
+        y = x.long().type(t) * 2 + self.w.type(torch.float64).float()
+        return y, t, self.w.type(), x.double().type(dtype=None)
+
+
+def test_type_name_is_answered_while_tracing_and_the_program_saves(tmp_path):
+    x = torch.randn(3) * 3
+    eager, static = TypeNames(), d2s.declarative(TypeNames())
+    got, want = static(x), eager(x)
+    assert got[1:] == want[1:] == ("torch.FloatTensor", "torch.FloatTensor", "torch.DoubleTensor")
+    assert torch.equal(got[0], want[0])
+    program = static.forward.concrete_program.main_program
+    assert [op for block in program.blocks for op in block.ops if op.type.endswith(".type")]  # the casts
+    d2s.jit.save(static, str(tmp_path / "m"))
+    assert torch.equal(d2s.jit.load(str(tmp_path / "m"))(x), want[0])
