@@ -556,7 +556,15 @@ def declarative(function=None, input_spec=None, optimize=None):
                                                                  optimize=optimize))
             module.__class__ = _calling_forward(type(module))
             return module
-        if isinstance(raw, staticmethod):
+        own = module.__dict__.get("forward")  # `self.forward = self._forward` in __init__
+        if isinstance(own, StaticFunction):
+            return module
+        if own is not None:
+            if inspect.ismethod(own):
+                static = StaticFunction(own.__func__, input_spec, instance=own.__self__, optimize=optimize)
+            else:
+                static = StaticFunction(own, input_spec, optimize=optimize)
+        elif isinstance(raw, staticmethod):
             static = StaticFunction(raw.__func__, input_spec, optimize=optimize)
         elif isinstance(raw, classmethod):
             static = StaticFunction(raw.__func__, input_spec, instance=type(module), optimize=optimize)

@@ -157,6 +157,9 @@ def _module_forward(module):
         forward = module_call_entry(type(module)) or type(module).forward
         if isinstance(forward, StaticFunction):
             forward = forward._function
+    elif isinstance(forward, types.MethodType) or isinstance(forward, types.FunctionType):
+        # `self.forward = self._forward` in __init__: what Module.__call__ runs.
+        return convert_call(forward)
     else:
         return module
     if isinstance(forward, types.FunctionType) and _convertible(forward):

@@ -282,3 +282,43 @@ def test_type_name_is_answered_while_tracing_and_the_program_saves(tmp_path):
     assert [op for block in program.blocks for op in block.ops if op.type.endswith(".type")]  # the casts
     d2s.jit.save(static, str(tmp_path / "m"))
     assert torch.equal(d2s.jit.load(str(tmp_path / "m"))(x), want[0])
+
+
+# -- a forward chosen per instance in __init__ (`self.forward = self._forward`) -----------------------
+
+class ChosenForward(nn.Module):
+    """Like bayeSDE's VerboseSequential: no forward in the class."""
+
+    def __init__(self, double):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.forward = self._twice if double else self._once
+
+    def _once(self, x):
+        y = self.fc(x)
+        if y.sum() > 0:
+            y = -y
+        return y
+
+    def _twice(self, x):
+        return self._once(self._once(x))
+
+
+class HoldsChosen(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = ChosenForward(True)
+
+    def forward(self, x):
+        return self.inner(x) * 2
+
+
+@pytest.mark.parametrize("make", [lambda: ChosenForward(False), lambda: ChosenForward(True), HoldsChosen])
+def test_forward_assigned_in_init_is_converted(make):
+    torch.manual_seed(0)
+    eager = make()
+    static = d2s.declarative(make())
+    static.load_state_dict(eager.state_dict())
+    for x in (torch.ones(2, 3), -torch.ones(2, 3), torch.randn(2, 3)):
+        assert torch.allclose(static(x), eager(x))
+    assert len(static.forward.program_cache) == 1 and "cond" in _op_types(static)
