@@ -14,6 +14,7 @@ import types
 
 import torch
 
+from ops.autograd_function import is_function_apply, record_apply
 from ops.capture import error_at_user_line, refuse_denied
 from ops.optimizer_ops import record_optimizer_call
 from runtime.ir import Variable
@@ -108,6 +109,8 @@ def convert_call(fn):
     if isinstance(fn, DATA_PARALLEL):  # its per-step Python bookkeeping would run once, at build time
         raise error_at_user_line(f"calling a {type(fn).__name__} module inside declarative code: "
                                  + data_parallel_message(fn))
+    if is_function_apply(fn):  # one op running the user's forward, and backward (ops/autograd_function.py)
+        return record_apply(fn)
     if isinstance(fn, types.MethodType) and isinstance(fn.__self__, _OPTIMIZERS):
         return record_optimizer_call(fn)  # opt.step() is an op of the program, not a build-time call
     if isinstance(fn, types.MethodType):
