@@ -323,6 +323,9 @@ def dispatch(fn, args, kwargs):
     refuse_denied(fn, args)
     if _is_type_query(fn, args, kwargs):
         return _type_name(args[0])
+    if fn is torch._is_all_true and args and isinstance(args[0], Variable):
+        from .framework import check_all_true
+        return check_all_true(args[0])
     opdef = op_for_callable(fn)
     has_var = _contains((args, kwargs), Variable)
     has_tensor = has_var or _contains((args, kwargs), torch.Tensor)

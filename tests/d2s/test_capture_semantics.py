@@ -322,3 +322,22 @@ def test_forward_assigned_in_init_is_converted(make):
     for x in (torch.ones(2, 3), -torch.ones(2, 3), torch.randn(2, 3)):
         assert torch.allclose(static(x), eager(x))
     assert len(static.forward.program_cache) == 1 and "cond" in _op_types(static)
+
+
+# -- torch._is_all_true: torch's own argument validation, checked when the program runs ------------
+
+def validated_log(x):
+    if not torch._is_all_true(x > 0):  # as torch.distributions validates its arguments
+        raise ValueError("expected positive values")
+    return x.log()
+
+
+def test_is_all_true_is_a_run_time_check():
+    static = d2s.declarative(validated_log)
+    x = torch.rand(3) + 0.5
+    assert torch.equal(static(x), validated_log(x))
+    program = static.concrete_program.main_program
+    assert "check_all_true" in {op.type for op in program.blocks[0].ops}
+    with pytest.raises(ValueError, match="torch._is_all_true is false"):
+        static(-x)
+    assert len(static.program_cache) == 1
