@@ -353,8 +353,10 @@ def _check_attr_schema(opdef, attrs, where):
         if any(isinstance(leaf, Block) for leaf in leaves(value)):
             _fail(where, f"attribute {key!r} holds a block reference; only control-flow ops have sub-blocks")
     out = attrs.get("out")
-    if out is not None and not all(isinstance(leaf, OutputRef) for leaf in leaves(out)):
-        _fail(where, "attribute 'out' may only hold output positions ($out)")
+    # None: a position where the kernel returns None (multi_head_attention_forward's
+    # weights with need_weights=False), which the program never reads.
+    if out is not None and not all(leaf is None or isinstance(leaf, OutputRef) for leaf in leaves(out)):
+        _fail(where, "attribute 'out' may only hold output positions ($out) and None")
 
 
 def _visible(block, name):

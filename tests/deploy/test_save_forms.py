@@ -92,3 +92,29 @@ def test_reloaded_parameters_are_fresh_aligned_copies(tmp_path):
     for name, tensor in list(loaded.named_parameters()) + list(loaded.named_buffers()):
         assert tensor.data_ptr() % 64 == 0, name
     assert [torch.equal(a, b) for a, b in zip(loaded(x), eager)] == [True, True]
+
+
+class Attention(nn.Module):
+    """multi_head_attention_forward returns (out, None) without weights."""
+
+    def __init__(self, need_weights):
+        super().__init__()
+        torch.manual_seed(0)
+        self.mha = nn.MultiheadAttention(8, 2)
+        self.need_weights = need_weights
+
+    def forward(self, x):
+        out, weights = self.mha(x, x, x, need_weights=self.need_weights)
+        return out if weights is None else (out, weights)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_an_op_result_holding_none_saves_and_reloads(need_weights, tmp_path):
+    module = Attention(need_weights).eval()
+    x = torch.randn(5, 2, 8)
+    static = d2s.declarative(module)
+    static(x)
+    d2s.jit.save(static, str(tmp_path / "m"))
+    out = d2s.jit.load(str(tmp_path / "m"))(x)
+    assert [torch.allclose(a, b, atol=1e-6) for a, b in zip(_leaves(out), _leaves(module(x)))] == \
+        [True] * (2 if need_weights else 1)
