@@ -341,3 +341,29 @@ def test_is_all_true_is_a_run_time_check():
     with pytest.raises(ValueError, match="torch._is_all_true is false"):
         static(-x)
     assert len(static.program_cache) == 1
+
+
+# -- a function that names itself (attribute caches, recursion) -----------------------------------------
+
+def cached_positions(x):
+    """Multimodal_Transformer's make_positions keeps a buffer on the function."""
+    if not hasattr(cached_positions, "buf"):
+        cached_positions.buf = torch.arange(10.0)
+    return x + cached_positions.buf[:x.size(0)]
+
+
+def factorial(n):
+    return 1 if n <= 1 else n * factorial(n - 1)
+
+
+def names_itself(x):
+    def countdown(y, k):
+        return y if k == 0 else countdown(y * 2, k - 1)
+    return countdown(cached_positions(x), 2) * factorial(4)
+
+
+def test_a_function_naming_itself_means_the_original():
+    x = torch.ones(3)
+    want = names_itself(x)  # eager first: it fills the function's buffer with a real tensor
+    assert torch.equal(d2s.declarative(names_itself)(x), want)
+    assert torch.equal(cached_positions.buf, torch.arange(10.0))
