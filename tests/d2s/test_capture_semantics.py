@@ -367,3 +367,21 @@ def test_a_function_naming_itself_means_the_original():
     want = names_itself(x)  # eager first: it fills the function's buffer with a real tensor
     assert torch.equal(d2s.declarative(names_itself)(x), want)
     assert torch.equal(cached_positions.buf, torch.arange(10.0))
+
+
+# -- a size wrapped in torch.tensor([...]) is a run-time value -------------------------------------------
+
+def wrapped_sizes(x):
+    n = torch.tensor([x.size(0)])
+    return x.sum(1) * n, torch.tensor([x.size(0), x.shape[1]], dtype=torch.float32)
+
+
+def test_size_wrapped_in_a_tensor_follows_the_run_time_size(tmp_path):
+    static = d2s.declarative(wrapped_sizes, input_spec=[d2s.InputSpec([None, 3], "float32")])
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    for batch in (1, 2, 5):
+        x = torch.randn(batch, 3)
+        want = wrapped_sizes(x)
+        assert _same(static(x), want) and _same(loaded(x), want)
+    assert len(static.program_cache) == 1
