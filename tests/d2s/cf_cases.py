@@ -835,3 +835,18 @@ def deep_nesting_returns(x):
     elif x.min() < -2.5:
         return x * 4
     return x * 5
+
+
+@case((POS, I(3)), (NEG, I(3)), (POS, I(0)), ops={"cond", "while"})
+def annotated_names_in_branch_and_loop(x, n):
+    """widedeep's `bias_log_posterior: Union[Tensor, float] = ...` in a branch."""
+    if x.sum() > 0:
+        term: torch.Tensor = x * 2
+    else:
+        term = x * 0.5
+    i = 0
+    while i < n:
+        acc: float = term.sum()
+        term = term + acc
+        i += 1
+    return term
