@@ -106,10 +106,17 @@ def run_compiled(entry, args):
     try:
         return entry.fn(*args)
     except Exception as exc:  # noqa: BLE001 - re-raised with context below
-        op = _failing_op(entry, exc.__traceback__)
-        if op is None:
-            raise
-        raise _op_error(exc, op) from exc
+        reraise(entry, exc)
+
+
+def reraise(entry, exc):
+    """Raise `exc`, caught from calling `entry.fn`, as an error that shows
+    the op and the user line that created it (`exc` itself when no op of
+    the program failed)."""
+    op = _failing_op(entry, exc.__traceback__)
+    if op is None:
+        raise exc
+    raise _op_error(exc, op) from exc
 
 
 def _failing_op(entry, tb):
