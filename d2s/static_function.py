@@ -34,6 +34,7 @@ from runtime.passes import check_level
 from . import module_watch
 
 from . import module_state
+from .operators.calls import module_call_entry
 
 MANY_PROGRAMS = 8
 # Programs one StaticFunction keeps (per bound instance) before evicting the
@@ -581,6 +582,19 @@ def data_parallel_message(wrapper):
             "call it outside declarative code (see docs/distributed.md)")
 
 
+_CALLING_FORWARD = weakref.WeakKeyDictionary()
+
+
+def _calling_forward(cls):
+    """A subclass of `cls` (same name and module) with nn.Module's __call__."""
+    sub = _CALLING_FORWARD.get(cls)
+    if sub is None:
+        sub = type(cls.__name__, (cls,), {"__call__": torch.nn.Module.__call__, "__module__": cls.__module__,
+                                          "__qualname__": cls.__qualname__})
+        _CALLING_FORWARD[cls] = sub
+    return sub
+
+
 def declarative(function=None, input_spec=None, optimize=None):
     """Run `function` as a static program (a decorator; also takes a method,
     or an `nn.Module` instance whose `forward` it converts in place).
@@ -603,7 +617,24 @@ def declarative(function=None, input_spec=None, optimize=None):
         if isinstance(forward, StaticFunction):
             return module
         raw = inspect.getattr_static(type(module), "forward", None)
-        if isinstance(raw, staticmethod):
+        entry = module_call_entry(type(module))
+        if entry is not None:
+            # No forward, its own __call__: that is what `module(x)` runs, so
+            # it becomes the converted forward, and the module's class one
+            # whose __call__ is nn.Module's again (which calls forward).
+            object.__setattr__(module, "forward", StaticFunction(entry, input_spec, instance=module,
+                                                                 optimize=optimize))
+            module.__class__ = _calling_forward(type(module))
+            return module
+        own = module.__dict__.get("forward")  # `self.forward = self._forward` in __init__
+        if isinstance(own, StaticFunction):
+            return module
+        if own is not None:
+            if inspect.ismethod(own):
+                static = StaticFunction(own.__func__, input_spec, instance=own.__self__, optimize=optimize)
+            else:
+                static = StaticFunction(own, input_spec, optimize=optimize)
+        elif isinstance(raw, staticmethod):
             static = StaticFunction(raw.__func__, input_spec, optimize=optimize)
         elif isinstance(raw, classmethod):
             static = StaticFunction(raw.__func__, input_spec, instance=type(module), optimize=optimize)
