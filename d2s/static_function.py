@@ -34,6 +34,7 @@ from runtime.passes import check_level
 from . import module_watch
 
 from . import module_state
+from .operators.calls import module_call_entry
 
 MANY_PROGRAMS = 8
 # Programs one StaticFunction keeps (per bound instance) before evicting the
@@ -88,7 +89,7 @@ class ConcreteProgram:
         self.state_writes, self.state_reads, state_fetch = state or ([], [], [])
         self.compiled = Executor().compiled(main_program, [v.name for v in inputs],
                                             [v.name for v in fetch_vars + state_fetch], optimize)
-        self._fn = self.compiled.fn  # called directly: `runner.run`'s policy, minus two frames per hit
+        self._inference = None  # the CompiledBlock for calls with grad mode off, made on the first one
         self._params_version = None
         self._params = ()
         # A single returned tensor (the common case) needs no tree rebuild.
@@ -104,13 +105,27 @@ class ConcreteProgram:
             # Bound tensors change only through Program.bind, which bumps the version.
             self._params = [program.bound[n] for n in self.compiled.param_names]
             self._params_version = program._version
+        entry = self.compiled if _grad_enabled() else (self._inference or self._compile_inference())
         try:
-            results = self._fn(*tensors, *self._params)
+            results = entry.fn(*tensors, *self._params)
         except Exception as exc:  # noqa: BLE001 - re-raised naming the failing op
-            runner.reraise(self.compiled, exc)
+            runner.reraise(entry, exc)
         if self.state_writes:
             module_state.apply_writes(self.state_writes, results[len(self.fetch_vars):], _rebuild)
         return results[0] if self._single else _rebuild(self.out_tree, results)
+
+
+    def _compile_inference(self):
+        """The variant run when grad mode is off: the same passes, then
+        in-place reuse of dead temporaries (runtime/passes/inplace.py)."""
+        entry = Executor().compiled(self.main_program, self.compiled.feed_names, self.compiled.fetch_names,
+                                    self.optimize, inference=True)
+        # Same parameters in the same order (the passes never change them).
+        self._inference = entry if entry.param_names == self.compiled.param_names else self.compiled
+        return self._inference
+
+
+_grad_enabled = torch.is_grad_enabled
 
 
 class ProgramCache:
@@ -567,6 +582,19 @@ def data_parallel_message(wrapper):
             "call it outside declarative code (see docs/distributed.md)")
 
 
+_CALLING_FORWARD = weakref.WeakKeyDictionary()
+
+
+def _calling_forward(cls):
+    """A subclass of `cls` (same name and module) with nn.Module's __call__."""
+    sub = _CALLING_FORWARD.get(cls)
+    if sub is None:
+        sub = type(cls.__name__, (cls,), {"__call__": torch.nn.Module.__call__, "__module__": cls.__module__,
+                                          "__qualname__": cls.__qualname__})
+        _CALLING_FORWARD[cls] = sub
+    return sub
+
+
 def declarative(function=None, input_spec=None, optimize=None):
     """Run `function` as a static program (a decorator; also takes a method,
     or an `nn.Module` instance whose `forward` it converts in place).
@@ -589,7 +617,24 @@ def declarative(function=None, input_spec=None, optimize=None):
         if isinstance(forward, StaticFunction):
             return module
         raw = inspect.getattr_static(type(module), "forward", None)
-        if isinstance(raw, staticmethod):
+        entry = module_call_entry(type(module))
+        if entry is not None:
+            # No forward, its own __call__: that is what `module(x)` runs, so
+            # it becomes the converted forward, and the module's class one
+            # whose __call__ is nn.Module's again (which calls forward).
+            object.__setattr__(module, "forward", StaticFunction(entry, input_spec, instance=module,
+                                                                 optimize=optimize))
+            module.__class__ = _calling_forward(type(module))
+            return module
+        own = module.__dict__.get("forward")  # `self.forward = self._forward` in __init__
+        if isinstance(own, StaticFunction):
+            return module
+        if own is not None:
+            if inspect.ismethod(own):
+                static = StaticFunction(own.__func__, input_spec, instance=own.__self__, optimize=optimize)
+            else:
+                static = StaticFunction(own, input_spec, optimize=optimize)
+        elif isinstance(raw, staticmethod):
             static = StaticFunction(raw.__func__, input_spec, optimize=optimize)
         elif isinstance(raw, classmethod):
             static = StaticFunction(raw.__func__, input_spec, instance=type(module), optimize=optimize)
