@@ -11,7 +11,7 @@ from .state import State, Undefined, is_var, loop_init
 
 
 def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), return_flags=(), lines=(),
-                   jump=None):
+                   jump=None, jump_flags=()):
     """Equivalent Python::
 
         if pred:
@@ -31,9 +31,12 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     becomes a ``raise`` op that raises the same exception when the program
     runs and takes that branch. ``lines`` gives, for each output, the user's
     lines where the true and the false branch first assign it (None: not
-    assigned), for the messages of ``cond``; ``jump`` is ``(kind, line)`` when
-    this ``if`` is the guard that ``break``/``continue`` lowering put around
-    the statements after a jump (messages then name the jump).
+    assigned), for the messages of ``cond``; ``jump`` is ``(kind, line,
+    live)`` when this ``if`` is the guard that ``break``/``continue`` lowering
+    put around the statements after a jump (messages then name the jump, and
+    its false side, the path that jumped, need only define the names in
+    ``live``); ``jump_flags`` pairs each jump flag among the outputs with the
+    names a path may still read once that flag is True.
     """
     st = State((true_fn, false_fn), state)
     if not is_var(pred):
@@ -48,11 +51,11 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
         mark = tr.mark()
         seen, specs, leaf_names = {}, {}, []
         branches = [_branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names,
-                            return_names, return_flags)
+                            return_names, return_flags, jump, jump_flags)
                     for fn, side in ((true_fn, "true"), (false_fn, "false"))]
         try:
             merged = cf.cond(pred, *branches, names=leaf_names, return_names=tuple(return_names),
-                             lines=dict(zip(outputs, lines or ())), jump=jump)
+                             lines=dict(zip(outputs, lines or ())), jump=jump and jump[:2])
         except _AsArrays as retry:
             tr.rollback(mark)
             arrays |= retry.outputs
@@ -67,7 +70,8 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     return st.get()
 
 
-def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, return_names, return_flags):
+def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, return_names, return_flags,
+            jump=None, jump_flags=()):
     """The function `cf.cond` traces for one side: run the branch from the
     state `before`, then return its outputs flattened (tuples and lists are
     flattened: the op merges their elements), except the outputs in `arrays`,
@@ -84,11 +88,16 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
             if became_arrays:
                 raise _AsArrays(became_arrays)
         returned = any(values[outputs.index(f)] is True for f in return_flags)
+        # Names a path that took a break/continue may still read (each jump taken narrows them).
+        still_read = [set(live) for f, live in jump_flags if values[outputs.index(f)] is True]
+        if side == "false" and jump is not None:
+            still_read.append(set(jump[2]))
         leaves, specs[side] = [], []
         for k, value in enumerate(values):
             if k in arrays and type(value) is list:
                 value = loop_init(value)
-            if isinstance(value, Undefined) and (returned or outputs[k] in return_names):
+            if isinstance(value, Undefined) and (returned or outputs[k] in return_names or any(
+                    outputs[k] not in live for live in still_read)):
                 value = cf.Unreachable(outputs[k])
             true_spec = specs["true"][k] if side == "false" and "true" in specs else None
             if isinstance(value, Undefined) and true_spec is not None:

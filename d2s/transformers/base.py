@@ -20,7 +20,11 @@ class Context:
     one side: the return transformer adds to it, the loop and branch
     transformers pass it on to the runtime. ``return_flags`` holds the
     lowered ``return``'s flags: on a path where one is True, nothing after
-    the branch uses the names it leaves undefined. ``cell_reads`` maps a
+    the branch uses the names it leaves undefined. ``jump_flags`` maps the
+    lowered ``break``/``continue`` flags to the names that the path taking
+    the jump may still read (live after the loop, or at its head): on a path
+    where the flag is True, the other names it leaves undefined are never
+    read. ``cell_reads`` maps a
     generated statement (by id) to the names its helper reads through closure
     cells (see ``liveness.analyze``), for the analyses of later passes.
     """
@@ -31,6 +35,7 @@ class Context:
     helpers: str
     return_names: set = field(default_factory=set)
     return_flags: set = field(default_factory=set)
+    jump_flags: dict = field(default_factory=dict)
     cell_reads: dict = field(default_factory=dict)
 
     def error(self, node, message):

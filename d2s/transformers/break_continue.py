@@ -37,17 +37,41 @@ later passes only see ``while`` loops without ``else``. Runs after ``for`` and
 
 import gast
 
+from ..ast_tools import liveness
 from .base import Transformer, map_bodies, own_nodes, own_nodes_in, visit_block
 
 
+def record_jump_liveness(tree, ctx):
+    """Note on each ``while`` of ``tree`` what a path taking a jump out of its
+    body may still read: after ``break``, what is live after the loop; after
+    ``continue``, what is live at its head. Return lowering calls this before
+    it runs: with ``return`` still a statement, liveness knows that nothing
+    after it is read (after lowering, only a flag says so)."""
+    result = liveness.analyze(tree, ctx.cell_reads)
+    for node in gast.walk(tree):
+        if isinstance(node, gast.While) and node in result.live_out:
+            after = frozenset(result.live_out[node])
+            node.d2s_jump_live = (after, frozenset(result.live_in[node]) | after)
+
+
 class BreakContinue(Transformer):
+    def transform(self, tree):
+        if any(isinstance(n, gast.While) and not hasattr(n, "d2s_jump_live") for n in gast.walk(tree)):
+            record_jump_liveness(tree, self.ctx)  # run without the Return pass before it
+        return super().transform(tree)
+
     def visit_While(self, node):
+        live_after, live_head = node.d2s_jump_live
         node.body = visit_block(self, node.body)  # inner loops first: their jumps are theirs
         node.orelse = visit_block(self, node.orelse)
         breaks = own_nodes_in(node.body, (gast.Break,))
         continues = own_nodes_in(node.body, (gast.Continue,))
         self.broke = self.ctx.namer.new("broke") if breaks else None
         self.continued = self.ctx.namer.new("continued") if continues else None
+        if breaks:
+            self.ctx.jump_flags[self.broke] = live_after
+        if continues:
+            self.ctx.jump_flags[self.continued] = live_head
         if not breaks and not continues:
             before, after = [], node.orelse
         else:
@@ -83,7 +107,9 @@ class BreakContinue(Transformer):
                                       rest=self._block(rest))
                 kind = "break` or `continue" if may_break and may_continue else \
                     "break" if may_break else "continue"
-                guard[0].d2s_jump = (kind, self.ctx.user_line(first))
+                flags = [f for f, may in ((self.broke, may_break), (self.continued, may_continue)) if may]
+                live = frozenset().union(*(self.ctx.jump_flags[f] for f in flags))
+                guard[0].d2s_jump = (kind, self.ctx.user_line(first), tuple(sorted(live)))
                 out += guard
                 break
         return out

@@ -42,10 +42,15 @@ last statement are left alone.
 import gast
 
 from ..ast_tools.origin import copy_location
+from . import break_continue
 from .base import Transformer, map_bodies, own_nodes, own_nodes_in
 
 
 class Return(Transformer):
+    def transform(self, tree):
+        break_continue.record_jump_liveness(tree, self.ctx)
+        return super().transform(tree)
+
     def visit_FunctionDef(self, node):
         self.generic_visit(node)  # nested functions first; they are their own scopes
         returns = own_nodes_in(node.body, (gast.Return,))

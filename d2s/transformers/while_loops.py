@@ -18,7 +18,8 @@ After::
 
 The loop variables are the names the body modifies that are live around the
 loop (read by the test or body before being written, or read after the
-loop); the body function declares them ``nonlocal`` and the runtime reads and
+loop, as liveness found before ``return``/``break``/``continue`` became
+flags); the body function declares them ``nonlocal`` and the runtime reads and
 writes them through its closure cells. Names the body only uses as
 temporaries stay local to it. The last argument lists the compiler-generated
 names that may start undefined (the lowered return value). Runs after
@@ -36,6 +37,15 @@ class WhileLoop(ScopedTransformer):
 
     def visit_While(self, node):
         live = self.liveness.live_in[node] | self.liveness.live_out[node]
+        # Liveness taken before returns, breaks and continues became flags
+        # knows that nothing after a jump reads a name its path left unset
+        # (here, a flag says so only at run time): of the user's names, only
+        # those live then are carried; the lowering's own flags and values
+        # as they are live now.
+        precise = getattr(node, "d2s_jump_live", None)
+        if precise is not None:
+            generated = self.ctx.return_names | self.ctx.return_flags | set(self.ctx.jump_flags)
+            live = (live & (precise[1] | generated))
         loop_vars = sorted(activity.analyze(node.body).carried(self.variables) & live)
         node.body = visit_block(self, node.body)
         test_fn = self.ctx.namer.new("loop_test")

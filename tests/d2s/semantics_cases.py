@@ -275,6 +275,42 @@ def python_inner_if_returning_on_both_arms_need_not_define(x, flag):
     return y * y
 
 
+@case((POS, I(3)), (NEG, I(2)), (MIX, I(0)), (T(0.5, 0.2, 0.1), I(3)), ops={"cond", "while"})
+def name_skipped_by_continue_is_not_needed(x, n):
+    for i in range(n):
+        if x.sum() > i:
+            continue
+        v = x * i
+        x = x + v
+    return x
+
+
+@case((POS, I(3)), (NEG, I(2)), (MIX, I(3)), (POS, I(0)), ops={"cond", "while"})
+def name_set_in_the_arms_that_do_not_break(x, n):
+    for i in range(n):
+        if x.sum() > i:
+            v = x * 2
+        elif x.max() > 0:
+            break
+        else:
+            v = x - 1
+        x = x + v
+    return x
+
+
+@case((POS,), (NEG,), (MIX,), ops={"cond"})
+def name_set_in_the_arms_that_do_not_continue_in_python_loop(x):
+    for i in range(3):
+        if x.sum() > i:
+            if x.max() > 2:
+                continue
+            v = x * i
+        else:
+            v = x
+        x = x + v
+    return x
+
+
 @case((5,), (1,), (-1,))
 def python_ints_only(x: int):
     if x == 5:

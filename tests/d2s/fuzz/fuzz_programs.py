@@ -15,7 +15,8 @@ nested ``if``/``elif``/``else`` on tensors and on Python values, ternaries,
 ``else``, early ``return`` in branches and loops, Python accumulators, list
 ``append`` then ``torch.stack``/``len``, tensors grown with ``torch.cat``,
 augmented assignment, in-place ops and calls to helper functions that have
-control flow of their own, `int()`/`float()` of tensors, `len`/`.shape`,
+control flow of their own, locals first assigned in every arm of an ``if``
+(or in the arms that do not return/break/continue) and read after it, `int()`/`float()` of tensors, `len`/`.shape`,
 `assert`s that hold, and `zip`.
 
 `generate(seed)` is deterministic: the same seed gives the same program on
@@ -91,6 +92,10 @@ TERNARY = ["b = b * {s} if a.sum() > {c} else b + 1.0", "a = a - 1.0 if t < {c} 
            "t = t * 2.0 if (b > {c}).all() else t - 1.0"]
 LISTS = ["ys.append(a * {s})", "zs.append(b)", "a = a + torch.stack(ys).mean(0)", "k = k + len(zs)"]
 GROW = ["g = torch.cat([g, a[:1]])", "t = t + g.sum()"]
+# A local first assigned in the arms of an `if` and read right after it: defined on every path
+# that reaches the read (an arm that returns, breaks or continues need not define it).
+LOCAL_VALUES = ["a * {s}", "b + {c}", "torch.tanh(a)", "a - b", "x * {s}"]
+LOCAL_USES = ["a = a + {v}", "b = b * 0.5 + {v}", "t = t + {v}.sum()"]
 CALLS = ["a = mix(a, b)", "b = clip(b + a, 3.0)", "a = walk(m, a)", "b = (lambda u: u * {s} + 1.0)(b)"]
 # Statements that use a loop's target, by target kind.
 TARGET_USES = {
@@ -308,6 +313,8 @@ class _Generator:
                 stmts.append(self.simple(targets, branch))
             elif what.startswith("if"):
                 stmts.append(self.if_stmt(what == "if_tensor", depth, in_loop, targets, branch))
+                if r.random() < 0.25:
+                    stmts.append(self.local_in_arms(stmts[-1]))
             elif what == "loop":
                 stmts.append(self.loop(depth, targets, branch))
             else:
@@ -334,6 +341,23 @@ class _Generator:
         else:
             orelse = self.block(depth + 1, in_loop, targets, branch)
         return If(test, body, orelse, _is_tensor_test(test))
+
+    def local_in_arms(self, if_stmt):
+        """Define a fresh local at the end of every arm of `if_stmt` (before an arm's final exit, or
+        after it: dead code) and return the statement after the `if` that reads it."""
+        r = self.rng
+        v = self.fresh("v")
+        arms = [if_stmt.body, if_stmt.orelse]
+        while len(arms[-1]) == 1 and isinstance(arms[-1][0], If):  # `elif` chains: each arm, and the last else
+            arms[-1:] = [arms[-1][0].body, arms[-1][0].orelse]
+        for arm in arms:
+            define = Simple("local", self.fill(f"{v} = {r.choice(LOCAL_VALUES)}"))
+            if arm and isinstance(arm[-1], Simple) and arm[-1].kind in ("return", "break", "continue") \
+                    and r.random() < 0.5:
+                arm.insert(len(arm) - 1, define)
+            else:
+                arm.append(define)
+        return Simple("local", self.fill(r.choice(LOCAL_USES), v=v))
 
     def loop(self, depth, targets, branch):
         r = self.rng
