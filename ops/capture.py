@@ -18,6 +18,7 @@ steps and in-place buffer updates stay shared with the module.
 import inspect
 import linecache
 import os
+import re
 import sys
 
 import numpy as np
@@ -41,18 +42,41 @@ _INTERNAL_DIRS = tuple(
 )
 
 
-def user_origin(skip_internal=True):
-    """(filename, lineno, source line) of the innermost user frame: the first
-    frame outside torch and d2s's own packages. Converted code is compiled
-    with the user's file name and line numbers, so it counts as user code."""
-    frame = sys._getframe(1)
+def _user_frame(skip_internal=True):
+    """The innermost user frame: the first frame outside torch and d2s's own
+    packages. Converted code is compiled with the user's file name and line
+    numbers, so it counts as user code."""
+    frame = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not (skip_internal and filename.startswith(_INTERNAL_DIRS)) and not filename.startswith("<frozen"):
-            line = linecache.getline(filename, frame.f_lineno).strip()
-            return (filename, frame.f_lineno, line)
+            return frame
         frame = frame.f_back
     return None
+
+
+def user_origin(skip_internal=True):
+    """(filename, lineno, source line) of the innermost user frame."""
+    frame = _user_frame(skip_internal)
+    if frame is None:
+        return None
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    return (frame.f_code.co_filename, frame.f_lineno, line)
+
+
+def user_name(value, what="tensor"):
+    """How a message names ``value``: "tensor `s`" when a variable of the
+    user's code holds it and appears on the user's line, else "this tensor"
+    (the line is shown under the message). Never the program's own name for
+    it (`tmp_3`, `ys_2`), which the user never wrote."""
+    frame = _user_frame()
+    if frame is not None:
+        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+        words = set(re.findall(r"[A-Za-z_]\w*", line))
+        names = sorted(n for n, v in frame.f_locals.items() if v is value and n in words)
+        if names:
+            return f"{what} `{names[0]}`"
+    return f"this {what}"
 
 
 def exception_origin(exc):
@@ -377,7 +401,7 @@ _TO_PYTHON = {
 
 def _to_python_error(var, how):
     return error_at_user_line(
-        f"the value of tensor `{var.name}` is known only when the program runs, so it cannot be used "
+        f"the value of {user_name(var)} is known only when the program runs, so it cannot be used "
         f"as {how} here; @declarative converts `if`/`while`/`int()`/`float()` on tensors for you, "
         "otherwise keep the value a tensor (torch.where, d2s.cond, .to(dtype))")
 
@@ -474,7 +498,7 @@ def _stride(var, dim=None):
 
 def _is_contiguous(var, memory_format=torch.contiguous_format):
     if memory_format != torch.contiguous_format:
-        raise error_at_user_line(f"`is_contiguous(memory_format={memory_format})` of `{var.name}`")
+        raise error_at_user_line(f"`is_contiguous(memory_format={memory_format})` of {user_name(var)}")
     return all(a == b for a, b, d in zip(_strides(var), contiguous_strides(var.shape), var.shape) if d != 1)
 
 
@@ -513,7 +537,7 @@ def _method(var, name):
     if name == "__len__":
         def length():
             if not var.shape:
-                raise error_at_user_line(f"len() of a 0-d tensor `{var.name}`")
+                raise error_at_user_line(f"len() of a 0-d tensor: {user_name(var)}")
             if var.shape[0] == -1:
                 raise _to_python_error(var, "a Python int (len)")
             return var.shape[0]
@@ -531,10 +555,10 @@ def _method(var, name):
         from . import framework
         if name == "append":
             return lambda x: framework.array_append(var, x)
-        raise error_at_user_line(f"tensor array `{var.name}` has no method `{name}`")
+        raise error_at_user_line(f"{user_name(var, 'list')} is a tensor array (a list appended in a loop over a tensor condition): it has no method `{name}`; it supports append, len(), torch.stack and torch.cat")
     attr = getattr(torch.Tensor, name, None)
     if attr is None:
-        raise AttributeError(f"Variable {var.name!r} has no attribute {name!r}")
+        raise AttributeError(f"'Tensor' object has no attribute {name!r}")
     refuse_denied(attr)
     if isinstance(attr, property) or type(attr).__name__ == "getset_descriptor":
         getter = attr.__get__

@@ -20,6 +20,8 @@ iterations actually taken.
 
 import ast
 
+import math
+
 import torch
 
 from runtime.errors import ConversionError
@@ -78,6 +80,20 @@ class Unreachable(Undefined):
 def _tensor_like(value):
     return isinstance(value, (Variable, torch.Tensor) + SYMBOLIC_TYPES) or (
         isinstance(value, (int, float, bool)) and not isinstance(value, Undefined))
+
+
+def _same_python_value(a, b):
+    """Whether two branch values are one Python value (not graph tensors)."""
+    if a is b:
+        return not isinstance(a, (Variable, torch.Tensor) + SYMBOLIC_TYPES)
+    if type(a) is not type(b) or isinstance(a, (Variable, torch.Tensor, Undefined) + SYMBOLIC_TYPES):
+        return False
+    try:
+        equal = bool(a == b)
+    except Exception:  # noqa: BLE001 - values that do not compare are not the same value
+        return False
+    # 0.0 == -0.0, but they are different values (1 / x tells them apart).
+    return equal and not (type(a) is float and math.copysign(1.0, a) != math.copysign(1.0, b))
 
 
 def _label(names, i, return_names=()):
@@ -184,9 +200,12 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines
             other = _as_var(defined)
             filler = framework.zeros_placeholder(other)
         a, b = (filler, b) if a_undef else (a, filler)
+    if _same_python_value(a, b):
+        # Either way the same Python value (`do_return = True` in both arms
+        # of an inner `if`): it stays that value, as in eager, so later code
+        # can still tell that this path has returned.
+        return a, None
     if a is None or b is None or not (_tensor_like(a) and _tensor_like(b)):
-        if a is b or (type(a) is type(b) and not _tensor_like(a) and a == b):
-            return a, None  # the same Python value either way
         if a is None or b is None:
             if name in return_names:
                 raise error_at_user_line(

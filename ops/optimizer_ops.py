@@ -37,7 +37,7 @@ import torch
 from runtime.attrs import InputRef, OutputRef
 
 from . import tracer
-from .capture import error_at_user_line, user_origin
+from .capture import error_at_user_line, user_name, user_origin
 from .registry import OpDef, register
 
 
@@ -247,10 +247,10 @@ def record_backward(loss, gradient=None, retain_graph=None, create_graph=False, 
     if not isinstance(retain_graph, (bool, type(None))):
         raise error_at_user_line("`retain_graph` must be a Python bool")
     if loss.stop_gradient:
-        raise error_at_user_line(f"`{loss.name}.backward()`: the loss does not require grad (it depends on no "
+        raise error_at_user_line(f"`.backward()` of {user_name(loss)}: the loss does not require grad (it depends on no "
                                  "trainable parameter, or was computed under no_grad)")
     if gradient is None and loss.shape != ():
-        raise error_at_user_line(f"`{loss.name}.backward()`: grad can be implicitly created only for a scalar "
+        raise error_at_user_line(f"`.backward()` of {user_name(loss)}: grad can be implicitly created only for a scalar "
                                  f"loss, and this one has shape {list(loss.shape)}; pass gradient=")
     if isinstance(gradient, torch.Tensor):
         from .capture import lift

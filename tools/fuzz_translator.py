@@ -69,8 +69,22 @@ def reproducer(program, outcome, seed, index):
         x, m, n = args
         lines.append(f"        (torch.tensor({x.tolist()}, requires_grad={x.requires_grad}), "
                      f"torch.tensor({m.tolist()}), torch.tensor({int(n)})),")
-    lines += ["    ]", "    for args in inputs:", "        print('eager      ', f(*args))",
-              "        print('declarative', static(*args))"]
+    # The gradient too (the runner compares it exactly): the weighted sum the
+    # runner differentiates, for each side on fresh copies of the inputs.
+    lines += ["    ]", "", "    def show(fn, args):",
+              "        args = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)",
+              "        out = fn(*args)",
+              "        first = out[0] if isinstance(out, tuple) and out else out",
+              "        grad = None",
+              "        if args[0].requires_grad and isinstance(first, torch.Tensor) and first.requires_grad:",
+              "            weights = torch.arange(1.0, 1.0 + first.numel()).reshape(first.shape)",
+              "            grad = torch.autograd.grad((first * weights).sum(), [args[0]], allow_unused=True)[0]",
+              "        return out, grad",
+              "", "    torch.set_printoptions(precision=10)",
+              "    for args in inputs:",
+              "        for name, fn in (('eager      ', f), ('declarative', static)):",
+              "            out, grad = show(fn, args)",
+              "            print(name, out, 'grad', grad)"]
     return "\n".join(lines) + "\n"
 
 

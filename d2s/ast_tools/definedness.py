@@ -29,10 +29,17 @@ _NESTED = (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef,
 
 
 class _Top(frozenset):
-    """The set of defined names on a path that never gets here: every name."""
+    """The set of defined names on a path that never gets here: every name.
+
+    It is an (empty) frozenset only so the set operators dispatch to it: it
+    contains every name, meets another set as that set (`TOP & TOP` is TOP:
+    both branches of an inner ``if`` return) and absorbs any union."""
+
+    def __contains__(self, name):
+        return True
 
     def __and__(self, other):
-        return frozenset(other)
+        return self if isinstance(other, _Top) else frozenset(other)
 
     __rand__ = __and__
 

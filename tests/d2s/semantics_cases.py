@@ -6,7 +6,7 @@ program built from the first of them must hold.
 
 import torch
 
-from cf_cases import I, NEG, POS, T
+from cf_cases import I, MIX, NEG, POS, T
 
 CASES = []
 
@@ -222,6 +222,29 @@ def returning_branch_need_not_define(x):
     else:
         y = 2
     return x + y
+
+
+@case((POS,), (NEG,), (MIX,), (T(0.5, 0.5, 0.5),), ops={"cond"})
+def inner_if_returning_on_both_arms_need_not_define(x):
+    if x.sum() > 0:
+        if x.max() > 2:
+            return x * 2
+        else:
+            return x - 1
+    else:
+        y = x.abs()
+    return x + y
+
+
+@case((POS, True), (NEG, True), (POS, False))
+def python_inner_if_returning_on_both_arms_need_not_define(x, flag):
+    if flag:
+        if x.sum() > 0:
+            return x * 2
+        else:
+            return x - 1
+    y = x + 1
+    return y * y
 
 
 @case((5,), (1,), (-1,))

@@ -2,6 +2,7 @@
 locations; and the ConversionErrors users see, naming variable, file and line."""
 
 import inspect
+import re
 import traceback
 
 import pytest
@@ -196,6 +197,23 @@ def returns_tensor_or_none(x):
         return x
 
 
+def sum_as_list(x):
+    total = x.sum()
+    return total.tolist()
+
+
+def index_by_tensor(x):
+    k = x.sum().long()
+    return [1, 2, 3][k]
+
+
+def pop_from_tensor_array(x, n):
+    ys = []
+    for i in range(n):
+        ys.append(x * i)
+    return ys.pop()
+
+
 @pytest.mark.parametrize("fn,args,line_text,pieces", [
     (assigned_in_one_branch, (torch.ones(3),), "if x.sum() > 0",
      ["'y' is assigned in the true branch (line {y}) but not in the false branch", "assign it before the if"]),
@@ -209,6 +227,11 @@ def returns_tensor_or_none(x):
     (rebinds_global, (torch.ones(3),), "global G", ["rebinding global 'G'"]),
     (returns_tensor_or_none, (torch.ones(3),), "if x.sum() > 0",
      ["the function returns a tensor on some paths and None on others"]),
+    # The user's variable, not the program's name for it (`tmp_3`, `ys_2`).
+    (sum_as_list, (torch.ones(3),), "total.tolist()", ["the value of tensor `total` is known only"]),
+    (index_by_tensor, (torch.ones(3),), "[1, 2, 3][k]", ["tensor `k`", "as an index"]),
+    (pop_from_tensor_array, (torch.ones(3), torch.tensor(2)), "ys.pop()",
+     ["list `ys` is a tensor array", "no method `pop`"]),
 ])
 def test_conversion_errors_name_variable_file_and_line(fn, args, line_text, pieces):
     with pytest.raises(ConversionError) as info:
@@ -221,6 +244,7 @@ def test_conversion_errors_name_variable_file_and_line(fn, args, line_text, piec
     y_line = line_of(fn, "y = x + 1") if "y = x + 1" in inspect.getsource(fn) else None
     for piece in pieces:
         assert piece.format(y=y_line) in message
+    assert not re.search(r"\b(tmp|retval|do_return)_?\d*\b|\w+_\d+\b", message.split("\n")[0]), message
 
 
 def list_grows_in_one_branch(x):

@@ -15,7 +15,8 @@ import torch
 import torch.nn as nn
 
 import d2s
-from mnist import MNIST, loss_fn, synthetic_digits
+from digits_steps import digit_batches, eager_steps
+from mnist import MNIST, loss_fn
 
 STEPS = 10
 BATCH = 16
@@ -40,21 +41,7 @@ class TrainGraph(d2s.Graph):
 
 @pytest.fixture(scope="module")
 def data():
-    images, labels = synthetic_digits(STEPS * BATCH, seed=3)
-    return [(images[i * BATCH:(i + 1) * BATCH], labels[i * BATCH:(i + 1) * BATCH]) for i in range(STEPS)]
-
-
-def _eager_steps(model, opt, batches):
-    losses = []
-    for step, (x, y) in enumerate(batches):
-        torch.manual_seed(100 + step)  # dropout draws the same numbers in both
-        probs, acc = model(x, y)
-        loss = loss_fn(probs, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.detach())
-    return torch.stack(losses)
+    return digit_batches(STEPS, BATCH)
 
 
 def _graph_steps(graph, batches):
@@ -77,7 +64,7 @@ def test_digits_graph_matches_eager_step_by_step(data, optimizer, variant):
     eager = MNIST(**variant)
     model = copy.deepcopy(eager)
     graph = TrainGraph(model, OPTIMIZERS[optimizer](model.parameters()))
-    eager_losses = _eager_steps(eager, OPTIMIZERS[optimizer](eager.parameters()), data)
+    eager_losses, _ = eager_steps(eager, OPTIMIZERS[optimizer](eager.parameters()), data, seed=100)
     graph_losses = _graph_steps(graph, data)
     torch.testing.assert_close(graph_losses, eager_losses, rtol=1e-5, atol=0)
     assert eager_losses[-1] < eager_losses[0]

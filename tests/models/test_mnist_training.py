@@ -16,7 +16,8 @@ import torch
 import torch.nn as nn
 
 import d2s
-from mnist import MNIST, loss_fn, synthetic_digits
+from digits_steps import digit_batches, eager_steps
+from mnist import MNIST, synthetic_digits
 
 STEPS = 10
 BATCH = 16
@@ -24,7 +25,7 @@ BATCH = 16
 
 @pytest.fixture(scope="module")
 def data():
-    return synthetic_digits(STEPS * BATCH, seed=3)
+    return digit_batches(STEPS, BATCH)
 
 
 def _pair(seed=0, **kwargs):
@@ -40,23 +41,6 @@ def _optimizer(name, params):
     return torch.optim.Adam(params, lr=1e-3)
 
 
-def _train(model, opt, data, seed):
-    images, labels = data
-    losses, accs = [], []
-    model.train()
-    for step in range(STEPS):
-        x, y = images[step * BATCH:(step + 1) * BATCH], labels[step * BATCH:(step + 1) * BATCH]
-        torch.manual_seed(seed + step)  # dropout draws the same numbers in both models
-        probs, acc = model(x, y)
-        loss = loss_fn(probs, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.detach())
-        accs.append(acc.detach())
-    return torch.stack(losses), torch.stack(accs)
-
-
 @pytest.mark.parametrize("optimizer, variant", [
     ("sgd", {}),
     ("adam", {}),
@@ -66,8 +50,8 @@ def _train(model, opt, data, seed):
 ], ids=["sgd-plain", "adam-plain", "adam-dropout", "sgd-batchnorm", "adam-dropout+batchnorm"])
 def test_training_matches_eager_step_by_step(data, optimizer, variant):
     eager, static = _pair(**variant)
-    eager_loss, eager_acc = _train(eager, _optimizer(optimizer, eager.parameters()), data, seed=100)
-    static_loss, static_acc = _train(static, _optimizer(optimizer, static.parameters()), data, seed=100)
+    eager_loss, eager_acc = eager_steps(eager, _optimizer(optimizer, eager.parameters()), data, seed=100)
+    static_loss, static_acc = eager_steps(static, _optimizer(optimizer, static.parameters()), data, seed=100)
 
     torch.testing.assert_close(static_loss, eager_loss, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(static_acc, eager_acc, rtol=1e-5, atol=0)
@@ -84,8 +68,7 @@ def test_training_matches_eager_step_by_step(data, optimizer, variant):
 @pytest.mark.parametrize("batch_norm", [False, True])
 def test_train_and_eval_select_separate_cached_programs(data, batch_norm):
     eager, static = _pair(dropout=0.5, batch_norm=batch_norm)
-    images, labels = data
-    x, y = images[:BATCH], labels[:BATCH]
+    x, y = data[0]
     cache = static.forward.program_cache
 
     eager.train()
@@ -117,13 +100,11 @@ def test_train_and_eval_select_separate_cached_programs(data, batch_norm):
 
 def test_batch_norm_running_stats_updated_in_place_like_eager(data):
     eager, static = _pair(batch_norm=True)
-    images, labels = data
     mean, var = static.norm.running_mean, static.norm.running_var
     before = mean.clone()
     eager.train()
     static.train()
-    for step in range(3):
-        x, y = images[step * BATCH:(step + 1) * BATCH], labels[step * BATCH:(step + 1) * BATCH]
+    for step, (x, y) in enumerate(data[:3]):
         with torch.no_grad():
             eager(x, y)
             static(x, y)
@@ -138,7 +119,7 @@ def test_batch_norm_running_stats_updated_in_place_like_eager(data):
     eager.eval()
     static.eval()
     snapshot = mean.clone()
-    torch.testing.assert_close(static(images[:BATCH]), eager(images[:BATCH]), rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(static(data[0][0]), eager(data[0][0]), rtol=1e-5, atol=1e-7)
     assert torch.equal(static.norm.running_mean, snapshot)
     assert int(static.norm.num_batches_tracked) == 3
 
@@ -147,7 +128,7 @@ def test_dropout_draws_the_same_random_numbers(data):
     eager, static = _pair(dropout=0.5)
     eager.train()
     static.train()
-    x = data[0][:BATCH]
+    x = data[0][0]
     outs = {}
     for seed in (7, 8):
         torch.manual_seed(seed)

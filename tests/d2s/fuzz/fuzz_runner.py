@@ -183,11 +183,13 @@ def _show(value):
 # -- errors ------------------------------------------------------------------------------------
 
 def documented_messages(path=DOCS):
-    """Regexes of the ConversionError messages the docs list (fenced blocks), with names and numbers open."""
+    """Regexes of the ConversionError messages the docs list (fenced blocks; a blank line separates
+    two messages in one block), with names and numbers open."""
     text = open(path).read()
     patterns = []
-    for block in re.findall(r"```\n(.*?)```", text, re.S):
-        message = " ".join(block.split())
+    messages = [m for block in re.findall(r"```\n(.*?)```", text, re.S) for m in re.split(r"\n\s*\n", block)]
+    for message in messages:
+        message = " ".join(message.split())
         if not message:
             continue
         pattern = re.escape(message)
