@@ -11,11 +11,13 @@ jit-compiles flag) tuples. For each case:
   1. eager: build the module, `eval()`, run the forward twice with the RNG
      reset before each; a case that fails eagerly or gives two different
      results is left out (as ParityBench does);
-  2. d2s: `d2s.declarative(module)`, then call it twice (the second call runs
-     the cached program) and compare both with the eager result
-     (atol = rtol = 1e-4);
+  2. d2s: `d2s.declarative` on a deep copy of the module taken before the
+     eager calls, then call it twice (the second call runs the cached
+     program) and compare call i with eager call i (atol = rtol = 1e-4): a
+     forward that updates module state is compared from the same state;
   3. with --save: `d2s.jit.save` the program, `d2s.jit.load` it and compare
-     the loaded model's outputs (the tensors of the result, in order) again.
+     the loaded model's outputs (the tensors of the result, in order) with a
+     third eager call (both models then hold the state of two calls).
 
 Each file runs in its own subprocess (`--worker`), with a per-case time
 limit. Third-party modules the generated file imports but this machine
@@ -195,6 +197,14 @@ def _mocked(value):
     return False
 
 
+def _copy_or_none(model):
+    import copy
+    try:
+        return copy.deepcopy(model)
+    except Exception:  # noqa: BLE001 - an uncopyable module runs as before, on the eager instance
+        return None
+
+
 def run_case(entry, save):
     import torch
     import d2s
@@ -205,6 +215,10 @@ def run_case(entry, save):
         args, kwargs = init_args()
         model = module_cls(*args, **kwargs)
         model.eval()
+        # A forward may update module state (a running center, a step count):
+        # d2s runs on a copy taken before the eager calls, so its call i is
+        # compared with eager call i, from the same state.
+        fresh = _copy_or_none(model)
         args, kwargs = forward_args()
         reset_rng()
         expected = model(*args, **kwargs)
@@ -225,11 +239,11 @@ def run_case(entry, save):
         return result
     # d2s
     try:
-        static = d2s.declarative(model)
-        for _ in range(2):
+        static = d2s.declarative(fresh if fresh is not None else model)
+        for want in (expected, again) if fresh is not None else (expected, expected):
             reset_rng()
             got = static(*args, **kwargs)
-            if not same(expected, got):
+            if not same(want, got):
                 result.update(status="fail", cause="wrong result (differs from eager)")
                 return result
     except CaseTimeout:
@@ -240,6 +254,10 @@ def run_case(entry, save):
     result["status"] = "pass"
     if save:
         try:
+            if fresh is not None:
+                # The saved state is the one after two calls: so is the eager model's.
+                reset_rng()
+                expected = model(*args, **kwargs)
             with tempfile.TemporaryDirectory() as tmp:
                 d2s.jit.save(static, os.path.join(tmp, "model"))
                 loaded = d2s.jit.load(os.path.join(tmp, "model"))

@@ -119,7 +119,11 @@ def _compile(fn):
     origin.fill_missing(module)
     origin.shift(module, ctx.line_offset)
     factory_code = compile(gast.gast_to_ast(module), ctx.filename, "exec", dont_inherit=True)
-    inner = _find_code(factory_code, code.co_name)
+    inner = _find_code(factory_code, getattr(tree, "name", code.co_name))
+    names = {"co_name": code.co_name}
+    if hasattr(code, "co_qualname"):  # Python 3.11+: tracebacks show the qualified name
+        names["co_qualname"] = code.co_qualname
+    inner = inner.replace(**names)
     _remember(inner)
     _compiled[code] = compiled = _Compiled(inner, source, ctx.helpers)
     return compiled
@@ -141,6 +145,10 @@ def _factory(tree, ctx, code):
         body = [gast.Return(value=tree)]
     else:
         tree.returns = None
+        # A fresh name: the function's own name inside its body means what it
+        # means in the original (the global or closure cell, which may carry
+        # attributes: `make_positions.range_buf`), not the converted copy.
+        tree.name = ctx.namer.new(tree.name)
         body = [tree, gast.Return(value=gast.Name(id=tree.name, ctx=gast.Load(), annotation=None,
                                                    type_comment=None))]
     params = [gast.Name(id=n, ctx=gast.Param(), annotation=None, type_comment=None)

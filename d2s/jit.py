@@ -37,6 +37,29 @@ def _static_of(layer_or_function, input_spec):
     return declarative(layer_or_function)
 
 
+def concrete_to_save(static, input_spec, what):
+    """(static, example inputs or None, concrete program) that `what`
+    (jit.save, onnx.export) writes: traced for `input_spec` when given, else
+    for the input_spec the function was declared with, else the program of
+    its latest call. A function that has none of these is an error that says
+    what to do, never an empty or guessed program."""
+    if input_spec is None and static.concrete_program is None:
+        input_spec = static._input_spec
+    if input_spec is None:
+        concrete = static.concrete_program
+        if concrete is None:
+            name = type(static._instance).__name__ if static._instance is not None else static.__name__
+            raise ValueError(
+                f"{what}({name}): {name} has not run yet, so there is no program to save; call it once "
+                f"on example inputs first, or pass input_spec=[d2s.InputSpec([None, ...], 'float32'), ...] "
+                f"(to {what} or to d2s.declarative)")
+        return static, None, concrete
+    specs = [s if isinstance(s, InputSpec) else InputSpec.from_tensor(s) for s in input_spec]
+    static = StaticFunction(static._function, specs, instance=static._instance)
+    examples = [_example(s) for s in input_spec]
+    return static, examples, static.get_concrete_program(*examples)
+
+
 def _modules_of(static):
     """The modules whose `training` flag selects the program, if any."""
     instance = static._instance
@@ -79,7 +102,8 @@ def _module_state(module):
 def save(layer_or_function, path, input_spec=None):
     """Save the program of `layer_or_function` for the inputs `input_spec`
     describes (InputSpecs, with None for dynamic dimensions, or example
-    tensors). Without `input_spec`, the program of the latest call is saved.
+    tensors). Without `input_spec`, the program of the latest call is saved,
+    or, before any call, the one for the input_spec given to `declarative`.
 
     For a module, the programs of both modes are recorded when they differ
     (dropout, batch norm) and `input_spec` is given, so that the loaded
@@ -96,20 +120,11 @@ def save(layer_or_function, path, input_spec=None):
     static = _static_of(layer_or_function, input_spec)
     modules = _modules_of(static)
     mode = None
-    if input_spec is not None:
-        specs = [s if isinstance(s, InputSpec) else InputSpec.from_tensor(s) for s in input_spec]
-        static = StaticFunction(static._function, specs, instance=static._instance)
-        examples = [_example(s) for s in input_spec]
-        concrete = static.get_concrete_program(*examples)
-    else:
-        concrete = static.concrete_program
-        if concrete is None:
-            raise ValueError("jit.save without input_spec needs the function to have run once; "
-                             "pass input_spec=[d2s.InputSpec([None, ...], 'float32')]")
+    static, examples, concrete = concrete_to_save(static, input_spec, "jit.save")
     main, alternate = _part(concrete), None
     if modules:
         mode = "train" if modules[0].training else "eval"
-        if input_spec is not None:
+        if examples is not None:
             other = _part(_concrete_in_mode(static, examples, modules, mode == "eval"))
             if _same_program(main, other):
                 mode = None  # one program serves both modes

@@ -1,20 +1,35 @@
-"""A process-wide counter that changes whenever any module's `training` flag
-or its set of submodules changes.
+"""A process-wide counter that changes whenever any module's `training` flag,
+its submodules, parameters or buffers change.
 
 A declarative call keys its program on the `training` flag of every module
-involved. Walking the module tree on every call costs ~0.7 us per submodule;
-instead each StaticFunction caches the flags and re-reads them only when this
-counter has moved since. It moves on:
+involved and on the identity of those modules and of their parameters and
+buffers (a program binds the tensors it was traced with: after
+`net.fc = nn.Linear(...)` or `net.fc.weight = nn.Parameter(...)` it must not
+run again). Walking the module tree on every call costs ~0.7 us per
+submodule; instead each StaticFunction caches what it read and re-reads only
+when this counter has moved since. It moves on:
 
-  - `module.training = ...` (what `train()` / `eval()` do) and any submodule
-    assigned or deleted as an attribute: `nn.Module.__setattr__` /
-    `__delattr__` are wrapped once, when d2s is imported;
-  - `add_module` / `register_module` (ModuleList.append, ...): torch's own
-    global module-registration hook;
-  - deleting from a ModuleDict (`del d[k]`, `pop`, `clear`).
+  - `module.training = ...` (what `train()` / `eval()` do):
+    `nn.Module.__setattr__` is wrapped once, when d2s is imported; the
+    wrapper compares the attribute name and nothing else;
+  - a submodule, parameter or buffer assigned, registered or set to None
+    (`net.fc = ...`, `add_module`, `register_parameter`, `ModuleList.append`,
+    ...): torch's own global registration hooks;
+  - a submodule, parameter or buffer deleted as an attribute (`del net.fc`,
+    `nn.Module.__delattr__`, wrapped), or from a ModuleDict (`del d[k]`,
+    `pop`, `clear`); `ModuleList.insert` / `Sequential.insert` (wrapped).
 
-Code that edits a module's private `_modules` dict directly bypasses all of
-these; call `d2s.module_watch.touch()` after doing so.
+Code that edits a module's private `_modules` / `_parameters` / `_buffers`
+dicts directly bypasses all of these; call `d2s.module_watch.touch()` after
+doing so.
+
+Why wrap `__setattr__` globally rather than something narrower (measured,
+docs/performance.md): a stale training flag is a silent wrong result, and the
+flag is a plain attribute that `train()`, `eval()` and user code assign
+directly, so only `__setattr__` sees every change. The wrapper adds ~0.09 us
+to each module attribute assignment (about +2% on module construction);
+reading the flags on every call instead would cost O(modules) per call and
+still need a tree watch.
 """
 
 import torch.nn as nn
@@ -32,8 +47,17 @@ def touch():
     _generation[0] += 1
 
 
-def _on_register(module, name, submodule):
+def _on_register(module, name, value):
     _generation[0] += 1
+
+
+def _bumping(method):
+    def wrapper(self, *args, **kwargs):
+        _generation[0] += 1
+        return method(self, *args, **kwargs)
+
+    wrapper.__name__, wrapper.__doc__, wrapper.__wrapped__ = method.__name__, method.__doc__, method
+    return wrapper
 
 
 def _install():
@@ -42,12 +66,15 @@ def _install():
     setattr_, delattr_ = nn.Module.__setattr__, nn.Module.__delattr__
 
     def __setattr__(self, name, value):
-        if name == "training" or isinstance(value, nn.Module):
+        # Submodules, parameters and buffers are seen by the registration
+        # hooks below; only the training flag needs this.
+        if name == "training":
             _generation[0] += 1
         setattr_(self, name, value)
 
     def __delattr__(self, name):
-        if name in self._modules:
+        d = self.__dict__
+        if name in d.get("_modules", ()) or name in d.get("_parameters", ()) or name in d.get("_buffers", ()):
             _generation[0] += 1
         delattr_(self, name)
 
@@ -55,18 +82,14 @@ def _install():
         wrapper.__doc__, wrapper.__wrapped__ = cls_fn.__doc__, cls_fn
     nn.Module.__setattr__, nn.Module.__delattr__ = __setattr__, __delattr__
 
-    dict_delitem, dict_clear = nn.ModuleDict.__delitem__, nn.ModuleDict.clear
-
-    def __delitem__(self, key):
-        _generation[0] += 1
-        dict_delitem(self, key)
-
-    def clear(self):
-        _generation[0] += 1
-        dict_clear(self)
-
-    nn.ModuleDict.__delitem__, nn.ModuleDict.clear = __delitem__, clear
+    # These write `_modules` directly, past every hook.
+    nn.ModuleDict.__delitem__ = _bumping(nn.ModuleDict.__delitem__)
+    nn.ModuleDict.clear = _bumping(nn.ModuleDict.clear)
+    nn.ModuleList.insert = _bumping(nn.ModuleList.insert)
+    nn.Sequential.insert = _bumping(nn.Sequential.insert)
     _module.register_module_module_registration_hook(_on_register)
+    _module.register_module_parameter_registration_hook(_on_register)
+    _module.register_module_buffer_registration_hook(_on_register)
     nn.Module._d2s_watched = True
 
 

@@ -21,17 +21,8 @@ ExportError = OnnxExportError
 
 
 def _from_static(static, input_spec):
-    from .jit import _example
-    from .static_function import InputSpec, StaticFunction
-    if input_spec is not None:
-        specs = [s if isinstance(s, InputSpec) else InputSpec.from_tensor(s) for s in input_spec]
-        static = StaticFunction(static._function, specs, instance=static._instance)
-        concrete = static.get_concrete_program(*[_example(s) for s in input_spec])
-    else:
-        concrete = static.concrete_program
-        if concrete is None:
-            raise ValueError("d2s.onnx.export without input_spec needs the function to have run once; "
-                             "pass input_spec=[d2s.InputSpec([None, ...], 'float32')]")
+    from .jit import concrete_to_save
+    _, _, concrete = concrete_to_save(static, input_spec, "d2s.onnx.export")
     program = concrete.main_program
     feeds = [v.name for v in concrete.inputs]
     fetches = [v.name for v in concrete.fetch_vars]

@@ -34,6 +34,7 @@ from runtime.passes import check_level
 from . import module_watch
 
 from . import module_state
+from .operators.calls import module_call_entry
 
 MANY_PROGRAMS = 8
 # Programs one StaticFunction keeps (per bound instance) before evicting the
@@ -88,6 +89,7 @@ class ConcreteProgram:
         self.state_writes, self.state_reads, state_fetch = state or ([], [], [])
         self.compiled = Executor().compiled(main_program, [v.name for v in inputs],
                                             [v.name for v in fetch_vars + state_fetch], optimize)
+        self._fn = self.compiled.fn  # called directly: `runner.run`'s policy, minus two frames per hit
         self._params_version = None
         self._params = ()
         # A single returned tensor (the common case) needs no tree rebuild.
@@ -103,7 +105,10 @@ class ConcreteProgram:
             # Bound tensors change only through Program.bind, which bumps the version.
             self._params = [program.bound[n] for n in self.compiled.param_names]
             self._params_version = program._version
-        results = runner.run(self.compiled, tensors, self._params)
+        try:
+            results = self._fn(*tensors, *self._params)
+        except Exception as exc:  # noqa: BLE001 - re-raised naming the failing op
+            runner.reraise(self.compiled, exc)
         if self.state_writes:
             module_state.apply_writes(self.state_writes, results[len(self.fetch_vars):], _rebuild)
         return results[0] if self._single else _rebuild(self.out_tree, results)
@@ -118,6 +123,7 @@ class ProgramCache:
         self._programs = collections.OrderedDict()
         self.max_size = PROGRAM_CACHE_SIZE if max_size is None else max_size
         self.last = None
+        self._recent = None  # the program at the end of `_programs`
         self.state_attrs = []  # (module weakref, name) of module attributes the programs store
 
     def __len__(self):
@@ -128,19 +134,53 @@ class ProgramCache:
 
     def get(self, key):
         concrete = self._programs.get(key)
-        if concrete is not None:
+        if concrete is not None and concrete is not self._recent:
+            # Already the most recently used: the common hit moves nothing.
             self._programs.move_to_end(key)
+            self._recent = concrete
         return concrete
 
     def put(self, key, concrete):
         self._programs[key] = concrete
+        self._recent = concrete
         while len(self._programs) > max(1, self.max_size):
             self._programs.popitem(last=False)
 
     def clear(self):
         """Drop every program (the next call builds anew)."""
         self._programs.clear()
-        self.last = None
+        self.last = self._recent = None
+
+
+class _Identities:
+    """Objects (modules, parameters, buffers) as a key part compared by
+    identity. It holds them weakly, so a cached key neither keeps a module
+    alive nor matches a new object that reuses a dead one's id."""
+
+    __slots__ = ("_refs", "_hash", "__weakref__")
+
+    def __init__(self, objects):
+        self._refs = tuple(map(_weak, objects))
+        self._hash = hash(tuple(map(id, objects)))
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        if not isinstance(other, _Identities) or len(self._refs) != len(other._refs):
+            return False
+        for a, b in zip(self._refs, other._refs):
+            obj = a()
+            if obj is None or obj is not b():
+                return False
+        return True
+
+
+def _weak(obj):
+    try:
+        return weakref.ref(obj)
+    except TypeError:  # an object that takes no weak reference: held strongly
+        return lambda: obj
 
 
 class _SymbolicArguments(Exception):
@@ -304,24 +344,30 @@ class StaticFunction:
         full = bound.args[1:] if self._instance is not None else bound.args
         return tuple(full), dict(bound.kwargs)
 
-    def cache_key(self, args, kwargs):
-        """(key, tensors): runs on every call, so it builds nothing but the key."""
-        tensors = []
+    def cache_key(self, args, kwargs, translator=None):
+        """(key, tensors): runs on every call, so it builds nothing but the
+        key: one flat tuple (hashed and compared without nesting), whose
+        last item is the optimisation level."""
         stale = self._flags_generation != module_watch._generation[0]
+        parts = []
         if self._specs is None:
-            # The common case, flat: a top-level tensor's key is its 4-tuple.
-            parts = []
-            for v in args:
+            # The common case: a top-level tensor adds its shape, dtype,
+            # device and requires_grad. Other arguments add one tuple that
+            # starts with a tag string, so no two layouts give equal keys.
+            tensors = args  # the feeds, while every argument is a tensor
+            for i, v in enumerate(args):
                 if isinstance(v, torch.Tensor):
-                    tensors.append(v)
-                    parts.append((v.shape, v.dtype, v.device, v.requires_grad))
+                    parts += (v.shape, v.dtype, v.device, v.requires_grad)
+                    if tensors is not args:
+                        tensors.append(v)
                 else:
+                    if tensors is args:
+                        tensors = list(args[:i])
                     stale = stale or isinstance(v, torch.nn.Module)
                     parts.append(_flatten_args(v, None, tensors))
-            args_key = tuple(parts)
         else:
+            tensors = []
             stale = stale or any(isinstance(v, torch.nn.Module) for v in args)
-            parts = []
             for i, v in enumerate(args):
                 spec = self._specs.get(i)
                 if spec is None:
@@ -329,14 +375,16 @@ class StaticFunction:
                 else:  # already checked and converted by _spec_args
                     tensors.append(v)
                     parts.append(spec.key() + (v.device.type,))
-            args_key = tuple(parts)
         if kwargs:
             stale = stale or any(isinstance(v, torch.nn.Module) for v in kwargs.values())
+            tensors = list(tensors)
+            parts.append(_flatten_args(kwargs, None, tensors))
         if stale:
             self._refresh_training_flags(args, kwargs)
-        level = self._optimize or (ProgramTranslator._instance or ProgramTranslator())._optimize
-        state = module_state.key(self.program_cache.state_attrs) if self.program_cache.state_attrs else ()
-        return (args_key, _flatten_args(kwargs, None, tensors) if kwargs else (), self._flags, state, level), tensors
+        state_attrs = self.program_cache.state_attrs
+        parts += (len(args), self._flags, module_state.key(state_attrs) if state_attrs else (),
+                  self._optimize or (translator or ProgramTranslator._instance or ProgramTranslator())._optimize)
+        return tuple(parts), tensors
 
     def _spec_args(self, args):
         """The positional arguments with each one that has an InputSpec
@@ -359,12 +407,20 @@ class StaticFunction:
 
     def _refresh_training_flags(self, args, kwargs):
         """Re-read the `training` flag of every module involved (the
-        instance's tree, then modules passed as arguments). Between refreshes
-        the flags are cached: `module_watch` says when some module's flag or
-        submodules changed."""
+        instance's tree, then modules passed as arguments) and which modules,
+        parameters and buffers they are. Between refreshes this is cached:
+        `module_watch` says when some module's flag, submodules, parameters
+        or buffers changed."""
         self._flags_generation = module_watch._generation[0]
-        self._flags = tuple(m.training for v in (self._instance, *args, *kwargs.values())
-                            if isinstance(v, torch.nn.Module) for m in v.modules())
+        modules = [m for v in (self._instance, *args, *kwargs.values())
+                   if isinstance(v, torch.nn.Module) for m in v.modules()]
+        tree = _Identities(modules + [t for m in modules for d in (m._parameters, m._buffers)
+                                      for t in d.values() if t is not None])
+        if self._flags and self._flags[2] == tree:
+            tree = self._flags[2]  # the same object: a hit compares it by identity, in constant time
+        # (count, bit mask, identities): the flags hashed and compared in
+        # constant time on every call.
+        self._flags = (len(modules), sum(1 << i for i, m in enumerate(modules) if m.training), tree)
 
     def _lookup(self, args, kwargs):
         """(the concrete program for these arguments, their tensors), built on a miss."""
@@ -385,13 +441,14 @@ class StaticFunction:
         if self._specs:
             args = self._spec_args(args)
         try:
-            key, tensors = self.cache_key(args, kwargs)
+            key, tensors = self.cache_key(args, kwargs, translator)
         except _SymbolicArguments:
             return self._inline(args, kwargs)
-        concrete = self.program_cache.get(key)
-        if concrete is None:
-            concrete = self._build(key, args, kwargs)
-        translator._last = self.program_cache.last = concrete
+        cache = self.program_cache
+        concrete = cache._programs.get(key)  # ProgramCache.get, inlined on the hit path
+        if concrete is None or concrete is not cache._recent:
+            concrete = cache.get(key) or self._build(key, args, kwargs)
+        translator._last = cache.last = concrete
         return concrete.run(tensors)
 
     def _inline(self, args, kwargs):
@@ -511,6 +568,19 @@ def data_parallel_message(wrapper):
             "call it outside declarative code (see docs/distributed.md)")
 
 
+_CALLING_FORWARD = weakref.WeakKeyDictionary()
+
+
+def _calling_forward(cls):
+    """A subclass of `cls` (same name and module) with nn.Module's __call__."""
+    sub = _CALLING_FORWARD.get(cls)
+    if sub is None:
+        sub = type(cls.__name__, (cls,), {"__call__": torch.nn.Module.__call__, "__module__": cls.__module__,
+                                          "__qualname__": cls.__qualname__})
+        _CALLING_FORWARD[cls] = sub
+    return sub
+
+
 def declarative(function=None, input_spec=None, optimize=None):
     """Run `function` as a static program (a decorator; also takes a method,
     or an `nn.Module` instance whose `forward` it converts in place).
@@ -533,7 +603,24 @@ def declarative(function=None, input_spec=None, optimize=None):
         if isinstance(forward, StaticFunction):
             return module
         raw = inspect.getattr_static(type(module), "forward", None)
-        if isinstance(raw, staticmethod):
+        entry = module_call_entry(type(module))
+        if entry is not None:
+            # No forward, its own __call__: that is what `module(x)` runs, so
+            # it becomes the converted forward, and the module's class one
+            # whose __call__ is nn.Module's again (which calls forward).
+            object.__setattr__(module, "forward", StaticFunction(entry, input_spec, instance=module,
+                                                                 optimize=optimize))
+            module.__class__ = _calling_forward(type(module))
+            return module
+        own = module.__dict__.get("forward")  # `self.forward = self._forward` in __init__
+        if isinstance(own, StaticFunction):
+            return module
+        if own is not None:
+            if inspect.ismethod(own):
+                static = StaticFunction(own.__func__, input_spec, instance=own.__self__, optimize=optimize)
+            else:
+                static = StaticFunction(own, input_spec, optimize=optimize)
+        elif isinstance(raw, staticmethod):
             static = StaticFunction(raw.__func__, input_spec, optimize=optimize)
         elif isinstance(raw, classmethod):
             static = StaticFunction(raw.__func__, input_spec, instance=type(module), optimize=optimize)

@@ -345,6 +345,11 @@ def dispatch(fn, args, kwargs):
     now, its value would be frozen into the program.
     """
     refuse_denied(fn, args)
+    if _is_type_query(fn, args, kwargs):
+        return _type_name(args[0])
+    if fn is torch._is_all_true and args and isinstance(args[0], Variable):
+        from .framework import check_all_true
+        return check_all_true(args[0])
     opdef = op_for_callable(fn)
     has_var = _contains((args, kwargs), Variable)
     has_tensor = has_var or _contains((args, kwargs), torch.Tensor)
@@ -529,7 +534,30 @@ _METADATA = {
 }
 
 
+# `x.type()` with no dtype answers the legacy type name ('torch.FloatTensor'):
+# metadata, like `.dtype`; `x.type(dtype)` is a cast and stays an op.
+_TYPE_NAMES = {dt: torch.empty(0, dtype=dt).type() for dt in (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.uint8, torch.int8, torch.int16,
+    torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128)}
+
+
+def _type_name(tensor):
+    name = _TYPE_NAMES.get(tensor.dtype)
+    if name is None:
+        raise error_at_user_line(f"`.type()` of a {tensor.dtype} tensor has no legacy type name")
+    device = torch.device(tensor.device).type
+    return name if device == "cpu" else name.replace("torch.", f"torch.{device}.", 1)
+
+
+def _is_type_query(fn, args, kwargs):
+    """`x.type()` / `x.type(dtype=None)`: asks for the name, casts nothing."""
+    return fn is torch.Tensor.type and len(args) == 1 and kwargs.get("dtype") is None
+
+
 def _method(var, name):
+    if name == "type":
+        return lambda *args, **kwargs: (_type_name(var) if _is_type_query(torch.Tensor.type, (var,) + args, kwargs)
+                                        else dispatch(torch.Tensor.type, (var,) + args, kwargs))
     if name in _TO_PYTHON:
         raise _to_python_error(var, _TO_PYTHON[name])
     if name in _METADATA:

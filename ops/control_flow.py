@@ -342,7 +342,11 @@ class _Spec:
 
     def __init__(self, value, name):
         self.name = name
-        self.python_number = isinstance(value, (int, float, bool)) and not isinstance(value, torch.Tensor)
+        # A Python number (or the 0-d constant a converted loop made of one)
+        # has a weak dtype: the first iteration's tensor dtype wins, as in
+        # eager `total = 0; for ...: total += t.mean()`.
+        self.python_number = (isinstance(value, (int, float, bool)) and not isinstance(value, torch.Tensor)) \
+            or (isinstance(value, Variable) and value.__dict__.get("python_literal", False))
         self.kind = value.kind if isinstance(value, Variable) else (TENSOR_ARRAY if isinstance(value, list) else "tensor")
         self.shape = (tuple(value.dims) if isinstance(value, Variable) else tuple(value.shape)
                       if isinstance(value, torch.Tensor) else ())

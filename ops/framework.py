@@ -221,6 +221,26 @@ def assert_(cond, message=""):
     _append("assert", [cond], (InputRef(0), "" if message is None else str(message)), {}, [], None)
 
 
+def _check_all_true_kernel(valid, message):
+    if not bool(valid.all()):
+        raise ValueError(message)
+
+
+register(OpDef("check_all_true", kernel=_check_all_true_kernel, extra={"side_effect": True}))
+
+
+def check_all_true(valid):
+    """`torch._is_all_true(valid)` on a graph tensor: torch calls it only to
+    validate arguments (`if not torch._is_all_true(valid): raise ValueError`
+    in torch.distributions), so it is a check when the program runs, raising
+    ValueError as that code does, and True while tracing: the traced path is
+    the one every run that gets past the check takes."""
+    message = ("torch's argument validation failed (torch._is_all_true is false: values outside the "
+               "distribution's constraint)")
+    _append("check_all_true", [_as_var(valid)], (InputRef(0), message), {}, [], None)
+    return True
+
+
 # -- size checks: what tracing assumed about run-time sizes ----------------------
 # An assert op of its own type, so that saving a program pruned to some
 # fetches can drop the checks of sizes of inputs it no longer feeds.

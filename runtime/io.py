@@ -97,6 +97,22 @@ def save_model(dirname, main, mode=None, alternate=None, state=None):
     _write_atomically(dirname, text, params)
 
 
+def _refuse_live_ops(program):
+    """An op holding a live Python object (a custom autograd.Function) runs
+    in memory but cannot be written: a saved program names only table ops."""
+    for block in program.blocks:
+        for op in block.ops:
+            what = get_op_def(op.type).extra.get("live_object")
+            if what:
+                where = f"{op.origin[0]}:{op.origin[1]}: " if op.origin else ""
+                held = next((a for a in op.attrs.get("args", ()) if hasattr(a, "function")), None)
+                raise ValueError(
+                    f"{where}cannot save: the program calls {what} ({held!r}), user code that a saved "
+                    "program cannot name (loading runs only torch's own ops); the declarative model runs and "
+                    "trains in memory, or write the function with torch ops and let autograd derive its "
+                    "backward to save it")
+
+
 def _saved_part(program, feeds, targets, params):
     """{"feed", "fetch", "program"} for one program, pruned to what the
     targets need; its parameter values are added to `params`."""
@@ -104,6 +120,7 @@ def _saved_part(program, feeds, targets, params):
     targets = list(targets) if isinstance(targets, (list, tuple)) else [targets]
     fetch_names = [v.name if isinstance(v, Variable) else v for v in targets]
     _check_endpoints(program, feed_names, fetch_names)
+    _refuse_live_ops(program)
     pruned = prune_program(program, feed_names, fetch_names)
     try:
         pruned.verify()
@@ -517,7 +534,11 @@ def _read_params(path, programs, state, device):
                 raise ModelFormatError(f"{path}: missing parameter(s) {missing[:10]} the program needs")
             if extra:
                 raise ModelFormatError(f"{path}: parameter(s) {extra[:10]} are not variables of the program")
-            tensors = {name: f.get_tensor(name) for name in list(expected) + state_only}
+            # A fresh copy of each: safetensors hands back views at the file's
+            # byte offsets, so a tensor may start off a 64-byte boundary, and
+            # CPU kernels (dot, mv, grouped conv) then take other vector paths
+            # and round differently from the eager model the program came from.
+            tensors = {name: f.get_tensor(name).clone() for name in list(expected) + state_only}
     except ModelFormatError:
         raise
     except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types

@@ -106,10 +106,17 @@ def run_compiled(entry, args):
     try:
         return entry.fn(*args)
     except Exception as exc:  # noqa: BLE001 - re-raised with context below
-        op = _failing_op(entry, exc.__traceback__)
-        if op is None:
-            raise
-        raise _op_error(exc, op) from exc
+        reraise(entry, exc)
+
+
+def reraise(entry, exc):
+    """Raise `exc`, caught from calling `entry.fn`, as an error that shows
+    the op and the user line that created it (`exc` itself when no op of
+    the program failed)."""
+    op = _failing_op(entry, exc.__traceback__)
+    if op is None:
+        raise exc
+    raise _op_error(exc, op) from exc
 
 
 def _failing_op(entry, tb):
@@ -127,9 +134,10 @@ def _op_error(exc, op):
         filename, lineno, line = op.origin
         where = f'\n  created at File "{filename}", line {lineno}' + (f"\n    {line}" if line else "")
     message = f"{type(exc).__name__}: {exc}\n  while running op: {op.to_string()}{where}"
-    if isinstance(exc, AssertionError) or op.type == "raise":
+    if isinstance(exc, AssertionError) or op.type in ("raise", "check_all_true"):
         # A check the user wrote (`assert`, `raise` under a tensor condition)
-        # raises the exception type and message the user chose.
+        # raises the exception type and message the user chose; torch's own
+        # argument checks (check_all_true) raise the ValueError torch raises.
         try:
             return type(exc)(f"{exc}{where}")
         except TypeError:  # an exception class with a richer constructor

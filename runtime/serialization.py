@@ -232,6 +232,9 @@ class _Validator:
                       "a saved program may only use the op allowlist (see ops/torch_ops.py)")
             where = f"block {block.idx}, op {j} ({op_type})"
             opdef = get_op_def(op_type)
+            if opdef.extra.get("live_object"):
+                _fail(where, f"this op type runs {opdef.extra['live_object']}, a live Python object that a "
+                      "saved program cannot hold; it is never written, so this file was not made by d2s")
             inputs = self._slots(block, op.get("inputs", {}), opdef.inputs, where, "inputs")
             outputs = self._slots(block, op.get("outputs", {}), opdef.outputs, where, "outputs")
             raw_attrs = _expect(op.get("attrs", {}), (dict,), where, "'attrs'")
@@ -350,8 +353,10 @@ def _check_attr_schema(opdef, attrs, where):
         if any(isinstance(leaf, Block) for leaf in leaves(value)):
             _fail(where, f"attribute {key!r} holds a block reference; only control-flow ops have sub-blocks")
     out = attrs.get("out")
-    if out is not None and not all(isinstance(leaf, OutputRef) for leaf in leaves(out)):
-        _fail(where, "attribute 'out' may only hold output positions ($out)")
+    # None: a position where the kernel returns None (multi_head_attention_forward's
+    # weights with need_weights=False), which the program never reads.
+    if out is not None and not all(leaf is None or isinstance(leaf, OutputRef) for leaf in leaves(out)):
+        _fail(where, "attribute 'out' may only hold output positions ($out) and None")
 
 
 def _visible(block, name):

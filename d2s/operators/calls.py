@@ -14,6 +14,7 @@ import types
 
 import torch
 
+from ops.autograd_function import is_function_apply, record_apply
 from ops.capture import error_at_user_line, refuse_denied
 from ops.optimizer_ops import record_optimizer_call
 from runtime.ir import Variable
@@ -108,6 +109,8 @@ def convert_call(fn):
     if isinstance(fn, DATA_PARALLEL):  # its per-step Python bookkeeping would run once, at build time
         raise error_at_user_line(f"calling a {type(fn).__name__} module inside declarative code: "
                                  + data_parallel_message(fn))
+    if is_function_apply(fn):  # one op running the user's forward, and backward (ops/autograd_function.py)
+        return record_apply(fn)
     if isinstance(fn, types.MethodType) and isinstance(fn.__self__, _OPTIMIZERS):
         return record_optimizer_call(fn)  # opt.step() is an op of the program, not a build-time call
     if isinstance(fn, types.MethodType):
@@ -120,6 +123,18 @@ def convert_call(fn):
     if isinstance(fn, torch.nn.Module) and _is_user_code(type(fn)):
         return _module_forward(fn)
     return fn
+
+
+def module_call_entry(cls):
+    """The `__call__` a user module class defines in place of `forward`
+    (nn.Module's `__call__` overridden, `forward` not): the function its
+    calls run, which d2s converts as it would `forward`. None otherwise."""
+    if cls.forward is not torch.nn.Module.forward:
+        return None
+    call = inspect.getattr_static(cls, "__call__", None)
+    if call is torch.nn.Module.__call__ or not isinstance(call, types.FunctionType) or not _convertible(call):
+        return None
+    return call
 
 
 def _module_forward(module):
@@ -142,9 +157,12 @@ def _module_forward(module):
                 return module
             converted = conversion.convert_function(func)
             return converted if isinstance(raw, staticmethod) else types.MethodType(converted, type(module))
-        forward = type(module).forward
+        forward = module_call_entry(type(module)) or type(module).forward
         if isinstance(forward, StaticFunction):
             forward = forward._function
+    elif isinstance(forward, types.MethodType) or isinstance(forward, types.FunctionType):
+        # `self.forward = self._forward` in __init__: what Module.__call__ runs.
+        return convert_call(forward)
     else:
         return module
     if isinstance(forward, types.FunctionType) and _convertible(forward):

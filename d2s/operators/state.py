@@ -87,7 +87,9 @@ def loop_init(value):
     """A graph loop's initial value: Python numbers become 0-d tensors of the
     dtype ``torch.tensor`` would give them, Python lists become tensor arrays."""
     if isinstance(value, (bool, int, float)):
-        return constant(value)
+        var = constant(value)
+        var.python_literal = True  # its dtype is weak, as the number's (ops/control_flow.py _Spec)
+        return var
     if type(value) is list:
         return fw.array_from_list(value) if value else fw.array_create()
     return value

@@ -4,28 +4,31 @@ Each pass takes the function's gast tree and returns it rewritten; the order
 matters and is part of the design:
 
  1. Unsupported   reject yield/await/async/global rebinding (nothing rewritten)
- 2. UndefinedLoads reads of possibly unbound variables -> ``convert_load`` (on the
+ 2. Annotations   ``x: T = v`` -> ``x = v`` for local names (never evaluated; lets
+                  later passes make ``x`` nonlocal)
+ 3. UndefinedLoads reads of possibly unbound variables -> ``convert_load`` (on the
                   user's own code, before any pass moves it into functions)
- 3. ForLoop       ``for`` -> ``while`` over ``convert_for_iter/test/next``
- 4. Return        early ``return`` -> ``do_return``/``retval`` flags (needs only ``while``)
- 5. BreakContinue ``break``/``continue`` -> flags; loop ``else`` -> guarded block
- 6. WhileLoop     ``while`` -> ``convert_while`` (loops are now jump-free)
- 7. IfElse        ``if`` -> ``convert_ifelse`` (also the guards passes 4-5 produced)
- 8. IfExp         ``a if c else b`` -> ``convert_ifexp``
- 9. Logical       ``and``/``or``/``not``/chained comparisons -> ``convert_logical_*``
-                  (after 4-7, which generate ``not flag`` and ``not flag and test``)
-10. Assert        ``assert`` -> ``convert_assert``
-11. AugAssign     ``x += v`` -> ``x = convert_augassign('+=', x, v)`` (in place, but
+ 4. ForLoop       ``for`` -> ``while`` over ``convert_for_iter/test/next``
+ 5. Return        early ``return`` -> ``do_return``/``retval`` flags (needs only ``while``)
+ 6. BreakContinue ``break``/``continue`` -> flags; loop ``else`` -> guarded block
+ 7. WhileLoop     ``while`` -> ``convert_while`` (loops are now jump-free)
+ 8. IfElse        ``if`` -> ``convert_ifelse`` (also the guards passes 5-6 produced)
+ 9. IfExp         ``a if c else b`` -> ``convert_ifexp``
+10. Logical       ``and``/``or``/``not``/chained comparisons -> ``convert_logical_*``
+                  (after 5-8, which generate ``not flag`` and ``not flag and test``)
+11. Assert        ``assert`` -> ``convert_assert``
+12. AugAssign     ``x += v`` -> ``x = convert_augassign('+=', x, v)`` (in place, but
                   out of place for graph tensors that stand for Python numbers)
-12. ListAppend    ``x.append(v)`` -> ``convert_list_append`` (after 6-7, whose
+13. ListAppend    ``x.append(v)`` -> ``convert_list_append`` (after 7-8, whose
                   analyses see ``x.append`` as modifying ``x``)
-13. Shape         ``x.shape`` -> ``convert_shape(x)``
-14. Call          ``f(...)`` -> ``convert_call(f)(...)`` (last: it must not wrap the
+14. Shape         ``x.shape`` -> ``convert_shape(x)``
+15. Call          ``f(...)`` -> ``convert_call(f)(...)`` (last: it must not wrap the
                   helper calls earlier passes generate, and it must see every call)
 
 ``run(tree, ctx, stop_after=n)`` runs the first ``n`` passes (``set_code_level``).
 """
 
+from .annotations import Annotations
 from .asserts import Assert
 from .augassign import AugAssign
 from .base import Context, Transformer
@@ -44,6 +47,7 @@ from .while_loops import WhileLoop
 
 PIPELINE = [
     Unsupported,
+    Annotations,
     UndefinedLoads,
     ForLoop,
     Return,

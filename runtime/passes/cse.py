@@ -7,7 +7,10 @@ within a block and from a block to the blocks nested in it (an op in a
 branch reuses one computed before the `cond`). Tensors that some op of the
 program writes in place are left alone: a later in-place write would make
 two results that were equal differ, so a program with any in-place write
-(other than appending to a tensor array) is left as it is.
+(other than appending to a tensor array) is left as it is. Ops whose results
+carry gradient are left alone too: autograd would sum the gradient
+contributions of the merged readers in another order than eager (a last-bit
+difference in the gradient).
 
 Before:                                  After:
     tmp_1 = torch.Tensor.sum(x)              tmp_1 = torch.Tensor.sum(x)
@@ -18,7 +21,7 @@ Before:                                  After:
 """
 
 from ..attrs import encode
-from ._util import attr_names
+from ._util import find_var
 
 
 def _key(op, rename):
@@ -28,6 +31,15 @@ def _key(op, rename):
         return None
     return (op.type, args, repr(op.attrs.get("out")), bool(op.attrs.get("no_grad")),
             tuple(rename.get(n, n) for n in op.input("X")))
+
+
+def _no_gradient(program, name):
+    """Whether no gradient flows through `name`. A merged result that
+    carries gradient gets its readers' contributions summed in one node, in
+    another order than eager's separate nodes: the gradient would differ in
+    the last bit, so such ops are left alone."""
+    var = find_var(program, name)
+    return var is not None and var.stop_gradient
 
 
 def _rename_block(block, rename):
@@ -67,7 +79,8 @@ def run(ctx):
                     and not opdef.training_only and not opdef.extra.get("side_effect")
                     and not opdef.extra.get("factory") and op.output_names
                     and not (set(op.input_names) | set(op.output_names)) & written
-                    and not set(op.output_names) & fetched and not opdef.extra.get("internal")):
+                    and not set(op.output_names) & fetched and not opdef.extra.get("internal")
+                    and all(_no_gradient(program, n) for n in op.output_names)):
                 key = _key(op, rename)
             if key is not None and key in seen:
                 for mine, theirs in zip(op.output_names, seen[key]):

@@ -211,6 +211,10 @@ def _analyse(program):
         bad = set()
         for block in program.blocks:
             for op in block.ops:
+                if op.type not in ("while", "cond") and id(op) not in analysis.rewrite:
+                    # Written by a tensor op (`count += t` is `__iadd__` writing the
+                    # loop variable in place): a Python int there would not change.
+                    bad.update(n for n in op.output("Out") if n in candidates)
                 if op.type == "while":
                     for lv, init, upd in zip(op.attrs["loop_vars"], op.input("Init"), op.attrs["body_outs"]):
                         if lv in candidates and (analysis.kind(init) != candidates[lv]

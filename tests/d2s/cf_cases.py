@@ -835,3 +835,32 @@ def deep_nesting_returns(x):
     elif x.min() < -2.5:
         return x * 4
     return x * 5
+
+
+@case((POS, I(3)), (NEG, I(3)), (POS, I(0)), ops={"cond", "while"})
+def annotated_names_in_branch_and_loop(x, n):
+    """widedeep's `bias_log_posterior: Union[Tensor, float] = ...` in a branch."""
+    if x.sum() > 0:
+        term: torch.Tensor = x * 2
+    else:
+        term = x * 0.5
+    i = 0
+    while i < n:
+        acc: float = term.sum()
+        term = term + acc
+        i += 1
+    return term
+
+
+@case((POS, I(3)), (NEG, I(1)), (POS, I(0)), ops={"while"})
+def number_accumulators_take_the_tensor_dtype(x, n):
+    """yolact_edge: `loss = 0; for p in preds: loss += p.mean()` (the float
+    tensor's dtype wins); `count += t` of an int tensor adds in place."""
+    total = 0
+    count = 0
+    i = 0
+    while i < n:
+        total += x.mean() * i
+        count += (x > 0).sum()
+        i += 1
+    return total, count

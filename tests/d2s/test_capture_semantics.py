@@ -193,3 +193,195 @@ def uses_scripted(x):
 def test_a_torchscript_function_is_converted_from_its_python_source():
     x = torch.randn(3)
     assert torch.allclose(d2s.declarative(uses_scripted)(x), uses_scripted(x))
+
+
+# -- a module whose entry point is its own __call__ (no forward) ------------------------------------
+
+class CallOnly(nn.Module):
+    """Like DeblurGAN's GANLoss: `__call__` overridden, no `forward`."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(2.0))
+
+    def __call__(self, x, flip):
+        if x.sum() > 0:
+            y = x * self.scale
+        else:
+            y = x - self.scale
+        return -y if flip else y
+
+
+class UsesCallOnly(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = CallOnly()
+
+    def forward(self, x):
+        return self.inner(x, True) + 1
+
+
+def _op_types(static):
+    program = static.forward.concrete_program.main_program
+    return {op.type for block in program.blocks for op in block.ops}
+
+
+@pytest.mark.parametrize("make, args", [(CallOnly, (False,)), (CallOnly, (True,)), (UsesCallOnly, ())])
+def test_module_with_its_own_call_and_no_forward_is_converted(make, args, tmp_path):
+    eager, static = make(), d2s.declarative(make())
+    assert isinstance(static, make)
+    xs = [torch.ones(3), -torch.ones(3)]
+    for x in xs:
+        assert torch.equal(static(x, *args), eager(x, *args))
+    assert len(static.forward.program_cache) == 1 and "cond" in _op_types(static)
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    for x in xs:
+        assert torch.equal(loaded(x), eager(x, *args))
+
+
+# -- jit.save of a declarative module that has not run ----------------------------------------------
+
+def test_save_before_any_call_uses_the_declared_input_spec(tmp_path):
+    torch.manual_seed(0)
+    module = nn.Linear(3, 2)
+    static = d2s.declarative(module, input_spec=[d2s.InputSpec([None, 3], "float32")])
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    for batch in (1, 5):
+        x = torch.randn(batch, 3)
+        assert torch.allclose(loaded(x), module(x))
+
+
+def test_save_before_any_call_without_input_spec_says_what_to_do(tmp_path):
+    static = d2s.declarative(nn.Linear(3, 2))
+    with pytest.raises(ValueError, match=r"jit.save\(Linear\): Linear has not run yet.*call it once.*input_spec"):
+        d2s.jit.save(static, str(tmp_path / "m"))
+
+
+# -- x.type(): the legacy type name is metadata; x.type(dtype) is a cast ----------------------------
+
+class TypeNames(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        t = x.type()
+        y = x.long().type(t) * 2 + self.w.type(torch.float64).float()
+        return y, t, self.w.type(), x.double().type(dtype=None)
+
+
+def test_type_name_is_answered_while_tracing_and_the_program_saves(tmp_path):
+    x = torch.randn(3) * 3
+    eager, static = TypeNames(), d2s.declarative(TypeNames())
+    got, want = static(x), eager(x)
+    assert got[1:] == want[1:] == ("torch.FloatTensor", "torch.FloatTensor", "torch.DoubleTensor")
+    assert torch.equal(got[0], want[0])
+    program = static.forward.concrete_program.main_program
+    assert [op for block in program.blocks for op in block.ops if op.type.endswith(".type")]  # the casts
+    d2s.jit.save(static, str(tmp_path / "m"))
+    assert torch.equal(d2s.jit.load(str(tmp_path / "m"))(x), want[0])
+
+
+# -- a forward chosen per instance in __init__ (`self.forward = self._forward`) -----------------------
+
+class ChosenForward(nn.Module):
+    """Like bayeSDE's VerboseSequential: no forward in the class."""
+
+    def __init__(self, double):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.forward = self._twice if double else self._once
+
+    def _once(self, x):
+        y = self.fc(x)
+        if y.sum() > 0:
+            y = -y
+        return y
+
+    def _twice(self, x):
+        return self._once(self._once(x))
+
+
+class HoldsChosen(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = ChosenForward(True)
+
+    def forward(self, x):
+        return self.inner(x) * 2
+
+
+@pytest.mark.parametrize("make", [lambda: ChosenForward(False), lambda: ChosenForward(True), HoldsChosen])
+def test_forward_assigned_in_init_is_converted(make):
+    torch.manual_seed(0)
+    eager = make()
+    static = d2s.declarative(make())
+    static.load_state_dict(eager.state_dict())
+    for x in (torch.ones(2, 3), -torch.ones(2, 3), torch.randn(2, 3)):
+        assert torch.allclose(static(x), eager(x))
+    assert len(static.forward.program_cache) == 1 and "cond" in _op_types(static)
+
+
+# -- torch._is_all_true: torch's own argument validation, checked when the program runs ------------
+
+def validated_log(x):
+    if not torch._is_all_true(x > 0):  # as torch.distributions validates its arguments
+        raise ValueError("expected positive values")
+    return x.log()
+
+
+def test_is_all_true_is_a_run_time_check():
+    static = d2s.declarative(validated_log)
+    x = torch.rand(3) + 0.5
+    assert torch.equal(static(x), validated_log(x))
+    program = static.concrete_program.main_program
+    assert "check_all_true" in {op.type for op in program.blocks[0].ops}
+    with pytest.raises(ValueError, match="torch._is_all_true is false"):
+        static(-x)
+    assert len(static.program_cache) == 1
+
+
+# -- a function that names itself (attribute caches, recursion) -----------------------------------------
+
+def cached_positions(x):
+    """Multimodal_Transformer's make_positions keeps a buffer on the function."""
+    if not hasattr(cached_positions, "buf"):
+        cached_positions.buf = torch.arange(10.0)
+    return x + cached_positions.buf[:x.size(0)]
+
+
+def factorial(n):
+    return 1 if n <= 1 else n * factorial(n - 1)
+
+
+def names_itself(x):
+    def countdown(y, k):
+        return y if k == 0 else countdown(y * 2, k - 1)
+    return countdown(cached_positions(x), 2) * factorial(4)
+
+
+def test_a_function_naming_itself_means_the_original():
+    x = torch.ones(3)
+    want = names_itself(x)  # eager first: it fills the function's buffer with a real tensor
+    assert torch.equal(d2s.declarative(names_itself)(x), want)
+    assert torch.equal(cached_positions.buf, torch.arange(10.0))
+
+
+# -- a size wrapped in torch.tensor([...]) is a run-time value -------------------------------------------
+
+def wrapped_sizes(x):
+    n = torch.tensor([x.size(0)])
+    return x.sum(1) * n, torch.tensor([x.size(0), x.shape[1]], dtype=torch.float32)
+
+
+def test_size_wrapped_in_a_tensor_follows_the_run_time_size(tmp_path):
+    static = d2s.declarative(wrapped_sizes, input_spec=[d2s.InputSpec([None, 3], "float32")])
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    for batch in (1, 2, 5):
+        x = torch.randn(batch, 3)
+        want = wrapped_sizes(x)
+        assert _same(static(x), want) and _same(loaded(x), want)
+    assert len(static.program_cache) == 1

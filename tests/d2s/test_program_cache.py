@@ -23,7 +23,7 @@ class Net(nn.Module):
 
 
 @pytest.mark.parametrize("change", ["eval", "assign_flag", "child_flag", "append", "delete_attr",
-                                    "delete_dict_item", "replace_child"])
+                                    "delete_dict_item", "replace_child", "insert"])
 def test_training_flags_follow_every_kind_of_change(change):
     net = d2s.declarative(Net())
     x = torch.ones(1000)
@@ -42,6 +42,8 @@ def test_training_flags_follow_every_kind_of_change(change):
         del net.extra["a"]
     elif change == "replace_child":
         net.blocks = nn.ModuleList([nn.ReLU(), nn.ReLU()])
+    elif change == "insert":  # writes _modules directly
+        net.blocks.insert(0, nn.Dropout())
     assert net.forward.cache_key((x,), {})[0] != before
 
 
@@ -57,14 +59,60 @@ def test_eval_after_train_runs_the_eval_program():
     assert len(net.forward.program_cache) == 2
 
 
+class Affine(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.act = nn.ReLU()
+        self.register_buffer("shift", torch.ones(3))
+
+    def forward(self, x):
+        return self.act(self.fc(x)) + self.shift
+
+
+@pytest.mark.parametrize("change", [
+    lambda n: setattr(n, "fc", nn.Linear(3, 3)),                              # same shapes, new weights
+    lambda n: setattr(n, "act", nn.Tanh()),                                   # a module without parameters
+    lambda n: setattr(n.fc, "weight", nn.Parameter(torch.randn(3, 3))),
+    lambda n: setattr(n, "shift", torch.zeros(3)),                            # a buffer
+    lambda n: n.fc.register_parameter("bias", nn.Parameter(torch.ones(3))),
+    lambda n: setattr(n.fc.weight, "data", torch.randn(3, 3)),                # same Parameter, new data
+], ids=["submodule", "activation", "parameter", "buffer", "register_parameter", "data"])
+def test_replaced_submodule_parameter_or_buffer_is_never_run_stale(change):
+    """A program binds the tensors it was traced with: after a replacement
+    the next call traces anew (before the fix it silently ran the old ones)."""
+    torch.manual_seed(0)
+    net = d2s.declarative(Affine())
+    x = torch.randn(2, 3)
+    net(x)
+    change(net)
+    with torch.no_grad():
+        assert torch.equal(net(x), net.forward.dygraph_function(x))
+
+
+def test_structure_unchanged_keeps_one_key_object():
+    """eval()/train() re-read the flags but keep the identity part of the
+    key the same object, so hits compare it in constant time."""
+    net = d2s.declarative(Affine())
+    x = torch.randn(2, 3)
+    net(x)
+    tree = net.forward._flags[2]
+    net.eval()
+    net(x)
+    net.train()
+    net(x)
+    assert net.forward._flags[2] is tree and len(net.forward.program_cache) == 2
+
+
 def test_touch_marks_flags_stale():
     net = d2s.declarative(Net())
     x = torch.ones(3)
     net(x)
-    flags = net.forward.cache_key((x,), {})[0][2]
+    count = net.forward._flags[0]  # (modules, bit mask of their training flags, identities)
     net.drop._modules["inner"] = nn.Dropout()  # private edit: needs touch()
     module_watch.touch()
-    assert len(net.forward.cache_key((x,), {})[0][2]) == len(flags) + 1
+    net.forward.cache_key((x,), {})
+    assert net.forward._flags[0] == count + 1
 
 
 def test_cache_evicts_least_recently_used_past_max_size():

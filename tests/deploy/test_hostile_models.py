@@ -116,6 +116,8 @@ def _collide(doc):
 
 
 HOSTILE = {
+    "a custom autograd.Function op": (lambda d: d["program"]["blocks"][0]["ops"][0].update(type="autograd_function"),
+                                      "a live Python object"),
     "device os.system": (_call_attr("kwargs", {"device": {"$device": "os.system"}}), "is not a device"),
     "return type reaching a helper": (
         _call_attr("out", {"$return_type": "pytree_register_structseq", "items": [{"$out": 0}]}),

@@ -83,3 +83,18 @@ def frozen_scale(x, w):
         b = a + 1
         c = b.tanh()
     return x * c
+
+
+@d2s.declarative
+def shared_difference(x):
+    """`a - b` in a `cond` test and again in its branch: merged, its gradient
+    contributions would be summed in another order than eager's (fuzz seed 7,
+    program 3740)."""
+    a = x * 1.0
+    b = torch.zeros_like(x)
+    t = x.sum()
+    if (a - b).max() > 0.0:
+        t = a.sum()
+        b = torch.tanh(a - b)
+    b = b * 2.0 if a.sum() > -0.5 else b + 1.0
+    return a + b + t

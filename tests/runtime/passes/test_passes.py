@@ -11,7 +11,7 @@ from runtime.passes import PassContext, cse, dce, hoist_constants, loop_slices, 
 from runtime.passes._util import copy_program
 
 from pass_programs import (count_until, frozen_scale, ops_text, positive_rows_sum, repeated_sums,
-                           scaled_branches, traced)
+                           scaled_branches, shared_difference, traced)
 
 @pytest.fixture
 def run_pass():
@@ -235,6 +235,20 @@ block 4
 def test_cse_results_bit_identical_on_both_branches(sign):
     x = torch.linspace(0.1, 0.7, 3) * sign
     assert torch.equal(repeated_sums(x), repeated_sums.dygraph_function(x))
+
+
+@pytest.mark.parametrize("x", [[1.0, 2.0, 3.0], [-3.0, -2.0, -1.0], [-0.1, 0.0, 0.05]])
+def test_cse_keeps_gradients_bit_identical(x, run_pass):
+    """Ops whose results carry gradient are never merged (every path: both
+    branches of the `cond` and of the ternary)."""
+    w = torch.arange(1.0, 4.0)
+    x = torch.tensor(x, requires_grad=True)
+    expected = torch.autograd.grad((shared_difference.dygraph_function(x) * w).sum(), [x])[0]
+    got = torch.autograd.grad((shared_difference(x) * w).sum(), [x])[0]
+    assert torch.equal(got, expected)
+    program, feeds, fetches = traced(shared_difference, x)
+    after, _ = run_pass(cse, program, feeds, fetches)
+    assert ops_text(after) == ops_text(program) and any(op.type == "cond" for op in program.global_block().ops)
 
 
 def test_cse_leaves_programs_with_in_place_writes_alone(run_pass):

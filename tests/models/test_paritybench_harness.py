@@ -1,0 +1,41 @@
+"""The ParityBench harness (benchmarks/paritybench.py) judges d2s fairly:
+a forward that updates module state is compared call by call from the same
+state (solo_learn's DINOLoss looked like a wrong result before)."""
+
+import importlib.util
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+
+_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "paritybench.py")
+_spec = importlib.util.spec_from_file_location("paritybench_harness", _PATH)
+paritybench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(paritybench)
+
+
+class Drifting(nn.Module):
+    """Each call moves a buffer by a little less than the tolerance, like an
+    EMA center: two calls agree within it, the fourth does not with the first."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("center", torch.zeros(3))
+
+    def forward(self, x):
+        self.center = self.center + 4e-5
+        return x * 0 + self.center
+
+
+class Stateless(nn.Module):
+    def forward(self, x):
+        return torch.tanh(x) * 2
+
+
+@pytest.mark.parametrize("cls", [Drifting, Stateless])
+def test_case_passes_and_saves(cls):
+    entry = (cls, lambda: ([], {}), lambda: ([torch.zeros(3)], {}), False)
+    result = paritybench.run_case(entry, save=True)
+    assert (result["status"], result.get("save")) == ("pass", "pass"), result
+

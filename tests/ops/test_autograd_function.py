@@ -1,0 +1,86 @@
+"""A custom torch.autograd.Function is one op whose kernel is its `apply`:
+the user's backward gives the gradients, as in eager code (traced inline,
+its forward's ops would get torch's derivatives instead)."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+import d2s
+
+
+class RoundSTE(torch.autograd.Function):
+    """Round forward; a backward that is not round's derivative (which is 0)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 3
+
+
+class QuatLinear(torch.autograd.Function):
+    """pytorch_kaldi's pattern: save_for_backward, a bias that may be None."""
+
+    @staticmethod
+    def forward(ctx, x, w, bias=None):
+        ctx.save_for_backward(x, w, bias)
+        out = x @ torch.cat([w, -w], dim=1)
+        return out + bias if bias is not None else out
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w, bias = ctx.saved_tensors
+        gw = x.t() @ (grad[:, :w.shape[1]] - grad[:, w.shape[1]:])
+        gx = grad @ torch.cat([w, -w], dim=1).t()
+        return gx, gw * 0.5, (grad.sum(0) if bias is not None else None)  # not the true derivative: on purpose
+
+
+class Model(nn.Module):
+    def __init__(self, bias):
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = nn.Parameter(torch.randn(3, 2))
+        self.b = nn.Parameter(torch.randn(4)) if bias else None
+
+    def forward(self, x):
+        if x.sum() > 0:
+            h = RoundSTE.apply(x * 2)
+        else:
+            h = x
+        return QuatLinear.apply(h, self.w, self.b).sum()
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_user_backward_gives_the_gradients_on_every_path(bias):
+    eager, static = Model(bias), d2s.declarative(Model(bias))
+    for x0 in (torch.ones(5, 3) * 0.7, -torch.ones(5, 3) * 0.7):
+        grads = []
+        for m in (eager, static):
+            x = x0.clone().requires_grad_()
+            m.zero_grad()
+            y = m(x)
+            y.backward()
+            grads.append((y.detach(), x.grad, m.w.grad))
+        for a, b in zip(*grads):
+            assert torch.equal(a, b)
+    program = static.forward.concrete_program.main_program
+    types = [op.type for block in program.blocks for op in block.ops]
+    assert len(static.forward.program_cache) == 1 and "cond" in types
+    assert types.count("autograd_function") == 2  # RoundSTE in the branch, QuatLinear after it
+
+
+def test_saving_a_program_with_a_custom_function_is_refused_naming_it(tmp_path):
+    static = d2s.declarative(Model(True))
+    static(torch.ones(2, 3))
+    with pytest.raises(ValueError, match=r"test_autograd_function.py:\d+: cannot save: .*custom torch.autograd.Function \(<QuatLinear>\)"):
+        d2s.jit.save(static, str(tmp_path / "m"))
+    assert not (tmp_path / "m").exists()
+
+
+def test_outside_declarative_apply_is_untouched():
+    x = torch.ones(2, requires_grad=True)
+    RoundSTE.apply(x).sum().backward()
+    assert torch.equal(x.grad, torch.full((2,), 3.0))
