@@ -79,7 +79,10 @@ def infer(fn, args, kwargs, inputs, tracer, factory=False):
     """The result structure of `fn(*args, **kwargs)` with tensors replaced by
     `Meta` (SymInts stay SymInts). `args`/`kwargs` hold InputRef(i) for
     `inputs[i]`."""
-    with dynamo_free():
+    # Warnings are the real kernel's to give when the program runs; here
+    # they would be about stand-in sizes (an `out=` resized from a symbol).
+    with dynamo_free(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         return _infer(fn, args, kwargs, inputs, tracer, factory)
 
 

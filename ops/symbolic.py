@@ -29,6 +29,7 @@ first dynamic dimension of a trace: a static trace does not pay for sympy.
 
 import contextlib
 import dataclasses
+import logging
 import operator
 
 import sympy
@@ -133,6 +134,10 @@ class Shapes:
         self._guard_ints = True
         try:
             with contextlib.ExitStack() as stack:
+                if not meta:
+                    # FakeTensorMode logs a kernel's failure as an error before raising it;
+                    # inference handles it (another way to infer, or the user's error).
+                    stack.enter_context(_quiet(logging.getLogger("torch._subclasses.fake_tensor")))
                 stack.enter_context(_MetaItems(self.env) if meta else self.mode)
                 stack.enter_context(enable_python_dispatcher())
                 yield
@@ -201,6 +206,16 @@ class Shapes:
             if var is not None and var.kind != TENSOR_ARRAY:
                 self.sources[s.node.expr] = (var, dim)
         return s
+
+    def python_int(self, var):
+        """A SCALAR Variable holding, when the program runs, the Python int
+        that the 0-d integer tensor `var` stands for (`int(t)`, `t.item()`).
+        While tracing it is a new symbol, read from that Variable: a check on
+        it is a check of the run-time number."""
+        value = self.new_symbol(8, f"int({var.name})")
+        out = self._append(scalar_op_type(int), [var], (InputRef(0),), value, block=var.block)
+        self._values[value.node.expr] = out
+        return out
 
     def note_source(self, sym, var, dim):
         """Remember that `var.size(dim)` reads symbol `sym` at run time."""
@@ -360,6 +375,16 @@ class Shapes:
             if src is not None:
                 where.append(f"{self._display.get(sym, sym)} = {src[0].name}.size({src[1]})")
         return text + (f" ({', '.join(where)})" if where else "")
+
+
+@contextlib.contextmanager
+def _quiet(logger):
+    disabled = logger.disabled
+    logger.disabled = True
+    try:
+        yield
+    finally:
+        logger.disabled = disabled
 
 
 class _MetaItems(TorchDispatchMode):
