@@ -100,6 +100,7 @@ class Shapes:
         self.sources = {}       # sympy symbol -> (Variable, dim)
         self._values = {}       # sympy expr -> Variable computing it at run time
         self.scalars = {}       # id(SCALAR Variable) -> its SymInt/SymBool
+        self._numbers = {}      # sympy symbol -> "int(t)": the run-time number it stands for
         self.emitted = 0        # how many ShapeEnv guards have become assert ops
 
     # -- symbols ---------------------------------------------------------------------
@@ -215,6 +216,8 @@ class Shapes:
         value = self.new_symbol(8, f"int({var.name})")
         out = self._append(scalar_op_type(int), [var], (InputRef(0),), value, block=var.block)
         self._values[value.node.expr] = out
+        from .capture import user_name
+        self._numbers[value.node.expr] = f"int({user_name(var)})"
         return out
 
     def note_source(self, sym, var, dim):
@@ -374,6 +377,8 @@ class Shapes:
             src = self.sources.get(sym)
             if src is not None:
                 where.append(f"{self._display.get(sym, sym)} = {src[0].name}.size({src[1]})")
+            elif sym in self._numbers:
+                where.append(f"{self._display.get(sym, sym)} = {self._numbers[sym]}")
         return text + (f" ({', '.join(where)})" if where else "")
 
 
