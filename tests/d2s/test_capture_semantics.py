@@ -385,3 +385,22 @@ def test_size_wrapped_in_a_tensor_follows_the_run_time_size(tmp_path):
         want = wrapped_sizes(x)
         assert _same(static(x), want) and _same(loaded(x), want)
     assert len(static.program_cache) == 1
+
+
+# -- x.item() is a number: no gradient flows through it ----------------------------------------------
+
+def scaled_by_item(x):
+    s = x.sum().item()
+    if s > 0:
+        return (x * s).sum()
+    return (x * float(x.max())).sum()
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_gradient_does_not_flow_through_item(sign):
+    grads = []
+    for fn in (scaled_by_item, d2s.declarative(scaled_by_item)):
+        x = (torch.tensor([1.0, 2.0]) * sign).requires_grad_()
+        fn(x).backward()
+        grads.append(x.grad)
+    assert torch.equal(grads[0], grads[1])
