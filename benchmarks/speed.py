@@ -6,7 +6,11 @@ torch.compile (inductor) where they run, and then the cache-hit overhead of a
 declarative call over calling its compiled function directly, for modules
 with 1, 10 and 100 submodules.
 
-    OMP_NUM_THREADS=1 python benchmarks/speed.py [--rounds 21] [--no-compile]
+    OMP_NUM_THREADS=1 python benchmarks/speed.py [--rounds 21] [--no-compile] [--no-grad]
+
+`--no-grad` runs every contender (eager included) under `torch.no_grad()`,
+as inference code does; there d2s calls run the variant that reuses dead
+temporaries in place (the training step, which needs autograd, is skipped).
 
 Method: one thread; every contender is warmed up, then the contenders run
 interleaved, round after round (a round times `calls` calls of each), so
@@ -270,15 +274,19 @@ def main():
     parser.add_argument("--budget", type=float, default=0.02, help="seconds of eager time per round")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow to compile)")
     parser.add_argument("--only", default="", help="run only workloads whose name contains this")
+    parser.add_argument("--no-grad", action="store_true", help="run every contender under torch.no_grad()")
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
-    print(f"torch {torch.__version__}, 1 thread, {args.rounds} interleaved rounds; "
+    if args.no_grad:
+        torch.set_grad_enabled(False)
+    print(f"torch {torch.__version__}, 1 thread, {args.rounds} interleaved rounds"
+          f"{', under torch.no_grad()' if args.no_grad else ''}; "
           "speedup over eager: median [25th-75th percentile]")
     names = ["d2s default", "d2s fast", "TorchScript", "torch.compile"]
     print(f"{'workload':38s}" + "".join(f"{n:>22s}" for n in names))
     for wname, (make_call, contenders) in workloads(not args.no_compile).items():
-        if args.only and args.only not in wname:
+        if args.only and args.only not in wname or args.no_grad and "training" in wname:
             continue
         ratios, notes = bench_workload(make_call, contenders, args.rounds, args.budget)
         cells = []

@@ -89,7 +89,7 @@ class ConcreteProgram:
         self.state_writes, self.state_reads, state_fetch = state or ([], [], [])
         self.compiled = Executor().compiled(main_program, [v.name for v in inputs],
                                             [v.name for v in fetch_vars + state_fetch], optimize)
-        self._fn = self.compiled.fn  # called directly: `runner.run`'s policy, minus two frames per hit
+        self._inference = None  # the CompiledBlock for calls with grad mode off, made on the first one
         self._params_version = None
         self._params = ()
         # A single returned tensor (the common case) needs no tree rebuild.
@@ -105,13 +105,27 @@ class ConcreteProgram:
             # Bound tensors change only through Program.bind, which bumps the version.
             self._params = [program.bound[n] for n in self.compiled.param_names]
             self._params_version = program._version
+        entry = self.compiled if _grad_enabled() else (self._inference or self._compile_inference())
         try:
-            results = self._fn(*tensors, *self._params)
+            results = entry.fn(*tensors, *self._params)
         except Exception as exc:  # noqa: BLE001 - re-raised naming the failing op
-            runner.reraise(self.compiled, exc)
+            runner.reraise(entry, exc)
         if self.state_writes:
             module_state.apply_writes(self.state_writes, results[len(self.fetch_vars):], _rebuild)
         return results[0] if self._single else _rebuild(self.out_tree, results)
+
+
+    def _compile_inference(self):
+        """The variant run when grad mode is off: the same passes, then
+        in-place reuse of dead temporaries (runtime/passes/inplace.py)."""
+        entry = Executor().compiled(self.main_program, self.compiled.feed_names, self.compiled.fetch_names,
+                                    self.optimize, inference=True)
+        # Same parameters in the same order (the passes never change them).
+        self._inference = entry if entry.param_names == self.compiled.param_names else self.compiled
+        return self._inference
+
+
+_grad_enabled = torch.is_grad_enabled
 
 
 class ProgramCache:

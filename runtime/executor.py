@@ -99,18 +99,20 @@ class Executor:
         self.place = place or CPUPlace()
 
     # -- compilation ------------------------------------------------------------------
-    def compiled(self, program, feed_names, fetch_names, optimize="default"):
+    def compiled(self, program, feed_names, fetch_names, optimize="default", inference=False):
         """The CompiledBlock for these feeds/fetches, built once per program
         version: the program is rewritten by the passes of level `optimize`
-        (see `passes`; the program itself is not changed), then compiled."""
+        (see `passes`; the program itself is not changed), then compiled.
+        `inference`: the variant to call when grad mode is off (it reuses
+        dead temporaries in place)."""
         trace = _debug.level() >= 3
-        key = (program._version, tuple(feed_names), tuple(fetch_names), trace, optimize)
+        key = (program._version, tuple(feed_names), tuple(fetch_names), trace, optimize, inference)
         cache = program.__dict__.setdefault("_compiled", {})
         entry = cache.get(key)
         if entry is None:
             if len(cache) > 64:
                 cache.clear()
-            optimized, fetches = passes.optimize(program, feed_names, fetch_names, optimize)
+            optimized, fetches = passes.optimize(program, feed_names, fetch_names, optimize, inference)
             entry = compile_program(optimized, feed_names, fetches, get_op_def,
                                     _trace_op if trace else None)
             entry.fetch_names = list(fetch_names)

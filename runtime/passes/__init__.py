@@ -9,6 +9,8 @@ each with a before/after docstring:
       dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce
   level "fast" (exact up to floating-point rounding; see each pass):
       fuse_rnn_loops -> dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce
+  and, at either level, for calls with grad mode off (`inference=True`):
+      ... -> inplace
 
   - dce: drop ops nothing observes (pure, outputs unused);
   - cse: a pure op repeating an earlier one (same inputs, same arguments)
@@ -19,6 +21,8 @@ each with a before/after docstring:
     one `x.unbind(1)` before the loop and a Python index per step;
   - hoist_constants: `fill_constant`s only read by ops that make a fresh
     result are created once, at compile time, instead of on every call;
+  - inplace: an elementwise op whose input is a temporary nothing else
+    reads writes its result into it (only where autograd is off);
   - fuse_rnn_loops: a `while` loop applying an LSTM/GRU/RNN cell step by step
     over a sequence becomes one fused `torch.lstm`/`gru`/`rnn_*` call.
 
@@ -33,7 +37,7 @@ import sys
 
 from .. import _debug
 from ..optable import get_op_def
-from . import cse, dce, fuse_rnn_loops, hoist_constants, loop_slices, scalars
+from . import cse, dce, fuse_rnn_loops, hoist_constants, inplace, loop_slices, scalars
 from ._util import copy_program
 
 LEVELS = ("default", "fast")
@@ -61,12 +65,13 @@ def check_level(level):
     return level
 
 
-def optimize(program, feed_names, fetch_names, level="default"):
+def optimize(program, feed_names, fetch_names, level="default", inference=False):
     """(a rewritten copy of `program`, the names to fetch from it); the
-    original program is left as it is."""
+    original program is left as it is. `inference`: the variant for calls
+    with grad mode off, which ends with `inplace`."""
     work = copy_program(program)
     ctx = PassContext(work, feed_names, fetch_names)
-    for step in PIPELINES[check_level(level)]:
+    for step in PIPELINES[check_level(level)] + ((inplace,) if inference else ()):
         step.run(ctx)
         if _debug.level() >= 2:
             print(f"[d2s] program after pass {step.__name__.rsplit('.', 1)[-1]}:\n{work.to_string()}",

@@ -63,3 +63,18 @@ def find_var(program, name):
         if name in block.vars:
             return block.vars[name]
     return None
+
+
+def rename_uses(block, rename):
+    """Make every op of `block` (and of its sub-blocks) read `rename[n]` for each name n it reads or lists."""
+    for op in block.ops:
+        for slot, names in op.inputs.items():
+            op.inputs[slot] = [rename.get(n, n) for n in names]
+        for key, value in op.attrs.items():
+            if isinstance(value, str) and value in rename:
+                op.attrs[key] = rename[value]
+            elif isinstance(value, list) and value and all(isinstance(v, str) for v in value) \
+                    and key not in ("loop_vars",):
+                op.attrs[key] = [rename.get(v, v) for v in value]
+        for sub in op.sub_blocks():
+            rename_uses(sub, rename)

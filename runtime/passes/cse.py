@@ -21,7 +21,7 @@ Before:                                  After:
 """
 
 from ..attrs import encode
-from ._util import find_var
+from ._util import find_var, rename_uses
 
 
 def _key(op, rename):
@@ -40,20 +40,6 @@ def _no_gradient(program, name):
     the last bit, so such ops are left alone."""
     var = find_var(program, name)
     return var is not None and var.stop_gradient
-
-
-def _rename_block(block, rename):
-    for op in block.ops:
-        for slot, names in op.inputs.items():
-            op.inputs[slot] = [rename.get(n, n) for n in names]
-        for key, value in op.attrs.items():
-            if isinstance(value, str) and value in rename:
-                op.attrs[key] = rename[value]
-            elif isinstance(value, list) and value and all(isinstance(v, str) for v in value) \
-                    and key not in ("loop_vars",):
-                op.attrs[key] = [rename.get(v, v) for v in value]
-        for sub in op.sub_blocks():
-            _rename_block(sub, rename)
 
 
 def run(ctx):
@@ -94,4 +80,4 @@ def run(ctx):
     visit(program.global_block(), {})
     if rename:
         for block in program.blocks:
-            _rename_block(block, rename)
+            rename_uses(block, rename)

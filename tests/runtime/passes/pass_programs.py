@@ -98,3 +98,20 @@ def shared_difference(x):
         b = torch.tanh(a - b)
     b = b * 2.0 if a.sum() > -0.5 else b + 1.0
     return a + b + t
+
+
+@d2s.declarative
+def shrink_steps(x, n):
+    """Fresh temporaries in block 0, in both branches of a `cond` and in a
+    `while` body; `y` itself (defined outside each sub-block) is never
+    written in place."""
+    y = torch.tanh(x * 2.0)
+    if y.sum() > 0:
+        y = y * 0.5 + 1.0
+    else:
+        y = y - 1.0
+    i = 0
+    while i < n:
+        y = torch.relu(y - 0.1) * y
+        i += 1
+    return y + x
