@@ -90,6 +90,8 @@ class ConcreteProgram:
         self.compiled = Executor().compiled(main_program, [v.name for v in inputs],
                                             [v.name for v in fetch_vars + state_fetch], optimize)
         self._inference = None  # the CompiledBlock for calls with grad mode off, made on the first one
+        self._transposed_version = self._transposed_state = None
+        self._transposed_sources, self._transposed = [], []
         self._params_version = None
         self._params = ()
         # A single returned tensor (the common case) needs no tree rebuild.
@@ -107,13 +109,36 @@ class ConcreteProgram:
             self._params_version = program._version
         entry = self.compiled if _grad_enabled() else (self._inference or self._compile_inference())
         try:
-            results = entry.fn(*tensors, *self._params)
+            if entry.derived:
+                results = entry.fn(*tensors, *self._params, *self._transposes(entry))
+            else:
+                results = entry.fn(*tensors, *self._params)
         except Exception as exc:  # noqa: BLE001 - re-raised naming the failing op
             runner.reraise(entry, exc)
         if self.state_writes:
             module_state.apply_writes(self.state_writes, results[len(self.fetch_vars):], _rebuild)
         return results[0] if self._single else _rebuild(self.out_tree, results)
 
+
+    def _transposes(self, entry):
+        """The transposed weights `entry` takes after the parameters
+        (runtime/passes/pretranspose.py, fast level). They are views made
+        once and remade whenever a weight's tensor, storage or
+        `requires_grad`, or the grad/inference mode changed: a view made
+        under no_grad carries no gradient, one made from a swapped `.data`
+        reads the old storage."""
+        version = (entry, self.main_program._version)
+        if version != self._transposed_version:  # which tensors: new only through Program.bind
+            self._transposed_version = version
+            self._transposed_sources = [self.main_program.bound[n] for n in entry.derived]
+            self._transposed_state = None
+        sources = self._transposed_sources
+        state = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
+                 [t.data_ptr() for t in sources], [t.requires_grad for t in sources])
+        if state != self._transposed_state:
+            self._transposed_state = state
+            self._transposed = [t.t() for t in sources]
+        return self._transposed
 
     def _compile_inference(self):
         """The variant run when grad mode is off: the same passes, then

@@ -172,7 +172,7 @@ register(OpDef("cond", emit=_emit_cond, inputs=("Cond", "X"), outputs=("Out",),
                attrs=("true_block", "false_block", "true_outs", "false_outs")))
 
 
-def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines):
+def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines, jump=None):
     """The parent-level value for output i given each branch's value, plus
     the names each branch yields (None when no op output is needed)."""
     label = _label(names, i, return_names)
@@ -188,6 +188,12 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines
     if a_undef and b_undef:
         return a, None
     if a_undef or b_undef:
+        if name not in return_names and jump is not None:  # the guard of the statements after a jump
+            kind, jump_line = jump
+            raise error_at_user_line(
+                f"{label} is assigned at {_line(lines, name, 'true')}, after the `{kind}` at line {jump_line} "
+                f"that a tensor decides, but not on the path that takes the `{kind}`, and is not defined "
+                "before it; assign it before the loop")
         if name not in return_names:
             side, other = ("true", "false") if b_undef else ("false", "true")
             raise error_at_user_line(
@@ -270,7 +276,7 @@ def _merge_arrays(label, va, vb, tr, names, i):
     return out, (va.name, vb.name)
 
 
-def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None):
+def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=None):
     """`true_fn() if pred else false_fn()`; a graph `cond` op when `pred` is a Variable.
 
     Each branch returns a value or a tuple/list of values. With a Variable
@@ -282,6 +288,8 @@ def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None):
     only when its name is in `return_names`, and so does an `Unreachable`
     value (a branch may return one `Unreachable` for all its values: it ends
     in a `raise` op).
+    ``jump`` (kind, line): this `if` guards the statements after a
+    `break`/`continue` (for the messages).
     """
     pred = graph_condition(pred)  # a comparison of run-time sizes decides at run time
     if not isinstance(pred, Variable):
@@ -309,7 +317,7 @@ def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None):
             f"the branches of an `if` on a tensor return different structures ({t_spec} vs {f_spec})")
     merged, outs, t_names, f_names = [], [], [], []
     for i, (a, b) in enumerate(zip(t_leaves, f_leaves)):
-        value, yielded = _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines)
+        value, yielded = _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines, jump)
         merged.append(value)
         if yielded is not None:
             outs.append(value)

@@ -174,6 +174,8 @@ SCALAR_FUNCTIONS = (operator.add, operator.sub, operator.mul, operator.floordiv,
                     operator.and_, operator.or_, operator.not_, operator.pos, max, min)
 for _fn in SCALAR_FUNCTIONS:
     register(OpDef(scalar_op_type(_fn), kernel=_fn))
+# The Python int a 0-d integer tensor stands for (`int(t)` given where eager passes an int).
+register(OpDef(scalar_op_type(int), kernel=int))
 
 
 def scalar_copy(var):

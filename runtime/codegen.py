@@ -33,10 +33,13 @@ class CompiledBlock:
     """The generated function plus what is needed to call it and explain a
     failure: argument order, the line -> op map, and the source text."""
 
-    def __init__(self, fn, feed_names, param_names, fetch_names, written_params, line_ops, source):
+    def __init__(self, fn, feed_names, param_names, fetch_names, written_params, line_ops, source, derived=()):
         self.fn = fn
         self.feed_names = feed_names
         self.param_names = param_names
+        # Parameters whose transposes (`w.t()`) the caller passes after the
+        # parameters (runtime/passes/pretranspose.py), in this order.
+        self.derived = list(derived)
         self.fetch_names = fetch_names
         self.written_params = written_params
         self.line_ops = line_ops
@@ -244,7 +247,8 @@ def compile_program(program, feed_names, fetch_names, get_op_def, trace_hook=Non
     body = gen.emit_block(block, keep=set(fetch_names) | set(written))
     returns = [gen.load(n) for n in list(fetch_names) + written]
     body.append(ast.Return(value=ast.Tuple(elts=returns, ctx=ast.Load()), lineno=0))
-    arg_names = [gen.local(n) for n in list(feed_names) + params]
+    derived = getattr(program, "derived_transposes", {})  # transpose name -> parameter name
+    arg_names = [gen.local(n) for n in list(feed_names) + params + list(derived)]
     fn_def = ast.FunctionDef(
         name="program", args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in arg_names],
                                            kwonlyargs=[], kw_defaults=[], defaults=[]),
@@ -261,4 +265,4 @@ def compile_program(program, feed_names, fetch_names, get_op_def, trace_hook=Non
     namespace["__builtins__"] = builtins
     exec(code, namespace)
     return CompiledBlock(namespace["program"], list(feed_names), params, list(fetch_names), written,
-                         gen.line_ops, ast.unparse(module))
+                         gen.line_ops, ast.unparse(module), list(derived.values()))

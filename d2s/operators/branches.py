@@ -10,7 +10,8 @@ from .raising import raising_as_op
 from .state import State, Undefined, is_var, loop_init
 
 
-def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), return_flags=(), lines=()):
+def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), return_flags=(), lines=(),
+                   jump=None):
     """Equivalent Python::
 
         if pred:
@@ -30,7 +31,9 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     becomes a ``raise`` op that raises the same exception when the program
     runs and takes that branch. ``lines`` gives, for each output, the user's
     lines where the true and the false branch first assign it (None: not
-    assigned), for the messages of ``cond``.
+    assigned), for the messages of ``cond``; ``jump`` is ``(kind, line)`` when
+    this ``if`` is the guard that ``break``/``continue`` lowering put around
+    the statements after a jump (messages then name the jump).
     """
     st = State((true_fn, false_fn), state)
     if not is_var(pred):
@@ -49,7 +52,7 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
                     for fn, side in ((true_fn, "true"), (false_fn, "false"))]
         try:
             merged = cf.cond(pred, *branches, names=leaf_names, return_names=tuple(return_names),
-                             lines=dict(zip(outputs, lines or ())))
+                             lines=dict(zip(outputs, lines or ())), jump=jump)
         except _AsArrays as retry:
             tr.rollback(mark)
             arrays |= retry.outputs

@@ -66,16 +66,25 @@ class BreakContinue(Transformer):
     def _block(self, stmts):
         out = []
         for i, s in enumerate(stmts):
-            may_break = bool(own_nodes(s, (gast.Break,)))
-            may_continue = bool(own_nodes(s, (gast.Continue,)))
+            jumps = own_nodes(s, (gast.Break, gast.Continue))
+            may_break = any(isinstance(j, gast.Break) for j in jumps)
+            may_continue = any(isinstance(j, gast.Continue) for j in jumps)
             out.extend(self._stmt(s))
             rest = stmts[i + 1:]
             if isinstance(s, (gast.Break, gast.Continue)) or not rest:
                 break
             if may_break or may_continue:
-                out += self.template("if not jumped:\n    rest", rest[0],
-                                     jumped=self._jumped(rest[0], may_break, may_continue),
-                                     rest=self._block(rest))
+                # The guard stands for the jump: it is located there, and tells
+                # the runtime's messages which jump (a name the rest assigns is
+                # unset on the path that takes it).
+                first = min(jumps, key=lambda j: (j.lineno, j.col_offset))
+                guard = self.template("if not jumped:\n    rest", first,
+                                      jumped=self._jumped(first, may_break, may_continue),
+                                      rest=self._block(rest))
+                kind = "break` or `continue" if may_break and may_continue else \
+                    "break" if may_break else "continue"
+                guard[0].d2s_jump = (kind, self.ctx.user_line(first))
+                out += guard
                 break
         return out
 

@@ -66,9 +66,12 @@ class IfElse(ScopedTransformer):
             node, true_fn=true_fn, false_fn=false_fn,
             true_vars=[n for n in state if n in true_mod], false_vars=[n for n in state if n in false_mod],
             body=node.body or [gast.Pass()], orelse=node.orelse or [gast.Pass()])
+        # A guard that break/continue lowering generated names its jump (for messages).
+        jump = getattr(node, "d2s_jump", None)
         call = self.expression(
-            "helpers.convert_ifelse(test, true_fn, false_fn, state, outputs, return_names, return_flags, lines)",
-            node, lines=templates.constant(tuple(lines)),
+            "helpers.convert_ifelse(test, true_fn, false_fn, state, outputs, return_names, return_flags, lines"
+            + (", jump)" if jump else ")"),
+            node, lines=templates.constant(tuple(lines)), **({"jump": templates.constant(jump)} if jump else {}),
             test=node.test, true_fn=true_fn, false_fn=false_fn,
             state=templates.constant(tuple(state)), outputs=templates.constant(tuple(outputs)),
             return_names=templates.constant(tuple(n for n in outputs if n in self.ctx.return_names)),

@@ -19,12 +19,17 @@ After::
                 retval = a
             if not do_return:
                 x = g(x)
+            else:
+                do_return = True
         if not do_return:
             do_return = True
             retval = x
+        else:
+            do_return = True
         return retval
 
-Statements after one that may return are guarded by ``if not do_return``;
+Statements after one that may return are guarded by ``if not do_return``
+(whose ``else`` states that the flag is set: see ``_block``);
 statements after one that always returns are dropped. A function that can
 fall off its end gets an explicit ``return None`` first, so every path sets
 ``retval``. ``retval`` is registered in ``ctx.return_names``: a branch or loop
@@ -75,7 +80,12 @@ class Return(Transformer):
             if always or not rest:
                 break
             if may:
-                out += self.template("if not flag:\n    rest", rest[0], flag=self.flag, rest=self._block(rest))
+                # `else: flag = True` restates what that side knows: it has
+                # returned, so nothing it leaves unset is read later (the
+                # runtime sees a Python True there even when the flag is a
+                # tensor, as after an `if` on a tensor whose arms both return).
+                out += self.template("if not flag:\n    rest\nelse:\n    flag = True", rest[0],
+                                     flag=self.flag, rest=self._block(rest))
                 break
         return out
 

@@ -8,7 +8,7 @@ each with a before/after docstring:
   level "default" (CPU results bit-identical to eager):
       dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce
   level "fast" (exact up to floating-point rounding; see each pass):
-      fuse_rnn_loops -> dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce
+      fuse_rnn_loops -> pretranspose -> dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce
   and, at either level, for calls with grad mode off (`inference=True`):
       ... -> inplace
 
@@ -23,6 +23,8 @@ each with a before/after docstring:
     result are created once, at compile time, instead of on every call;
   - inplace: an elementwise op whose input is a temporary nothing else
     reads writes its result into it (only where autograd is off);
+  - pretranspose: `linear` on a parameter is `addmm` on the weight's
+    transpose, made once by the caller and reused while valid;
   - fuse_rnn_loops: a `while` loop applying an LSTM/GRU/RNN cell step by step
     over a sequence becomes one fused `torch.lstm`/`gru`/`rnn_*` call.
 
@@ -37,14 +39,14 @@ import sys
 
 from .. import _debug
 from ..optable import get_op_def
-from . import cse, dce, fuse_rnn_loops, hoist_constants, inplace, loop_slices, scalars
+from . import cse, dce, fuse_rnn_loops, hoist_constants, inplace, loop_slices, pretranspose, scalars
 from ._util import copy_program
 
 LEVELS = ("default", "fast")
 
 PIPELINES = {
     "default": (dce, cse, scalars, loop_slices, hoist_constants, dce),
-    "fast": (fuse_rnn_loops, dce, cse, scalars, loop_slices, hoist_constants, dce),
+    "fast": (fuse_rnn_loops, pretranspose, dce, cse, scalars, loop_slices, hoist_constants, dce),
 }
 
 

@@ -195,6 +195,23 @@ def loop_test_not_evaluated_after_break(y):
 
 
 @case((POS,), (NEG,), ops={"cond"})
+def ternary_arms_with_effects_run_only_when_python_runs_them(x):
+    y = x.clone()
+    z = x.clone()
+    r = y.add_(1) if x.sum() > 0 else z.mul_(2)
+    q = (y.mul_(3) if y.sum() > 100 else z.add_(5)) if r.sum() < 0 else y.sub_(1)
+    return r, q, y, z
+
+
+@case((POS, I(0)), (NEG, I(2)), (MIX, I(3)), ops={"cond", "while"})
+def ternary_with_effects_in_a_tensor_loop(x, n):
+    y = x.clone()
+    for i in range(n):
+        y = y.add_(1) if y.sum() > 0 else y.mul_(-2)
+    return y
+
+
+@case((POS,), (NEG,), ops={"cond"})
 def right_operand_with_effects_runs_only_when_python_runs_it(x):
     y = x.clone()
     if (x.sum() > 0) and (y.add_(1).sum() > 0):
@@ -234,6 +251,17 @@ def inner_if_returning_on_both_arms_need_not_define(x):
     else:
         y = x.abs()
     return x + y
+
+
+@case((POS,), (NEG,), (T(0.5, 0.2, 0.1),), ops={"cond"})
+def name_set_after_a_possible_return_in_one_branch(x):
+    if x.sum() > 0:
+        if x.max() > 1:
+            return x
+        j = x * 2
+    else:
+        j = x
+    return x + j
 
 
 @case((POS, True), (NEG, True), (POS, False))

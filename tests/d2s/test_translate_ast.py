@@ -52,6 +52,8 @@ TRANSFORMER_CASES = {
                 x = x + 1
                 do_return = True
                 retval = x
+            else:
+                do_return = True
             return retval
         """),
     "return_tuple": (T.Return, """
@@ -68,6 +70,8 @@ TRANSFORMER_CASES = {
             if not do_return:
                 do_return = True
                 retval_0, retval_1 = x, 2
+            else:
+                do_return = True
             return retval_0, retval_1
         """),
     "return_fall_off": (T.Return, """
@@ -85,9 +89,13 @@ TRANSFORMER_CASES = {
                     retval = x
                 if not do_return:
                     x = x - 1
+                else:
+                    do_return = True
             if not do_return:
                 do_return = True
                 retval = None
+            else:
+                do_return = True
             return retval
         """),
     "return_only_last_untouched": (T.Return, """

@@ -214,6 +214,18 @@ def pop_from_tensor_array(x, n):
     return ys.pop()
 
 
+def assigned_after_a_tensor_break(x):
+    i = 0
+    while i < 5:
+        k = 1
+        if x.sum() > 0:
+            if x.max() > 1:
+                break
+            j = 2
+        i += 1
+    return i + k + j
+
+
 @pytest.mark.parametrize("fn,args,line_text,pieces", [
     (assigned_in_one_branch, (torch.ones(3),), "if x.sum() > 0",
      ["'y' is assigned in the true branch (line {y}) but not in the false branch", "assign it before the if"]),
@@ -226,6 +238,9 @@ def pop_from_tensor_array(x, n):
     (a_generator, (torch.ones(3),), "yield x", ["generators (`yield`) are not supported"]),
     (rebinds_global, (torch.ones(3),), "global G", ["rebinding global 'G'"]),
     # The user's variable, not the program's name for it (`tmp_3`, `ys_2`).
+    # The message is at the `break` and says what it is, not at the next statement as if it were an `if`.
+    (assigned_after_a_tensor_break, (torch.ones(3),), " break\n",
+     ["'j' is assigned at line {j}, after the `break` at line {brk} that a tensor decides", "before the loop"]),
     (sum_as_list, (torch.ones(3),), "total.tolist()", ["the value of tensor `total` is known only"]),
     (index_by_tensor, (torch.ones(3),), "[1, 2, 3][k]", ["tensor `k`", "as an index"]),
     (pop_from_tensor_array, (torch.ones(3), torch.tensor(2)), "ys.pop()",
@@ -240,8 +255,11 @@ def test_conversion_errors_name_variable_file_and_line(fn, args, line_text, piec
     message = str(err)
     assert f'File "{HERE}", line {err.lineno}' in message
     y_line = line_of(fn, "y = x + 1") if "y = x + 1" in inspect.getsource(fn) else None
+    lines = {"y": y_line}
+    if fn is assigned_after_a_tensor_break:
+        lines = {"j": line_of(fn, "j = 2"), "brk": line_of(fn, " break\n")}
     for piece in pieces:
-        assert piece.format(y=y_line) in message
+        assert piece.format(**lines) in message
     assert not re.search(r"\b(tmp|retval|do_return)_?\d*\b|\w+_\d+\b", message.split("\n")[0]), message
 
 

@@ -23,6 +23,19 @@ CASES = {
                 a = a * float(a.min())
             return a + s
         """, ("cond",)),
+    # Seed 7, program 3740: `(a - b)` in a tensor `if` test and again in its branch; merging the two
+    # (runtime/passes/cse.py) summed x's gradient contributions in another order (1 ulp off).
+    "shared_subexpression_keeps_gradient_order": (dict(grad=True), """
+        def f(x, m, n):
+            a = x * 1.0
+            b = torch.zeros_like(x)
+            t = x.sum()
+            if (a - b).max() > 0.0:
+                t = a.sum()
+                b = torch.tanh(a - b)
+            b = b * 2.0 if a.sum() > -0.5 else b + 1.0
+            return a + b + t
+        """, ("cond",)),
     # A tensor loop appends to a list in one branch: the list of the other branch becomes a tensor array.
     "list_in_one_branch_tensor_array_in_other": ({}, """
         def f(x, m, n):

@@ -115,3 +115,23 @@ def shrink_steps(x, n):
         y = torch.relu(y - 0.1) * y
         i += 1
     return y + x
+
+
+class LinearSteps(torch.nn.Module):
+    """A Linear in block 0, in a `cond` branch and in a `while` body (the
+    last on a 1-d input: left as `linear`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.head = torch.nn.Linear(4, 2, bias=False)
+
+    def forward(self, x, n):
+        y = self.fc(x)
+        if y.sum() > 0:
+            y = self.fc(y)
+        i = 0
+        while i < n:
+            y = torch.tanh(self.fc(y))
+            i += 1
+        return self.head(y), self.fc(y[0])

@@ -8,10 +8,10 @@ import torch
 import d2s
 import runtime
 from runtime import passes
-from runtime.passes import PassContext, cse, dce, hoist_constants, inplace, loop_slices, scalars
+from runtime.passes import PassContext, cse, dce, hoist_constants, inplace, loop_slices, pretranspose, scalars
 from runtime.passes._util import copy_program
 
-from pass_programs import (count_until, frozen_scale, ops_text, positive_rows_sum, repeated_sums,
+from pass_programs import (LinearSteps, count_until, frozen_scale, ops_text, positive_rows_sum, repeated_sums,
                            scaled_branches, shared_difference, shrink_steps, traced)
 
 @pytest.fixture
@@ -351,3 +351,109 @@ def test_inplace_never_writes_a_temporary_read_twice_or_broadcast(run_pass):
     types = [op.type for op in after.global_block().ops]
     assert types == ["torch.Tensor.__mul__", "torch.tanh", "torch.Tensor.add_", "torch.Tensor.__add__",
                      "torch.Tensor.add_", "torch.Tensor.__mul__", "torch.Tensor.__add__"]
+
+
+LINEAR_STEPS_PRETRANSPOSED = """\
+block 0
+  tmp_0 = torch.addmm(fc.bias, x, fc.weight_t_0)
+  tmp_1 = torch.Tensor.sum(tmp_0)
+  tmp_2 = torch.Tensor.__gt__(tmp_1, 0)
+  Out=[y_0] = cond(Cond=[tmp_2], X=[tmp_0, fc.weight, fc.bias, fc.weight_t_0]) {false_block: block[2], false_outs: ['tmp_0'], true_block: block[1], true_outs: ['tmp_3']}
+  tmp_5 = fill_constant(0, torch.int64)
+  Out=[i_1, y_2] = while(Init=[tmp_5, y_0], X=[n, fc.weight, fc.bias, fc.weight_t_0]) {body_block: block[3], body_outs: ['tmp_10', 'tmp_9'], cond_block: block[4], cond_out: 'tmp_7', loop_vars: ['i_0', 'y_1']}
+  tmp_11 = torch.mm(y_2, head.weight_t_0)
+  tmp_12 = torch.Tensor.__getitem__(y_2, 0)
+  tmp_13 = torch.nn.functional.linear(tmp_12, fc.weight, fc.bias)
+block 1
+  tmp_3 = torch.addmm(fc.bias, tmp_0, fc.weight_t_0)
+block 2
+block 3
+  tmp_8 = torch.addmm(fc.bias, y_1, fc.weight_t_0)
+  tmp_9 = torch.tanh(tmp_8)
+  tmp_10 = torch.Tensor.__add__(i_0, 1)
+block 4
+  tmp_7 = torch.Tensor.__lt__(i_0, n)
+"""
+
+
+def test_pretranspose_golden(run_pass):
+    """`linear` on a parameter with a 2-d input, in block 0, a branch and a
+    loop body, becomes addmm/mm on the weight's transpose (a derived
+    argument); on a 1-d input it stays `linear`."""
+    model = d2s.declarative(LinearSteps())
+    model(torch.ones(3, 4), torch.tensor(2))
+    concrete = model.forward.concrete_program
+    after, _ = run_pass(pretranspose, concrete.main_program, [v.name for v in concrete.inputs],
+                        [v.name for v in concrete.fetch_vars])
+    assert ops_text(after) == LINEAR_STEPS_PRETRANSPOSED
+    assert after.derived_transposes == {"fc.weight_t_0": "fc.weight", "head.weight_t_0": "head.weight"}
+
+
+def _linear_pair():
+    torch.manual_seed(0)
+    eager = LinearSteps()
+    fast = d2s.declarative(LinearSteps(), optimize="fast")
+    fast.load_state_dict(eager.state_dict())
+    return eager, fast
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_pretranspose_values_and_gradients_on_every_path(sign, n):
+    """Both branches, 0/1/several trips, three SGD steps: values equal
+    eager's bit for bit (the same kernels on the same inputs), under grad
+    and no_grad alike; gradients too for a weight used once per call."""
+    eager, fast = _linear_pair()
+    x = torch.linspace(-1, 1, 12).reshape(3, 4) * sign
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (eager, fast)]
+    for step in range(3):
+        outs = []
+        for model, opt in zip((eager, fast), opts):
+            opt.zero_grad()
+            out = model(x, torch.tensor(n))
+            (out[0].sum() + out[1].sum()).backward()
+            outs.append(out)
+        # Exact at the first step; later steps start from weights updated
+        # with gradients equal up to rounding.
+        same = torch.equal if step == 0 else lambda a, b: torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+        assert all(same(a, b) for a, b in zip(*outs))
+        # fc.weight is used several times: its gradient contributions are
+        # summed in another order (the fast level's documented tolerance).
+        assert all(torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6)
+                   for a, b in zip(eager.parameters(), fast.parameters()))
+        if step == 0:
+            assert torch.equal(eager.head.weight.grad, fast.head.weight.grad)  # used once: bit for bit
+        for opt in opts:
+            opt.step()
+    assert "k_addmm" in fast.forward.concrete_program.compiled.source
+    fast.load_state_dict(eager.state_dict())
+    with torch.no_grad():
+        assert all(torch.equal(a, b) for a, b in zip(eager(x, torch.tensor(n)), fast(x, torch.tensor(n))))
+
+
+@pytest.mark.parametrize("change", ["no_grad_first", "freeze", "swap_data", "inference_mode_first"])
+def test_pretransposed_weights_are_remade_when_stale(change):
+    """A transpose made under no_grad/inference_mode carries no gradient,
+    a frozen weight must get none, a swapped `.data` must be read."""
+    eager, fast = _linear_pair()
+    x = torch.randn(3, 4)
+    if change == "no_grad_first":
+        with torch.no_grad():
+            fast(x, torch.tensor(1))
+    elif change == "inference_mode_first":
+        with torch.inference_mode():
+            fast(x, torch.tensor(1))
+    else:
+        fast(x, torch.tensor(1))
+    if change == "freeze":
+        for m in (eager, fast):
+            m.fc.weight.requires_grad_(False)
+    elif change == "swap_data":
+        new = torch.randn(4, 4)
+        eager.fc.weight.data, fast.fc.weight.data = new.clone(), new.clone()
+    for m in (eager, fast):
+        m(x, torch.tensor(1))[0].sum().backward()
+    assert torch.equal(fast(x, torch.tensor(1))[0], eager(x, torch.tensor(1))[0])
+    for a, b in zip(eager.parameters(), fast.parameters()):
+        assert (a.grad is None) == (b.grad is None)
+        assert a.grad is None or torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6)
