@@ -44,8 +44,13 @@ def _shown(name):
 
 
 def _signature(var):
-    dims = ", ".join("any" if d == -1 else str(d) for d in var.shape)
+    # As the program text prints it: a symbol (`s0`, `2*s0`) or `any` for a run-time size.
+    dims = ", ".join("any" if d == -1 else str(d) for d in var.dims)
     return f"{var.dtype_name}[{dims}]"
+
+
+def _run_time_dims(var):
+    return ", ".join(dict.fromkeys("any" if d == -1 else d for d in var.dims if not isinstance(d, int) or d == -1))
 
 
 def inspect_model(dirname, out=None):
@@ -104,7 +109,7 @@ def _load_feed(name, path, var):
         raise UsageError(f"input {name!r} has dtype {array.dtype}, which tensors cannot hold") from None
     if tensor.dim() != len(var.shape) or any(d not in (-1, s) for d, s in zip(var.shape, tensor.shape)):
         raise UsageError(f"input {name!r} has shape {list(array.shape)} but the model expects "
-                         f"{_signature(var)} (any: any size)")
+                         f"{_signature(var)} ({_run_time_dims(var)}: any size)")
     # float64 -> float32 or int -> float is what a user means (np.random
     # gives float64); float -> int or int -> bool would silently change values.
     if tensor.dtype != var.dtype and not torch.can_cast(tensor.dtype, var.dtype):

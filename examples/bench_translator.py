@@ -71,10 +71,16 @@ def cold_conversion(name):
     print(f"{time.perf_counter() - start:.4f}")
 
 
+_IMPORT_TORCH = "import time; t = time.perf_counter(); import torch; print(time.perf_counter() - t)"
+
+
 def cold_conversion_times():
     """Each model's first conversion, each in a fresh interpreter (torch and
-    d2s imported, nothing converted yet): what a user's first call costs."""
-    times = {}
+    d2s imported, nothing converted yet): what a user's first call costs.
+    `import torch` in a fresh interpreter is timed too, as the machine's
+    yardstick (the ratio is what compares across machines and loads)."""
+    out = subprocess.run([sys.executable, "-c", _IMPORT_TORCH], check=True, capture_output=True, text=True)
+    times = {"(reference) import torch": float(out.stdout.split()[-1])}
     for name in _cold_models():
         out = subprocess.run([sys.executable, os.path.abspath(__file__), "--cold", name], check=True,
                              capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(__file__)))

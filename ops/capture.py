@@ -234,12 +234,31 @@ def _has_python_number(meta):
     return False
 
 
+# Ops that read an int argument as a size but a tensor argument as data
+# (`x.new(5)` is 5 uninitialized values, `x.new(t)` a copy of `t`).
+_SIZE_OR_DATA = {"torch.Tensor.new"}
+
+
+def _as_python_ints(args, tr):
+    """`args` with each 0-d integer Variable that stands for a Python int
+    (`int(t)`) replaced by that int, computed when the program runs: what
+    eager code passes there."""
+    def number(v):
+        if isinstance(v, Variable) and v.kind != SCALAR and v.shape == () and stands_for_number(v) \
+                and not (v.dtype.is_floating_point or v.dtype.is_complex or v.dtype == torch.bool):
+            return tr.shapes.python_int(v)
+        return v
+    return tuple(args[:1]) + tuple(number(a) for a in args[1:])
+
+
 def record(opdef, fn, args, kwargs):
     """Append one call-style op running `fn(*args, **kwargs)`; return its
     result with Variables in place of tensors."""
     tr = tracer.current()
     tr.emit_guards()  # assumptions taken outside an op's inference (torch's own Python code)
     block = tr.block
+    if opdef.type in _SIZE_OR_DATA:
+        args = _as_python_ints(args, tr)
     refs = _Refs()
     args_tree = refs.ref(tuple(args))
     kwargs_tree = refs.ref(dict(kwargs))

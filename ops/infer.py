@@ -22,6 +22,8 @@ import torch
 
 from runtime.ir import SCALAR, TENSOR_ARRAY, Variable
 
+from .cold_start import dynamo_free
+
 
 class Meta:
     """The inferred type of one tensor output (`shape` holds ints and the
@@ -77,6 +79,14 @@ def infer(fn, args, kwargs, inputs, tracer, factory=False):
     """The result structure of `fn(*args, **kwargs)` with tensors replaced by
     `Meta` (SymInts stay SymInts). `args`/`kwargs` hold InputRef(i) for
     `inputs[i]`."""
+    # Warnings are the real kernel's to give when the program runs; here
+    # they would be about stand-in sizes (an `out=` resized from a symbol).
+    with dynamo_free(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _infer(fn, args, kwargs, inputs, tracer, factory)
+
+
+def _infer(fn, args, kwargs, inputs, tracer, factory):
     # The inference runs are real torch calls: keep capture modes out of them.
     if not any(_is_symbolic(v) for v in inputs):
         try:
@@ -110,29 +120,50 @@ def _value_dependent(exc):
 def _infer_symbolic(fn, args, kwargs, inputs, shapes, factory):
     from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
-    arrays = any(isinstance(v, Variable) and v.kind == TENSOR_ARRAY for v in inputs)
     first_error, value_dependent = None, False
     for as_int in (False, True):
-        try:
-            runs = []
-            for length in ((2, 3) if arrays else (2,)):
-                values = [shapes.fake(v, length) for v in inputs]
-                if as_int:
-                    values = [shapes.new_symbol(1, v.name) if _int_like(v) else x for v, x in zip(inputs, values)]
-                start, ranges = len(shapes.env.guards), dict(shapes.env.var_to_range)
-                with shapes.active():
-                    runs.append(_call(fn, args, kwargs, values, factory))
-                if not arrays:
-                    shapes.drop_shape_neutral_guards(start, ranges, lambda sym, size: _same_shape_at(
-                        fn, args, kwargs, inputs, shapes, factory, runs[0], sym, size))
-            return _merge_runs(runs, shapes)
-        except Exception as exc:  # noqa: BLE001 - maybe a 0-d integer used as an int: try that
-            first_error = first_error or exc
-            value_dependent = value_dependent or isinstance(
-                exc, (DataDependentOutputException, DynamicOutputShapeException, GuardOnDataDependentSymNode))
-            if not any(_int_like(v) for v in inputs):
-                break
+        # Meta tensors with symbolic sizes first: the same meta kernels as
+        # fake tensors, without constructing a FakeTensorMode (which imports
+        # torch._dynamo). What they cannot run goes to fake tensors.
+        for meta in ((True, False) if shapes._mode is None else (False,)):
+            try:
+                return _symbolic_runs(fn, args, kwargs, inputs, shapes, factory, as_int, meta)
+            except Exception as exc:  # noqa: BLE001 - maybe a 0-d integer used as an int: try that
+                if meta and _meta_only(exc):
+                    continue  # fake tensors do what meta tensors cannot
+                first_error = first_error or exc
+                value_dependent = value_dependent or isinstance(
+                    exc, (DataDependentOutputException, DynamicOutputShapeException, GuardOnDataDependentSymNode))
+                break  # the op's own complaint, or a limit of the symbols: a fake run meets it too
+        if not any(_int_like(v) for v in inputs):
+            break
     return _infer_by_samples(fn, args, kwargs, inputs, shapes, factory, first_error, value_dependent)
+
+
+def _meta_only(exc):
+    """Whether `exc` is a limit of meta tensors (no meta kernel, a value
+    read, a real tensor among the arguments) rather than the op's own."""
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+    # Guards on `.item()` values: fake tensors answer some reads the meta item cannot.
+    return isinstance(exc, (NotImplementedError, GuardOnDataDependentSymNode)) or "meta" in str(exc).lower()
+
+
+def _symbolic_runs(fn, args, kwargs, inputs, shapes, factory, as_int, meta):
+    """The op's result on symbolic inputs (with tensor arrays, one run per
+    array length, merged)."""
+    arrays = any(isinstance(v, Variable) and v.kind == TENSOR_ARRAY for v in inputs)
+    runs = []
+    for length in ((2, 3) if arrays else (2,)):
+        values = [shapes.fake(v, length, meta) for v in inputs]
+        if as_int:
+            values = [shapes.new_symbol(1, v.name) if _int_like(v) else x for v, x in zip(inputs, values)]
+        start, ranges = len(shapes.env.guards), dict(shapes.env.var_to_range)
+        with shapes.active(meta):
+            runs.append(_call(fn, args, kwargs, values, factory, "meta" if meta else None))
+        if not arrays:
+            shapes.drop_shape_neutral_guards(start, ranges, lambda sym, size: _same_shape_at(
+                fn, args, kwargs, inputs, shapes, factory, runs[0], sym, size))
+    return _merge_runs(runs, shapes)
 
 
 def _same_shape_at(fn, args, kwargs, inputs, shapes, factory, result, sym, size):

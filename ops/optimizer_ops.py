@@ -164,7 +164,6 @@ def _append_optimizer_op(op_type, optimizer, kwargs=None):
     if not params:
         raise error_at_user_line(f"the {type(optimizer).__name__} optimizer has no parameters")
     append_call(block, op_type, params, params, kwargs=kwargs, leading=(_optimizer_ref(optimizer),))
-    tr.written.update(id(tr.program.bound[v.name]) for v in params)
 
 
 def optimizer_step(optimizer):

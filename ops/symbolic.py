@@ -29,6 +29,7 @@ first dynamic dimension of a trace: a static trace does not pay for sympy.
 
 import contextlib
 import dataclasses
+import logging
 import operator
 
 import sympy
@@ -37,6 +38,7 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import GuardSource, Source
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, free_unbacked_symbols
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._sympy import functions as sym_fns
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges
@@ -45,6 +47,7 @@ from torch.utils._sympy.printers import PythonPrinter
 from runtime.attrs import InputRef, OutputRef
 from runtime.ir import SCALAR, TENSOR_ARRAY, Variable
 
+from .cold_start import add_wrapper, drop_idle_trace_handler, shape_env
 from .framework import scalar_op_type
 
 _PRINTER = PythonPrinter()
@@ -87,16 +90,17 @@ class Shapes:
 
     def __init__(self, tracer):
         self.tracer = tracer
-        self.env = ShapeEnv(specialize_zero_one=False)
+        drop_idle_trace_handler()
+        self.env = shape_env(specialize_zero_one=False)
         self._guard_ints = False
         self.env.evaluate_sym_node = self._evaluate_sym_node
-        # No fallback kernels: running a real kernel would fix every size to its example.
-        self.mode = FakeTensorMode(shape_env=self.env, allow_non_fake_inputs=True, allow_fallback_kernels=False)
+        self._mode = None
         self._display = {}      # sympy symbol -> display symbol s<k>
         self._symints = {}      # dim text -> SymInt
         self.sources = {}       # sympy symbol -> (Variable, dim)
         self._values = {}       # sympy expr -> Variable computing it at run time
         self.scalars = {}       # id(SCALAR Variable) -> its SymInt/SymBool
+        self._numbers = {}      # sympy symbol -> "int(t)": the run-time number it stands for
         self.emitted = 0        # how many ShapeEnv guards have become assert ops
 
     # -- symbols ---------------------------------------------------------------------
@@ -109,15 +113,34 @@ class Shapes:
             raise SpecializesSize(str(node.expr))
         return ShapeEnv.evaluate_sym_node(self.env, node, *args, **kwargs)
 
+    @property
+    def mode(self):
+        """The FakeTensorMode, made on first use: constructing one imports
+        torch._dynamo, most of a first conversion's time."""
+        if self._mode is None:
+            # No fallback kernels: running a real kernel would fix every size to its example.
+            self._mode = FakeTensorMode(shape_env=self.env, allow_non_fake_inputs=True,
+                                        allow_fallback_kernels=False)
+        return self._mode
+
     @contextlib.contextmanager
-    def active(self):
-        """Fake tensors, for one inference. The
-        Python dispatcher runs composite ops' decompositions on SymInts
-        (as torch.export does); without it their C++ bodies read sizes as
-        ints, fixing each to its example."""
+    def active(self, meta=False):
+        """Symbolic sizes for one inference: on meta tensors (`meta`), else
+        on fake tensors. Both run the same meta kernels; fake tensors also
+        handle what a meta tensor cannot (data-dependent outputs, `.item()`,
+        real tensors among the arguments). The Python dispatcher runs
+        composite ops' decompositions on SymInts (as torch.export does);
+        without it their C++ bodies read sizes as ints, fixing each to its
+        example."""
         self._guard_ints = True
         try:
-            with self.mode, enable_python_dispatcher():
+            with contextlib.ExitStack() as stack:
+                if not meta:
+                    # FakeTensorMode logs a kernel's failure as an error before raising it;
+                    # inference handles it (another way to infer, or the user's error).
+                    stack.enter_context(_quiet(logging.getLogger("torch._subclasses.fake_tensor")))
+                stack.enter_context(_MetaItems(self.env) if meta else self.mode)
+                stack.enter_context(enable_python_dispatcher())
                 yield
         finally:
             self._guard_ints = False
@@ -185,6 +208,18 @@ class Shapes:
                 self.sources[s.node.expr] = (var, dim)
         return s
 
+    def python_int(self, var):
+        """A SCALAR Variable holding, when the program runs, the Python int
+        that the 0-d integer tensor `var` stands for (`int(t)`, `t.item()`).
+        While tracing it is a new symbol, read from that Variable: a check on
+        it is a check of the run-time number."""
+        value = self.new_symbol(8, f"int({var.name})")
+        out = self._append(scalar_op_type(int), [var], (InputRef(0),), value, block=var.block)
+        self._values[value.node.expr] = out
+        from .capture import user_name
+        self._numbers[value.node.expr] = f"int({user_name(var)})"
+        return out
+
     def note_source(self, sym, var, dim):
         """Remember that `var.size(dim)` reads symbol `sym` at run time."""
         expr = sym.node.expr
@@ -192,18 +227,19 @@ class Shapes:
             self.sources[expr] = (var, dim)
 
     # -- fake tensors ---------------------------------------------------------------------
-    def fake(self, var, length=2):
+    def fake(self, var, length=2, meta=False):
         """A fake tensor standing for `var` (a list of them for a tensor array,
-        a SymInt for a scalar)."""
+        a SymInt for a scalar); a meta tensor with symbolic sizes if `meta`."""
         if var.kind == SCALAR:
             return self.scalars[id(var)]
         if any(d == -1 or (isinstance(d, str) and d not in self._symints) for d in var.dims):
             self.symbolize(var)
         sizes = [self.symint(d, var, i) for i, d in enumerate(var.dims)]
-        with self.mode:
-            t = torch.empty(sizes, dtype=var.dtype, device=var.device)
+        device = "meta" if meta else var.device
+        with contextlib.nullcontext() if meta else self.mode:
+            t = torch.empty(sizes, dtype=var.dtype, device=device)
             if var.kind == TENSOR_ARRAY:
-                return [torch.empty(sizes, dtype=var.dtype, device=var.device) for _ in range(length)]
+                return [torch.empty(sizes, dtype=var.dtype, device=device) for _ in range(length)]
         return t
 
     # -- materializing ----------------------------------------------------------------------
@@ -332,13 +368,61 @@ class Shapes:
                 var.shape = [self.text(self._symints[d]) if d in self._symints else d for d in var.dims]
 
     def describe(self, expr):
-        text = _PRINTER.doprint(expr.xreplace(self._display))
+        shown = expr.xreplace(self._display)
+        if isinstance(shown, (sympy.Eq, sympy.Ne)):  # one order for `s0 == s1`, however torch wrote it
+            shown = type(shown)(*sorted(shown.args, key=lambda a: (a.is_number, str(a))), evaluate=False)
+        text = _PRINTER.doprint(shown)
         where = []
         for sym in sorted(expr.free_symbols, key=lambda sym: int(str(self._display.get(sym, "s0"))[1:])):
             src = self.sources.get(sym)
             if src is not None:
                 where.append(f"{self._display.get(sym, sym)} = {src[0].name}.size({src[1]})")
+            elif sym in self._numbers:
+                where.append(f"{self._display.get(sym, sym)} = {self._numbers[sym]}")
         return text + (f" ({', '.join(where)})" if where else "")
+
+
+@contextlib.contextmanager
+def _quiet(logger):
+    disabled = logger.disabled
+    logger.disabled = True
+    try:
+        yield
+    finally:
+        logger.disabled = disabled
+
+
+class _MetaItems(TorchDispatchMode):
+    """`.item()` of a meta tensor as FakeTensorMode answers it: a new
+    unbacked symbol, the same one for each read of one tensor (a kernel
+    reading a 0-d integer tensor as an int, `x[:, t]`). Every other op runs
+    its meta kernel."""
+
+    _ITEM = (torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default)
+
+    def __init__(self, env):
+        super().__init__()
+        self.env = env
+        self.memo = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in self._ITEM:
+            (arg,) = args
+            if id(arg) not in self.memo:
+                if arg.dtype.is_floating_point:
+                    value = self.env.create_unbacked_symfloat()
+                elif arg.dtype == torch.bool:
+                    value = self.env.create_unbacked_symbool()
+                elif not arg.dtype.is_complex:
+                    value = self.env.create_unbacked_symint()
+                else:
+                    raise NotImplementedError(f"item() of a {arg.dtype} meta tensor")
+                self.memo[id(arg)] = (arg, value)  # the tensor too: its id stays its own
+            return self.memo[id(arg)][1]
+        return func(*args, **(kwargs or {}))
+
+
+add_wrapper(_MetaItems.__dict__["__torch_dispatch__"])
 
 
 def _at(expr, sym, value):

@@ -2,9 +2,8 @@
 
 Recording ops into a `Program` needs state that is not part of the program
 itself: the block ops go to now, which real tensors were lifted into which
-persistable Variables, the names to give them, which parameters/buffers the
-program writes in place, the symbolic shapes (ops/symbolic.py), and the
-Python-level torch functions being expanded. One `Tracer` holds all of it
+persistable Variables, the names to give them, the symbolic shapes
+(ops/symbolic.py), and the Python-level torch functions being expanded. One `Tracer` holds all of it
 for one trace; `current()` finds it through a context variable.
 
     with Tracer(program, name_hints):      # d2s: one per declarative build
@@ -25,6 +24,8 @@ import contextvars
 import weakref
 
 from runtime.ir import default_main_program
+
+from .cold_start import dynamo_free
 
 _current = contextvars.ContextVar("d2s_tracer", default=None)
 _implicit = weakref.WeakKeyDictionary()
@@ -47,12 +48,11 @@ class Mark:
     and variable counts (blocks only grow while tracing, variables in
     insertion order)."""
 
-    __slots__ = ("block", "blocks", "written", "guards")
+    __slots__ = ("block", "blocks", "guards")
 
     def __init__(self, tracer):
         self.block = tracer.block
         self.blocks = [(len(b.ops), len(b.vars)) for b in tracer.program.blocks]
-        self.written = set(tracer.written)
         self.guards = tracer._shapes.emitted if tracer._shapes is not None else 0
 
 
@@ -68,10 +68,10 @@ class Tracer:
         self.block = program.global_block()
         self.name_hints = dict(name_hints or {})
         self.lifted = {}        # id(tensor) -> name of its persistable Variable
-        self.written = set()    # id(tensor) of parameters/buffers the program updates in place
         self.expanding = set()  # Python-level torch functions whose body is being captured
         self._shapes = None     # ops.symbolic.Shapes, made on the first dynamic dimension
         self._token = None
+        self._cold = None       # cold_start.dynamo_free while the trace is active
 
     @property
     def shapes(self):
@@ -80,6 +80,8 @@ class Tracer:
         if self._shapes is None:
             from .symbolic import Shapes
             self._shapes = Shapes(self)
+            if self._cold is not None:
+                self._cold.refresh()  # the symbolic-shape modules are loaded now
         return self._shapes
 
     def symbolize(self, var, hints=None):
@@ -99,13 +101,20 @@ class Tracer:
         if self._token is not None:
             raise RuntimeError("a Tracer is active already; make a new one per trace")
         self._token = _current.set(self)
+        # Sizes are compared and symbols made outside shape inference too
+        # (`if x.size(0) > 2:` in user code): keep torch._dynamo unloaded for the whole trace.
+        self._cold = dynamo_free().__enter__()
         return self
 
     def __exit__(self, exc_type, *exc):
-        if exc_type is None and self._shapes is not None:
-            self._shapes.finish(self.program)
-        _current.reset(self._token)
-        self._token = None
+        try:
+            if exc_type is None and self._shapes is not None:
+                self._shapes.finish(self.program)
+        finally:
+            self._cold.__exit__(None, None, None)
+            self._cold = None
+            _current.reset(self._token)
+            self._token = None
 
     # -- blocks ----------------------------------------------------------------------
     def new_block(self):
@@ -140,7 +149,6 @@ class Tracer:
         live = program.global_block().vars
         self.lifted = {k: n for k, n in self.lifted.items() if n in live}
         self.block = mark.block
-        self.written = set(mark.written)
         if self._shapes is not None:
             # Assumptions whose checks were rolled back are checked again at the next op.
             self._shapes.emitted = min(self._shapes.emitted, mark.guards)

@@ -96,6 +96,9 @@ class Variable:
     # Filled by `ops.capture`: handlers for torch functions and tensor methods.
     _torch_function_hook = None
     _method_hook = None
+    # As torch.Tensor's: numpy scalars and arrays defer to the Variable's
+    # reflected operators (`np.float64(2.0) * x`) instead of converting it.
+    __array_priority__ = 1000
 
     def __init__(self, block, name, shape=(), dtype="float32", persistable=False,
                  stop_gradient=False, kind=TENSOR, is_data=False):

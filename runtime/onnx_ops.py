@@ -540,7 +540,7 @@ def _scalar_unary(g, op, block):
 @lowering("check_sizes")
 def _check_sizes(g, op, block):
     # ONNX has no assertion op: an exported model does not check what
-    # conversion assumed about input sizes (docs/deployment.md says so).
+    # conversion assumed about input sizes (the limit is in docs/deployment.md).
     return None
 
 

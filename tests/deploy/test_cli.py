@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    """A two-input model: float features [any, 4] and int64 ids [any]."""
+    """A two-input model: float features [s0, 4] and int64 ids [s1]."""
     torch.manual_seed(0)
     fc, emb = nn.Linear(4, 2), nn.Embedding(5, 2)
     program = runtime.Program()
@@ -65,8 +65,9 @@ def test_inspect_prints_program_feeds_fetches_and_versions(model):
     out = result.stdout
     assert "format version: 2" in out
     assert f"torch {torch.__version__.split('+')[0]}" in out
-    assert "feeds:\n  x: float32[any, 4]\n  ids: int64[any]\n" in out
-    assert f"fetches:\n  {model['fetch']}: float32[any, 2]\n" in out
+    # Run-time sizes are printed as the program text prints them.
+    assert "feeds:\n  x: float32[s0, 4]\n  ids: int64[s1]\n" in out
+    assert f"fetches:\n  {model['fetch']}: float32[s0, 2]\n" in out
     assert f"parameters: {model['n_params']:,} elements in 3 tensors" in out
     assert out.endswith(model["program"].to_string())
 
@@ -112,11 +113,11 @@ def _array(tmp, name, value):
 
 ERRORS = {
     "unknown input": (lambda m, t: dict(z=m["files"]["x"]), "the model has no input 'z'; its inputs are: x, ids"),
-    "missing input": (lambda m, t: dict(ids=None), "missing input 'ids' (int64[any]); pass --input ids=FILE.npy"),
+    "missing input": (lambda m, t: dict(ids=None), "missing input 'ids' (int64[s1]); pass --input ids=FILE.npy"),
     "wrong rank": (lambda m, t: dict(x=_array(t, "x3", np.zeros((2, 4, 1), "float32"))),
-                   "input 'x' has shape [2, 4, 1] but the model expects float32[any, 4]"),
+                   "input 'x' has shape [2, 4, 1] but the model expects float32[s0, 4] (s0: any size)"),
     "wrong size": (lambda m, t: dict(x=_array(t, "x5", np.zeros((2, 5), "float32"))),
-                   "input 'x' has shape [2, 5] but the model expects float32[any, 4]"),
+                   "input 'x' has shape [2, 5] but the model expects float32[s0, 4]"),
     "wrong dtype": (lambda m, t: dict(ids=_array(t, "fids", np.array([0.5, 1.0]))),
                     "input 'ids' has dtype float64 but the model expects int64"),
     "unreadable npy": (lambda m, t: dict(x=_garbage(t)), "cannot read input 'x' from"),

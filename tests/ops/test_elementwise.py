@@ -3,6 +3,7 @@ and indexing, captured and run against eager PyTorch."""
 
 import operator
 
+import numpy as np
 import pytest
 import torch
 
@@ -183,3 +184,16 @@ def test_setitem_dynamic_batch():
         y[..., 1] += 1.0
         return y
     check(fn, lambda n: (randn(n, 3),), {0: [0]})
+
+
+NUMPY_OPERANDS = [
+    lambda x: np.float64(2.5) * x,                    # numpy scalar on the left: defers to x.__rmul__
+    lambda x: 10 / np.log(10) * x - np.float32(1.0),
+    lambda x: x / np.sqrt(np.float64(3.0)),
+]
+
+
+@pytest.mark.parametrize("fn", NUMPY_OPERANDS)
+def test_numpy_operand_on_the_left_defers_to_the_tensor(fn):
+    # As torch.Tensor, a Variable has __array_priority__: numpy does not try to convert it.
+    check(fn, lambda n: (randn(n, 4),), {0: [0]})

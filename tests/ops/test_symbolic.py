@@ -123,3 +123,31 @@ def test_an_assumption_that_changes_a_shape_at_size_1_is_kept():
     _run_all(static, squeeze_then_size, [(torch.randn(4, 3),), (torch.randn(2, 3),)])
     with pytest.raises(AssertionError, match=r"s0 != 1 \(s0 = x.size\(0\)\)"):
         static(torch.randn(1, 3))
+
+
+def new_of_int(x, n):
+    k = int(n)
+    return x.new(k).fill_(1) * 2
+
+
+def masked_softmax_counts(mat, len_s):
+    # cedias/Hierarchical_Sentiment's EmbedAttention: arange into a tensor made by `new(int(...))`.
+    len_s = len_s.type_as(mat)
+    idxes = torch.arange(0, int(len_s[0]), out=mat.new(int(len_s[0])).long()).unsqueeze(1)
+    return (idxes.float() < len_s.unsqueeze(0)).float() * torch.exp(mat)
+
+
+@pytest.mark.parametrize("fn, inputs", [
+    (new_of_int, [(torch.arange(3), torch.tensor(5)), (torch.arange(3), torch.tensor(0)),
+                  (torch.arange(2.0), torch.tensor(2))]),
+    (masked_softmax_counts, [(torch.rand(4, 4), torch.full((4,), 4)), (torch.rand(4, 4), torch.full((4,), 4))]),
+])
+def test_int_of_a_tensor_given_as_a_size_is_a_python_int(fn, inputs):
+    # `x.new(k)` with a Python int k is k values; with a 0-d tensor it would
+    # be a copy of that tensor. `int(t)` reaches it as the int eager passes.
+    static = d2s.declarative(fn)
+    for args in inputs:
+        want, got = fn(*args), static(*args)
+        assert got.shape == want.shape and got.dtype == want.dtype and torch.equal(got, want)
+    ops = {op.type for op in static.concrete_program.main_program.global_block().ops}
+    assert "builtins.int" in ops
