@@ -2,6 +2,7 @@
 
     python benchmarks/paritybench.py PATH [--sample N] [--seed S] [--save] [--jobs J]
                                           [--timeout T] [--files NAME ...] [--failures K]
+                                          [--json OUT] [--report OUT]
 
 PATH is a checkout of github.com/jansel/pytorch-jit-paritybench (fetched,
 never copied into this repository). Each `generated/test_*.py` file is one
@@ -390,8 +391,13 @@ def main(argv=None):
     p.add_argument("--files", nargs="*", help="only these file names (test_*.py)")
     p.add_argument("--failures", type=int, default=20, help="how many failure causes to list")
     p.add_argument("--json", help="write every case's result to this file")
+    p.add_argument("--report", metavar="JSON", help="only print the report of a --json file (PATH is ignored)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.report:
+        with open(a.report) as f:
+            report(json.load(f), a.save, a.failures)
+        return 0
     if a.worker:
         sys.path.insert(0, REPO)
         worker(a.path, a.save, a.timeout)
@@ -404,13 +410,13 @@ def main(argv=None):
         for done, fut in enumerate(concurrent.futures.as_completed(futures), 1):
             rs = fut.result()
             results.extend(rs)
+            if a.json:  # after every file, so a run stopped early still leaves its results
+                with open(a.json, "w") as f:
+                    json.dump(results, f, indent=1)
             bad = [r for r in rs if r["status"] in ("fail", "timeout", "crash")]
             print(f"[{done}/{len(names)}] {futures[fut]}: "
                   f"{sum(r['status'] == 'pass' for r in rs)} pass, {len(bad)} fail"
                   + (f" ({bad[0]['cause']})" if bad else ""), file=sys.stderr, flush=True)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(results, f, indent=1)
     print(f"\n{len(names)} files in {time.time() - start:.0f} s")
     report(results, a.save, a.failures)
     return 0

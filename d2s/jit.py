@@ -4,10 +4,12 @@ source, as a `TranslatedLayer`: an `nn.Module` whose weights are trainable
 `nn.Parameter`s.
 """
 
+import contextlib
 import re
 
 import torch
 
+from ops.autograd_function import has_live_ops, inline_for_save
 from runtime import runner
 from runtime.executor import Executor
 from runtime.io import read_model, save_model
@@ -57,6 +59,22 @@ def concrete_to_save(static, input_spec, what):
     specs = [s if isinstance(s, InputSpec) else InputSpec.from_tensor(s) for s in input_spec]
     static = StaticFunction(static._function, specs, instance=static._instance)
     examples = [_example(s) for s in input_spec]
+    return static, examples, static.get_concrete_program(*examples)
+
+
+def _with_functions_inlined(static, examples, concrete):
+    """The program traced again with custom autograd.Functions' forwards
+    inline (ops/autograd_function.py; call it under `inline_for_save()`),
+    for the same inputs; unchanged when the function takes more than the
+    program's tensor inputs."""
+    if examples is None:
+        if static._n_positional != len(concrete.inputs):
+            return static, examples, concrete  # Python arguments too: save refuses, naming the Function
+        specs = [InputSpec([None if isinstance(d, str) or d == -1 else d for d in v.dims], v.dtype)
+                 for v in concrete.inputs]
+        examples = [_example(s) for s in specs]
+        static = StaticFunction(static._function, specs, instance=static._instance)
+    static = StaticFunction(static._function, static._input_spec, instance=static._instance)
     return static, examples, static.get_concrete_program(*examples)
 
 
@@ -121,15 +139,20 @@ def save(layer_or_function, path, input_spec=None):
     modules = _modules_of(static)
     mode = None
     static, examples, concrete = concrete_to_save(static, input_spec, "jit.save")
-    main, alternate = _part(concrete), None
-    if modules:
-        mode = "train" if modules[0].training else "eval"
-        if examples is not None:
-            other = _part(_concrete_in_mode(static, examples, modules, mode == "eval"))
-            if _same_program(main, other):
-                mode = None  # one program serves both modes
-            else:
-                alternate = other
+    both_modes = examples is not None
+    inline = has_live_ops(concrete.main_program)
+    with inline_for_save() if inline else contextlib.nullcontext():
+        if inline:
+            static, examples, concrete = _with_functions_inlined(static, examples, concrete)
+        main, alternate = _part(concrete), None
+        if modules:
+            mode = "train" if modules[0].training else "eval"
+            if both_modes:
+                other = _part(_concrete_in_mode(static, examples, modules, mode == "eval"))
+                if _same_program(main, other):
+                    mode = None  # one program serves both modes
+                else:
+                    alternate = other
     state = _module_state(static._instance) if isinstance(static._instance, torch.nn.Module) else None
     save_model(path, main, mode=mode, alternate=alternate, state=state)
 

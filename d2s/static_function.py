@@ -123,7 +123,7 @@ class ConcreteProgram:
     def _transposes(self, entry):
         """The transposed weights `entry` takes after the parameters
         (runtime/passes/pretranspose.py, fast level). They are views made
-        once and remade whenever a weight's tensor, storage or
+        once and remade whenever a weight's tensor, storage, version or
         `requires_grad`, or the grad/inference mode changed: a view made
         under no_grad carries no gradient, one made from a swapped `.data`
         reads the old storage."""
@@ -133,8 +133,12 @@ class ConcreteProgram:
             self._transposed_sources = [self.main_program.bound[n] for n in entry.derived]
             self._transposed_state = None
         sources = self._transposed_sources
+        # `_version`: after an in-place update of a weight (an optimizer
+        # step) autograd would rebuild the old view's gradient function as a
+        # slow generic `as_strided` one; a fresh `t()` costs less.
         state = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
-                 [t.data_ptr() for t in sources], [t.requires_grad for t in sources])
+                 [t.data_ptr() for t in sources], [t.requires_grad for t in sources],
+                 [t._version for t in sources])
         if state != self._transposed_state:
             self._transposed_state = state
             self._transposed = [t.t() for t in sources]

@@ -15,10 +15,18 @@ and dtypes come from running the apply on meta or fake tensors, as for every
 captured op (a forward that needs tensor values to decide its output is a
 `ConversionError` at the user's line).
 
-The op holds a Python class: a program with one can run and train, but not
-be saved (`jit.save` says so), and the loader refuses the op type, so a file
-can never name code to run.
+The op holds a Python class, which a saved program cannot name (the loader
+refuses the op type, so a file can never name code to run). `jit.save`
+traces the function again under `inline_for_save()`: there the Function's
+forward runs inline on graph tensors (its torch calls become ops, good for
+serving) and each output passes through a `forward_only` op whose backward
+raises, naming the Function: a loaded program computes the same values, and
+training it through that part is an error, never autograd's derivative of the
+forward silently standing in for the user's backward.
 """
+
+import contextlib
+import contextvars
 
 import torch
 
@@ -57,6 +65,73 @@ def _capturing():
     return any(isinstance(m, capture.CaptureMode) for m in torch.overrides._get_current_function_mode_stack())
 
 
+class _ForwardOnly(torch.autograd.Function):
+    """Identity forward; a backward that refuses (see the module docstring)."""
+
+    @staticmethod
+    def forward(ctx, x, name):
+        ctx.name = name
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError(f"this saved program computes the forward of the custom torch.autograd.Function "
+                           f"{ctx.name} inline; its backward was not saved, so gradients cannot flow through it "
+                           "(train the declarative model in memory instead)")
+
+
+def _forward_only_kernel(x, name):
+    return _ForwardOnly.apply(x, name) if x.requires_grad else x
+
+
+FORWARD_ONLY = register(OpDef("forward_only", kernel=_forward_only_kernel))
+
+_INLINE = contextvars.ContextVar("d2s_inline_autograd_functions", default=False)
+
+
+@contextlib.contextmanager
+def inline_for_save():
+    """Trace custom Functions' forwards inline (for a program to save)."""
+    token = _INLINE.set(True)
+    try:
+        yield
+    finally:
+        _INLINE.reset(token)
+
+
+class _SaveCtx:
+    """The `ctx` a forward gets when traced inline: what it saves for a
+    backward that will not run is dropped."""
+
+    needs_input_grad = ()
+    saved_tensors = ()
+
+    def save_for_backward(self, *tensors):
+        pass
+
+    def mark_dirty(self, *tensors):
+        pass
+
+    def mark_non_differentiable(self, *tensors):
+        pass
+
+    def set_materialize_grads(self, value):
+        pass
+
+
+def _inline(function, args, kwargs):
+    name = function.__qualname__
+    out = function.forward(_SaveCtx(), *args, **kwargs)
+
+    def guard(value):
+        if isinstance(value, Variable):
+            return capture.record(FORWARD_ONLY, _forward_only_kernel, (value, name), {})
+        if isinstance(value, (tuple, list)):
+            return type(value)(guard(v) for v in value)
+        return value
+    return guard(out)
+
+
 def record_apply(fn):
     """What converted code calls in place of `SomeFunction.apply`."""
     function = fn.__self__
@@ -65,5 +140,11 @@ def record_apply(fn):
         tree = (args, kwargs)
         if not (capture._contains(tree, Variable) or (_capturing() and capture._contains(tree, torch.Tensor))):
             return fn(*args, **kwargs)
+        if _INLINE.get():
+            return _inline(function, args, kwargs)
         return capture.record(OPDEF, _apply_kernel, (FunctionRef(function),) + args, kwargs)
     return apply
+
+
+def has_live_ops(program):
+    return any(op.type == OPDEF.type for block in program.blocks for op in block.ops)

@@ -211,12 +211,20 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines
         # of an inner `if`): it stays that value, as in eager, so later code
         # can still tell that this path has returned.
         return a, None
+    if name in return_names and (a is None) != (b is None) and _tensor_like(b if a is None else a):
+        # `return None` (often the implicit one after an `if`/`elif` chain) on
+        # one path, a tensor on the other: a program has one output type, so
+        # the None path raises when a run takes it; the other path runs as eager.
+        none_block = tblock if a is None else fblock
+        with tr.block_guard(none_block):
+            framework.raise_(RuntimeError(
+                "this run takes a path on which the function returns None, where other paths return a tensor; "
+                "a program returns the same kind of value on every path (d2s staged the tensor path); "
+                "return a tensor on every path"), origin=user_origin())
+            filler = framework.zeros_placeholder(_as_var(b if a is None else a))
+        a, b = (filler, b) if a is None else (a, filler)
     if a is None or b is None or not (_tensor_like(a) and _tensor_like(b)):
         if a is None or b is None:
-            if name in return_names:
-                raise error_at_user_line(
-                    "the function returns a tensor on some paths and None on others (the `if` on a tensor "
-                    "at this line decides which); return a tensor on every path")
             none, tensor = ("true", "false") if a is None else ("false", "true")
             raise error_at_user_line(
                 f"{label} is a tensor in the {tensor} branch ({_line(lines, name, tensor)}) but None in the "

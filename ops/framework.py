@@ -272,13 +272,14 @@ def _raise_kernel(kind, message):
 register(OpDef("raise", kernel=_raise_kernel, extra={"side_effect": True}))
 
 
-def raise_(exc):
+def raise_(exc, origin=None):
     """``raise exc`` when the program runs (and reaches this op): the same
     builtin exception type and message. A user-defined exception class is
-    raised as its nearest builtin base, its name leading the message."""
+    raised as its nearest builtin base, its name leading the message.
+    `origin`: the user line to report, when ``exc`` was not raised there."""
     kind = _exception_kind(type(exc))
     message = str(exc) if kind is type(exc) else f"{type(exc).__name__}: {exc}"
-    _append("raise", [], (kind.__name__, message), {}, [], None, origin=exception_origin(exc))
+    _append("raise", [], (kind.__name__, message), {}, [], None, origin=origin or exception_origin(exc))
 
 
 # -- tensor arrays -----------------------------------------------------------------------

@@ -45,9 +45,15 @@ _SITE_DIRS = tuple({os.path.join(os.path.realpath(p), "")
                     for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])})
 
 
+# ... except these parts of torch, plain Python over tensors whose type
+# checks (`isinstance(value, torch.Tensor)` in a distribution's argument
+# validation) must see a graph tensor as a tensor, as converted code does.
+_CONVERTED_TORCH = ("torch.distributions",)
+
+
 def _is_user_code(obj):
     module = getattr(obj, "__module__", None) or ""
-    return module.split(".")[0] not in _NOT_CONVERTED
+    return module.split(".")[0] not in _NOT_CONVERTED or module.startswith(_CONVERTED_TORCH)
 
 
 def _is_stdlib_file(filename):

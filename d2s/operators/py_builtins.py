@@ -94,8 +94,9 @@ def convert_isinstance(value, classinfo):
 
 def _item(value):
     """``value.item()`` of a graph tensor: a new 0-d Variable (never ``value``
-    itself) that stands for the Python number eager code would have."""
-    out = value.reshape(())
+    itself) that stands for the Python number eager code would have.
+    Detached: eagerly a number carries no gradient."""
+    out = value.detach().reshape(())
     out.python_number = True
     return out
 

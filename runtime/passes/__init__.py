@@ -8,9 +8,9 @@ each with a before/after docstring:
   level "default" (CPU results bit-identical to eager):
       dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce
   level "fast" (exact up to floating-point rounding; see each pass):
-      fuse_rnn_loops -> pretranspose -> dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce
-  and, at either level, for calls with grad mode off (`inference=True`):
-      ... -> inplace
+      fuse_rnn_loops -> dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce
+  and for calls with grad mode off (`inference=True`), at the end:
+      ... -> pretranspose (fast level only) -> inplace
 
   - dce: drop ops nothing observes (pure, outputs unused);
   - cse: a pure op repeating an earlier one (same inputs, same arguments)
@@ -23,8 +23,8 @@ each with a before/after docstring:
     result are created once, at compile time, instead of on every call;
   - inplace: an elementwise op whose input is a temporary nothing else
     reads writes its result into it (only where autograd is off);
-  - pretranspose: `linear` on a parameter is `addmm` on the weight's
-    transpose, made once by the caller and reused while valid;
+  - pretranspose (fast, grad mode off): `linear` on a parameter is `addmm`
+    on the weight's transpose, made once by the caller and reused while valid;
   - fuse_rnn_loops: a `while` loop applying an LSTM/GRU/RNN cell step by step
     over a sequence becomes one fused `torch.lstm`/`gru`/`rnn_*` call.
 
@@ -46,7 +46,7 @@ LEVELS = ("default", "fast")
 
 PIPELINES = {
     "default": (dce, cse, scalars, loop_slices, hoist_constants, dce),
-    "fast": (fuse_rnn_loops, pretranspose, dce, cse, scalars, loop_slices, hoist_constants, dce),
+    "fast": (fuse_rnn_loops, dce, cse, scalars, loop_slices, hoist_constants, dce),
 }
 
 
@@ -73,7 +73,8 @@ def optimize(program, feed_names, fetch_names, level="default", inference=False)
     with grad mode off, which ends with `inplace`."""
     work = copy_program(program)
     ctx = PassContext(work, feed_names, fetch_names)
-    for step in PIPELINES[check_level(level)] + ((inplace,) if inference else ()):
+    tail = (((pretranspose,) if level == "fast" else ()) + (inplace,)) if inference else ()
+    for step in PIPELINES[check_level(level)] + tail:
         step.run(ctx)
         if _debug.level() >= 2:
             print(f"[d2s] program after pass {step.__name__.rsplit('.', 1)[-1]}:\n{work.to_string()}",

@@ -1,17 +1,19 @@
-"""`linear` on a parameter as `addmm` with the weight transposed once (fast level).
+"""`linear` on a parameter as `addmm` with the weight transposed once
+(fast level, calls with grad mode off).
 
 `F.linear(x, w, b)` with a 2-d `x` is, inside PyTorch, `addmm(b, x, w.t())`
-(`mm(x, w.t())` without a bias): one `t()` view, and its autograd node, per
-call and layer. Here the weight's transpose is a derived argument of the
-generated function, made by the caller once and reused while it stays valid
-(the same tensor, storage and `requires_grad`, and the same grad mode; see
-`ConcreteProgram` in d2s/static_function.py), and the op calls `addmm` / `mm`
-on it directly. The kernels and their inputs are the very ones `linear`
-uses, so values are bit-identical on CPU, and so are the gradients of a
-weight used once per call. A weight used several times gets its gradient
-contributions summed through the one shared transpose, in another order
-than eager's one `t()` per use: equal up to rounding (the fast level's
-tolerance, docs/performance.md).
+(`mm(x, w.t())` without a bias): one `t()` view per call and layer. Here
+the weight's transpose is a derived argument of the generated function,
+made by the caller once and reused while it stays valid (the same tensor,
+storage, version and `requires_grad`, and the same grad/inference mode;
+see `ConcreteProgram._transposes` in d2s/static_function.py), and the op
+calls `addmm` / `mm` on it directly: the very kernels and inputs `linear`
+uses, so values are bit-identical on CPU. Only the variant for calls with
+grad mode off has it: with autograd on, a view shared between calls would
+sum a weight's gradient contributions in another order, and after an
+optimizer step autograd rebuilds such a view's backward as a slow generic
+`as_strided` one (measured: the training step 10% slower). It is a
+fast-level pass because the view outlives a call.
 
 Only weights that are parameters of the program (bound persistables, never
 feeds), 2-d inputs and programs with no in-place writes of their own.

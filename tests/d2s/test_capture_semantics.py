@@ -385,3 +385,42 @@ def test_size_wrapped_in_a_tensor_follows_the_run_time_size(tmp_path):
         want = wrapped_sizes(x)
         assert _same(static(x), want) and _same(loaded(x), want)
     assert len(static.program_cache) == 1
+
+
+# -- x.item() is a number: no gradient flows through it ----------------------------------------------
+
+def scaled_by_item(x):
+    s = x.sum().item()
+    if s > 0:
+        return (x * s).sum()
+    return (x * float(x.max())).sum()
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_gradient_does_not_flow_through_item(sign):
+    grads = []
+    for fn in (scaled_by_item, d2s.declarative(scaled_by_item)):
+        x = (torch.tensor([1.0, 2.0]) * sign).requires_grad_()
+        fn(x).backward()
+        grads.append(x.grad)
+    assert torch.equal(grads[0], grads[1])
+
+
+# -- torch.distributions: converted like user code (its isinstance checks see a tensor) -------------
+
+def gaussian_nll(mu, sigma, target):
+    return -torch.distributions.Normal(mu, sigma).log_prob(target).sum()
+
+
+def test_distribution_log_prob_and_its_validation():
+    static = d2s.declarative(gaussian_nll)
+    grads = []
+    for fn in (gaussian_nll, static):
+        mu = torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
+        out = fn(mu, torch.tensor([1.0, 0.5, 2.0]), torch.tensor([0.0, 1.0, 3.0]))
+        out.backward()
+        grads.append((out.detach(), mu.grad))
+    assert torch.allclose(grads[0][0], grads[1][0]) and torch.allclose(grads[0][1], grads[1][1])
+    with pytest.raises(ValueError, match="torch._is_all_true is false"):  # a negative scale, as eager refuses
+        static(torch.zeros(3, requires_grad=True), -torch.ones(3), torch.zeros(3))
+    assert len(static.program_cache) == 1

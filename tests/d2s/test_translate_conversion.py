@@ -237,8 +237,6 @@ def assigned_after_a_tensor_break(x):
      ["'z'", "must be defined before the loop"]),
     (a_generator, (torch.ones(3),), "yield x", ["generators (`yield`) are not supported"]),
     (rebinds_global, (torch.ones(3),), "global G", ["rebinding global 'G'"]),
-    (returns_tensor_or_none, (torch.ones(3),), "if x.sum() > 0",
-     ["the function returns a tensor on some paths and None on others"]),
     # The user's variable, not the program's name for it (`tmp_3`, `ys_2`).
     # The message is at the `break` and says what it is, not at the next statement as if it were an `if`.
     (assigned_after_a_tensor_break, (torch.ones(3),), " break\n",
@@ -263,6 +261,20 @@ def test_conversion_errors_name_variable_file_and_line(fn, args, line_text, piec
     for piece in pieces:
         assert piece.format(**lines) in message
     assert not re.search(r"\b(tmp|retval|do_return)_?\d*\b|\w+_\d+\b", message.split("\n")[0]), message
+
+
+def test_a_path_returning_none_raises_when_a_run_takes_it():
+    """RandomCut (LearnedVector): `if ...: return a` / `elif ...: return b` and
+    the implicit `return None` after them. The tensor paths run as eager; the
+    None path raises at run time (a program has one output kind), never a
+    wrong value."""
+    static = d2s.declarative(returns_tensor_or_none)
+    x = torch.ones(3)
+    assert torch.equal(static(x), returns_tensor_or_none(x))
+    with pytest.raises(RuntimeError, match="returns None, where other paths return a tensor") as info:
+        static(-x)
+    assert f'File "{HERE}", line {line_of(returns_tensor_or_none, "if x.sum() > 0")}' in str(info.value)
+    assert len(static.program_cache) == 1
 
 
 def list_grows_in_one_branch(x):

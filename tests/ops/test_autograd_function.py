@@ -72,10 +72,30 @@ def test_user_backward_gives_the_gradients_on_every_path(bias):
     assert types.count("autograd_function") == 2  # RoundSTE in the branch, QuatLinear after it
 
 
-def test_saving_a_program_with_a_custom_function_is_refused_naming_it(tmp_path):
-    static = d2s.declarative(Model(True))
-    static(torch.ones(2, 3))
-    with pytest.raises(ValueError, match=r"test_autograd_function.py:\d+: cannot save: .*custom torch.autograd.Function \(<QuatLinear>\)"):
+@pytest.mark.parametrize("input_spec", [None, [d2s.InputSpec([None, 3])]])
+def test_saved_program_inlines_the_forward_and_refuses_its_backward(input_spec, tmp_path):
+    torch.manual_seed(0)
+    eager, static = Model(True), d2s.declarative(Model(True))
+    xs = [torch.ones(5, 3) * 0.7, -torch.ones(5, 3) * 0.7]
+    static(xs[0])
+    d2s.jit.save(static, str(tmp_path / "m"), input_spec=input_spec)
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    types = {op.type for block in loaded.program.blocks for op in block.ops}
+    assert "autograd_function" not in types and "forward_only" in types
+    for x in xs:
+        assert torch.equal(loaded(x), eager(x))
+    with pytest.raises(RuntimeError, match="QuatLinear inline; its backward was not saved"):
+        loaded(xs[0]).backward()
+
+
+def with_python_argument(x, scale):
+    return RoundSTE.apply(x * scale)
+
+
+def test_saving_with_python_arguments_is_refused_naming_the_function(tmp_path):
+    static = d2s.declarative(with_python_argument)
+    static(torch.ones(3), 2.0)
+    with pytest.raises(ValueError, match=r"test_autograd_function.py:\d+: cannot save: .*\(<RoundSTE>\)"):
         d2s.jit.save(static, str(tmp_path / "m"))
     assert not (tmp_path / "m").exists()
 

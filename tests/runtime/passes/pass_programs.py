@@ -86,18 +86,14 @@ def frozen_scale(x, w):
 
 
 @d2s.declarative
-def shared_difference(x):
-    """`a - b` in a `cond` test and again in its branch: merged, its gradient
-    contributions would be summed in another order than eager's (fuzz seed 7,
-    program 3740)."""
-    a = x * 1.0
-    b = torch.zeros_like(x)
-    t = x.sum()
-    if (a - b).max() > 0.0:
-        t = a.sum()
-        b = torch.tanh(a - b)
-    b = b * 2.0 if a.sum() > -0.5 else b + 1.0
-    return a + b + t
+def tanh_twice(x):
+    """`tanh(x)` before a `cond` and again in its branch."""
+    t = torch.tanh(x)
+    if t.sum() > 0:
+        y = torch.tanh(x) * 2.0
+    else:
+        y = x - 1.0
+    return y + t
 
 
 @d2s.declarative
