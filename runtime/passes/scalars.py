@@ -16,6 +16,9 @@ Python int/bool holds, so this pass runs them as Python values:
     was, `fill_constant(v, dtype)`, right before that use; a scalar index of
     `Tensor.__getitem__` and of `array_read` stays an int (same result).
 
+A value an in-place op may write (`y = n * 1; while y.add_(1) < 5:`), directly
+or through a view made of it, stays a tensor: a Python int would not change.
+
 Only for CPU programs. int64 overflow (past 2**63) is the one difference from
 the tensor arithmetic, and counters never get there.
 
@@ -97,9 +100,10 @@ _register_py_ops()
 # -- analysis ----------------------------------------------------------------------------------
 
 class _Analysis:
-    def __init__(self, program, loop_vars):
+    def __init__(self, program, loop_vars, written):
         self.program = program
         self.loop_vars = loop_vars    # loop variables assumed scalar
+        self.written = written        # names an in-place op may write: they stay tensors
         self.scalar = {}              # var name -> "int64" | "bool"
         self.rewrite = {}             # id(op) -> (py op type, args)
         self.feeds_read = set()       # int64 feeds a scalar op reads
@@ -120,7 +124,7 @@ class _Analysis:
             if self.kind(name) == want:
                 return name
             var = self.var(name)
-            if want == _INT and var is not None and var.is_data and var.dtype_name == _INT and var.shape == ():
+            if want == _INT and name not in self.written and var is not None and var.is_data and var.dtype_name == _INT and var.shape == ():
                 return name  # a length fed by the caller: converted once on entry
             return None
         if want == _INT and type(arg) is int:
@@ -190,23 +194,59 @@ class _Analysis:
         self._set(op, out, result, py, (b, a) if swap else (a, b))
 
     def _set(self, op, out, kind, py, operands):
+        if out in self.written:
+            return
         self.scalar[out] = kind
         self.rewrite[id(op)] = (py, operands)
 
 
-def _analyse(program):
+def _written_in_place(program, get_op_def):
+    """Names whose memory an in-place op may write: the first input of each
+    mutating op and, since an op's result may be a view of its inputs, every
+    input of an op making such a name (loop and branch values: the names a
+    `while`/`cond` joins), to a fixed point."""
+    ops = [op for block in program.blocks for op in block.ops]
+    written = {op.input_names[0] for op in ops
+               if op.input_names and get_op_def(op.type).mutates and op.type != "array_append"}
+    if not written:
+        return written
+    groups = []  # names that share memory or a value through an op
+    for op in ops:
+        if op.type == "while":
+            groups += [set(g) for g in zip(op.attrs["loop_vars"], op.input("Init"), op.attrs["body_outs"],
+                                           op.output("Out"))]
+        elif op.type == "cond":
+            groups += [set(g) for g in zip(op.output("Out"), op.attrs["true_outs"], op.attrs["false_outs"])]
+        elif op.output_names:
+            groups.append((set(op.output_names), set(op.input_names)))
+    size = None
+    while size != len(written):
+        size = len(written)
+        for group in groups:
+            if isinstance(group, tuple):
+                outs, ins = group
+                if outs & written:
+                    written |= ins
+            elif group & written:
+                written |= group
+    return written
+
+
+def _analyse(program, get_op_def):
     """Find the scalar variables, assuming loop variables scalar and
     retracting those whose initial value or update turns out not to be."""
+    written = _written_in_place(program, get_op_def)
     candidates = {}
     for block in program.blocks:
         for op in block.ops:
             if op.type == "while":
                 for lv in op.attrs["loop_vars"]:
                     var = find_var(program, lv)
-                    if var is not None and var.shape == () and var.dtype_name in (_INT, _BOOL):
+                    if (var is not None and var.shape == () and var.dtype_name in (_INT, _BOOL)
+                            and lv not in written):
                         candidates[lv] = var.dtype_name
     while True:
-        analysis = _Analysis(program, dict(candidates))
+        analysis = _Analysis(program, dict(candidates), written)
         analysis.visit_block(program.global_block())
         bad = set()
         for block in program.blocks:
@@ -254,7 +294,7 @@ def run(ctx):
     program = ctx.program
     if program.device is not None and program.device.type != "cpu":
         return
-    analysis = _analyse(program)
+    analysis = _analyse(program, ctx.get_op_def)
     if not analysis.rewrite:
         return
     kinds = analysis.scalar

@@ -131,3 +131,17 @@ class LinearSteps(torch.nn.Module):
             y = torch.tanh(self.fc(y))
             i += 1
         return self.head(y), self.fc(y[0])
+
+
+@d2s.declarative
+def bump_until(x, n):
+    """A counter made by arithmetic, then written in place by the loop test
+    itself (`y.add_(1)`), and one read through a view that the body writes."""
+    y = n * 1
+    k = n + 0
+    view = k.view(1)
+    while y.add_(1) < 5:
+        view.add_(2)
+        if y == 3:
+            break
+    return x + y + k

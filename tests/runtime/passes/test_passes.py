@@ -11,7 +11,7 @@ from runtime import passes
 from runtime.passes import PassContext, cse, dce, hoist_constants, inplace, loop_slices, pretranspose, scalars
 from runtime.passes._util import copy_program
 
-from pass_programs import (LinearSteps, count_until, frozen_scale, ops_text, positive_rows_sum, repeated_sums,
+from pass_programs import (LinearSteps, bump_until, count_until, frozen_scale, ops_text, positive_rows_sum, repeated_sums,
                            scaled_branches, shrink_steps, tanh_twice, traced)
 
 @pytest.fixture
@@ -133,6 +133,27 @@ def test_count_until_bit_identical_to_eager_on_every_path(n):
     assert got_i.dtype == torch.int64 and got_i.dim() == 0
     types = {op.type for b in count_until.concrete_program.main_program.blocks for op in b.ops}
     assert {"while", "cond"} <= types
+
+
+def test_scalars_leave_values_written_in_place_tensors(run_pass):
+    """`y = n * 1` is integer arithmetic, but `y.add_(1)` writes it (and
+    `view.add_` writes `k` through a view): as Python ints they would never change."""
+    program, feeds, fetches = traced(bump_until, torch.ones(3), torch.tensor(0))
+    after, _ = run_pass(scalars, program, feeds, fetches)
+    text = ops_text(after)
+    assert "torch.Tensor.__mul__(n, 1)" in text and "torch.Tensor.__add__(n, 0)" in text
+    assert "torch.Tensor.__lt__(tmp_0, 5)" in text and "scalar_from_tensor" not in text
+    assert "py.const(False)" in text  # the break flag is still a Python bool
+    after.verify()
+
+
+@pytest.mark.parametrize("n", [0, 2, 3, 6])
+def test_values_written_in_place_bit_identical_to_eager(n):
+    """n=0, 2: the `break` at y == 3 ends the loop; 3: the test; 6: no trip."""
+    want = bump_until.dygraph_function(torch.ones(3), torch.tensor(n))
+    assert torch.equal(bump_until(torch.ones(3), torch.tensor(n)), want)
+    types = {op.type for b in bump_until.concrete_program.main_program.blocks for op in b.ops}
+    assert {"while", "cond"} <= types and len(bump_until.program_cache) == 1
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
