@@ -66,6 +66,22 @@ def walk(mat, u):
             continue
         out = out + r * 0.5
     return out
+
+
+def pick(u, mat):
+    for r in mat:
+        if (r * u).sum() > 1.0:
+            return u + r * 0.5
+    return u
+
+
+def nested(u, v, mat):
+    if v.sum() > u.sum():
+        return clip(u - v, 2.0)
+    w = pick(u, mat)
+    if w.max() > 2.0:
+        return mix(w, v)
+    return w * 0.5
 '''
 
 TENSOR_TESTS = [
@@ -73,6 +89,9 @@ TENSOR_TESTS = [
     "x.sum() > {c} and b.sum() < {d}", "a.min() < {c} or not b.sum() > {d}", "not a.sum() > {c}",
     "ok", "ok and t > {c}", "not ok or k > {i}",
     "a.sum() > {c} and k > {i}", "k > {i} or t < {c}",
+    # Tests with effects: evaluated exactly as often as Python evaluates them.
+    "acc.add_(0.5).sum() > {c}", "a.sum() > {c} and acc.add_(1.0).sum() > {d}",
+    "(b < {c}).all() or acc.mul_({s}).sum() < {d}",
 ]
 PYTHON_TESTS = ["k > {i}", "k % 2 == 0", "len(ys) > {i}", "s < {c}", "k == {i} or s > {c}"]
 
@@ -96,7 +115,12 @@ GROW = ["g = torch.cat([g, a[:1]])", "t = t + g.sum()"]
 # that reaches the read (an arm that returns, breaks or continues need not define it).
 LOCAL_VALUES = ["a * {s}", "b + {c}", "torch.tanh(a)", "a - b", "x * {s}"]
 LOCAL_USES = ["a = a + {v}", "b = b * 0.5 + {v}", "t = t + {v}.sum()"]
-CALLS = ["a = mix(a, b)", "b = clip(b + a, 3.0)", "a = walk(m, a)", "b = (lambda u: u * {s} + 1.0)(b)"]
+CALLS = ["a = mix(a, b)", "b = clip(b + a, 3.0)", "a = walk(m, a)", "b = (lambda u: u * {s} + 1.0)(b)",
+         "a = pick(a, m)", "b = nested(a, b, m)"]
+# Augmented assignment through aliases and views: in place, as in eager (`{n}`: a fresh name).
+# `g` is a view of the input `x` until `torch.cat` makes it new: `g += ...` writes `x` too.
+ALIASES = ["{n} = a; {n} *= {s}", "{n} = a[1:]; {n} += b[1:]", "{n} = acc[:2]; {n}.mul_({s})",
+           "{n} = t; t += {c}; a = a + {n}", "g += {c}", "{n} = b; b = b + 1.0; {n} -= a"]
 # Statements that use a loop's target, by target kind.
 TARGET_USES = {
     "index": ["a = a + {v}", "t = t + {v}", "k = k + {v}"],
@@ -283,7 +307,7 @@ class _Generator:
         groups = [("assign", ASSIGNS, 5), ("python", PY_ASSIGNS, 3), ("ternary_tensor", TERNARY, 2),
                   ("list", lists, 2), ("grow", GROW, 1), ("call", CALLS, 1)]
         if not self.grad:
-            groups += [("aug", AUG, 2), ("inplace", INPLACE, 1)]
+            groups += [("aug", AUG, 2), ("inplace", INPLACE, 1), ("alias", ALIASES, 1)]
         if targets:
             groups.append(("target", None, 3))
         kind, pool, _ = r.choices(groups, weights=[w for *_, w in groups])[0]
@@ -294,7 +318,7 @@ class _Generator:
             uses = [u for u in TARGET_USES[kind] if not (branch and "append" in u)
                     and not (self.grad and "+=" in u)] or ["a = a + {v}"]
             return Simple(kind, self.fill(r.choice(uses), v=v))
-        return Simple(kind, self.fill(r.choice(pool)))
+        return Simple(kind, self.fill(r.choice(pool), n=self.fresh("al")))
 
     def block(self, depth, in_loop, targets, branch=False):
         """Statements at `depth`; `branch`: directly under a tensor `if` (no loop in between)."""
@@ -362,7 +386,8 @@ class _Generator:
     def loop(self, depth, targets, branch):
         r = self.rng
         kind = r.choice(["range_tensor", "rows", "enumerate", "zip", "elems", "while_tensor", "while_and",
-                         "range_python", "list_python", "while_python"])
+                         "range_python", "list_python", "while_python", "while_effect", "while_ternary",
+                         "while_inplace"])
         init, step, new_targets = [], [], []
         if kind == "range_tensor":
             v = self.fresh("i")
@@ -385,22 +410,35 @@ class _Generator:
         elif kind == "list_python":
             v = self.fresh("c")
             header, new_targets = f"for {v} in [{r.choice(SCALES)}, {r.choice(SCALES)}]:", [(v, "scale")]
+        elif kind == "while_inplace":  # a 0-d tensor counter the test itself bumps in place
+            w = self.fresh("w")
+            init, header = [f"{w} = n * 1"], f"while {w}.add_(1) < {r.randint(1, 4)}:"
         else:
             w = self.fresh("w")
             init, step = [f"{w} = 0"], [f"{w} += 1"]
             bound = {"while_tensor": "n", "while_python": str(r.randint(0, 3))}.get(kind)
-            header = f"while {w} < {bound}:" if bound else self.fill(f"while {w} < {{i}} and a.sum() < {{c}}:")
+            if bound:
+                header = f"while {w} < {bound}:"
+            elif kind == "while_effect":  # a test with an effect, before or after the counter's test
+                effect = self.fill("acc.add_(1.0).sum() < {c} + 6.0")
+                header = self.fill(r.choice([f"while {effect} and {w} < {{i}}:", f"while {w} < {{i}} and {effect}:"]))
+            elif kind == "while_ternary":
+                header = self.fill(r.choice([f"while {w} < ({{i}} if a.sum() > {{c}} else n):",
+                                             f"while ({w} if t > {{c}} else {w} + 1) < {{i}}:"]))
+            else:
+                header = self.fill(f"while {w} < {{i}} and a.sum() < {{c}}:")
             new_targets = [(w, "index")]
         # `while w < 0 and ...` is decided by Python (the tensor operand never runs).
-        tensor = kind in ("range_tensor", "rows", "enumerate", "zip", "elems", "while_tensor") or (
-            kind == "while_and" and not header.startswith(f"while {init[0].split()[0]} < 0 "))
+        tensor = kind in ("range_tensor", "rows", "enumerate", "zip", "elems", "while_tensor", "while_ternary",
+                          "while_inplace") or (
+            kind in ("while_and", "while_effect") and not header.startswith(f"while {init[0].split()[0]} < 0 "))
         # Appends in a tensor loop make a tensor array, whatever encloses the loop.
         body = self.block(depth + 1, True, targets + new_targets, branch and not tensor)
         orelse = self.block(depth + 1, False, targets, branch) if r.random() < 0.15 else []
         return Loop(kind, init, header, step, body, orelse, tensor)
 
 
-_TENSOR_NAMES = re.compile(r"\b(a|b|t|x|ok|row\d+|e\d+)\b")
+_TENSOR_NAMES = re.compile(r"\b(a|b|t|x|ok|acc|row\d+|e\d+)\b")
 
 
 def _is_tensor_test(test):
