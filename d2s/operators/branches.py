@@ -7,7 +7,7 @@ from ops.capture import error_at_user_line
 from runtime.ir import TENSOR_ARRAY
 
 from .raising import raising_as_op
-from .state import State, Undefined, is_var, loop_init
+from .state import State, Undefined, describe, flatten, is_var, loop_init, refill, unflatten
 
 
 def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), return_flags=(), lines=(),
@@ -47,11 +47,17 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     # Outputs carried as one tensor array: a list that a tensor loop in one
     # branch turned into an array is turned into one in the other branch too.
     arrays = set()
+    # A list or dict the branches change in place that no later code reads by its
+    # name may still be read through another name bound to it (`alias = ys`): it
+    # is an output too, unless the branches leave it different shapes (then it is
+    # dropped: one program cannot hold both, and its own name is not read again).
+    extra = [n for n, v in zip(state, before[0]) if n not in outputs and type(v) in (list, dict)]
     while True:
         mark = tr.mark()
+        outs = tuple(outputs) + tuple(extra)
         seen, specs, leaf_names = {}, {}, []
-        branches = [_branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names,
-                            return_names, return_flags, jump, jump_flags)
+        branches = [_branch(st, before, fn, side, outs, arrays, seen, specs, leaf_names,
+                            return_names, return_flags, jump, jump_flags, extra)
                     for fn, side in ((true_fn, "true"), (false_fn, "false"))]
         try:
             merged = cf.cond(pred, *branches, names=leaf_names, return_names=tuple(return_names),
@@ -60,18 +66,28 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
             tr.rollback(mark)
             arrays |= retry.outputs
             continue
+        except _Drop as retry:
+            tr.rollback(mark)
+            extra.remove(retry.name)
+            continue
         break
     st.restore(before)
     if isinstance(merged, cf.Unreachable):  # both branches raise: nothing after the `if` runs
         return st.get()
     leaves = iter(merged)
-    merged = tuple(_unflatten(leaves, spec) for spec in specs.get("true", specs.get("false")))
-    st.set(merged, outputs)
+    merged = [unflatten(leaves, spec) for spec in specs.get("true", specs.get("false"))]
+    # A list or dict both branches changed in place (rather than rebinding its name) is
+    # changed in place here too: other names bound to it see the change, as in eager.
+    old = dict(zip(state, before[0]))
+    for k, name in enumerate(outs):
+        if name in old and all(values[k] is old[name] for values in seen.values()):
+            merged[k] = refill(old[name], merged[k])
+    st.set(merged, outs)
     return st.get()
 
 
 def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, return_names, return_flags,
-            jump=None, jump_flags=()):
+            jump=None, jump_flags=(), extra=()):
     """The function `cf.cond` traces for one side: run the branch from the
     state `before`, then return its outputs flattened (tuples and lists are
     flattened: the op merges their elements), except the outputs in `arrays`,
@@ -101,18 +117,26 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
                 value = cf.Unreachable(outputs[k])
             true_spec = specs["true"][k] if side == "false" and "true" in specs else None
             if isinstance(value, Undefined) and true_spec is not None:
-                value = _unflatten(iter(lambda: value, None), true_spec)
-            flat, spec = _flatten(value)
+                value = unflatten(iter(lambda: value, None), true_spec)
+            flat, spec = flatten(value)
             leaves += flat
             specs[side].append(spec)
             if side == "true" or "true" not in specs:
                 leaf_names.extend([outputs[k]] * len(flat))
         if side == "false":
-            structure = _structure_error(specs, outputs)
+            structure = _structure_error(specs, outputs, extra)
             if structure is not None:
                 raise structure
         return tuple(leaves)
     return run
+
+
+class _Drop(Exception):
+    """Retry the ``if`` without this extra output (a container no later code reads by name)."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.name = name
 
 
 class _AsArrays(Exception):
@@ -133,38 +157,17 @@ def _lists_become_arrays(seen, arrays):
             if k not in arrays and {kind(a), kind(b)} == {"list", "array"}}
 
 
-def _flatten(value):
-    """(leaves, spec) of nested tuples/lists; spec None for a single value."""
-    if isinstance(value, (tuple, list)):
-        leaves, specs = [], []
-        for v in value:
-            flat, spec = _flatten(v)
-            leaves += flat
-            specs.append(spec)
-        return leaves, (type(value), tuple(specs))
-    return [value], None
-
-
-def _unflatten(leaves, spec):
-    if spec is None:
-        return next(leaves)
-    kind, specs = spec
-    return kind(_unflatten(leaves, s) for s in specs)
-
-
-def _describe(spec):
-    return "single value" if spec is None else f"{spec[0].__name__} of {len(spec[1])}"
-
-
-def _structure_error(specs, outputs):
+def _structure_error(specs, outputs, extra=()):
     if "true" not in specs or "false" not in specs:
         return None
     for name, a, b in zip(outputs, specs["true"], specs["false"]):
         if a != b and not (a is None and b is None):
+            if name in extra:
+                return _Drop(name)
             return error_at_user_line(
-                f"{name!r} is a {_describe(a)} in the true branch but a {_describe(b)} in the false branch "
-                "of the `if` on a tensor at this line; a Python list or tuple cannot change its length "
-                "under a tensor condition: build it the same way in both branches, or use a tensor "
+                f"{name!r} is a {describe(a)} in the true branch but a {describe(b)} in the false branch "
+                "of the `if` on a tensor at this line; a Python list, tuple or dict cannot change its length "
+                "or keys under a tensor condition: build it the same way in both branches, or use a tensor "
                 "(torch.cat / torch.stack / torch.where)")
     return None
 

@@ -52,15 +52,92 @@ class State:
             self.cells[self.names.index(n)].cell_contents = v
 
     def snapshot(self):
-        """A restorable copy: Python lists keep their identity and contents."""
-        values = self.get()
-        return [(v, list(v) if type(v) is list else None) for v in values]
+        """A restorable copy: the values, and the contents of every Python list
+        and dict they hold (nested ones too), which keep their identity."""
+        values, saved, seen = self.get(), [], set()
+        for v in values:
+            _containers(v, saved, seen)
+        return values, saved
 
     def restore(self, snapshot):
-        for cell, (value, contents) in zip(self.cells, snapshot):
-            if contents is not None:
-                value[:] = contents
+        values, saved = snapshot
+        for obj, contents in saved:
+            if type(obj) is list:
+                obj[:] = contents
+            else:
+                obj.clear()
+                obj.update(contents)
+        for cell, value in zip(self.cells, values):
             cell.cell_contents = value
+
+
+def _containers(value, saved, seen):
+    """(container, copy of its contents) for each list and dict reachable from `value`."""
+    if id(value) in seen or type(value) not in (list, dict, tuple):
+        return
+    seen.add(id(value))
+    if type(value) is list:
+        saved.append((value, list(value)))
+    elif type(value) is dict:
+        saved.append((value, dict(value)))
+    for item in (value.values() if type(value) is dict else value):
+        _containers(item, saved, seen)
+
+
+def flatten(value, lists=True):
+    """(leaves, spec) of nested tuples, dicts and (with `lists`) lists; spec
+    None for a single value. Dict specs keep the keys, in order."""
+    if type(value) is dict:
+        leaves, specs = [], []
+        for k, v in value.items():
+            flat, spec = flatten(v, lists)
+            leaves += flat
+            specs.append((k, spec))
+        return leaves, (dict, tuple(specs))
+    if isinstance(value, tuple) or (lists and isinstance(value, list)):
+        leaves, specs = [], []
+        for v in value:
+            flat, spec = flatten(v, lists)
+            leaves += flat
+            specs.append(spec)
+        return leaves, (type(value), tuple(specs))
+    return [value], None
+
+
+def unflatten(leaves, spec):
+    """The value `flatten` took apart, from an iterator of its leaves."""
+    if spec is None:
+        return next(leaves)
+    kind, specs = spec
+    if kind is dict:
+        return {k: unflatten(leaves, s) for k, s in specs}
+    return kind(unflatten(leaves, s) for s in specs)
+
+
+def describe(spec):
+    if spec is None:
+        return "single value"
+    if spec[0] is dict:
+        return f"dict with keys {[k for k, _ in spec[1]]}"
+    return f"{spec[0].__name__} of {len(spec[1])}"
+
+
+def refill(old, new):
+    """`new` (a value `unflatten` made) put into the lists and dicts of `old`
+    where both have one, so those keep their identity as in eager code (a
+    name bound to the same list sees its change); `old` itself when it is one."""
+    if type(old) is list and type(new) is list:
+        old[:] = [refill(o, n) for o, n in zip(old, new)] + new[len(old):]
+        return old
+    if type(old) is dict and type(new) is dict:
+        for k in [k for k in old if k not in new]:
+            del old[k]
+        for k, v in new.items():
+            old[k] = refill(old[k], v) if k in old else v
+        return old
+    if type(old) is tuple and type(new) is tuple and len(old) == len(new):
+        return tuple(refill(o, n) for o, n in zip(old, new))
+    return new
 
 
 def convert_load(value):

@@ -4,8 +4,9 @@ op as soon as it is a graph tensor.
 
 from ops import control_flow as cf
 from ops import tracer
+from ops.capture import error_at_user_line
 
-from .state import State, is_var, loop_init
+from .state import State, describe, flatten, is_var, loop_init, refill, unflatten
 
 
 def convert_while(test, body, names, return_names=()):
@@ -31,16 +32,43 @@ def convert_while(test, body, names, return_names=()):
             return st.get()
         body()
 
-    def cond_fn(*values):
-        st.set(values)
+    # A dict or tuple the loop carries is carried as its leaves (a dict changed
+    # in place stays the same dict, as in eager); its keys and length must stay.
+    start = st.get()
+    layout = [flatten(v, lists=False)[1] if type(v) in (dict, tuple) else None for v in start]
+
+    def unpack(leaves):
+        it = iter(leaves)
+        return [next(it) if spec is None else refill(old, unflatten(it, spec))
+                for old, spec in zip(start, layout)]
+
+    def pack(values):
+        leaves = []
+        for name, value, spec in zip(names, values, layout):
+            if spec is None:
+                leaves.append(value)
+                continue
+            flat, now = flatten(value, lists=False)
+            if now != spec:
+                raise error_at_user_line(
+                    f"loop variable {name!r} is a {describe(spec)} before the loop but a {describe(now)} after "
+                    "one iteration; a loop over a tensor condition cannot change the length or keys of a "
+                    "Python tuple or dict: build it before the loop with every entry it will have")
+            leaves += flat
+        return leaves
+
+    def cond_fn(*leaves):
+        st.set(unpack(leaves))
         return test()
 
-    def body_fn(*values):
-        st.set(values)
+    def body_fn(*leaves):
+        st.set(unpack(leaves))
         body()
-        return list(st.get())
+        return pack(st.get())
 
-    init = [loop_init(v) for v in st.get()]
-    final = cf.while_loop(cond_fn, body_fn, init, names=tuple(names), return_names=tuple(return_names))
-    st.set(final)
-    return tuple(final)
+    leaf_names = [n for n, v, spec in zip(names, start, layout)
+                  for _ in (flatten(v, lists=False)[0] if spec is not None else [v])]
+    init = [loop_init(v) for v in pack(start)]
+    final = cf.while_loop(cond_fn, body_fn, init, names=tuple(leaf_names), return_names=tuple(return_names))
+    st.set(unpack(final))
+    return st.get()

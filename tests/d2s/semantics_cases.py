@@ -429,3 +429,47 @@ def name_from_zero_trip_python_loop_is_unbound(x, n):
     for i in range(n):
         z = x * 2
     return z
+
+
+# -- Python containers carried through tensor branches and loops ---------------------------
+
+
+@case((POS,), (NEG,), ops={"cond"})
+def dict_changed_in_both_branches(x):
+    d = {"u": x * 1.0, "n": 0}
+    if x.sum() > 0:
+        d["u"] = d["u"] + 1
+        d["n"] += 1
+    else:
+        d["u"] = d["u"] * 3
+    return d["u"] + d["n"]
+
+
+@case((POS,), (NEG,), ops={"cond"})
+def list_alias_sees_the_branch_append(x):
+    ys = [x]
+    alias = ys
+    if x.sum() > 0:
+        ys.append(x + 1)
+    else:
+        ys.append(x * 3)
+    return torch.stack(alias).sum(0) + len(alias)
+
+
+@case((POS, I(0)), (POS, I(3)), (NEG, I(2)), ops={"cond", "while"})
+def dict_changed_in_place_by_a_tensor_loop(x, n):
+    d = {"u": x * 1.0, "n": 0}
+    same = d
+    for i in range(n):
+        if d["u"].sum() > 0:
+            d["u"] = d["u"] * 0.5
+            d["n"] += 1
+    return same["u"] + d["n"]
+
+
+@case((POS, I(0)), (NEG, I(1)), (MIX, I(3)), ops={"while"})
+def tuple_rebuilt_by_a_tensor_loop(x, n):
+    h = (x * 1.0, x * 0.0)
+    for i in range(n):
+        h = (h[0] + 1.0, h[1] + h[0])
+    return h[0] * h[1]

@@ -214,6 +214,13 @@ def pop_from_tensor_array(x, n):
     return ys.pop()
 
 
+def tuple_grows_in_a_tensor_loop(x, n):
+    h = (x, x)
+    for i in range(n):
+        h = h + (x * i,)
+    return h[0]
+
+
 def assigned_after_a_tensor_break(x):
     i = 0
     while i < 5:
@@ -243,6 +250,9 @@ def assigned_after_a_tensor_break(x):
      ["'j' is assigned at line {j}, after the `break` at line {brk} that a tensor decides", "before the loop"]),
     (sum_as_list, (torch.ones(3),), "total.tolist()", ["the value of tensor `total` is known only"]),
     (index_by_tensor, (torch.ones(3),), "[1, 2, 3][k]", ["tensor `k`", "as an index"]),
+    (tuple_grows_in_a_tensor_loop, (torch.ones(3), torch.tensor(2)), "for i in range(n)",
+     ["loop variable 'h' is a tuple of 2 before the loop but a tuple of 3 after one iteration",
+      "cannot change the length or keys of a Python tuple or dict"]),
     (pop_from_tensor_array, (torch.ones(3), torch.tensor(2)), "ys.pop()",
      ["list `ys` is a tensor array", "no method `pop`"]),
 ])
