@@ -7,7 +7,8 @@ within a block and from a block to the blocks nested in it (an op in a
 branch reuses one computed before the `cond`). Tensors that some op of the
 program writes in place are left alone: a later in-place write would make
 two results that were equal differ, so a program with any in-place write
-(other than appending to a tensor array) is left as it is. Ops whose results
+(other than appending to a tensor array) is left as it is, and nothing that
+reads an array some op appends to (or a name assigned twice) is merged. Ops whose results
 carry gradient are left alone too: autograd would sum the gradient
 contributions of the merged readers in another order than eager (a last-bit
 difference in the gradient).
@@ -49,7 +50,15 @@ def run(ctx):
     if any(ctx.get_op_def(op.type).mutates and op.type != "array_append"
            for block in program.blocks for op in block.ops):
         return
-    written = set()
+    # Names whose value changes after they are made: an array an append writes
+    # (`len(ys)` before and after `ys.append(v)` differ), a name assigned twice.
+    written, made = set(), set()
+    for block in program.blocks:
+        for op in block.ops:
+            if ctx.get_op_def(op.type).mutates and op.input_names:
+                written.add(op.input_names[0])
+            written.update(n for n in op.output_names if n in made)
+            made.update(op.output_names)
     fetched = set(ctx.fetch_names)
     rename = {}
 

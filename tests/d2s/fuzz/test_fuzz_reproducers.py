@@ -108,6 +108,48 @@ CASES = {
                 zs.append(a)
             return a + k + len(zs)
         """, ("while",)),
+    # Seed 11, program 3262: `len(ys)` before and after an append in a tensor branch were merged by
+    # runtime/passes/cse.py (array_length of the same array), so the inner `if` saw the old length.
+    "length_after_append_in_branch": ({}, """
+        def f(x, m, n):
+            a = x * 1.0
+            s = 0.0
+            ys = [x]
+            for i2, row3 in zip(range(n), m):
+                ys.append(a * 2.0)
+            if len(ys) > 1:
+                pass
+            else:
+                ys.append(a * 0.5)
+                if len(ys) > 1:
+                    s = s + -0.5
+            return a + s + torch.stack(ys).sum(0)
+        """, ("cond", "while")),
+    # `y = n * 1` is integer arithmetic that runtime/passes/scalars.py ran as a Python int, but the
+    # loop test writes it in place: the int never changed and the loop never ended.
+    "counter_bumped_in_place_by_the_loop_test": ({}, """
+        def f(x, m, n):
+            a = x * 1.0
+            w = n * 1
+            while w.add_(1) < 3:
+                if a.sum() > w:
+                    break
+                a = a + 1.0
+            return a + w
+        """, ("cond", "while")),
+    # A dict changed in place in a tensor loop and in a tensor branch (a program error before).
+    "dict_changed_in_loop_and_branch": ({}, """
+        def f(x, m, n):
+            a = x * 1.0
+            dd = {"u": x * 1.0, "c": 0}
+            for row in m:
+                if row.sum() > 0:
+                    dd["u"] = dd["u"] + row
+                    dd["c"] = dd["c"] + 1
+                else:
+                    dd["u"] *= 0.5
+            return a + dd["u"] + dd["c"]
+        """, ("cond", "while")),
 }
 
 
