@@ -2,6 +2,8 @@
 and on graph tensors alike.
 """
 
+import operator
+
 import torch
 
 from ops import control_flow as cf
@@ -76,6 +78,26 @@ def _effect_free_since(tr, mark):
             if opdef.mutates or opdef.random or opdef.extra.get("side_effect"):
                 return False
     return True
+
+
+_COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
+            "!=": operator.ne, "is": operator.is_, "is not": operator.is_not,
+            "in": lambda a, b: a in b, "not in": lambda a, b: a not in b}
+
+
+def convert_compare_chain(first, *steps):
+    """``first() op1 b1() op2 b2() ...`` for steps ``(op, b)``: each operand is
+    evaluated once, and a later one only where Python evaluates it (after
+    every comparison before it held), through ``convert_logical_and``, so a
+    graph tensor comparison short-circuits as ``and`` does."""
+    def compare(left, i):
+        op, operand = steps[i]
+        right = operand()
+        result = _COMPARE[op](left, right)
+        if i + 1 == len(steps):
+            return result
+        return convert_logical_and(lambda: result, lambda: compare(right, i + 1))
+    return compare(first(), 0)
 
 
 def convert_logical_not(value):

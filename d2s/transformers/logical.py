@@ -13,9 +13,14 @@ After::
         ...
 
 Operands become lambdas so that Python values keep their short-circuit
-evaluation. A chained comparison is split into pairs only when its middle
+evaluation. A chained comparison is split into pairs when its middle
 operands are names, constants or attributes (evaluating them twice is then
-harmless); other chains stay as written.
+harmless); other chains go to ``helpers.convert_compare_chain``, which
+evaluates each operand once, as Python does::
+
+    if -1.0 < x.sum() < 3.0:
+  ->
+    if helpers.convert_compare_chain(lambda: -1.0, ('<', lambda: x.sum()), ('<', lambda: 3.0)):
 """
 
 import copy
@@ -24,6 +29,10 @@ import gast
 
 from ..ast_tools import origin
 from .base import Transformer
+
+_SYMBOLS = {gast.Lt: "<", gast.LtE: "<=", gast.Gt: ">", gast.GtE: ">=", gast.Eq: "==", gast.NotEq: "!=",
+            gast.Is: "is", gast.IsNot: "is not", gast.In: "in", gast.NotIn: "not in"}
+
 
 class Logical(Transformer):
     def visit_BoolOp(self, node):
@@ -46,8 +55,14 @@ class Logical(Transformer):
     def visit_Compare(self, node):
         self.generic_visit(node)
         middle = node.comparators[:-1]
-        if len(node.ops) == 1 or not all(isinstance(m, (gast.Name, gast.Constant, gast.Attribute)) for m in middle):
+        if len(node.ops) == 1:
             return node
+        if not all(isinstance(m, (gast.Name, gast.Constant, gast.Attribute)) for m in middle):
+            steps = [self.expression("(op, lambda: b)", node, op=gast.Constant(value=_SYMBOLS[type(op)], kind=None),
+                                     b=c) for op, c in zip(node.ops, node.comparators)]
+            call = self.expression("helpers.convert_compare_chain(lambda: a)", node, a=node.left)
+            call.args += steps
+            return call
         lefts = [node.left] + [copy.deepcopy(m) for m in middle]
         pairs = [gast.Compare(left=l, ops=[op], comparators=[r])
                  for l, op, r in zip(lefts, node.ops, node.comparators)]

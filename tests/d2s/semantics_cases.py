@@ -473,3 +473,17 @@ def tuple_rebuilt_by_a_tensor_loop(x, n):
     for i in range(n):
         h = (h[0] + 1.0, h[1] + h[0])
     return h[0] * h[1]
+
+
+# -- chained comparisons on tensors ---------------------------------------------------------
+
+
+@case((T(0.5, 0.5, 0.5),), (POS,), (NEG,), ops={"cond"})
+def chained_comparison_evaluates_its_middle_once(x):
+    y = x.clone()
+    if -1.0 < x.sum() < 3.0:
+        y = y * 2.0
+    # The middle writes `y`: once per evaluation; the last operand only where the first two held.
+    if 0 < y.add_(1).sum() < 100 > y.max():
+        y = y - 1
+    return y

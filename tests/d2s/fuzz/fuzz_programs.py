@@ -17,7 +17,7 @@ nested ``if``/``elif``/``else`` on tensors and on Python values, ternaries,
 augmented assignment, in-place ops and calls to helper functions that have
 control flow of their own, locals first assigned in every arm of an ``if``
 (or in the arms that do not return/break/continue) and read after it, `int()`/`float()` of tensors, `len`/`.shape`,
-`assert`s that hold, and `zip`.
+`assert`s that hold, `zip`, a dict changed in place and a tuple rebuilt.
 
 `generate(seed)` is deterministic: the same seed gives the same program on
 every machine. The tree keeps what the runner and the minimiser need: which
@@ -44,6 +44,8 @@ STATE = {
     "ys": ("ys = [x]", "torch.stack(ys).sum(0)"),
     "zs": ("zs = []", "len(zs)"),
     "ok": ("ok = (x > 0).any()", None),  # a condition kept in a variable; only tests read it
+    "dd": ("dd = {'u': x * 1.0, 'c': 0}", "dd['u'] + dd['c']"),  # a dict changed in place
+    "h": ("h = (x * 1.0, x * 0.5)", "h[0] * h[1]"),  # a tuple rebuilt
 }
 
 HELPERS = '''
@@ -92,6 +94,8 @@ TENSOR_TESTS = [
     # Tests with effects: evaluated exactly as often as Python evaluates them.
     "acc.add_(0.5).sum() > {c}", "a.sum() > {c} and acc.add_(1.0).sum() > {d}",
     "(b < {c}).all() or acc.mul_({s}).sum() < {d}",
+    # Chained comparisons: the middle operand evaluated once, the last one only where Python does.
+    "{c} < a.sum() < 6.0", "-3.0 <= (a - b).max() < {c} + 3.0 > t",
 ]
 PYTHON_TESTS = ["k > {i}", "k % 2 == 0", "len(ys) > {i}", "s < {c}", "k == {i} or s > {c}"]
 
@@ -109,6 +113,8 @@ AUG = ["a += b", "b *= {s}", "t += a.sum()", "a -= {c}"]
 INPLACE = ["acc.add_(a)", "acc.mul_({s})", "acc.add_(b * {s})"]
 TERNARY = ["b = b * {s} if a.sum() > {c} else b + 1.0", "a = a - 1.0 if t < {c} else a * {s}",
            "t = t * 2.0 if (b > {c}).all() else t - 1.0"]
+CONTAINERS = ["dd['u'] = dd['u'] + a", "dd['c'] = dd['c'] + 1", "h = (h[1], h[0] + a * {s})",
+              "a = a + h[0] - dd['u']", "dd['u'] = torch.tanh(dd['u'] + h[1])"]
 LISTS = ["ys.append(a * {s})", "zs.append(b)", "a = a + torch.stack(ys).mean(0)", "k = k + len(zs)"]
 GROW = ["g = torch.cat([g, a[:1]])", "t = t + g.sum()"]
 # A local first assigned in the arms of an `if` and read right after it: defined on every path
@@ -305,7 +311,7 @@ class _Generator:
         # A list appended under a tensor `if` is a documented refusal: rarely, to test that path.
         lists = [t for t in LISTS if "append" not in t] if branch and r.random() < 0.95 else LISTS
         groups = [("assign", ASSIGNS, 5), ("python", PY_ASSIGNS, 3), ("ternary_tensor", TERNARY, 2),
-                  ("list", lists, 2), ("grow", GROW, 1), ("call", CALLS, 1)]
+                  ("list", lists, 2), ("grow", GROW, 1), ("call", CALLS, 1), ("container", CONTAINERS, 1)]
         if not self.grad:
             groups += [("aug", AUG, 2), ("inplace", INPLACE, 1), ("alias", ALIASES, 1)]
         if targets:
