@@ -17,7 +17,8 @@ assigned:
   bodies count as possibly interrupted anywhere.
 
 Names that are not variables of ``fn`` (globals, builtins, free names) are
-never reported.
+never reported. Each reachable ``if`` gets ``d2s_exits``: (body, orelse)
+never fall through.
 """
 
 import gast
@@ -92,7 +93,14 @@ class _Definedness:
             return TOP
         if isinstance(s, gast.If):
             self.reads(s.test, defined)
-            return self.block(s.body, defined) & self.block(s.orelse, defined)
+            body, orelse = self.block(s.body, defined), self.block(s.orelse, defined)
+            if not isinstance(defined, _Top):
+                # Which arms never fall through (every path returns, raises, breaks or
+                # continues): the lowering turns those exits into flags that may be
+                # tensors, after which only this says that such an arm defines nothing
+                # the code after the `if` reads (see convert_ifelse's `exits`).
+                s.d2s_exits = (isinstance(body, _Top), isinstance(orelse, _Top))
+            return body & orelse
         if isinstance(s, (gast.While, gast.For, gast.AsyncFor)):
             if isinstance(s, gast.While):
                 self.reads(s.test, defined)

@@ -11,7 +11,7 @@ from .state import State, Undefined, describe, flatten, is_var, loop_init, refil
 
 
 def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), return_flags=(), lines=(),
-                   jump=None, jump_flags=()):
+                   jump=None, jump_flags=(), exits=(False, False)):
     """Equivalent Python::
 
         if pred:
@@ -36,7 +36,11 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     put around the statements after a jump (messages then name the jump, and
     its false side, the path that jumped, need only define the names in
     ``live``); ``jump_flags`` pairs each jump flag among the outputs with the
-    names a path may still read once that flag is True.
+    names a path may still read once that flag is True. ``exits`` says which
+    sides never fall through in the user's code (every path returns, raises,
+    breaks or continues): when their flags are tensors (a `break` under a
+    tensor `if`, then a `return`), such a side need only define what the
+    jumps it may take can still read.
     """
     st = State((true_fn, false_fn), state)
     if not is_var(pred):
@@ -57,8 +61,8 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
         outs = tuple(outputs) + tuple(extra)
         seen, specs, leaf_names = {}, {}, []
         branches = [_branch(st, before, fn, side, outs, arrays, seen, specs, leaf_names,
-                            return_names, return_flags, jump, jump_flags, extra)
-                    for fn, side in ((true_fn, "true"), (false_fn, "false"))]
+                            return_names, return_flags, jump, jump_flags, extra, exited)
+                    for fn, side, exited in ((true_fn, "true", exits[0]), (false_fn, "false", exits[1]))]
         try:
             merged = cf.cond(pred, *branches, names=leaf_names, return_names=tuple(return_names),
                              lines=dict(zip(outputs, lines or ())), jump=jump and jump[:2])
@@ -87,7 +91,7 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
 
 
 def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, return_names, return_flags,
-            jump=None, jump_flags=(), extra=()):
+            jump=None, jump_flags=(), extra=(), exited=False):
     """The function `cf.cond` traces for one side: run the branch from the
     state `before`, then return its outputs flattened (tuples and lists are
     flattened: the op merges their elements), except the outputs in `arrays`,
@@ -108,6 +112,11 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
         still_read = [set(live) for f, live in jump_flags if values[outputs.index(f)] is True]
         if side == "false" and jump is not None:
             still_read.append(set(jump[2]))
+        if exited and not returned:
+            # Every path of this side returned or jumped: it may still be read by
+            # the jumps whose flag it may have set (none: it returned).
+            still_read.append(set().union(*(live for f, live in jump_flags
+                                            if values[outputs.index(f)] is not False)))
         leaves, specs[side] = [], []
         for k, value in enumerate(values):
             if k in arrays and type(value) is list:

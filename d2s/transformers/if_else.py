@@ -71,10 +71,13 @@ class IfElse(ScopedTransformer):
         # arm may set say what a path that jumped may still read.
         jump = getattr(node, "d2s_jump", None)
         jump_flags = tuple((n, tuple(sorted(self.ctx.jump_flags[n]))) for n in outputs if n in self.ctx.jump_flags)
-        extra = ", jump, jump_flags)" if jump_flags else ", jump)" if jump else ")"
+        extra = ", jump, jump_flags" if jump_flags else ", jump" if jump else ""
+        # Arms that never fall through (definedness marked them on the user's code).
+        exits = getattr(node, "d2s_exits", (False, False))
+        extra += ", exits=exit_sides)" if any(exits) else ")"
         call = self.expression(
             "helpers.convert_ifelse(test, true_fn, false_fn, state, outputs, return_names, return_flags, lines"
-            + extra, node, lines=templates.constant(tuple(lines)),
+            + extra, node, lines=templates.constant(tuple(lines)), exit_sides=templates.constant(exits),
             **({"jump": templates.constant(jump)} if jump or jump_flags else {}),
             **({"jump_flags": templates.constant(jump_flags)} if jump_flags else {}),
             test=node.test, true_fn=true_fn, false_fn=false_fn,

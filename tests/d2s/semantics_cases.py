@@ -487,3 +487,37 @@ def chained_comparison_evaluates_its_middle_once(x):
     if 0 < y.add_(1).sum() < 100 > y.max():
         y = y - 1
     return y
+
+
+# -- an arm that breaks or returns under tensor conditions need not define ----------------
+
+
+@case((POS, I(2)), (T(0.5, 0.2, 0.1), I(2)), (NEG, I(2)), (NEG, I(0)), ops={"cond", "while"})
+def arm_that_breaks_or_returns_need_not_define(x, n):
+    a = x * 1.0
+    b = x * 0.0
+    w = 0
+    while w < n:
+        w += 1
+        if a.sum() > 0:
+            if a.max() > 1.0:
+                break
+            return a
+        else:
+            v = a - b
+        b = b * 0.5 + v
+    return b
+
+
+@case((POS,), (T(0.5, 0.2, 0.1),), (NEG,), ops={"cond", "while"})
+def arm_that_continues_or_returns_need_not_define(x):
+    b = x * 0.0
+    for i in range(3):
+        if b.sum() > 0.5:
+            if x.max() > 1.0:
+                continue
+            return b + i
+        else:
+            v = x - b
+        b = b * 0.5 + v
+    return b
