@@ -79,6 +79,20 @@ def user_name(value, what="tensor"):
     return f"this {what}"
 
 
+def _user_names(values):
+    """For each value, the variable of the user's code on the user's line that
+    holds it, else "input i" (never the program's own name, `tmp_3`)."""
+    frame = _user_frame()
+    names = []
+    words = set(re.findall(r"[A-Za-z_]\w*", linecache.getline(frame.f_code.co_filename, frame.f_lineno))) \
+        if frame is not None else set()
+    local = frame.f_locals if frame is not None else {}
+    for i, value in enumerate(values):
+        held = sorted(n for n, v in local.items() if v is value and n in words)
+        names.append(held[0] if held else f"input {i + 1}")
+    return names
+
+
 def exception_origin(exc):
     """(filename, lineno, source line) of the innermost user frame that ``exc``
     passed through (where the user's code raised it), or None."""
@@ -272,7 +286,8 @@ def record(opdef, fn, args, kwargs):
             raise error_at_user_line(f"`{opdef.type}`: {exc.message}") from None
         raise
     except Exception as exc:  # noqa: BLE001 - the kernel's own complaint, at the user's line
-        shapes = ", ".join(f"{v.name}: {v.dtype_name}[{', '.join(map(str, v.dims))}]" for v in refs.inputs)
+        shapes = ", ".join(f"{name}: {v.dtype_name}[{', '.join(map(str, v.dims))}]"
+                           for name, v in zip(_user_names(refs.inputs), refs.inputs))
         raise error_at_user_line(f"`{opdef.type}` fails on inputs ({shapes}): {exc}") from None
     if _has_python_number(meta):
         # Computed from tensor values (metadata is answered before ops are

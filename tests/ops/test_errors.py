@@ -63,3 +63,10 @@ def test_python_value_of_a_variable(how, form):
 
 def test_kernel_failure_at_build_time_names_op_and_shapes():
     err = _raises_at(lambda x: x @ x, "lambda x: x @ x", "__matmul__", "float32[2, 3]")  # lambda x: x @ x
+    # Inputs are named by the user's variables on that line, or by position: never `tmp_N`.
+    assert "(x: float32[2, 3])" in str(err) and "tmp_" not in str(err), str(err)
+
+
+def test_kernel_failure_names_an_unnamed_input_by_position():
+    err = _raises_at(lambda x: x.sum().view(5), "x.sum().view(5)", "input 1: float32[]")  # x.sum().view(5)
+    assert "tmp_" not in str(err)
