@@ -521,3 +521,42 @@ def arm_that_continues_or_returns_need_not_define(x):
             v = x - b
         b = b * 0.5 + v
     return b
+
+
+# -- more of issue 8's examples ------------------------------------------------------------
+
+
+@case((POS, I(0)), (POS, I(2)), (NEG, I(3)), ops={"cond", "while"})
+def name_defined_before_a_tensor_if_then_assigned_in_a_loop(x, n):
+    y = x + 1
+    if x.sum() > 0:
+        x = x * 2
+    for i in range(n):
+        y = x * 2
+    return y
+
+
+@case((POS, I(2)), (NEG, I(2)), (NEG, I(0)), ops={"cond", "while"})
+def assert_after_a_break_in_both_branches(x, n):
+    for i in range(n):
+        if x.sum() > 0:
+            break
+        else:
+            break
+        assert False, "never reached"
+    return x + 1
+
+
+@case((POS, T([1.0, -1.0, 2.0], [0.5, 0.5, -3.0])), (NEG, T([1.0, -1.0, 2.0], [0.5, 0.5, 3.0])),
+      (POS, T([-1.0, -1.0, -1.0], [-1.0, 0.5, 0.0])), ops={"cond", "while"})
+def list_elements_used_inside_a_nested_loop(x, m):
+    out = []
+    for row in m:
+        if row.sum() > 0:
+            out.append(row * x)
+    total = x * 0.0
+    if len(out) > 0:
+        for row in m:
+            for e in torch.stack(out):
+                total = total + e * row
+    return total
