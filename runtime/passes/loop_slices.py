@@ -10,8 +10,11 @@ exactly its own slice's gradient), so this is exact; an index past the end
 is an IndexError as before.
 
 Applies when the index is the loop's counter (a loop variable), alone or
-after full slices (`x[t]`, `x[:, t]`, `x[:, :, t]`), the sequence is
-defined outside the loop, and nothing in the loop writes in place.
+after full slices (`x[t]`, `x[:, t]`, `x[:, :, t]`, and `torch.select(x,
+d, t)`, which `for row in x` makes), the sequence is defined outside the
+loop, and nothing in the loop writes in place. For `for row in x` this is
+also what eager does (`iter(x)` is `x.unbind(0)`): the gradient reaching
+`x` is summed in one node, in eager's order, not one per step.
 
 Before:                                          After:
     Out=[..] = while(.., X=[x, ..])                  x_slices = unbind_slices(x, 1)
@@ -108,11 +111,18 @@ def run(ctx):
 def _slices_for(inner, loop, block, inside, made, program):
     """The name of the slices variable `inner` can read instead of slicing
     (created before `loop` on first use), or None if it does not qualify."""
-    if inner.type != "torch.Tensor.__getitem__" or inner.attrs.get("kwargs") or len(inner.input("X")) != 2:
+    if inner.attrs.get("kwargs") or len(inner.input("X")) != 2:
         return None
-    seq_arg, index = inner.attrs["args"]
+    if inner.type == "torch.Tensor.__getitem__" and len(inner.attrs["args"]) == 2:
+        seq_arg, index = inner.attrs["args"]
+        dim = _slice_dim(index)
+    elif (inner.type == "torch.select" and len(inner.attrs["args"]) == 3
+          and type(inner.attrs["args"][1]) is int and inner.attrs["args"][1] >= 0
+          and inner.attrs["args"][2] == InputRef(1)):
+        seq_arg, dim = inner.attrs["args"][0], inner.attrs["args"][1]  # `for row in x`: x.select(0, ctr)
+    else:
+        return None
     seq, ctr = inner.input("X")
-    dim = _slice_dim(index)
     var = find_var(program, seq)
     if (seq_arg != InputRef(0) or dim is None or seq in inside or ctr not in loop.attrs["loop_vars"]
             or var is None or dim >= len(var.shape) or inner.attrs.get("out") != OutputRef(0)):

@@ -276,6 +276,9 @@ def _index_positions(op, get_op_def):
         return {r.index for r in _refs(op.attrs["args"][1])} - {r.index for r in _refs(op.attrs["args"][0])}
     if op.type == "array_read":
         return {1}
+    args = op.attrs.get("args", ())
+    if op.type == "torch.select" and len(args) == 3 and isinstance(args[2], InputRef) and args[0] != args[2]:
+        return {args[2].index}  # `for row in x`: x.select(0, ctr) takes the int as well
     return set()
 
 

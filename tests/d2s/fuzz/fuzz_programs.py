@@ -17,7 +17,8 @@ nested ``if``/``elif``/``else`` on tensors and on Python values, ternaries,
 augmented assignment, in-place ops and calls to helper functions that have
 control flow of their own, locals first assigned in every arm of an ``if``
 (or in the arms that do not return/break/continue) and read after it, `int()`/`float()` of tensors, `len`/`.shape`,
-`assert`s that hold, `zip`, a dict changed in place and a tuple rebuilt.
+`assert`s that hold and `raise`/`assert` checks that fail on some inputs,
+`zip`, a dict changed in place and a tuple rebuilt.
 
 `generate(seed)` is deterministic: the same seed gives the same program on
 every machine. The tree keeps what the runner and the minimiser need: which
@@ -113,6 +114,10 @@ AUG = ["a += b", "b *= {s}", "t += a.sum()", "a -= {c}"]
 INPLACE = ["acc.add_(a)", "acc.mul_({s})", "acc.add_(b * {s})"]
 TERNARY = ["b = b * {s} if a.sum() > {c} else b + 1.0", "a = a - 1.0 if t < {c} else a * {s}",
            "t = t * 2.0 if (b > {c}).all() else t - 1.0"]
+# Checks that fail on some inputs: the program raises them only on the paths that take them.
+CHECKS = ["if a.sum() > {c} + 5.0: raise ValueError('fuzz: a.sum() is too big')",
+          "assert t < {c} + 6.0, 'fuzz: t is too big'", "if k > 6: raise ValueError('fuzz: k is too big')",
+          "assert (b > -9.0).all(), 'fuzz: b is too small'"]
 CONTAINERS = ["dd['u'] = dd['u'] + a", "dd['c'] = dd['c'] + 1", "h = (h[1], h[0] + a * {s})",
               "a = a + h[0] - dd['u']", "dd['u'] = torch.tanh(dd['u'] + h[1])"]
 LISTS = ["ys.append(a * {s})", "zs.append(b)", "a = a + torch.stack(ys).mean(0)", "k = k + len(zs)"]
@@ -311,7 +316,8 @@ class _Generator:
         # A list appended under a tensor `if` is a documented refusal: rarely, to test that path.
         lists = [t for t in LISTS if "append" not in t] if branch and r.random() < 0.95 else LISTS
         groups = [("assign", ASSIGNS, 5), ("python", PY_ASSIGNS, 3), ("ternary_tensor", TERNARY, 2),
-                  ("list", lists, 2), ("grow", GROW, 1), ("call", CALLS, 1), ("container", CONTAINERS, 1)]
+                  ("list", lists, 2), ("grow", GROW, 1), ("call", CALLS, 1), ("container", CONTAINERS, 1),
+                  ("check", CHECKS, 1)]
         if not self.grad:
             groups += [("aug", AUG, 2), ("inplace", INPLACE, 1), ("alias", ALIASES, 1)]
         if targets:

@@ -7,6 +7,9 @@ For one `fuzz_programs.Program`:
    greedily until every line transition and every loop trip class (0, 1,
    several) that any candidate reaches is reached: both branches, zero and
    several trips and early exits are exercised whenever some input can.
+   An input on which the program's own checks raise (a `raise`/`assert`
+   whose message starts with ``fuzz:``) expects the same exception type and
+   message from the declarative call and from the Executor.
 2. The program is built ONCE, by `@declarative` from the first input; every
    input then runs through the declarative call and through the `Executor` on
    that same program, and must give the eager result exactly (values, dtype,
@@ -113,18 +116,35 @@ class _Coverage:
         return local
 
 
+class Raised:
+    """An expected exception: a generated `raise`/`assert` (message starting
+    with ``fuzz:``) that the eager call took. The static call must raise the
+    same type with a message starting with the same text."""
+
+    def __init__(self, exc):
+        self.type, self.text = type(exc), str(exc)
+
+    def __repr__(self):
+        return f"raises {self.type.__name__}({self.text!r})"
+
+
 def eager_run(fn, args, filename=None):
-    """(result, grad, mutated inputs, features) of one eager call."""
+    """(result, grad, mutated inputs, features) of one eager call; the result
+    is a `Raised` when the program's own checks raise."""
     args = clone(args)
     cov = _Coverage(filename) if filename else None
     if cov:
         sys.settrace(cov)
     try:
         result = fn(*args)
+    except (ValueError, AssertionError) as exc:
+        if not str(exc).startswith("fuzz:"):
+            raise
+        result = Raised(exc)
     finally:
         if cov:
             sys.settrace(None)
-    grad = _grad(result, args)
+    grad = None if isinstance(result, Raised) else _grad(result, args)
     return result, grad, args, cov.features if cov else set()
 
 
@@ -307,9 +327,19 @@ def _run(program):
         except _Timeout:
             raise
         except Exception as exc:
+            if isinstance(result, Raised) and _same_raise(result, exc):
+                if not static.program_cache:  # a check Python decides raised while building, as eagerly
+                    continue
+                executed = _expect_raise(static, args, result, i, program)
+                if executed is not None:
+                    return executed
+                continue
             outcome = classify_error(exc, program, source, path)
             outcome.stage = stage if outcome.kind == "crash" and outcome.stage == "exception" else outcome.stage
             return outcome
+        if isinstance(result, Raised):
+            return Outcome("wrong", "declarative", _wrong_detail(program),
+                           f"input {i}: eager {result}, declarative returned {_show(got)}")
         if not same(result, got):
             return Outcome("wrong", "declarative", _wrong_detail(program),
                            f"input {i}: eager {_show(result)}, declarative {_show(got)}")
@@ -332,13 +362,35 @@ def _run(program):
         if not same(result, executed):
             return Outcome("wrong", "executor", _wrong_detail(program),
                            f"input {i}: eager {_show(result)}, executor {_show(executed)}")
-    if len(static.program_cache) != 1:
+    if len(static.program_cache) > 1 or (not static.program_cache and not all(
+            isinstance(r, Raised) for _, r, *_ in inputs)):
         return Outcome("wrong", "retrace", _wrong_detail(program),
                        f"{len(static.program_cache)} programs for inputs of the same shapes")
+    if not static.program_cache:
+        return Outcome("pass")
     missing = _missing_ops(program, static.concrete_program.main_program, fn, inputs, path)
     if missing:
         return Outcome("wrong", "ops", _wrong_detail(program), f"no {missing} op for tensor control flow")
     return Outcome("pass")
+
+
+def _same_raise(expected, exc):
+    return type(exc) is expected.type and str(exc).startswith(expected.text)
+
+
+def _expect_raise(static, args, expected, i, program):
+    """None when the Executor run of the program raises as eager did, else the wrong Outcome."""
+    try:
+        executed = _executor_run(static.concrete_program, args)
+    except _Timeout:
+        raise
+    except Exception as exc:  # noqa: BLE001 - compared with the eager exception
+        if _same_raise(expected, exc):
+            return None
+        return Outcome("wrong", "executor", _wrong_detail(program),
+                       f"input {i}: eager {expected}, executor raises {type(exc).__name__}: {exc}")
+    return Outcome("wrong", "executor", _wrong_detail(program),
+                   f"input {i}: eager {expected}, executor returned {_show(executed)}")
 
 
 def _same_grad(eager, static):

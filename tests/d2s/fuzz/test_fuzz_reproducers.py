@@ -137,6 +137,19 @@ CASES = {
                 a = a + 1.0
             return a + w
         """, ("cond", "while")),
+    # Seed w5, program 163: `for e in a` read `a.select(0, ctr)` per step, so `a`'s gradient was summed one
+    # step at a time; eager iterates `a.unbind(0)` (one node). runtime/passes/loop_slices.py unbinds once.
+    "gradient_of_the_elements_a_loop_walks": (dict(grad=True, rows=1), """
+        def f(x, m, n):
+            a = x * 1.0
+            b = torch.zeros_like(x)
+            s = 0.0
+            for e2 in a:
+                v5 = torch.tanh(a)
+                b = b * 0.5 + v5
+                s = s + e2
+            return a + b + s
+        """, ("while",)),
     # A dict changed in place in a tensor loop and in a tensor branch (a program error before).
     "dict_changed_in_loop_and_branch": ({}, """
         def f(x, m, n):

@@ -145,3 +145,12 @@ def bump_until(x, n):
         if y == 3:
             break
     return x + y + k
+
+
+@d2s.declarative
+def rows_total(x):
+    """A loop over the rows of `x`: `x.select(0, ctr)` each step."""
+    total = torch.zeros(3)
+    for row in x:
+        total = total + torch.tanh(row)
+    return total

@@ -11,7 +11,7 @@ from runtime import passes
 from runtime.passes import PassContext, cse, dce, hoist_constants, inplace, loop_slices, pretranspose, scalars
 from runtime.passes._util import copy_program
 
-from pass_programs import (LinearSteps, bump_until, count_until, frozen_scale, ops_text, positive_rows_sum, repeated_sums,
+from pass_programs import (LinearSteps, bump_until, count_until, rows_total, frozen_scale, ops_text, positive_rows_sum, repeated_sums,
                            scaled_branches, shrink_steps, tanh_twice, traced)
 
 @pytest.fixture
@@ -208,6 +208,14 @@ block 3
 block 4
 """
     after.verify()
+
+
+def test_loop_slices_unbind_what_a_loop_over_a_tensor_walks(run_pass):
+    """`for row in x` selects `x.select(0, ctr)` per step: unbound once, as eager's `iter(x)` does."""
+    program, feeds, fetches = traced(rows_total, torch.randn(4, 3))
+    after, _ = run_pass(loop_slices, *run_pass(scalars, program, feeds, fetches)[:1], feeds, fetches)
+    text = ops_text(after)
+    assert "unbind_slices(x, 0)" in text and "py.index(x_slices_0, ctr_0)" in text and "select" not in text
 
 
 @pytest.mark.parametrize("n", [0, 2, 5])
