@@ -4,6 +4,7 @@
 from ops import control_flow as cf
 from ops import tracer
 from ops.capture import error_at_user_line
+from runtime.errors import ConversionError
 from runtime.ir import TENSOR_ARRAY
 
 from .raising import raising_as_op
@@ -73,6 +74,14 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
         except _Drop as retry:
             tr.rollback(mark)
             extra.remove(retry.name)
+            continue
+        except ConversionError:
+            if not extra:
+                raise
+            # The containers read by no later name may be what the op cannot
+            # merge (elements of other dtypes): without them, as before.
+            tr.rollback(mark)
+            extra = []
             continue
         break
     st.restore(before)

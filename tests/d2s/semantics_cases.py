@@ -560,3 +560,13 @@ def list_elements_used_inside_a_nested_loop(x, m):
             for e in torch.stack(out):
                 total = total + e * row
     return total
+
+
+@case((POS,), (NEG,), ops={"cond"})
+def unread_list_whose_branches_differ_is_left_alone(x):
+    ys = [x]
+    if x.sum() > 0:
+        ys.append(x + 1)
+    else:
+        ys.append((x * 3).int())
+    return x * 2
