@@ -617,7 +617,7 @@ def _method(var, name):
         from . import framework
         if name == "append":
             return lambda x: framework.array_append(var, x)
-        raise error_at_user_line(f"{user_name(var, 'list')} is a tensor array (a list appended in a loop over a tensor condition): it has no method `{name}`; it supports append, len(), torch.stack and torch.cat")
+        raise error_at_user_line(f"{user_name(var, 'list')} is a tensor array (a list that a loop over a tensor condition carries): it has no method `{name}`; it supports append, len(), torch.stack and torch.cat")
     attr = getattr(torch.Tensor, name, None)
     if attr is None:
         raise AttributeError(f"'Tensor' object has no attribute {name!r}")
