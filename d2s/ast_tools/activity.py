@@ -18,7 +18,9 @@ one function scope, and returns an ``Activity``. Rules:
   names it uses but does not bind (its free names) and modifies the names it
   declares ``nonlocal`` and assigns. Its body runs later, but it is treated
   as running where it is defined: that is exactly how the generated branch
-  and loop functions are used, and is conservative for user closures.
+  and loop functions are used, and is conservative for user closures. A
+  call of such a user closure (``mark_closure_calls``) also modifies the
+  names it rebinds, where it is called.
 """
 
 from dataclasses import dataclass, field
@@ -76,6 +78,25 @@ def scope_activity(fn):
         outside = _merge(outside, analyze(fn.decorator_list))
     return Activity(read=(inner.read - local) | outside.read,
                     bound=inner.bound & inner.nonlocals, mutated=inner.mutated - local)
+
+
+def mark_closure_calls(fn):
+    """Mark each call in ``fn``'s own scope of a function ``fn`` defines that
+    rebinds ``fn``'s variables with ``nonlocal`` (``def add(v): nonlocal
+    total; total = total + v``): ``call.d2s_rebinds`` lists those names, so
+    a branch or loop calling it carries them as if it assigned them."""
+    own, stack = [], list(fn.body)
+    while stack:  # the statements and expressions of fn's scope, not of nested scopes
+        node = stack.pop()
+        own.append(node)
+        if not isinstance(node, _SCOPES):
+            stack.extend(gast.iter_child_nodes(node))
+    closures = {node.name: scope_activity(node).bound for node in own
+                if isinstance(node, (gast.FunctionDef, gast.AsyncFunctionDef))}
+    closures = {name: bound for name, bound in closures.items() if bound}
+    for node in own:
+        if isinstance(node, gast.Call) and isinstance(node.func, gast.Name) and node.func.id in closures:
+            node.d2s_rebinds = tuple(sorted(closures[node.func.id]))
 
 
 def variables(fn, enclosing=frozenset()):
@@ -137,6 +158,11 @@ class _Visitor(gast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Call(self, node):
+        # A call of a nested function that rebinds enclosing variables (`nonlocal`): it
+        # changes them where it is called (see `mark_closure_calls`).
+        rebinds = getattr(node, "d2s_rebinds", ())
+        self.activity.bound |= set(rebinds)
+        self.activity.read |= set(rebinds)
         func = node.func
         if isinstance(func, gast.Attribute) and func.attr in MUTATING_METHODS:
             name = _loaded_name(func.value)

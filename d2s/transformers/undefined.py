@@ -21,12 +21,14 @@ generated code may bind it to a name. ``convert_load`` raises Python's own
 it fails exactly as in eager code (and, under a tensor condition, when the
 program takes that path; see ``convert_ifelse``). Only the reads the
 definite-assignment analysis (``ast_tools.definedness``) cannot prove bound
-are wrapped. Runs first after Unsupported, on the user's own code.
+are wrapped. Runs first after Unsupported, on the user's own code (and
+marks the calls of closures that rebind this function's variables:
+``activity.mark_closure_calls``).
 """
 
 import gast
 
-from ..ast_tools import definedness
+from ..ast_tools import activity, definedness
 from .base import Transformer
 
 
@@ -37,6 +39,9 @@ class UndefinedLoads(Transformer):
 
     def visit_FunctionDef(self, node):
         self.maybe |= {id(n) for n in definedness.maybe_undefined(node)}
+        # Also on the user's own code: which calls rebind this function's variables
+        # through a closure's `nonlocal` (for the analyses of the later passes).
+        activity.mark_closure_calls(node)
         return self.generic_visit(node)
 
     def visit_Name(self, node):

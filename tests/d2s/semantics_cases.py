@@ -570,3 +570,18 @@ def unread_list_whose_branches_differ_is_left_alone(x):
     else:
         ys.append((x * 3).int())
     return x * 2
+
+
+@case((POS, T([1.0, -1.0, 2.0], [0.5, 0.5, -3.0])), (NEG, T([-1.0, -1.0, -2.0], [0.5, 0.5, -3.0])),
+      ops={"cond", "while"})
+def closure_rebinding_a_variable_in_a_tensor_loop(x, m):
+    total = x * 0.0
+
+    def add(v):
+        nonlocal total
+        total = total + v
+
+    for row in m:
+        if row.sum() > 0:
+            add(row)
+    return x + total
