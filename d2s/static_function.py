@@ -548,6 +548,7 @@ class StaticFunction:
                     var = main.global_block().create_var(name=name, shape=shape, dtype=t.dtype, is_data=True,
                                                          stop_gradient=not t.requires_grad)
                     tr.symbolize(var, hints=tuple(t.shape))  # example sizes decide what tracing assumes
+                    tr.examples[name] = t  # and example values the numbers read from it (int(t))
                     feeds.append(var)
                 sym_args = _replace_tensors(tuple(args), list(feeds))
                 sym_kwargs = _replace_tensors(dict(kwargs), list(feeds[len(arg_leaves):]))

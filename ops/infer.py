@@ -156,7 +156,8 @@ def _symbolic_runs(fn, args, kwargs, inputs, shapes, factory, as_int, meta):
     for length in ((2, 3) if arrays else (2,)):
         values = [shapes.fake(v, length, meta) for v in inputs]
         if as_int:
-            values = [shapes.new_symbol(1, v.name) if _int_like(v) else x for v, x in zip(inputs, values)]
+            values = [shapes.new_symbol(shapes.tracer.example_int(v, 1), v.name) if _int_like(v) else x
+                      for v, x in zip(inputs, values)]
         start, ranges = len(shapes.env.guards), dict(shapes.env.var_to_range)
         with shapes.active(meta):
             runs.append(_call(fn, args, kwargs, values, factory, "meta" if meta else None))

@@ -101,6 +101,8 @@ class Shapes:
         self._values = {}       # sympy expr -> Variable computing it at run time
         self.scalars = {}       # id(SCALAR Variable) -> its SymInt/SymBool
         self._numbers = {}      # sympy symbol -> "int(t)": the run-time number it stands for
+        self._fake_vars = {}    # id(fake tensor) -> (it, the Variable it stands for)
+        self._item_vars = {}    # unbacked symbol of a fake's `.item()` -> that Variable
         self.emitted = 0        # how many ShapeEnv guards have become assert ops
 
     # -- symbols ---------------------------------------------------------------------
@@ -139,7 +141,7 @@ class Shapes:
                     # FakeTensorMode logs a kernel's failure as an error before raising it;
                     # inference handles it (another way to infer, or the user's error).
                     stack.enter_context(_quiet(logging.getLogger("torch._subclasses.fake_tensor")))
-                stack.enter_context(_MetaItems(self.env) if meta else self.mode)
+                stack.enter_context(_MetaItems(self) if meta else self.mode)
                 stack.enter_context(enable_python_dispatcher())
                 yield
         finally:
@@ -193,9 +195,15 @@ class Shapes:
         unbacked = free_unbacked_symbols(expr)
         if not unbacked:
             return d
-        fresh = {u: self.new_symbol(8, f"{u}").node.expr for u in unbacked}
+        fresh = {u: self.new_symbol(self._item_hint(u), f"{u}").node.expr for u in unbacked}
         new = expr.xreplace(fresh)
         return self.env.create_symintnode(new, hint=int(self.env.guarding_hint_or_throw(new)))
+
+    def _item_hint(self, u):
+        """The example value of the tensor whose `.item()` made symbol `u`
+        (ops/examples.py), else a stand-in."""
+        var = self._item_vars.get(u)
+        return 8 if var is None else self.tracer.example_int(var, 8)
 
     def symint(self, text, var=None, dim=None):
         """The SymInt of a dimension's text (a fresh symbol if unknown)."""
@@ -213,7 +221,7 @@ class Shapes:
         that the 0-d integer tensor `var` stands for (`int(t)`, `t.item()`).
         While tracing it is a new symbol, read from that Variable: a check on
         it is a check of the run-time number."""
-        value = self.new_symbol(8, f"int({var.name})")
+        value = self.new_symbol(self.tracer.example_int(var, 8), f"int({var.name})")
         out = self._append(scalar_op_type(int), [var], (InputRef(0),), value, block=var.block)
         self._values[value.node.expr] = out
         from .capture import user_name
@@ -240,6 +248,7 @@ class Shapes:
             t = torch.empty(sizes, dtype=var.dtype, device=device)
             if var.kind == TENSOR_ARRAY:
                 return [torch.empty(sizes, dtype=var.dtype, device=device) for _ in range(length)]
+        self._fake_vars[id(t)] = (t, var)
         return t
 
     # -- materializing ----------------------------------------------------------------------
@@ -400,9 +409,10 @@ class _MetaItems(TorchDispatchMode):
 
     _ITEM = (torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default)
 
-    def __init__(self, env):
+    def __init__(self, shapes):
         super().__init__()
-        self.env = env
+        self.shapes = shapes
+        self.env = shapes.env
         self.memo = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -415,6 +425,9 @@ class _MetaItems(TorchDispatchMode):
                     value = self.env.create_unbacked_symbool()
                 elif not arg.dtype.is_complex:
                     value = self.env.create_unbacked_symint()
+                    fake, var = self.shapes._fake_vars.get(id(arg), (None, None))
+                    if fake is arg:  # a Variable's number: its example value can be the hint
+                        self.shapes._item_vars[value.node.expr] = var
                 else:
                     raise NotImplementedError(f"item() of a {arg.dtype} meta tensor")
                 self.memo[id(arg)] = (arg, value)  # the tensor too: its id stays its own

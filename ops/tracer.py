@@ -69,6 +69,7 @@ class Tracer:
         self.name_hints = dict(name_hints or {})
         self.lifted = {}        # id(tensor) -> name of its persistable Variable
         self.expanding = set()  # Python-level torch functions whose body is being captured
+        self.examples = {}      # feed name -> the tensor of the call being traced (ops/examples.py)
         self._shapes = None     # ops.symbolic.Shapes, made on the first dynamic dimension
         self._token = None
         self._cold = None       # cold_start.dynamo_free while the trace is active
@@ -88,6 +89,13 @@ class Tracer:
         """Give `var`'s run-time dimensions (-1) symbols; `hints` are example sizes."""
         if any(d == -1 or isinstance(d, str) for d in var.dims):
             self.shapes.symbolize(var, hints)
+
+    def example_int(self, var, default):
+        """The int the integer tensor `var` holds for the call being traced
+        (a size symbol's hint), else `default`."""
+        from .examples import example_int
+        value = example_int(self, var)
+        return default if value is None else value
 
     def emit_guards(self):
         """A check op for each size assumption made since the last call."""

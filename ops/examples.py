@@ -1,0 +1,130 @@
+"""Example values: what a Variable holds for the call being traced.
+
+A number read from a tensor while tracing (`int(t)`, `x.new(int(n))`,
+`torch.arange(0, int(t))`) is a run-time value, so it becomes a size symbol.
+ShapeEnv decides every size comparison on a symbol's *hint* and records the
+decision as a guard, which the program checks when it runs. With a made-up
+hint those decisions follow the made-up number: a program traced from an
+input that would pass every check still fails its own checks (or the trace
+fails, `cat` refusing sizes that differ only for the made-up number).
+
+The call being traced has real arguments, so a value computed from them by
+pure kernels is known: this module replays the recorded ops that produce a
+Variable on the example inputs (the feeds' tensors, the bound parameters and
+buffers, the hints of size symbols) and gives its value as the hint. Nothing
+is assumed from it that is not checked: the hint only chooses which guards
+are recorded, and every guard stays a run-time check.
+
+Only ops that cannot be observed are replayed: no in-place, random or
+training-only op, nothing with sub-blocks, and a bounded number of ops and
+elements (the replay runs on the real example data).
+"""
+
+import torch
+
+from runtime.attrs import OutputRef
+from runtime.ir import SCALAR, TENSOR_ARRAY
+from runtime.optable import get_op_def, is_registered
+
+from .infer import _call, _without_function_modes
+
+MAX_OPS = 64            # ops replayed for one value
+MAX_ELEMENTS = 1 << 16  # elements of any tensor the replay reads or makes
+
+
+class _Unknown(Exception):
+    pass
+
+
+def example_int(tracer, var):
+    """The Python int `var` (a one-element integer tensor) holds for the
+    example inputs of this trace, or None when it cannot be told by replaying
+    pure ops."""
+    if not tracer.examples:
+        return None
+    try:
+        with _without_function_modes(), torch._C.DisableTorchFunction(), torch.no_grad():
+            value = _Replay(tracer).value(var)
+            if isinstance(value, torch.Tensor):
+                if value.numel() != 1 or value.dtype.is_floating_point or value.dtype.is_complex:
+                    return None
+                value = value.item()
+    except Exception:  # noqa: BLE001 - anything the replay cannot do: no example, the stand-in hint
+        return None
+    return int(value) if isinstance(value, (int, bool)) else None
+
+
+class _Replay:
+    def __init__(self, tracer):
+        self.tracer = tracer
+        self.memo = {}
+        self.budget = MAX_OPS
+
+    def value(self, var):
+        key = (var.block.idx, var.name)
+        if key not in self.memo:
+            self.memo[key] = self._compute(var)
+        return self.memo[key]
+
+    def _compute(self, var):
+        tr = self.tracer
+        if var.kind == TENSOR_ARRAY:
+            raise _Unknown(var.name)
+        if var.kind == SCALAR:
+            sym = tr.shapes.scalars.get(id(var)) if tr._shapes is not None else None
+            hint = getattr(getattr(sym, "node", None), "hint", None)
+            if hint is None:
+                raise _Unknown(var.name)
+            return hint
+        found = _producer(var)
+        if found is not None:  # also an input written in place: not the example any more
+            return self._run(*found)
+        example = tr.examples.get(var.name)
+        if example is None:
+            example = tr.program.bound.get(var.name)
+        if example is None:
+            raise _Unknown(var.name)
+        return _small(example)
+
+    def _run(self, op, index):
+        self.budget -= 1
+        if self.budget < 0 or op.sub_blocks() or not is_registered(op.type):
+            raise _Unknown(op.type)
+        opdef = get_op_def(op.type)
+        if opdef.kernel is None or opdef.mutates or opdef.random or opdef.training_only \
+                or op.attrs.get("out") is None or "args" not in op.attrs:
+            raise _Unknown(op.type)
+        block = op.block
+        inputs = [self.value(block.find_var(n)) for n in op.input("X")]
+        result = _call(opdef.kernel, op.attrs["args"], op.attrs.get("kwargs", {}), inputs, False)
+        return _small(_pick(op.attrs["out"], result, index))
+
+
+def _producer(var):
+    """The last op of `var`'s block that writes it, and which output it is."""
+    for op in reversed(var.block.ops):
+        names = op.output("Out")
+        if var.name in names:
+            return op, names.index(var.name)
+    return None
+
+
+def _pick(tree, result, index):
+    """The part of `result` that the op's output tree names OutputRef(index)."""
+    if isinstance(tree, OutputRef):
+        if tree.index == index:
+            return result
+        raise _Unknown("output")
+    if isinstance(tree, (list, tuple)) and isinstance(result, (list, tuple)) and len(tree) == len(result):
+        for t, r in zip(tree, result):
+            try:
+                return _pick(t, r, index)
+            except _Unknown:
+                continue
+    raise _Unknown("output")
+
+
+def _small(value):
+    if isinstance(value, torch.Tensor) and (value.numel() > MAX_ELEMENTS or value.device.type == "meta"):
+        raise _Unknown("large")
+    return value

@@ -1,0 +1,73 @@
+"""Numbers read from tensors while tracing take the traced call's values as
+their symbols' hints (ops/examples.py): the program's own size checks hold
+for the call it was built from, and every later call either gives eager's
+result or fails a check, never a silent difference."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import d2s
+
+
+def masked_softmax(att, lengths):
+    # A length read as a Python int sizes a new tensor and an arange.
+    lengths = lengths.type_as(att.data)
+    idx = torch.arange(0, int(lengths[0]), out=att.data.new(int(lengths[0])).long()).unsqueeze(1)
+    mask = (idx.float() < lengths.unsqueeze(0)).float()
+    e = torch.exp(att) * mask
+    return e / (e.sum(0, True) + 1e-4)
+
+
+def pad_to(x1, x2):
+    # Sizes wrapped in tensors, then given to F.pad: the padded size must
+    # equal x2's for the cat, which holds only for the real differences.
+    dy = torch.tensor([x2.size(2) - x1.size(2)])
+    dx = torch.tensor([x2.size(3) - x1.size(3)])
+    x1 = F.pad(x1, [dx // 2, dx - dx // 2, dy // 2, dy - dy // 2])
+    return torch.cat([x2, x1], dim=1)
+
+
+def narrow_by(x, n):
+    # The number depends on the input's values through pure ops.
+    k = int((n * 2).sum() - 1)
+    return x.new(k).fill_(1.0) * x[:k]
+
+
+def _close(fn, args):
+    torch.testing.assert_close(d2s.declarative(fn)(*args), fn(*args), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("lengths", [[4, 3, 2, 1], [4, 4, 1, 0], [0.3, 0.5, 0.2, 0.9]])
+def test_int_of_an_input_sizes_a_tensor(lengths):
+    torch.manual_seed(0)
+    _close(masked_softmax, (torch.rand(4), torch.tensor(lengths)))
+
+
+@pytest.mark.parametrize("shapes", [((1, 2, 4, 4), (1, 2, 6, 5)), ((1, 1, 3, 3), (1, 1, 3, 4))])
+def test_sizes_wrapped_in_tensors_pad_then_cat(shapes):
+    _close(pad_to, tuple(torch.rand(s) for s in shapes))
+
+
+def test_one_program_later_values_match_eager_or_fail_a_check():
+    fn = d2s.declarative(narrow_by)
+    x = torch.arange(8.0)
+    for values in ([1, 2], [2, 2], [0, 1]):  # the first builds the program; the others reuse it
+        n = torch.tensor(values)
+        try:
+            got = fn(x, n)
+        except AssertionError as exc:  # a size check of the program, as documented
+            assert "converted for inputs where" in str(exc)
+            continue
+        torch.testing.assert_close(got, narrow_by(x, n), rtol=0, atol=0)
+    assert len(fn.program_cache) == 1
+
+
+def test_an_input_written_in_place_is_not_its_example():
+    def bump_then_read(x, n):
+        n.add_(2)  # the replay must not take the example as n's value here
+        return x[: int(n[0])] * 2
+
+    x = torch.arange(6.0)
+    got = d2s.declarative(bump_then_read)(x, torch.tensor([1]))
+    torch.testing.assert_close(got, bump_then_read(x, torch.tensor([1])), rtol=0, atol=0)
