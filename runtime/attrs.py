@@ -98,6 +98,14 @@ _MEMORY_FORMATS = {
     "preserve_format": torch.preserve_format,
 }
 _LAYOUTS = {"strided": torch.strided}
+# The legacy tensor-type classes (`x.type(torch.LongTensor)`), by their names:
+# a closed set, like the other named values.
+_TENSOR_TYPES = {f"{prefix}.{name}": getattr(module, name)
+                 for prefix, module in (("torch", torch), ("torch.cuda", torch.cuda))
+                 for name in ("FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "ByteTensor",
+                              "CharTensor", "ShortTensor", "IntTensor", "LongTensor", "BoolTensor")
+                 if hasattr(module, name)}
+_TENSOR_TYPE_NAMES = {id(v): k for k, v in _TENSOR_TYPES.items()}
 # Devices a saved program may name: a closed set, so that a file cannot make
 # torch parse an arbitrary string ("os.system" is a RuntimeError there).
 _DEVICE = re.compile(r"(cpu|cuda|meta|mps|xpu)(:[0-9]{1,3})?")
@@ -146,6 +154,8 @@ def encode(value):
         return {"$memory_format": next(k for k, v in _MEMORY_FORMATS.items() if v == value)}
     if isinstance(value, torch.layout):
         return {"$layout": next(k for k, v in _LAYOUTS.items() if v == value)}
+    if id(value) in _TENSOR_TYPE_NAMES:
+        return {"$tensor_type": _TENSOR_TYPE_NAMES[id(value)]}
     raise TypeError(f"cannot store {type(value).__name__} {value!r} in a program attribute")
 
 
@@ -201,6 +211,8 @@ def decode(data, program):
             return _MEMORY_FORMATS[body]
         if tag == "$layout":
             return _LAYOUTS[body]
+        if tag == "$tensor_type":
+            return _TENSOR_TYPES[body]
     except (ValueError, KeyError, IndexError, TypeError, AttributeError, RuntimeError) as exc:
         raise ModelFormatError(f"malformed attribute {data!r:.80}: {exc}") from None
     raise ModelFormatError(f"unknown attribute tag {tag!r}")
@@ -217,6 +229,8 @@ def render(value, input_names=(), output_names=()):
         return f"block[{value.idx}]"
     if isinstance(value, torch.dtype):
         return "torch." + dtype_name(value)
+    if isinstance(value, type) and id(value) in _TENSOR_TYPE_NAMES:
+        return _TENSOR_TYPE_NAMES[id(value)]
     if isinstance(value, torch.Size):
         return f"({', '.join(map(str, value))})"
     if isinstance(value, tuple):

@@ -119,6 +119,8 @@ HOSTILE = {
     "a custom autograd.Function op": (lambda d: d["program"]["blocks"][0]["ops"][0].update(type="autograd_function"),
                                       "a live Python object"),
     "device os.system": (_call_attr("kwargs", {"device": {"$device": "os.system"}}), "is not a device"),
+    "tensor type os.system": (_call_attr("kwargs", {"dtype": {"$tensor_type": "os.system"}}),
+                              "malformed attribute"),
     "return type reaching a helper": (
         _call_attr("out", {"$return_type": "pytree_register_structseq", "items": [{"$out": 0}]}),
         "unknown return type"),

@@ -1,5 +1,5 @@
 """Forwards that return an input unchanged, a constant, a parameter, no tensor
-or the same tensor twice save with jit.save and reload with jit.load."""
+or the same tensor twice, or pass a legacy tensor type, save with jit.save and reload with jit.load."""
 
 import pytest
 import torch
@@ -38,6 +38,12 @@ class Weight(nn.Module):
         return self.w
 
 
+class LegacyType(nn.Module):
+    # `x.type(torch.LongTensor)`: the legacy tensor-type class is an op argument.
+    def forward(self, x):
+        return (x * 3).type(torch.LongTensor) + 1
+
+
 def _leaves(value):
     if isinstance(value, torch.Tensor):
         return [value]
@@ -46,7 +52,7 @@ def _leaves(value):
     return []
 
 
-@pytest.mark.parametrize("make", [Identity, Constant, Twice, NoTensor, Weight])
+@pytest.mark.parametrize("make", [Identity, Constant, Twice, NoTensor, Weight, LegacyType])
 def test_forward_form_saves_and_reloads(make, tmp_path):
     module = make()
     x = torch.randn(2)
