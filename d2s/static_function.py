@@ -196,21 +196,21 @@ class ProgramCache:
 
 
 class _Identities:
-    """Objects (modules, parameters, buffers) as a key part compared by
-    identity. It holds them weakly, so a cached key neither keeps a module
-    alive nor matches a new object that reuses a dead one's id."""
+    """Objects (modules, parameters, buffers) as a key part. It holds them
+    weakly, so a cached key neither keeps a module alive nor matches a new
+    object that reuses a dead one's id. A StaticFunction interns these (one
+    object per set of identical objects, `StaticFunction._intern_tree`), so
+    the key hashes and compares it by identity, in C: no Python `__hash__`
+    or `__eq__` call on the hit path."""
 
-    __slots__ = ("_refs", "_hash", "__weakref__")
+    __slots__ = ("_refs", "__weakref__")
 
     def __init__(self, objects):
         self._refs = tuple(map(_weak, objects))
-        self._hash = hash(tuple(map(id, objects)))
 
-    def __hash__(self):
-        return self._hash
-
-    def __eq__(self, other):
-        if not isinstance(other, _Identities) or len(self._refs) != len(other._refs):
+    def same(self, other):
+        """Whether both hold the same live objects, in the same order."""
+        if len(self._refs) != len(other._refs):
             return False
         for a, b in zip(self._refs, other._refs):
             obj = a()
@@ -340,6 +340,7 @@ class StaticFunction:
         self._caches = weakref.WeakKeyDictionary() if instance is None else None
         self._flags_generation = None
         self._flags = ()
+        self._trees = []  # weak references to the interned _Identities of cached keys
         self._lock = threading.RLock()
         functools.update_wrapper(self, function)
         try:
@@ -459,11 +460,25 @@ class StaticFunction:
                    if isinstance(v, torch.nn.Module) for m in v.modules()]
         tree = _Identities(modules + [t for m in modules for d in (m._parameters, m._buffers)
                                       for t in d.values() if t is not None])
-        if self._flags and self._flags[2] == tree:
-            tree = self._flags[2]  # the same object: a hit compares it by identity, in constant time
+        tree = self._intern_tree(tree)
         # (count, bit mask, identities): the flags hashed and compared in
         # constant time on every call.
         self._flags = (len(modules), sum(1 << i for i, m in enumerate(modules) if m.training), tree)
+
+    def _intern_tree(self, tree):
+        """The interned `_Identities` holding the same objects as `tree`
+        (then a cached key built with it matches again), else `tree`, now
+        interned. Runs only on a refresh, never on a hit."""
+        live = []
+        for r in self._trees:
+            old = r()
+            if old is not None:
+                if old.same(tree):
+                    return old
+                live.append(r)
+        live.append(weakref.ref(tree))
+        self._trees = live
+        return tree
 
     def _lookup(self, args, kwargs):
         """(the concrete program for these arguments, their tensors), built on a miss."""

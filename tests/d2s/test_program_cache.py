@@ -104,6 +104,23 @@ def test_structure_unchanged_keeps_one_key_object():
     assert net.forward._flags[2] is tree and len(net.forward.program_cache) == 2
 
 
+@pytest.mark.parametrize("back", ["same_module", "new_module"])
+def test_swapping_a_submodule_back_hits_its_program_again(back):
+    """Keys compare the module tree by identity of an interned object: a
+    tree equal to any cached one (not only the last) reuses that object, so
+    its program is hit; a new module of the same type is another tree."""
+    net = d2s.declarative(Affine())
+    x = torch.randn(2, 3)
+    first_fc = net.fc
+    net(x)
+    net.fc = nn.Linear(3, 3)
+    net(x)
+    net.fc = first_fc if back == "same_module" else nn.Linear(3, 3)
+    with torch.no_grad():
+        assert torch.equal(net(x), net.forward.dygraph_function(x))
+    assert len(net.forward.program_cache) == (2 if back == "same_module" else 3)
+
+
 def test_touch_marks_flags_stale():
     net = d2s.declarative(Net())
     x = torch.ones(3)
