@@ -19,6 +19,7 @@ Before:   self.hidden = h           (a Variable left on the module)
 After:    module.hidden = <tensor of this run>   after each run
 """
 
+import types
 import weakref
 
 import torch
@@ -130,3 +131,38 @@ def apply_writes(writes, results, rebuild):
         module = write.module()
         if module is not None:
             setattr(module, write.name, rebuild(write.tree, results))
+
+
+# -- Python state outside modules ----------------------------------------------------
+
+def escaped_to_globals(functions, program):
+    """(global name, module name) for each global of the converted
+    `functions`' modules that holds a Variable of `program` after its trace:
+    a tensor the code keeps in Python state between calls (`CACHE[k] = y`,
+    `helper.buf = y`). A cached program cannot keep such state (a later call
+    would recompute what eager reads back), and a later trace would read a
+    Variable of this program as if it were its own."""
+    found, seen = [], set()
+    for fn in functions:
+        namespace = getattr(fn, "__globals__", None)
+        if namespace is None or id(namespace) in seen:
+            continue
+        seen.add(id(namespace))
+        for name, value in list(namespace.items()):
+            if _holds_own_variable(value, program, 3):
+                found.append((name, namespace.get("__name__", "?")))
+    return found
+
+
+def _holds_own_variable(value, program, depth):
+    if isinstance(value, Variable):
+        return value.block.program is program
+    if depth == 0:
+        return False
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(_holds_own_variable(v, program, depth - 1) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_own_variable(v, program, depth - 1) for v in list(value.values()))
+    if isinstance(value, types.FunctionType):  # function attributes: `helper.buf = y`
+        return any(_holds_own_variable(v, program, depth - 1) for v in list(vars(value).values()))
+    return False

@@ -575,6 +575,7 @@ class StaticFunction:
                 out_tree = _output_tree(out, fetch)
                 state_fetch = []
                 writes, reads = module_state.collect(before, tr.lifted, _output_tree, state_fetch)
+                self._refuse_global_state(main)
             self._note_state(writes)
             main.verify()
             concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree, key[-1],
@@ -588,6 +589,20 @@ class StaticFunction:
             if _debug.level() >= 2:
                 print(f"[d2s] program of {self._function.__qualname__}:\n{main.to_string()}", file=sys.stderr)
             return concrete
+
+    def _refuse_global_state(self, main):
+        from . import conversion
+        escaped = module_state.escaped_to_globals([self._function, *conversion._converted.keys()], main)
+        if escaped:
+            name, module = escaped[0]
+            code = getattr(self._function, "__code__", None)
+            raise ConversionError(
+                f"`{name}` (a global of {module}) holds a tensor that {self._function.__qualname__} computed "
+                "while it was converted: state kept in Python between calls (a global, a function attribute, "
+                "a dict or list the code fills) cannot be part of a program, which would recompute it on "
+                "every call instead of reading it back; keep such state on the module (`self.x = ...`, "
+                "carried across calls) or compute it outside the declarative function",
+                code.co_filename if code else None, code.co_firstlineno if code else None)
 
     def _note_state(self, writes):
         known = {(ref(), name) for ref, name in self.program_cache.state_attrs}

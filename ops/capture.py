@@ -169,6 +169,19 @@ def python_constant(value):
     return value
 
 
+def check_own(var):
+    """Refuse a Variable of another program: one an earlier trace left in
+    Python state (a global, a function attribute, a container the code
+    keeps between calls). Its name may stand for another value in this
+    program, so using it would silently read the wrong tensor."""
+    if var.block.program is not tracer.current().program:
+        raise error_at_user_line(
+            f"{user_name(var)} was made by an earlier conversion of this code and kept in Python state "
+            "between calls (a global, a function attribute, a dict or list the code keeps); a program "
+            "cannot read another program's values: keep such state on the module (`self.x = ...`, "
+            "carried across calls) or pass it as an argument")
+
+
 class _Refs:
     """Turns an argument tree into one with InputRef leaves, collecting the
     input Variables (each once)."""
@@ -184,6 +197,7 @@ class _Refs:
         if isinstance(value, Variable):
             i = self._index.get(id(value))
             if i is None:
+                check_own(value)
                 i = self._index[id(value)] = len(self.inputs)
                 self.inputs.append(value)
             return InputRef(i)

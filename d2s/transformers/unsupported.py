@@ -38,6 +38,6 @@ class Unsupported(Transformer):
             decl = next(n for n in gast.walk(node) if isinstance(n, gast.Global) and name in n.names)
             raise self.ctx.error(decl, (
                 f"rebinding global {name!r} inside a converted function is not supported (a tensor "
-                "stored there would escape the program); return the value instead, or keep state in "
-                f"a module-level container, e.g. STATE[{name!r}] = value"))
+                "stored there would escape the program); return the value instead, or keep state on "
+                "the module (self.x = value, carried across calls)"))
         return self.generic_visit(node)
