@@ -31,6 +31,11 @@ _current = contextvars.ContextVar("d2s_tracer", default=None)
 _implicit = weakref.WeakKeyDictionary()
 
 
+def active():
+    """The tracer of the trace under way (a declarative build), or None."""
+    return _current.get()
+
+
 def current():
     """The tracer recording into the current main program."""
     program = default_main_program()

@@ -15,6 +15,7 @@ import types
 import torch
 
 from ops.autograd_function import is_function_apply, record_apply
+from ops import tracer
 from ops.capture import error_at_user_line, refuse_denied
 from ops.optimizer_ops import record_optimizer_call
 from runtime.ir import Variable
@@ -27,7 +28,10 @@ def convert_method(obj, name):
     """``getattr(obj, name)`` for tensor methods that read a value: a graph
     tensor's ``item()`` is a 0-d tensor standing for the number (its value
     exists only at run time; see ``_item``)."""
-    if is_var(obj) and name == "item":
+    if name == "item" and (is_var(obj) or isinstance(obj, torch.Tensor) and tracer.active() is not None):
+        # A real tensor the traced code reaches (a buffer, a parameter) is
+        # read when the program runs, as every other use of it is: its value
+        # while tracing may not be its value then (`if self.initialized.item() == 0:`).
         return lambda: _item(obj)
     return convert_call(getattr(obj, name))
 

@@ -41,7 +41,10 @@ def convert_cast(value, kind):
         return kind(value)
     if kind is int and isinstance(value, torch.SymInt):
         return value  # a run-time size is a Python int already
-    out = fw.cast(graph_tensor(value).detach(), _CASTS[kind])
+    src = graph_tensor(value).detach()
+    # The number is what the tensor holds now: a cast to its own dtype would
+    # be the tensor itself, changed by later in-place ops (`n = int(t); t.add_(1)`).
+    out = src.clone() if src.dtype == _CASTS[kind] else fw.cast(src, _CASTS[kind])
     out = out if out.shape == () else out.reshape(())
     out.python_number = True
     return out
@@ -95,8 +98,10 @@ def convert_isinstance(value, classinfo):
 def _item(value):
     """``value.item()`` of a graph tensor: a new 0-d Variable (never ``value``
     itself) that stands for the Python number eager code would have.
-    Detached: eagerly a number carries no gradient."""
-    out = value.detach().reshape(())
+    Detached: eagerly a number carries no gradient. A copy, not a view: the
+    number is what the tensor held at this point, whatever in-place ops do
+    to the tensor later (`n = t.item(); t.add_(1)`)."""
+    out = value.detach().clone().reshape(())
     out.python_number = True
     return out
 
