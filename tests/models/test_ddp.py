@@ -12,7 +12,7 @@ import numpy as np
 import d2s
 
 WORKER = textwrap.dedent("""
-    import copy, sys
+    import copy, os, sys
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -55,7 +55,15 @@ WORKER = textwrap.dedent("""
         if kind == "declarative":
             assert len(model.forward.program_cache) == 1
     np.savez(out, **results)
+    # Both ranks reach the barrier before either tears gloo down, and the
+    # interpreter's finalisation is skipped: gloo's worker threads can still
+    # hold tensors then, and freeing them at shutdown aborts the process
+    # ("terminate called without an active exception", a known torch
+    # teardown race that has nothing to do with the results checked here).
+    dist.barrier()
     dist.destroy_process_group()
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(0)
 """)
 
 
