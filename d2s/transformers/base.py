@@ -27,6 +27,9 @@ class Context:
     read. ``cell_reads`` maps a
     generated statement (by id) to the names its helper reads through closure
     cells (see ``liveness.analyze``), for the analyses of later passes.
+    ``truth_tests`` holds (by id) the tests of the ifs, loops and ternaries
+    passes 7-9 turn into helper calls: only their truth matters, which lets
+    ``Logical`` give their ``and``/``or`` the cheaper truth-only form.
     """
 
     filename: str
@@ -37,6 +40,7 @@ class Context:
     return_flags: set = field(default_factory=set)
     jump_flags: dict = field(default_factory=dict)
     cell_reads: dict = field(default_factory=dict)
+    truth_tests: set = field(default_factory=set)
 
     def error(self, node, message):
         lineno = getattr(node, "lineno", None)

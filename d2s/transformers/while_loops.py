@@ -48,6 +48,7 @@ class WhileLoop(ScopedTransformer):
             live = (live & (precise[1] | generated))
         loop_vars = sorted(activity.analyze(node.body).carried(self.variables) & live)
         node.body = visit_block(self, node.body)
+        self.ctx.truth_tests.add(id(node.test))
         test_fn = self.ctx.namer.new("loop_test")
         body_fn = self.ctx.namer.new("loop_body")
         stmts = self.template(

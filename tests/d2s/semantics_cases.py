@@ -221,6 +221,39 @@ def right_operand_with_effects_runs_only_when_python_runs_it(x):
     return x, y
 
 
+@case((T(1.0, 2.0, -1.0),), (T(1.0, 2.0, 3.0),), (T(-1.0, 2.0, 3.0),), ops={"while", "cond"})
+def right_operand_that_can_fail_runs_only_when_python_runs_it(x):
+    # x[k] with k == len(x) would raise: Python never evaluates it there.
+    n = x.shape[0]
+    k = 0
+    while k < n and x[k] > 0:
+        k += 1
+    return k
+
+
+@case((T(1.0, 2.0), I(0)), (T(1.0, 2.0), I(1)), (T(1.0, 2.0), I(5)), ops={"cond"})
+def index_guarded_by_or(x, i):
+    if i >= x.shape[0] or x[i] < 2:
+        return x * 0
+    return x
+
+
+@case((T(1.0, 2.0), T(3.0, 4.0)), (T(0.0, 0.0), T(3.0, 4.0)), (T(-1.0, 1.0), T(3.0, 4.0)), ops={"cond"})
+def and_or_yield_python_values(x, y):
+    # `a or b` is `a if a else b`, not `logical_or(a, b)`: a float here.
+    a = x.sum() or y.sum()
+    b = x.sum() and y.max()
+    c = (x.sum() > 0) and (y.sum() > 0)   # both bool 0-d: logical_and is the value
+    return a, b, c
+
+
+@case((POS,), (NEG,), (T(0.0, 0.0, 0.0),), ops={"cond"})
+def and_of_float_and_bool_as_a_test(x):
+    if x.sum() and x.mean() > 0:
+        return x
+    return -x
+
+
 @case((POS, False), (NEG, False), (POS, True), (NEG, True))
 def or_operand_unset_on_that_path(x, flag):
     if flag:

@@ -233,6 +233,11 @@ def assigned_after_a_tensor_break(x):
     return i + k + j
 
 
+def and_as_a_value_of_two_dtypes(x):
+    r = x.sum() > 0 and x.mean()
+    return r
+
+
 @pytest.mark.parametrize("fn,args,line_text,pieces", [
     (assigned_in_one_branch, (torch.ones(3),), "if x.sum() > 0",
      ["'y' is assigned in the true branch (line {y}) but not in the false branch", "assign it before the if"]),
@@ -255,6 +260,9 @@ def assigned_after_a_tensor_break(x):
       "cannot change the length or keys of a Python tuple or dict"]),
     (pop_from_tensor_array, (torch.ones(3), torch.tensor(2)), "ys.pop()",
      ["list `ys` is a tensor array", "no method `pop`"]),
+    # Python's `a and b` is b on one path and a on the other; logical_and would be a silent bool.
+    (and_as_a_value_of_two_dtypes, (torch.ones(3),), "x.sum() > 0 and x.mean()",
+     ["`a and b` with a tensor `a` is Python's value, `b if a else a`", "`a` is bool of rank 0 but `b` is float32"]),
 ])
 def test_conversion_errors_name_variable_file_and_line(fn, args, line_text, pieces):
     with pytest.raises(ConversionError) as info:
