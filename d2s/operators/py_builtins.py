@@ -8,7 +8,7 @@ import functools
 import torch
 
 from ops import framework as fw
-from ops.capture import graph_tensor, size as _variable_size, stands_for_number
+from ops.capture import error_at_user_line, graph_tensor, size as _variable_size, stands_for_number
 from runtime.ir import Variable
 
 from .for_loops import Rows, convert_enumerate, convert_range, convert_zip
@@ -117,11 +117,33 @@ def convert_max_min(builtin, which):
         a, b = args
         if not any(isinstance(v, Variable) for v in args):  # run-time sizes: a size expression
             return (torch.sym_max if which == "max" else torch.sym_min)(a, b)
+        _check_one_value(a, b, which)
         pick_b = (b > a) if which == "max" else (b < a)
         if not is_var(pick_b):
             pick_b = torch.as_tensor(pick_b)
         return torch.where(pick_b, b, a)
     return call
+
+
+def _check_one_value(a, b, which):
+    """Eager ``max(a, b)`` returns ``a`` or ``b`` unchanged; ``torch.where``
+    would promote their dtypes and broadcast their shapes, a silent change
+    on the path that returns the other one. Two tensors must agree; a Python
+    number joins a tensor whose dtype holds it exactly (an int with a float
+    tensor, not 2.5 with an int one)."""
+    tensors = [v for v in (a, b) if is_var(v) or isinstance(v, torch.Tensor)]
+    numbers = [v for v in (a, b) if isinstance(v, (bool, int, float))]
+    kinds = {t.dtype for t in tensors}
+    ranks = {len(t.shape) for t in tensors}
+    exact = len(kinds) == 1 and len(ranks) == 1 and all(
+        next(iter(kinds)).is_floating_point or not isinstance(n, float) for n in numbers)
+    if not exact:
+        described = " and ".join(
+            f"{str(v.dtype).replace('torch.', '')} of rank {len(v.shape)}" if is_var(v) or isinstance(v, torch.Tensor)
+            else f"a Python {type(v).__name__}" for v in (a, b))
+        raise error_at_user_line(
+            f"{which}(a, b) returns a or b unchanged, and here they are {described}: one program value cannot "
+            f"be either; cast them to one dtype and shape, or use torch.{which}imum(a, b)")
 
 
 def convert_legacy_variable(data=None, requires_grad=False, volatile=False):

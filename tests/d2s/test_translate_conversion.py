@@ -238,6 +238,10 @@ def and_as_a_value_of_two_dtypes(x):
     return r
 
 
+def min_of_two_dtypes(x):
+    return min(x.sum().long(), x.mean())
+
+
 @pytest.mark.parametrize("fn,args,line_text,pieces", [
     (assigned_in_one_branch, (torch.ones(3),), "if x.sum() > 0",
      ["'y' is assigned in the true branch (line {y}) but not in the false branch", "assign it before the if"]),
@@ -263,6 +267,9 @@ def and_as_a_value_of_two_dtypes(x):
     # Python's `a and b` is b on one path and a on the other; logical_and would be a silent bool.
     (and_as_a_value_of_two_dtypes, (torch.ones(3),), "x.sum() > 0 and x.mean()",
      ["`a and b` with a tensor `a` is Python's value, `b if a else a`", "`a` is bool of rank 0 but `b` is float32"]),
+    # Eager min returns one operand unchanged; torch.where would promote the int64 one to float32.
+    (min_of_two_dtypes, (torch.ones(3),), "min(x.sum().long(), x.mean())",
+     ["min(a, b) returns a or b unchanged, and here they are int64 of rank 0 and float32 of rank 0"]),
 ])
 def test_conversion_errors_name_variable_file_and_line(fn, args, line_text, pieces):
     with pytest.raises(ConversionError) as info:
