@@ -618,3 +618,56 @@ def closure_rebinding_a_variable_in_a_tensor_loop(x, m):
         if row.sum() > 0:
             add(row)
     return x + total
+
+
+# -- a loop over Python objects that a tensor ends early: unrolled, each iteration a cond ----
+
+
+class _Scale(torch.nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.k = k
+
+    def forward(self, x):
+        return x * self.k - 1.0
+
+
+_LAYERS = torch.nn.ModuleList([_Scale(2.0), _Scale(3.0), _Scale(0.5)])
+
+
+@case((T(0.1, 0.1, 0.1),), (POS,), (T(0.5, 0.5, 0.5),), (T(3.0, 3.0, 3.0),), ops={"cond"}, no={"while"})
+def modules_until_a_tensor_break(x):
+    # Early exit over a ModuleList: breaks after the first, second or third
+    # layer, or never (the loop's else runs).
+    used = 0
+    for i, layer in enumerate(_LAYERS):
+        x = layer(x)
+        used = i + 1
+        if x.abs().max() > 5:
+            break
+    else:
+        x = x * 10
+    return x, used
+
+
+_NAMES = ("first", "second")
+
+
+@case((POS,), (NEG,), (T(0.1, 0.1, 0.1),), ops={"cond"}, no={"while"})
+def return_from_a_loop_over_strings(x):
+    for name in _NAMES:
+        x = x + len(name)
+        if x.sum() > 20:
+            return x * len(name)
+    return x
+
+
+@case((POS,), (NEG,), ops={"cond"}, no={"while"})
+def continue_in_a_loop_over_modules(x):
+    total = torch.zeros(())
+    for layer in _LAYERS:
+        y = layer(x)
+        if y.sum() < 0:
+            continue
+        total = total + y.sum()
+    return total

@@ -317,18 +317,18 @@ def test_list_changed_under_tensor_condition_is_an_error_not_a_wrong_answer():
     assert info.value.lineno == line_of(list_grows_in_one_branch, "if x.sum() > 0")
 
 
-def loops_over_modules_with_tensor_break(x):
-    layers = [torch.nn.Identity(), torch.nn.Identity()]
-    for layer in layers:
-        x = layer(x)
-        if x.sum() > 0:
-            break
-    return x
+def zips_tensor_rows_with_modules(x):
+    layers = [torch.nn.Identity(), torch.nn.Identity(), torch.nn.Identity()]
+    out = x[0]
+    for row, layer in zip(x, layers):  # a graph loop over rows: modules cannot be indexed by its counter
+        out = out + layer(row)
+    return out
 
 
-def test_python_list_loop_that_must_become_graph_loop_is_rejected():
+def test_python_objects_a_graph_loop_would_index_are_rejected():
+    # (A loop over the modules alone with a tensor break is unrolled: semantics_cases.py.)
     with pytest.raises(ConversionError, match="items must be tensors or numbers") as info:
-        d2s.declarative(loops_over_modules_with_tensor_break)(torch.ones(3))
+        d2s.declarative(zips_tensor_rows_with_modules)(torch.ones(3, 2))
     assert info.value.filename == HERE
 
 
