@@ -62,7 +62,7 @@ def _short_circuit(a, rhs, op, rhs_when, test):
     except Exception:  # noqa: BLE001 - raised only where Python evaluates rhs: see below
         exact = False
     else:
-        exact = _effect_free_since(tr, mark) and (test or _op_is_the_value(a, b))
+        exact = unobservable_since(tr, mark) and (test or _op_is_the_value(a, b))
         if not exact and not test:
             _check_one_value(a, b, "and" if rhs_when else "or")
     if exact:
@@ -122,7 +122,7 @@ def _as_value(value):
                              "on the other; a program holds one kind of value: make both operands tensors")
 
 
-def _effect_free_since(tr, mark):
+def unobservable_since(tr, mark):
     """True when evaluating every op recorded since ``mark`` where Python
     would not is unobservable: no in-place write, random draw or side effect
     (print, assert, raise), and no op that can fail when the program runs

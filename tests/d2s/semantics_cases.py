@@ -671,3 +671,16 @@ def continue_in_a_loop_over_modules(x):
             continue
         total = total + y.sum()
     return total
+
+
+# -- any / all / max / min over tensors: Python's answer, computed in the graph -------------
+
+
+@case((T(1.0, 2.0, 3.0),), (T(0.1, 0.2, 0.3),), (T(-1.0, 9.0, 0.5),), ops={"cond"})
+def any_all_max_min_over_tensors(x):
+    parts = [x * 1, x * 2, x - 5]
+    big = any(p.sum() > 5 for p in parts)        # a bool tensor, not bool() at build time
+    positive = all(v > 0 for v in x)
+    top = max(x[0], x[1], x[2])                   # the first maximal element, as Python picks it
+    low = min([v * 2 for v in x])
+    return (x if big else -x), positive, top, low

@@ -242,6 +242,11 @@ def min_of_two_dtypes(x):
     return min(x.sum().long(), x.mean())
 
 
+def any_with_effects(x):
+    ys = [x.clone(), x.clone()]
+    return any(y.add_(1).sum() > 0 for y in ys)
+
+
 @pytest.mark.parametrize("fn,args,line_text,pieces", [
     (assigned_in_one_branch, (torch.ones(3),), "if x.sum() > 0",
      ["'y' is assigned in the true branch (line {y}) but not in the false branch", "assign it before the if"]),
@@ -268,6 +273,9 @@ def min_of_two_dtypes(x):
     (and_as_a_value_of_two_dtypes, (torch.ones(3),), "x.sum() > 0 and x.mean()",
      ["`a and b` with a tensor `a` is Python's value, `b if a else a`", "`a` is bool of rank 0 but `b` is float32"]),
     # Eager min returns one operand unchanged; torch.where would promote the int64 one to float32.
+    # Python stops pulling items at the first true one: a later y.add_(1) must not run on every path.
+    (any_with_effects, (torch.ones(3),), "any(y.add_(1)",
+     ["any() over items that compute with effects", "Python stops at the first true item"]),
     (min_of_two_dtypes, (torch.ones(3),), "min(x.sum().long(), x.mean())",
      ["min(a, b) returns a or b unchanged, and here they are int64 of rank 0 and float32 of rank 0"]),
 ])
