@@ -24,6 +24,7 @@ import subprocess
 import sys
 
 import numpy as np
+import torch
 
 import ops  # noqa: F401 - fills the op registry the loader checks against
 from runtime import Executor, ModelFormatError
@@ -71,9 +72,33 @@ def inspect_model(dirname, out=None):
     print("fetches:", file=out)
     for name in model.fetch_names:
         print(f"  {_shown(name)}: {_signature(block.vars[name])}", file=out)
+    if model.outputs is not None and model.outputs != ("fetch", 0):
+        print(f"returns: {_structure(model.outputs, model.fetch_names)}", file=out)
     print(f"parameters: {n_elements:,} elements in {len(model.params)} tensors", file=out)
     print("program:", file=out)
     print(model.program.to_string(), end="", file=out)
+
+
+def _structure(tree, fetch_names):
+    """A returned structure in Python's notation, fetches by (escaped) name."""
+    tag, body = tree
+    if tag == "fetch":
+        return _shown(fetch_names[body])
+    if tag == "const":
+        return repr(body)
+    if tag is dict:
+        return "{" + ", ".join(f"{k!r}: {_structure(v, fetch_names)}" for k, v in body.items()) + "}"
+    items = [_structure(item, fetch_names) for item in body]
+    if tag is list:
+        return "[" + ", ".join(items) + "]"
+    if tag is tuple:
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    if tag is torch.Size:
+        return "torch.Size([" + ", ".join(items) + "])"
+    fields = getattr(tag, "_fields", None)
+    if fields:
+        items = [f"{f}={item}" for f, item in zip(fields, items)]
+    return f"{tag.__name__}(" + ", ".join(items) + ")"
 
 
 def _parse_inputs(pairs):

@@ -10,7 +10,7 @@ import re
 import torch
 
 from ops.autograd_function import has_live_ops, inline_for_save
-from runtime import runner
+from runtime import output_tree, runner
 from runtime.executor import Executor
 from runtime.io import read_model, save_model
 from runtime.ir import torch_dtype
@@ -98,14 +98,17 @@ def _concrete_in_mode(static, examples, modules, training):
 
 
 def _part(concrete):
-    return concrete.main_program, [v.name for v in concrete.inputs], concrete.fetch_vars
+    """(program, feed names, fetch variables, output tree): what a saved model
+    runs and how it gives back what the function returns."""
+    return concrete.main_program, [v.name for v in concrete.inputs], concrete.fetch_vars, concrete.out_tree
 
 
 def _same_program(a, b):
     from runtime.io import prune_program
     from runtime.serialization import program_to_dict
-    pruned = [program_to_dict(prune_program(p, feeds, [v.name for v in fetches])) for p, feeds, fetches in (a, b)]
-    return pruned[0] == pruned[1] and a[1] == b[1] and [v.name for v in a[2]] == [v.name for v in b[2]]
+    pruned = [program_to_dict(prune_program(p, feeds, [v.name for v in fetches])) for p, feeds, fetches, _ in (a, b)]
+    return (pruned[0] == pruned[1] and a[1] == b[1] and [v.name for v in a[2]] == [v.name for v in b[2]]
+            and a[3] == b[3])
 
 
 def _module_state(module):
@@ -171,19 +174,21 @@ class TranslatedLayer(torch.nn.Module):
     switch to the program saved for that mode; a mode that was not saved is
     an error, never the other mode's program run silently."""
 
-    def __init__(self, program, feed_names, fetch_vars, mode=None, alternate=None, state=None):
+    def __init__(self, program, feed_names, fetch_vars, mode=None, alternate=None, state=None, outputs=None):
         super().__init__()
-        main = (program, list(feed_names), list(fetch_vars))
+        # `outputs`: what a call returns around the fetches (runtime/output_tree.py);
+        # None for models saved by save_inference_model: the fetches themselves.
+        main = (program, list(feed_names), list(fetch_vars), outputs)
         self._programs = {"train": main, "eval": main} if mode is None else {mode: main}
         if alternate is not None:
             block = alternate.program.global_block()
             self._programs[alternate.mode] = (alternate.program, list(alternate.feed_names),
-                                              [block.vars[n] for n in alternate.fetch_names])
+                                              [block.vars[n] for n in alternate.fetch_names], alternate.outputs)
         self._saved_mode = mode
         self._slots = {}
         self._register_state(state)
         self._compiled = {}
-        self.program, self.feed_names, self.fetch_vars = main
+        self.program, self.feed_names, self.fetch_vars, self._outputs = main
         super().train(mode != "eval")
 
     # -- state -----------------------------------------------------------------------
@@ -193,7 +198,7 @@ class TranslatedLayer(torch.nn.Module):
         names); values the saved module's state does not hold (lifted
         constants) are non-persistent buffers."""
         values, specs = {}, {}
-        for program, _, _ in self._programs.values():
+        for program, *_ in self._programs.values():
             for var in program.persistable_vars():
                 if var.name in program.bound:
                     values.setdefault(var.name, program.bound[var.name])
@@ -211,7 +216,7 @@ class TranslatedLayer(torch.nn.Module):
             if kind == "parameter":
                 value = torch.nn.Parameter(value.detach().clone(), requires_grad=value.dtype.is_floating_point)
             self._slots[name] = self._place(name, value, kind)
-        for program, _, _ in self._programs.values():
+        for program, *_ in self._programs.values():
             for name in list(program.bound):
                 if name in self._slots:
                     program.bind(name, self._lookup(name))
@@ -263,7 +268,7 @@ class TranslatedLayer(torch.nn.Module):
                 f"this model was saved in {self._saved_mode} mode only, so it has no {key}-mode program "
                 "(dropout and batch norm differ between the two); save it with "
                 "d2s.jit.save(module, path, input_spec=[...]) to record both modes")
-        self.program, self.feed_names, self.fetch_vars = self._programs[key]
+        self.program, self.feed_names, self.fetch_vars, self._outputs = self._programs[key]
         return super().train(mode)
 
     def forward(self, *inputs):
@@ -280,6 +285,8 @@ class TranslatedLayer(torch.nn.Module):
         # fine-tuning act on what the program reads.
         params = [self._lookup(n) for n in compiled.param_names]
         results = runner.run(compiled, tensors, params)[:len(self.fetch_vars)]
+        if self._outputs is not None:
+            return output_tree.rebuild(self._outputs, results)
         return results[0] if len(results) == 1 else tuple(results)
 
     # -- saving and printing ----------------------------------------------------------------
@@ -320,4 +327,4 @@ def load(path):
         state = dict(model.state, values={n: model.params[n] for names in model.state.values() for n in names})
     block = model.program.global_block()
     return TranslatedLayer(model.program, model.feed_names, [block.vars[n] for n in model.fetch_names],
-                           mode=model.mode, alternate=model.alternate, state=state)
+                           mode=model.mode, alternate=model.alternate, state=state, outputs=model.outputs)

@@ -29,6 +29,7 @@ from runtime import runner
 from runtime.executor import Executor
 from runtime.errors import ConversionError
 from runtime.ir import SCALAR, Program, Variable, dtype_name, program_guard, torch_dtype
+from runtime.output_tree import rebuild
 from runtime.passes import check_level
 
 from . import module_watch
@@ -116,8 +117,8 @@ class ConcreteProgram:
         except Exception as exc:  # noqa: BLE001 - re-raised naming the failing op
             runner.reraise(entry, exc)
         if self.state_writes:
-            module_state.apply_writes(self.state_writes, results[len(self.fetch_vars):], _rebuild)
-        return results[0] if self._single else _rebuild(self.out_tree, results)
+            module_state.apply_writes(self.state_writes, results[len(self.fetch_vars):], rebuild)
+        return results[0] if self._single else rebuild(self.out_tree, results)
 
 
     def _transposes(self, entry):
@@ -300,18 +301,6 @@ def _output_tree(value, fetch):
     if isinstance(value, dict):
         return (dict, {k: _output_tree(v, fetch) for k, v in value.items()})
     return ("const", value)
-
-
-def _rebuild(tree, results):
-    tag, body = tree
-    if tag == "fetch":
-        return results[body]
-    if tag == "const":
-        return body
-    if tag is dict:
-        return {k: _rebuild(v, results) for k, v in body.items()}
-    items = [_rebuild(v, results) for v in body]
-    return tag(*items) if hasattr(tag, "_fields") else tag(items)
 
 
 # -- StaticFunction -------------------------------------------------------------------

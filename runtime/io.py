@@ -2,9 +2,10 @@
 
 A saved model is a directory with two files:
 
-    program.json          {"format": "d2s.inference_model", "format_version": 1,
+    program.json          {"format": "d2s.inference_model", "format_version": 2,
                            "producer": {"d2s": "0.1.0", "torch": "2.x"},
                            "feed": [names], "fetch": [names],
+                           "outputs": <runtime.output_tree> (optional),
                            "program": <runtime.serialization.program_to_dict>}
     params.safetensors    one tensor per persistable variable of the program
 
@@ -28,6 +29,7 @@ from .errors import ModelFormatError, ProgramError
 from .executor import resolve_persistables
 from .ir import Variable, default_main_program
 from .optable import get_op_def
+from . import output_tree
 from .format_rules import check_name, check_size, current_limits
 from .serialization import FORMAT_VERSION, program_from_dict, program_to_dict
 
@@ -36,15 +38,16 @@ PARAMS_FILE = "params.safetensors"
 FORMAT_NAME = "d2s.inference_model"
 
 SavedModel = namedtuple("SavedModel", "program feed_names fetch_names params format_version producer "
-                                     "mode alternate state", defaults=(None, None, None))
+                                     "mode alternate state outputs", defaults=(None, None, None, None))
 SavedModel.__doc__ = """A validated model directory, parameters not yet bound
 (`params`: name -> tensor). What `python -m d2s inspect` shows. `mode` is
 "train", "eval" or None (the program serves either); `alternate` is the
 program of the other mode, an `Alternate`, when it differs; `state` is
 {"parameters": [...], "buffers": [...]}, the saved module's state-dict keys
-in order, or None."""
+in order, or None. `outputs` is what a call returns around the fetches
+(runtime/output_tree.py), or None: the fetches, one tensor or a tuple."""
 
-Alternate = namedtuple("Alternate", "mode program feed_names fetch_names")
+Alternate = namedtuple("Alternate", "mode program feed_names fetch_names outputs", defaults=(None,))
 MODES = ("train", "eval")
 
 
@@ -72,7 +75,9 @@ def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_
 def save_model(dirname, main, mode=None, alternate=None, state=None):
     """`save_inference_model` for one program or a train/eval pair.
 
-    `main` and `alternate` are (program, feeds, targets); `mode` ("train" or
+    `main` and `alternate` are (program, feeds, targets) or (program, feeds,
+    targets, outputs), `outputs` the tree of what a call returns around the
+    targets (runtime/output_tree.py); `mode` ("train" or
     "eval") is the mode `main` was built in, and `alternate`, if given, was
     built in the other one. `state` is {"parameters": {name: tensor},
     "buffers": {name: tensor}}, a module's state in state-dict order, saved
@@ -83,9 +88,9 @@ def save_model(dirname, main, mode=None, alternate=None, state=None):
     doc = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "producer": producer_versions()}
     if mode is not None:
         doc["mode"] = mode
-    doc.update(_saved_part(*main, params))
+    doc.update(_saved_part(main, params))
     if alternate is not None:
-        doc["alternate"] = {"mode": MODES[1 - MODES.index(mode)], **_saved_part(*alternate, params)}
+        doc["alternate"] = {"mode": MODES[1 - MODES.index(mode)], **_saved_part(alternate, params)}
     if state is not None:
         doc["state"] = {kind: list(values) for kind, values in state.items()}
         for values in state.values():
@@ -93,7 +98,10 @@ def save_model(dirname, main, mode=None, alternate=None, state=None):
                 params.setdefault(name, value.detach().to("cpu", copy=True).contiguous())
     text = _dump_document(doc)
     # Never write what `load_inference_model` would reject.
-    _parse_document(json.loads(text), "program being saved")
+    written = json.loads(text)
+    _, _, fetch_names = _parse_document(written, "program being saved")
+    _parse_outputs(written, fetch_names, "program being saved", None)
+    _parse_modes_and_state(written, "program being saved", None)
     _write_atomically(dirname, text, params)
 
 
@@ -113,9 +121,11 @@ def _refuse_live_ops(program):
                     "backward to save it")
 
 
-def _saved_part(program, feeds, targets, params):
-    """{"feed", "fetch", "program"} for one program, pruned to what the
-    targets need; its parameter values are added to `params`."""
+def _saved_part(part, params):
+    """{"feed", "fetch", "outputs", "program"} for one (program, feeds,
+    targets[, outputs]), pruned to what the targets need; its parameter
+    values are added to `params`."""
+    program, feeds, targets, *outputs = part
     feed_names = [v.name if isinstance(v, Variable) else v for v in feeds]
     targets = list(targets) if isinstance(targets, (list, tuple)) else [targets]
     fetch_names = [v.name if isinstance(v, Variable) else v for v in targets]
@@ -130,7 +140,10 @@ def _saved_part(program, feeds, targets, params):
     values = resolve_persistables(program, [v.name for v in param_vars])
     for var, value in zip(param_vars, values):
         params[var.name] = _param_value(var, value)
-    return {"feed": feed_names, "fetch": fetch_names, "program": program_to_dict(pruned)}
+    doc = {"feed": feed_names, "fetch": fetch_names}
+    if outputs and outputs[0] is not None:
+        doc["outputs"] = output_tree.to_json(outputs[0], "this function")
+    return dict(doc, program=program_to_dict(pruned))
 
 
 def _dump(value):
@@ -406,11 +419,12 @@ def read_model(dirname, device=None, limits=None):
             raise ModelFormatError(f"{dirname}: missing {os.path.basename(path)}; not a complete saved model")
     doc = _read_json(program_path, current_limits(limits).max_file_bytes)
     program, feed_names, fetch_names = _parse_document(doc, program_path, limits)
+    outputs = _parse_outputs(doc, fetch_names, program_path, limits)
     mode, alternate, state = _parse_modes_and_state(doc, program_path, limits)
     programs = [program] + ([alternate.program] if alternate else [])
     params = _read_params(params_path, programs, state, device)
     return SavedModel(program, feed_names, fetch_names, params, doc["format_version"], doc["producer"],
-                      mode, alternate, state)
+                      mode, alternate, state, outputs)
 
 
 def _reject_constant(name):
@@ -479,6 +493,13 @@ def _parse_part(doc, where, limits):
     return program, names["feed"], names["fetch"]
 
 
+def _parse_outputs(doc, fetch_names, where, limits):
+    """The output tree of one program part, or None when it has none."""
+    if "outputs" not in doc:
+        return None
+    return output_tree.from_json(doc["outputs"], len(fetch_names), where, current_limits(limits).max_vars)
+
+
 def _parse_modes_and_state(doc, where, limits):
     """(mode, Alternate or None, state or None) from the optional fields."""
     mode = doc.get("mode")
@@ -491,7 +512,8 @@ def _parse_modes_and_state(doc, where, limits):
             raise ModelFormatError(f"{where}: \"alternate\" must hold the program of the mode other than "
                                    f"\"mode\" ({mode!r:.20})")
         program, feed, fetch = _parse_part(alternate, f"{where}: alternate", limits)
-        alternate = Alternate(alternate["mode"], program, feed, fetch)
+        outputs = _parse_outputs(alternate, fetch, f"{where}: alternate", limits)
+        alternate = Alternate(alternate["mode"], program, feed, fetch, outputs)
     state = doc.get("state")
     if state is not None:
         if not isinstance(state, dict) or set(state) != {"parameters", "buffers"}:

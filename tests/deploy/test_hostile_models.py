@@ -152,7 +152,23 @@ HOSTILE = {
     "state name with ../": (lambda d: d.update(state={"parameters": ["../x"], "buffers": []}),
                             "is not a valid variable name"),
     "state not a dict of two lists": (lambda d: d.update(state={"parameters": "fc.weight"}), '"state" must be'),
+    "outputs naming a fetch it lacks": (lambda d: d.update(outputs={"tuple": [{"fetch": 0}, {"fetch": 1}]}),
+                                        "fetch index 1 is not one of the 1 fetches"),
+    "outputs with an unknown node": (lambda d: d.update(outputs={"eval": "os.system"}), "unknown output node"),
+    "outputs holding an object": (lambda d: d.update(outputs={"const": {"$device": "cpu"}}),
+                                  "is not a number, string, bool or null"),
+    "outputs with a namedtuple named by code": (
+        lambda d: d.update(outputs={"namedtuple": "os.system", "fields": ["a"], "items": [{"fetch": 0}]}),
+        "a namedtuple needs an identifier name"),
+    "outputs nested without end": (lambda d: d.update(outputs=_nested(200)), "deeper than 64"),
 }
+
+
+def _nested(depth):
+    node = {"fetch": 0}
+    for _ in range(depth):
+        node = {"list": [node]}
+    return node
 
 
 def _alternate(doc, mode, other, op_type=None):

@@ -31,12 +31,13 @@ LOADER = textwrap.dedent("""
     import torch
     import d2s
     base = sys.argv[1]
+    def flat(out):  # the loaded model returns eager's structure: (out, (h, c)) for an LSTM
+        return [leaf for o in out for leaf in flat(o)] if isinstance(out, (list, tuple)) else [out]
     for name in sys.argv[2:]:
         model = d2s.jit.load(f"{base}/{name}")
         for b in (1, 7, 64):
             out = model(torch.from_numpy(np.load(f"{base}/{name}_x{b}.npy")))
-            out = out if isinstance(out, (list, tuple)) else [out]
-            for i, o in enumerate(out):
+            for i, o in enumerate(flat(out)):
                 np.save(f"{base}/{name}_y{b}_{i}.npy", o.detach().numpy())
 """)
 

@@ -1,5 +1,9 @@
 """Forwards that return an input unchanged, a constant, a parameter, no tensor
-or the same tensor twice, or pass a legacy tensor type, save with jit.save and reload with jit.load."""
+or the same tensor twice, or pass a legacy tensor type, save with jit.save and reload with jit.load,
+returning what the function returns: the same structure and constants."""
+
+import collections
+import re
 
 import pytest
 import torch
@@ -44,6 +48,33 @@ class LegacyType(nn.Module):
         return (x * 3).type(torch.LongTensor) + 1
 
 
+class Mixed(nn.Module):
+    def forward(self, x):
+        return x * 2, 3, None, "label"
+
+
+class Named(nn.Module):
+    Out = collections.namedtuple("Out", "logits count")
+
+    def forward(self, x):
+        return self.Out(x.softmax(0), 2)
+
+
+class Nested(nn.Module):
+    def forward(self, x):
+        return {"a": [x + 1, (x * 2, 0.5)], 7: True, "shape": x.shape}
+
+
+class ModeFlag(nn.Module):
+    # A constant that differs between the modes: each saved program returns its own.
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(x), self.training
+
+
 def _leaves(value):
     if isinstance(value, torch.Tensor):
         return [value]
@@ -52,21 +83,50 @@ def _leaves(value):
     return []
 
 
-@pytest.mark.parametrize("make", [Identity, Constant, Twice, NoTensor, Weight, LegacyType])
+def _same(got, want):
+    """Equal values in an equal structure: types, lengths, keys, fields and constants too."""
+    if isinstance(want, torch.Tensor):
+        return isinstance(got, torch.Tensor) and got.dtype == want.dtype and torch.equal(got.detach(), want.detach())
+    if type(got).__name__ != type(want).__name__ or getattr(got, "_fields", None) != getattr(want, "_fields", None):
+        return False
+    if isinstance(want, dict):
+        return list(got) == list(want) and all(_same(got[k], want[k]) for k in want)
+    if isinstance(want, (list, tuple)):
+        return len(got) == len(want) and all(_same(a, b) for a, b in zip(got, want))
+    return type(got) is type(want) and got == want
+
+
+@pytest.mark.parametrize("make", [Identity, Constant, Twice, NoTensor, Weight, LegacyType, Mixed, Named, Nested])
 def test_forward_form_saves_and_reloads(make, tmp_path):
     module = make()
     x = torch.randn(2)
     eager = module(x)
     static = d2s.declarative(module)
-    got = static(x)
-    assert [torch.equal(a, b) for a, b in zip(_leaves(got), _leaves(eager))] == [True] * len(_leaves(eager))
+    assert _same(static(x), eager)
     d2s.jit.save(static, str(tmp_path / "m"))
+    assert _same(d2s.jit.load(str(tmp_path / "m"))(x), eager)
+
+
+def test_each_mode_returns_its_own_constants(tmp_path):
+    module = ModeFlag()
+    d2s.jit.save(d2s.declarative(module), str(tmp_path / "m"), input_spec=[d2s.InputSpec([None])])
     loaded = d2s.jit.load(str(tmp_path / "m"))
-    out = loaded(x)
-    out = list(out) if isinstance(out, tuple) else [out]
-    assert len(out) == len(_leaves(eager))
-    for a, b in zip(out, _leaves(eager)):
-        assert torch.equal(a.detach(), b.detach())
+    x = torch.randn(4)
+    assert _same(loaded.eval()(x), module.eval()(x))
+    assert loaded.train()(x)[1] is True
+
+
+class ReturnsADtype(nn.Module):
+    def forward(self, x):
+        return x, x.dtype
+
+
+def test_a_returned_value_a_saved_model_cannot_give_back_is_refused(tmp_path):
+    static = d2s.declarative(ReturnsADtype())
+    static(torch.randn(2))
+    with pytest.raises(ValueError, match=r"returns torch.float32 \(dtype\), which a saved model cannot give back"):
+        d2s.jit.save(static, str(tmp_path / "m"))
+    assert not (tmp_path / "m").exists()
 
 
 class OddSizes(nn.Module):
@@ -124,3 +184,14 @@ def test_an_op_result_holding_none_saves_and_reloads(need_weights, tmp_path):
     out = d2s.jit.load(str(tmp_path / "m"))(x)
     assert [torch.allclose(a, b, atol=1e-6) for a, b in zip(_leaves(out), _leaves(module(x)))] == \
         [True] * (2 if need_weights else 1)
+
+
+def test_inspect_shows_what_a_call_returns(tmp_path, capsys):
+    from d2s.__main__ import main
+    static = d2s.declarative(Nested())
+    static(torch.randn(2))
+    d2s.jit.save(static, str(tmp_path / "m"))
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "m")]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("returns: "))
+    assert re.fullmatch(r"returns: \{'a': \[\w+, \(\w+, 0\.5\)\], 7: True, 'shape': torch\.Size\(\[2\]\)\}", line)
