@@ -38,7 +38,7 @@ import warnings
 import torch
 
 import d2s
-from d2s.static_function import _rebuild
+from runtime.output_tree import rebuild
 
 import fuzz_programs
 
@@ -407,7 +407,7 @@ def _executor_run(concrete, args):
     feed = {v.name: a.detach() for v, a in zip(concrete.inputs, args)}
     results = d2s.Executor().run(concrete.main_program, feed=feed, fetch_list=concrete.fetch_vars,
                                  return_numpy=False)
-    return _rebuild(concrete.out_tree, results)
+    return rebuild(concrete.out_tree, results)
 
 
 def _missing_ops(program, main_program, fn, inputs, path):
