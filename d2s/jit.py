@@ -15,6 +15,7 @@ from runtime.executor import Executor
 from runtime.io import read_model, save_model
 from runtime.ir import torch_dtype
 
+from . import module_state
 from .graph import Graph
 from .static_function import InputSpec, StaticFunction, declarative
 
@@ -98,17 +99,49 @@ def _concrete_in_mode(static, examples, modules, training):
 
 
 def _part(concrete):
-    """(program, feed names, fetch variables, output tree): what a saved model
-    runs and how it gives back what the function returns."""
-    return concrete.main_program, [v.name for v in concrete.inputs], concrete.fetch_vars, concrete.out_tree
+    """(program, feed names, fetch variables, output tree, state updates):
+    what a saved model runs, how it gives back what the function returns,
+    and how it carries module state from one call to the next."""
+    program, fetch = concrete.main_program, list(concrete.fetch_vars)
+    updates = []
+    if concrete.state_reads:
+        # The state as the module holds it now: where the eager model's next call starts.
+        module_state.refresh_reads(concrete.state_reads, program.bound)
+        block = program.global_block()
+        for var_name, (_, k) in module_state.carried(concrete.state_reads, concrete.state_writes):
+            read, written = block.vars[var_name], concrete.state_fetch[k]
+            if list(read.shape) != list(written.shape) or read.dtype != written.dtype:
+                raise ValueError(
+                    f"cannot save: the function reads module state as {read.dtype_name}{list(read.shape)} and "
+                    f"stores {written.dtype_name}{list(written.shape)} back, so each call would need another "
+                    "program; a saved model's state keeps one shape (save with static sizes in input_spec)")
+            index = next((i for i, v in enumerate(fetch) if v is written), len(fetch))  # `return h` too
+            updates.append((var_name, index))
+            fetch[index:index + 1] = [written]
+    if concrete.state_attrs:
+        _check_state_kinds(concrete)
+    return program, [v.name for v in concrete.inputs], fetch, concrete.out_tree, updates
+
+
+def _check_state_kinds(concrete):
+    """The program must be the one for the module state as it is now: after
+    a first call from `self.hidden = None`, the next call (and a saved
+    model) starts from a tensor, another program."""
+    now = module_state.key(concrete.state_attrs)
+    if now != concrete.state_assumed:
+        changed = next((n for (n, a), (_, b) in zip(concrete.state_assumed, now) if a != b), "?")
+        raise ValueError(
+            f"cannot save the latest call's program: it was built for module state `{changed}` as it was "
+            "before that call, and the module now holds another kind of value there (None became a tensor, "
+            "or a shape changed), which takes another program; call the model once more, or pass input_spec")
 
 
 def _same_program(a, b):
     from runtime.io import prune_program
     from runtime.serialization import program_to_dict
-    pruned = [program_to_dict(prune_program(p, feeds, [v.name for v in fetches])) for p, feeds, fetches, _ in (a, b)]
+    pruned = [program_to_dict(prune_program(p, feeds, [v.name for v in fetches])) for p, feeds, fetches, *_ in (a, b)]
     return (pruned[0] == pruned[1] and a[1] == b[1] and [v.name for v in a[2]] == [v.name for v in b[2]]
-            and a[3] == b[3])
+            and a[3:] == b[3:])
 
 
 def _module_state(module):
@@ -174,21 +207,24 @@ class TranslatedLayer(torch.nn.Module):
     switch to the program saved for that mode; a mode that was not saved is
     an error, never the other mode's program run silently."""
 
-    def __init__(self, program, feed_names, fetch_vars, mode=None, alternate=None, state=None, outputs=None):
+    def __init__(self, program, feed_names, fetch_vars, mode=None, alternate=None, state=None, outputs=None,
+                 state_updates=()):
         super().__init__()
         # `outputs`: what a call returns around the fetches (runtime/output_tree.py);
         # None for models saved by save_inference_model: the fetches themselves.
-        main = (program, list(feed_names), list(fetch_vars), outputs)
+        # `state_updates`: (persistable name, fetch index), module state carried to the next call.
+        main = (program, list(feed_names), list(fetch_vars), outputs, tuple(state_updates))
         self._programs = {"train": main, "eval": main} if mode is None else {mode: main}
         if alternate is not None:
             block = alternate.program.global_block()
             self._programs[alternate.mode] = (alternate.program, list(alternate.feed_names),
-                                              [block.vars[n] for n in alternate.fetch_names], alternate.outputs)
+                                              [block.vars[n] for n in alternate.fetch_names], alternate.outputs,
+                                              tuple(alternate.state_updates))
         self._saved_mode = mode
         self._slots = {}
         self._register_state(state)
         self._compiled = {}
-        self.program, self.feed_names, self.fetch_vars, self._outputs = main
+        self.program, self.feed_names, self.fetch_vars, self._outputs, self._updates = main
         super().train(mode != "eval")
 
     # -- state -----------------------------------------------------------------------
@@ -268,7 +304,7 @@ class TranslatedLayer(torch.nn.Module):
                 f"this model was saved in {self._saved_mode} mode only, so it has no {key}-mode program "
                 "(dropout and batch norm differ between the two); save it with "
                 "d2s.jit.save(module, path, input_spec=[...]) to record both modes")
-        self.program, self.feed_names, self.fetch_vars, self._outputs = self._programs[key]
+        self.program, self.feed_names, self.fetch_vars, self._outputs, self._updates = self._programs[key]
         return super().train(mode)
 
     def forward(self, *inputs):
@@ -285,12 +321,20 @@ class TranslatedLayer(torch.nn.Module):
         # fine-tuning act on what the program reads.
         params = [self._lookup(n) for n in compiled.param_names]
         results = runner.run(compiled, tensors, params)[:len(self.fetch_vars)]
+        for name, index in self._updates:  # as eager leaves `self.hidden` for its next call
+            owner, key = self._slots[name]
+            setattr(owner, key, results[index])
         if self._outputs is not None:
             return output_tree.rebuild(self._outputs, results)
         return results[0] if len(results) == 1 else tuple(results)
 
     # -- saving and printing ----------------------------------------------------------------
     def _save(self, path):
+        # What the module holds now (after .to(), load_state_dict, carried state), not what was bound at load.
+        for program, *_ in self._programs.values():
+            for name in list(program.bound):
+                if name in self._slots:
+                    program.bind(name, self._lookup(name))
         modes = [m for m in ("eval", "train") if m in self._programs]
         if self._programs.get("train") is self._programs.get("eval"):
             mode, alternate = None, None
@@ -327,4 +371,5 @@ def load(path):
         state = dict(model.state, values={n: model.params[n] for names in model.state.values() for n in names})
     block = model.program.global_block()
     return TranslatedLayer(model.program, model.feed_names, [block.vars[n] for n in model.fetch_names],
-                           mode=model.mode, alternate=model.alternate, state=state, outputs=model.outputs)
+                           mode=model.mode, alternate=model.alternate, state=state, outputs=model.outputs,
+                           state_updates=model.state_updates)

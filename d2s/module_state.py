@@ -10,8 +10,10 @@ place, it would outlive its program. Instead, after the trace:
     leaves it (`writes`);
   - the attribute gets its pre-trace value back until the first run;
   - a tensor the forward read from such an attribute (the previous call's
-    state) is read from the attribute at the start of every run, not from
-    the object seen while tracing (`reads`);
+    state), or from any plain attribute of a module (`self.pe = torch.zeros(...)`
+    set in `__init__`, a list of tensors), is read from the attribute at the
+    start of every run, not from the object seen while tracing (`reads`):
+    `net.pe = other` between calls is seen as eager sees it;
   - the attribute's kind (None, or a tensor's shape/dtype) is part of the
     cache key (`key`), so `if self.hidden is None:` takes the right path.
 
@@ -67,7 +69,8 @@ class StateRead:
 def collect(before, lifted, output_tree, fetch):
     """After a trace: the stores of Variables on modules (each store's value
     appended to `fetch` through `output_tree`), with the attributes restored,
-    and the state reads among the `lifted` tensors (id -> var name)."""
+    and the state reads among the `lifted` tensors (id -> var name): those of
+    the stored attributes and of every plain attribute."""
     writes, reads = [], []
     for module, attrs, buffers in before:
         for where, name, value in _slots(module):
@@ -79,13 +82,35 @@ def collect(before, lifted, output_tree, fetch):
                 del where[name]
             else:
                 where[name] = old
-                for i, t in enumerate(_tensors(old)):
-                    if id(t) in lifted:
-                        reads.append(StateRead(module, name, i, lifted[id(t)]))
+                reads += _reads_of(module, name, old, lifted)
+        written = {w.name for w in writes if w.module() is module}
+        for name, value in attrs.items():
+            if name not in written and name not in _TORCH_ATTRS:
+                reads += _reads_of(module, name, value, lifted)
     return writes, reads
 
 
+def plain_tensors(module):
+    """(name, tensor) for the tensors the module keeps in its plain
+    attributes: `pe` for `self.pe`, `table.1` for the second tensor of a
+    list or dict `self.table`. The names the program gives them."""
+    for name, value in list(vars(module).items()):
+        if name in _TORCH_ATTRS:
+            continue
+        if isinstance(value, torch.Tensor):
+            yield name, value
+        else:
+            for i, t in enumerate(_tensors(value)):
+                yield f"{name}.{i}", t
+
+
+def _reads_of(module, name, value, lifted):
+    return [StateRead(module, name, i, lifted[id(t)]) for i, t in enumerate(_tensors(value)) if id(t) in lifted]
+
+
 _MISSING = object()
+# nn.Module's own attributes (_parameters, _buffers, _forward_hooks, training, ...).
+_TORCH_ATTRS = frozenset(vars(torch.nn.Module()))
 
 
 def _tensors(value):
@@ -93,6 +118,8 @@ def _tensors(value):
         return [value]
     if isinstance(value, (list, tuple)):
         return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
     return []
 
 
@@ -102,6 +129,8 @@ def value_key(value):
         return ("tensor", tuple(value.shape), value.dtype)
     if isinstance(value, (list, tuple)):
         return (type(value).__name__,) + tuple(value_key(v) for v in value)
+    if isinstance(value, dict):
+        return ("dict",) + tuple((k, value_key(v)) for k, v in value.items())
     return ("value", type(value).__name__)
 
 
@@ -124,6 +153,31 @@ def refresh_reads(reads, bound):
         values = _tensors(getattr(module, read.name, None))
         if read.index < len(values):
             bound[read.var_name] = values[read.index]
+
+
+def carried(reads, writes):
+    """(read var name, write tree leaf) for each state read that a write of
+    the same attribute replaces after the run: the i-th tensor the attribute
+    held before is the i-th tensor it holds after (as `refresh_reads` pairs
+    them on the next call). The leaf is ("fetch", k), k into the writes' fetches."""
+    pairs = []
+    for read in reads:
+        write = next((w for w in writes if w.name == read.name and w.module() is read.module()), None)
+        if write is not None:
+            leaves = _fetch_leaves(write.tree)
+            if read.index < len(leaves):
+                pairs.append((read.var_name, leaves[read.index]))
+    return pairs
+
+
+def _fetch_leaves(tree):
+    tag, body = tree
+    if tag == "fetch":
+        return [tree]
+    if tag == "const":
+        return []
+    items = body.values() if tag is dict else body
+    return [leaf for item in items for leaf in _fetch_leaves(item)]
 
 
 def apply_writes(writes, results, rebuild):

@@ -87,7 +87,9 @@ class ConcreteProgram:
         self.optimize = optimize
         # Module state (d2s/module_state.py): extra fetches written back to
         # module attributes after each run, attributes read at the start.
-        self.state_writes, self.state_reads, state_fetch = state or ([], [], [])
+        self.state_writes, self.state_reads, self.state_fetch = state or ([], [], [])
+        state_fetch = self.state_fetch
+        self.state_attrs, self.state_assumed = [], ()  # set by StaticFunction._build
         self.compiled = Executor().compiled(main_program, [v.name for v in inputs],
                                             [v.name for v in fetch_vars + state_fetch], optimize)
         self._inference = None  # the CompiledBlock for calls with grad mode off, made on the first one
@@ -171,10 +173,15 @@ class ProgramCache:
         self.state_attrs = []  # (module weakref, name) of module attributes the programs store
 
     def __len__(self):
-        return len(self._programs)
+        return len(self._distinct())
 
     def __iter__(self):
-        return iter(self._programs.values())
+        return iter(self._distinct())
+
+    def _distinct(self):
+        # A program may be cached under two keys (StaticFunction._build: the
+        # key before and after module state joined the key).
+        return list({id(c): c for c in self._programs.values()}.values())
 
     def get(self, key):
         concrete = self._programs.get(key)
@@ -565,11 +572,19 @@ class StaticFunction:
                 state_fetch = []
                 writes, reads = module_state.collect(before, tr.lifted, _output_tree, state_fetch)
                 self._refuse_global_state(main)
-            self._note_state(writes)
+            noted = self._note_state(writes, reads)
             main.verify()
             concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree, key[-1],
-                                       (writes, reads, state_fetch) if writes else None)
+                                       (writes, reads, state_fetch) if writes or reads else None)
+            # The kinds of the module state this trace started from (jit.save checks them).
+            concrete.state_attrs = list(self.program_cache.state_attrs)
+            concrete.state_assumed = module_state.key(concrete.state_attrs)
             self.program_cache.put(key, concrete)
+            if noted:
+                # The key of the next call with the module state as it is now
+                # (what this trace assumed) holds the state's kinds: the same program.
+                self.program_cache.put(key[:-2] + (module_state.key(self.program_cache.state_attrs), key[-1]),
+                                       concrete)
             if len(self.program_cache) == MANY_PROGRAMS:
                 warnings.warn(
                     f"{self._function.__qualname__} has built {MANY_PROGRAMS} programs: its arguments change "
@@ -593,11 +608,16 @@ class StaticFunction:
                 "carried across calls) or compute it outside the declarative function",
                 code.co_filename if code else None, code.co_firstlineno if code else None)
 
-    def _note_state(self, writes):
-        known = {(ref(), name) for ref, name in self.program_cache.state_attrs}
-        for w in writes:
-            if (w.module(), w.name) not in known:
-                self.program_cache.state_attrs.append((w.module, w.name))
+    def _note_state(self, writes, reads):
+        """Add the module attributes the program writes or reads as state to
+        those whose kinds key the programs; True when there are new ones."""
+        state_attrs = self.program_cache.state_attrs
+        known, before = {(ref(), name) for ref, name in state_attrs}, len(state_attrs)
+        for ref, name in [(w.module, w.name) for w in writes] + [(r.module, r.name) for r in reads]:
+            if (ref(), name) not in known:
+                known.add((ref(), name))
+                state_attrs.append((ref, name))
+        return len(state_attrs) > before
 
     def _name_hints(self, args):
         hints = {}
@@ -607,6 +627,9 @@ class StaticFunction:
                     hints.setdefault(id(t), name)
                 for name, t in obj.named_buffers():
                     hints.setdefault(id(t), name)
+                for prefix, module in obj.named_modules():
+                    for name, t in module_state.plain_tensors(module):
+                        hints.setdefault(id(t), f"{prefix}.{name}" if prefix else name)
         return hints
 
 

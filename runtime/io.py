@@ -30,7 +30,7 @@ from .executor import resolve_persistables
 from .ir import Variable, default_main_program
 from .optable import get_op_def
 from . import output_tree
-from .format_rules import check_name, check_size, current_limits
+from .format_rules import check_name, check_size, current_limits, escape
 from .serialization import FORMAT_VERSION, program_from_dict, program_to_dict
 
 PROGRAM_FILE = "program.json"
@@ -38,16 +38,20 @@ PARAMS_FILE = "params.safetensors"
 FORMAT_NAME = "d2s.inference_model"
 
 SavedModel = namedtuple("SavedModel", "program feed_names fetch_names params format_version producer "
-                                     "mode alternate state outputs", defaults=(None, None, None, None))
+                                     "mode alternate state outputs state_updates",
+                        defaults=(None, None, None, None, ()))
 SavedModel.__doc__ = """A validated model directory, parameters not yet bound
 (`params`: name -> tensor). What `python -m d2s inspect` shows. `mode` is
 "train", "eval" or None (the program serves either); `alternate` is the
 program of the other mode, an `Alternate`, when it differs; `state` is
 {"parameters": [...], "buffers": [...]}, the saved module's state-dict keys
 in order, or None. `outputs` is what a call returns around the fetches
-(runtime/output_tree.py), or None: the fetches, one tensor or a tuple."""
+(runtime/output_tree.py), or None: the fetches, one tensor or a tuple.
+`state_updates` are (persistable name, fetch index) pairs: after a run,
+the module state that persistable holds becomes that fetch's value."""
 
-Alternate = namedtuple("Alternate", "mode program feed_names fetch_names outputs", defaults=(None,))
+Alternate = namedtuple("Alternate", "mode program feed_names fetch_names outputs state_updates",
+                       defaults=(None, ()))
 MODES = ("train", "eval")
 
 
@@ -75,9 +79,11 @@ def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_
 def save_model(dirname, main, mode=None, alternate=None, state=None):
     """`save_inference_model` for one program or a train/eval pair.
 
-    `main` and `alternate` are (program, feeds, targets) or (program, feeds,
-    targets, outputs), `outputs` the tree of what a call returns around the
-    targets (runtime/output_tree.py); `mode` ("train" or
+    `main` and `alternate` are (program, feeds, targets[, outputs[,
+    state_updates]]): `outputs` the tree of what a call returns around the
+    targets (runtime/output_tree.py), `state_updates` (persistable name,
+    target index) pairs, the module state a run replaces with that target's
+    value for the next run; `mode` ("train" or
     "eval") is the mode `main` was built in, and `alternate`, if given, was
     built in the other one. `state` is {"parameters": {name: tensor},
     "buffers": {name: tensor}}, a module's state in state-dict order, saved
@@ -99,8 +105,9 @@ def save_model(dirname, main, mode=None, alternate=None, state=None):
     text = _dump_document(doc)
     # Never write what `load_inference_model` would reject.
     written = json.loads(text)
-    _, _, fetch_names = _parse_document(written, "program being saved")
+    program, _, fetch_names = _parse_document(written, "program being saved")
     _parse_outputs(written, fetch_names, "program being saved", None)
+    _parse_state_updates(written, program, fetch_names, "program being saved")
     _parse_modes_and_state(written, "program being saved", None)
     _write_atomically(dirname, text, params)
 
@@ -122,10 +129,11 @@ def _refuse_live_ops(program):
 
 
 def _saved_part(part, params):
-    """{"feed", "fetch", "outputs", "program"} for one (program, feeds,
-    targets[, outputs]), pruned to what the targets need; its parameter
-    values are added to `params`."""
-    program, feeds, targets, *outputs = part
+    """{"feed", "fetch", "outputs", "state_updates", "program"} for one
+    (program, feeds, targets[, outputs[, state_updates]]), pruned to what
+    the targets need; its parameter values are added to `params`."""
+    program, feeds, targets, *rest = part
+    outputs, updates = (list(rest) + [None, None])[:2]
     feed_names = [v.name if isinstance(v, Variable) else v for v in feeds]
     targets = list(targets) if isinstance(targets, (list, tuple)) else [targets]
     fetch_names = [v.name if isinstance(v, Variable) else v for v in targets]
@@ -141,8 +149,12 @@ def _saved_part(part, params):
     for var, value in zip(param_vars, values):
         params[var.name] = _param_value(var, value)
     doc = {"feed": feed_names, "fetch": fetch_names}
-    if outputs and outputs[0] is not None:
-        doc["outputs"] = output_tree.to_json(outputs[0], "this function")
+    if outputs is not None:
+        doc["outputs"] = output_tree.to_json(outputs, "this function")
+    kept = pruned.global_block().vars
+    updates = [[name, index] for name, index in updates or () if name in kept]  # state nothing kept reads: gone
+    if updates:
+        doc["state_updates"] = updates
     return dict(doc, program=program_to_dict(pruned))
 
 
@@ -420,11 +432,12 @@ def read_model(dirname, device=None, limits=None):
     doc = _read_json(program_path, current_limits(limits).max_file_bytes)
     program, feed_names, fetch_names = _parse_document(doc, program_path, limits)
     outputs = _parse_outputs(doc, fetch_names, program_path, limits)
+    updates = _parse_state_updates(doc, program, fetch_names, program_path)
     mode, alternate, state = _parse_modes_and_state(doc, program_path, limits)
     programs = [program] + ([alternate.program] if alternate else [])
     params = _read_params(params_path, programs, state, device)
     return SavedModel(program, feed_names, fetch_names, params, doc["format_version"], doc["producer"],
-                      mode, alternate, state, outputs)
+                      mode, alternate, state, outputs, updates)
 
 
 def _reject_constant(name):
@@ -500,6 +513,28 @@ def _parse_outputs(doc, fetch_names, where, limits):
     return output_tree.from_json(doc["outputs"], len(fetch_names), where, current_limits(limits).max_vars)
 
 
+def _parse_state_updates(doc, program, fetch_names, where):
+    """(persistable name, fetch index) pairs: each a persistable variable of
+    the global block, updated once, from a fetch of its own dtype and shape."""
+    updates = doc.get("state_updates", [])
+    if not isinstance(updates, list):
+        raise ModelFormatError(f"{where}: \"state_updates\" must be a list of [name, fetch index] pairs")
+    block, seen = program.global_block(), set()
+    for pair in updates:
+        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) and type(pair[1]) is int
+                and 0 <= pair[1] < len(fetch_names)):
+            raise ModelFormatError(f"{where}: state update {pair!r:.60} is not a [name, fetch index] pair")
+        var, source = block.vars.get(pair[0]), block.vars[fetch_names[pair[1]]]
+        if var is None or not var.persistable or pair[0] in seen:
+            raise ModelFormatError(f"{where}: state update of {escape(pair[0])}: not a persistable variable "
+                                   "of the global block, or updated twice")
+        if list(var.shape) != list(source.shape) or var.dtype != source.dtype:
+            raise ModelFormatError(f"{where}: state update of {escape(pair[0])} from a fetch of another "
+                                   "dtype or shape")
+        seen.add(pair[0])
+    return tuple((name, index) for name, index in updates)
+
+
 def _parse_modes_and_state(doc, where, limits):
     """(mode, Alternate or None, state or None) from the optional fields."""
     mode = doc.get("mode")
@@ -513,7 +548,8 @@ def _parse_modes_and_state(doc, where, limits):
                                    f"\"mode\" ({mode!r:.20})")
         program, feed, fetch = _parse_part(alternate, f"{where}: alternate", limits)
         outputs = _parse_outputs(alternate, fetch, f"{where}: alternate", limits)
-        alternate = Alternate(alternate["mode"], program, feed, fetch, outputs)
+        updates = _parse_state_updates(alternate, program, fetch, f"{where}: alternate")
+        alternate = Alternate(alternate["mode"], program, feed, fetch, outputs, updates)
     state = doc.get("state")
     if state is not None:
         if not isinstance(state, dict) or set(state) != {"parameters", "buffers"}:

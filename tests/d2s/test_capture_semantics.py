@@ -118,6 +118,52 @@ def test_state_stored_on_the_module_is_carried_across_calls_like_eager():
     assert torch.allclose(static(x), eager(x))
 
 
+class PlainAttributes(nn.Module):
+    """Tensors kept as plain attributes (not buffers): one, a list, a dict."""
+
+    def __init__(self):
+        super().__init__()
+        self.pe = torch.zeros(3)
+        self.table = [torch.ones(3), torch.ones(3)]
+        self.cache = {"scale": torch.ones(3)}
+
+    def forward(self, x):
+        y = x + self.pe + self.table[1] * self.cache["scale"]
+        if y.sum() > 0:
+            y = y * 2
+        return y
+
+
+@pytest.mark.parametrize("replace", [
+    lambda m: setattr(m, "pe", torch.full((3,), 5.0)),
+    lambda m: m.table.__setitem__(1, torch.full((3,), -4.0)),
+    lambda m: m.cache.__setitem__("scale", torch.full((3,), 3.0)),
+    lambda m: m.pe.add_(7.0),
+])
+def test_a_plain_tensor_attribute_replaced_between_calls_is_read_like_eager(replace):
+    # The program read the object seen while tracing: after `m.pe = other` it
+    # kept returning the old value (a silent wrong result).
+    eager, module = PlainAttributes(), PlainAttributes()
+    static = d2s.declarative(module)
+    x = torch.tensor([1.0, -2.0, 0.5])
+    assert torch.equal(static(x), eager(x))
+    replace(eager)
+    replace(module)
+    assert torch.equal(static(x), eager(x))
+    assert len(static.forward.program_cache) == 1
+    assert [op.type for op in static.forward.concrete_program.main_program.global_block().ops].count("cond") == 1
+
+
+def test_a_plain_tensor_attribute_of_another_shape_builds_another_program():
+    eager, module = PlainAttributes(), PlainAttributes()
+    static = d2s.declarative(module)
+    x = torch.ones(2, 3)
+    static(x)
+    eager.pe = module.pe = torch.ones(2, 3)
+    assert torch.equal(static(x), eager(x))
+    assert len(static.forward.program_cache) == 2
+
+
 # -- declarative instances are held weakly ---------------------------------------------------------------
 
 class Decorated(nn.Module):

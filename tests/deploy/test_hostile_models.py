@@ -161,6 +161,12 @@ HOSTILE = {
         lambda d: d.update(outputs={"namedtuple": "os.system", "fields": ["a"], "items": [{"fetch": 0}]}),
         "a namedtuple needs an identifier name"),
     "outputs nested without end": (lambda d: d.update(outputs=_nested(200)), "deeper than 64"),
+    "state update of a data variable": (lambda d: d.update(state_updates=[["x", 0]]),
+                                        "not a persistable variable of the global block"),
+    "state update from another shape": (lambda d: d.update(state_updates=[["fc.weight", 0]]),
+                                        "from a fetch of another dtype or shape"),
+    "state update from a fetch it lacks": (lambda d: d.update(state_updates=[["fc.weight", 3]]),
+                                           "is not a [name, fetch index] pair"),
 }
 
 

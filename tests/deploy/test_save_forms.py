@@ -195,3 +195,67 @@ def test_inspect_shows_what_a_call_returns(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "m")]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("returns: "))
     assert re.fullmatch(r"returns: \{'a': \[\w+, \(\w+, 0\.5\)\], 7: True, 'shape': torch\.Size\(\[2\]\)\}", line)
+
+
+# -- module state: a saved model carries it from call to call as eager does ----------------------------
+
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(3, 3)
+        self.hidden = None
+        self.seen = torch.zeros(1, 3)  # a plain tensor attribute, replaced below
+
+    def forward(self, x):
+        h = torch.zeros_like(x) if self.hidden is None else self.hidden
+        h = torch.tanh(self.fc(x) + h + self.seen)
+        self.hidden = h
+        return h * 2
+
+
+def _twins():
+    eager, module = Recurrent(), Recurrent()
+    return eager, module, d2s.declarative(module)
+
+
+@pytest.mark.parametrize("with_spec", [False, True])
+def test_state_a_forward_stores_is_carried_by_the_saved_model(with_spec, tmp_path):
+    eager, module, static = _twins()
+    x = torch.randn(1, 3)
+    for _ in range(2):
+        assert torch.equal(static(x), eager(x))
+    eager.seen = module.seen = torch.full((1, 3), 0.25)  # saved as it is now
+    d2s.jit.save(static, str(tmp_path / "m"), input_spec=[d2s.InputSpec([1, 3])] if with_spec else None)
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    for _ in range(3):
+        assert torch.equal(loaded(x), eager(x))
+    d2s.jit.save(loaded, str(tmp_path / "again"))  # a loaded model saves the state it holds now
+    assert torch.equal(d2s.jit.load(str(tmp_path / "again"))(x), eager(x))
+
+
+def test_saving_the_program_of_a_first_call_from_none_state_is_refused(tmp_path):
+    # That program starts from `hidden = None`; the module now holds a tensor: the next call takes another.
+    _, _, static = _twins()
+    static(torch.randn(1, 3))
+    with pytest.raises(ValueError, match="built for module state `hidden` as it was before that call"):
+        d2s.jit.save(static, str(tmp_path / "m"))
+    assert not (tmp_path / "m").exists()
+
+
+class Growing(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cache = torch.zeros(1, 2)
+
+    def forward(self, x):
+        self.cache = torch.cat([self.cache, x])
+        return self.cache.sum(0)
+
+
+def test_state_that_changes_shape_every_call_is_refused_at_save(tmp_path):
+    static = d2s.declarative(Growing())
+    static(torch.ones(1, 2))
+    static(torch.ones(1, 2))
+    with pytest.raises(ValueError, match=r"reads module state as float32\[2, 2\] and stores float32\[3, 2\] back"):
+        d2s.jit.save(static, str(tmp_path / "m"))
