@@ -174,3 +174,88 @@ def test_module_argument_flags_are_part_of_the_key():
     drop.eval()
     assert torch.equal(apply(drop, x), x)
     assert len(apply.program_cache) == 2
+
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x, y=None):
+        out = self.fc(x)
+        return out if y is None else out + y
+
+
+def _hooked(kind, net, seen):
+    """Register one hook of `kind` on `net` that records its call; the handle."""
+    if kind == "forward":
+        return net.register_forward_hook(lambda m, a, out: seen.append("forward") or out * 2)
+    if kind == "pre":
+        return net.register_forward_pre_hook(lambda m, a: seen.append("pre") or (a[0] * 2,))
+    if kind == "global":
+        # Only on `net` (a program does not run its submodules' hooks).
+        return nn.modules.module.register_module_forward_hook(
+            lambda m, a, out: (seen.append("global") or out * 2) if m is net else None)
+    if kind == "backward":
+        return net.register_full_backward_hook(lambda m, gi, go: seen.append("backward"))
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["forward", "pre", "global", "backward"])
+def test_module_call_runs_hooks_registered_after_conversion(kind):
+    """A declarative module's call takes a short path when nothing surrounds
+    forward; a hook registered later (or removed) is seen on the next call,
+    exactly as with nn.Module.__call__."""
+    torch.manual_seed(0)
+    eager, static = Scaled(), Scaled()
+    static.load_state_dict(eager.state_dict())
+    static = d2s.declarative(static)
+    x = torch.randn(4, 3, requires_grad=True)
+    assert torch.equal(static(x), eager(x))  # cached: the next calls are hits
+    seen_eager, seen_static = [], []
+    handles = [_hooked(kind, eager, seen_eager), _hooked(kind, static, seen_static)]
+    try:
+        want, got = eager(x), static(x)
+        assert torch.equal(got, want)
+        if kind == "backward":
+            want.sum().backward()
+            got.sum().backward()
+        assert seen_static == seen_eager and seen_static
+    finally:
+        for h in handles:
+            h.remove()
+    assert torch.equal(static(x), eager(x))
+    assert len(seen_static) == len(seen_eager)
+
+
+def test_declarative_module_keeps_its_class_name_and_hits_with_keywords():
+    net = d2s.declarative(Scaled())
+    assert isinstance(net, Scaled) and type(net).__name__ == "Scaled" and type(net).__qualname__ == "Scaled"
+    x, y = torch.randn(2, 3), torch.randn(2, 2)
+    assert torch.equal(net(x, y=y), net.fc(x) + y)
+    assert torch.equal(net(x), net.fc(x))
+    assert len(net.forward.program_cache) == 2
+    # A parameter (a Tensor subclass) as an argument takes the general path, same result.
+    p = nn.Parameter(torch.randn(2, 3))
+    assert torch.equal(net(p), net.fc(p))
+
+
+class OwnCall(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        return x + 1
+
+    def __call__(self, *args):
+        self.calls += 1
+        return super().__call__(*args)
+
+
+def test_a_class_with_its_own_call_keeps_it():
+    net = d2s.declarative(OwnCall())
+    assert type(net) is OwnCall
+    net(torch.ones(2))
+    net(torch.ones(2))
+    assert net.calls == 2
