@@ -163,7 +163,9 @@ def _emit_cond(op, gen):
         body += [gen.assign(gen.store(o), gen.load(i)) for o, i in zip(op.output("Out"), outs)]
         return body or [ast.Pass()]
 
-    test = gen.call(ast.Name(id="bool", ctx=ast.Load()), [gen.load(op.input("Cond")[0])])
+    # `if v:` calls Tensor.__bool__ exactly as bool(v) would (the same error
+    # for a tensor of many elements), and costs nothing for a Python bool.
+    test = gen.load(op.input("Cond")[0])
     return [ast.If(test=test, body=branch(op.attrs["true_block"], op.attrs["true_outs"]),
                    orelse=branch(op.attrs["false_block"], op.attrs["false_outs"]))]
 
@@ -337,7 +339,7 @@ def _emit_while(op, gen):
     body_outs = op.attrs["body_outs"]
     init = [gen.assign(gen.store(v), gen.load(x)) for v, x in zip(loop_vars, op.input("Init"))]
     cond_stmts = gen.emit_block(op.attrs["cond_block"], keep=[op.attrs["cond_out"]])
-    test = gen.call(ast.Name(id="bool", ctx=ast.Load()), [gen.load(op.attrs["cond_out"])])
+    test = gen.load(op.attrs["cond_out"])  # as in _emit_cond: `not v` is `not bool(v)`
     stop = ast.If(test=ast.UnaryOp(op=ast.Not(), operand=test), body=[ast.Break()], orelse=[])
     body = gen.emit_block(op.attrs["body_block"], keep=set(body_outs) | set(loop_vars))
     rebind = []

@@ -6,9 +6,9 @@ passes over the copy, and codegen compiles the result. One pass per file,
 each with a before/after docstring:
 
   level "default" (CPU results bit-identical to eager):
-      dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce
+      dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce -> direct_kernels
   level "fast" (exact up to floating-point rounding; see each pass):
-      fuse_rnn_loops -> dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce
+      fuse_rnn_loops -> dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce -> direct_kernels
   and for calls with grad mode off (`inference=True`), at the end:
       ... -> pretranspose (fast level only) -> inplace
 
@@ -21,6 +21,8 @@ each with a before/after docstring:
     one `x.unbind(1)` before the loop and a Python index per step;
   - hoist_constants: `fill_constant`s only read by ops that make a fresh
     result are created once, at compile time, instead of on every call;
+  - direct_kernels: `F.embedding`, `F.relu`, `F.max_pool2d`, `F.dropout`,
+    `F.softmax` (Python wrappers) call the C kernel they would call;
   - inplace: an elementwise op whose input is a temporary nothing else
     reads writes its result into it (only where autograd is off);
   - pretranspose (fast, grad mode off): `linear` on a parameter is `addmm`
@@ -39,14 +41,15 @@ import sys
 
 from .. import _debug
 from ..optable import get_op_def
-from . import cse, dce, fuse_rnn_loops, hoist_constants, inplace, loop_slices, pretranspose, scalars
+from . import (cse, dce, direct_kernels, fuse_rnn_loops, hoist_constants, inplace, loop_slices, pretranspose,
+               scalars)
 from ._util import copy_program
 
 LEVELS = ("default", "fast")
 
 PIPELINES = {
-    "default": (dce, cse, scalars, loop_slices, hoist_constants, dce),
-    "fast": (fuse_rnn_loops, dce, cse, scalars, loop_slices, hoist_constants, dce),
+    "default": (dce, cse, scalars, loop_slices, hoist_constants, dce, direct_kernels),
+    "fast": (fuse_rnn_loops, dce, cse, scalars, loop_slices, hoist_constants, dce, direct_kernels),
 }
 
 

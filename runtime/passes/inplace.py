@@ -51,7 +51,7 @@ _FRESH = set(_UNARY) | set(_BINARY) | {
     "torch.nn.functional.linear", "torch.matmul", "torch.mm", "torch.addmm", "torch.Tensor.__matmul__",
     "torch.conv1d", "torch.conv2d", "torch.conv3d", "torch.nn.functional.conv1d", "torch.nn.functional.conv2d",
     "torch.nn.functional.conv3d", "torch.cat", "torch.stack", "torch.nn.functional.embedding",
-    "torch.nn.functional.max_pool2d", "torch.max_pool2d",
+    "torch.embedding", "torch.Tensor.softmax", "torch.nn.functional.max_pool2d", "torch.max_pool2d",
 }
 # Keyword arguments that change nothing (`F.relu(x, inplace=False)`) and that
 # the in-place call drops; `max_pool2d` returns a new tensor whatever its
