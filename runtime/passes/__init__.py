@@ -8,7 +8,8 @@ each with a before/after docstring:
   level "default" (CPU results bit-identical to eager):
       dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce -> direct_kernels
   level "fast" (exact up to floating-point rounding; see each pass):
-      fuse_rnn_loops -> dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce -> direct_kernels
+      fuse_rnn_loops -> dce -> cse -> scalars -> loop_slices -> hoist_constants -> hoist_invariants
+      -> dce -> direct_kernels
   and for calls with grad mode off (`inference=True`), at the end:
       ... -> pretranspose (fast level only) -> inplace
 
@@ -27,6 +28,8 @@ each with a before/after docstring:
     reads writes its result into it (only where autograd is off);
   - pretranspose (fast, grad mode off): `linear` on a parameter is `addmm`
     on the weight's transpose, made once by the caller and reused while valid;
+  - hoist_invariants (fast): an op of a loop body whose inputs the loop
+    never changes runs in the first trip only, later trips reuse its result;
   - fuse_rnn_loops: a `while` loop applying an LSTM/GRU/RNN cell step by step
     over a sequence becomes one fused `torch.lstm`/`gru`/`rnn_*` call.
 
@@ -41,15 +44,16 @@ import sys
 
 from .. import _debug
 from ..optable import get_op_def
-from . import (cse, dce, direct_kernels, fuse_rnn_loops, hoist_constants, inplace, loop_slices, pretranspose,
-               scalars)
+from . import (cse, dce, direct_kernels, fuse_rnn_loops, hoist_constants, hoist_invariants, inplace, loop_slices,
+               pretranspose, scalars)
 from ._util import copy_program
 
 LEVELS = ("default", "fast")
 
 PIPELINES = {
     "default": (dce, cse, scalars, loop_slices, hoist_constants, dce, direct_kernels),
-    "fast": (fuse_rnn_loops, dce, cse, scalars, loop_slices, hoist_constants, dce, direct_kernels),
+    "fast": (fuse_rnn_loops, dce, cse, scalars, loop_slices, hoist_constants, hoist_invariants, dce,
+             direct_kernels),
 }
 
 
