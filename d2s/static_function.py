@@ -724,10 +724,18 @@ def _calling_forward(cls):
 
 def _call_forward_directly(module):
     """Give `module` (whose `forward` was just made declarative) the short
-    call path, when its class calls `forward` the way nn.Module does."""
+    call path, when its class calls `forward` the way nn.Module does.
+
+    The instance's class becomes a same-named subclass: `isinstance`,
+    `repr`, `state_dict` and hooks are unchanged, but `type(module) is Cls`
+    is False (docs/user_guide.md). torch's own classes (`nn.Linear`, ...)
+    keep theirs: torch looks some of them up by exact type (quantization
+    mappings, fx), and one leaf module's hit is not worth that."""
     cls = type(module)
     if inspect.getattr_static(cls, "__call__", None) is not torch.nn.Module.__call__:
         return  # already done, or a class with a __call__ of its own: that is what module(x) runs
+    if cls.__module__.partition(".")[0] == "torch":
+        return
     try:
         module.__class__ = _calling_forward(cls)
     except TypeError:  # a layout __class__ assignment refuses: keep the ordinary call

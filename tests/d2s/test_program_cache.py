@@ -240,6 +240,34 @@ def test_declarative_module_keeps_its_class_name_and_hits_with_keywords():
     assert torch.equal(net(p), net.fc(p))
 
 
+def test_declarative_module_is_a_same_named_subclass_with_the_same_state():
+    """The short call path swaps the instance's class for a subclass:
+    everything but `type(net) is Scaled` reads as before."""
+    torch.manual_seed(0)
+    eager = Scaled()
+    net = d2s.declarative(Scaled())
+    net.load_state_dict(eager.state_dict())
+    assert type(net) is not Scaled and type(net).__mro__[1] is Scaled
+    assert type(net).__module__ == Scaled.__module__ and type(net).__doc__ == Scaled.__doc__
+    assert repr(net) == repr(eager)
+    assert list(net.state_dict()) == list(eager.state_dict())
+    x = torch.randn(4, 3)
+    assert torch.equal(net(x), eager(x))
+    plain = Scaled()
+    plain.load_state_dict(net.state_dict())
+    assert torch.equal(plain(x), eager(x))
+    # A second conversion keeps the class (no subclass of the subclass).
+    assert type(d2s.declarative(net)) is type(net)
+
+
+def test_torch_classes_keep_their_type():
+    """torch looks some of its module classes up by exact type."""
+    lin = d2s.declarative(nn.Linear(3, 2))
+    assert type(lin) is nn.Linear
+    x = torch.randn(4, 3)
+    assert torch.equal(lin(x), torch.nn.functional.linear(x, lin.weight, lin.bias))
+
+
 class OwnCall(nn.Module):
     def __init__(self):
         super().__init__()
