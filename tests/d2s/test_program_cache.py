@@ -287,3 +287,33 @@ def test_a_class_with_its_own_call_keeps_it():
     net(torch.ones(2))
     net(torch.ones(2))
     assert net.calls == 2
+
+
+@d2s.declarative
+def _double(x):
+    return x * 2
+
+
+@d2s.declarative
+def _double_sum(x, y):
+    return (x + y) * 2
+
+
+@pytest.mark.parametrize("fn", [_double, _double_sum])
+def test_hit_with_plain_tensors_builds_the_key_inline(fn, monkeypatch):
+    """StaticFunction.__call__ builds the key itself for plain tensor
+    arguments; it must stay the key `cache_key` builds, or every call
+    would take the slow path (a hit here never calls `cache_key`)."""
+    fn.program_cache.clear()
+    xs = [torch.randn(3) for _ in range(fn._n_positional)]
+    want = fn.dygraph_function(*xs)
+    assert torch.equal(fn(*xs), want)
+    assert list(fn.program_cache._programs) == [fn.cache_key(tuple(xs), {})[0]]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("cache_key called")
+
+    monkeypatch.setattr(fn, "cache_key", refuse)
+    assert torch.equal(fn(*xs), want)
+    with pytest.raises(AssertionError, match="cache_key called"):
+        fn(*[x.requires_grad_() for x in xs])  # a miss builds its key the general way
