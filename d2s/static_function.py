@@ -524,9 +524,11 @@ class StaticFunction:
                 concrete = cache._programs.get(key)
                 if concrete is not None and concrete is cache._recent:
                     translator._last = cache.last = concrete
+                    # ConcreteProgram.run's choice of function, when it needs nothing more than a call
+                    # (with grad mode off: the in-place variant, once compiled, without transposes).
+                    entry = concrete.compiled if _grad_enabled() else concrete._inference
                     if concrete._plain and concrete._params_version == concrete.main_program._version \
-                            and _grad_enabled():
-                        entry = concrete.compiled
+                            and entry is not None and not entry.derived:
                         try:
                             results = entry.fn(*args, *concrete._params)
                         except Exception as exc:  # noqa: BLE001 - re-raised naming the failing op

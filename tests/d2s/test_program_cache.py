@@ -317,3 +317,18 @@ def test_hit_with_plain_tensors_builds_the_key_inline(fn, monkeypatch):
     assert torch.equal(fn(*xs), want)
     with pytest.raises(AssertionError, match="cache_key called"):
         fn(*[x.requires_grad_() for x in xs])  # a miss builds its key the general way
+
+
+def test_hit_with_grad_mode_off_calls_the_in_place_variant_directly(monkeypatch):
+    """With grad mode off a hit calls the variant that reuses temporaries in
+    place (compiled by the first such call, through ConcreteProgram.run)."""
+    from d2s.static_function import ConcreteProgram
+
+    net = d2s.declarative(nn.Linear(3, 2))
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        want = net(x)  # compiles the in-place variant
+        monkeypatch.setattr(ConcreteProgram, "run", lambda self, tensors: pytest.fail("run called"))
+        assert torch.equal(net(x), want) and torch.equal(want, nn.functional.linear(x, net.weight, net.bias))
+    assert net.forward.concrete_program._inference is not None
+    assert torch.equal(net(x), want)  # grad mode on: the ordinary program, also called directly
