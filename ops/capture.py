@@ -280,6 +280,26 @@ def _as_python_ints(args, tr):
     return tuple(args[:1]) + tuple(number(a) for a in args[1:])
 
 
+_TAKES_INPLACE = {}
+
+
+def _takes_inplace(fn):
+    """Whether `fn` has an `inplace` parameter (`F.relu`, `F.dropout`); cached
+    per callable, as every recorded call asks."""
+    try:
+        return _TAKES_INPLACE[fn]
+    except KeyError:
+        pass
+    except TypeError:  # unhashable
+        return False
+    try:
+        takes = "inplace" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: torch's C functions have no `inplace`
+        takes = False
+    _TAKES_INPLACE[fn] = takes
+    return takes
+
+
 def _written_argument(opdef, fn, args, kwargs):
     """The tensor argument that `fn(*args, **kwargs)` writes in place
     although its op type does not (`out=t`, `inplace=True`), or None."""
@@ -289,9 +309,11 @@ def _written_argument(opdef, fn, args, kwargs):
             raise error_at_user_line(f"`{opdef.type}(..., out=...)` writes several tensors; assign its results "
                                      "instead (`values, indices = torch.sort(x)`)")
         return out
+    if not _takes_inplace(fn):
+        return None
     try:
         bound = inspect.signature(fn).bind(*args, **kwargs)
-    except (TypeError, ValueError):  # a builtin without a signature, or arguments the call itself refuses
+    except TypeError:  # arguments the call itself refuses: its own error comes when it runs
         return None
     if "inplace" in bound.arguments:
         inplace = bound.arguments["inplace"]
