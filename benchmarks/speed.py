@@ -268,18 +268,25 @@ def cache_hit_overhead(rounds, calls=2000):
     return rows
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=21)
+def parse_and_set_up(parser, rounds):
+    """Add the options the benchmark scripts share, parse them, and set up
+    one thread, no warnings and the grad mode asked for."""
+    parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--budget", type=float, default=0.02, help="seconds of eager time per round")
-    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow to compile)")
-    parser.add_argument("--only", default="", help="run only workloads whose name contains this")
     parser.add_argument("--no-grad", action="store_true", help="run every contender under torch.no_grad()")
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     if args.no_grad:
         torch.set_grad_enabled(False)
+    return args
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow to compile)")
+    parser.add_argument("--only", default="", help="run only workloads whose name contains this")
+    args = parse_and_set_up(parser, rounds=21)
     print(f"torch {torch.__version__}, 1 thread, {args.rounds} interleaved rounds"
           f"{', under torch.no_grad()' if args.no_grad else ''}; "
           "speedup over eager: median [25th-75th percentile]")

@@ -28,6 +28,7 @@ from torch.overrides import TorchFunctionMode
 from runtime.attrs import InputRef, OutputRef, ReturnType
 from runtime.errors import ConversionError
 from runtime.ir import SCALAR, TENSOR_ARRAY, Variable
+from runtime.optable import writing_variant
 
 from . import torch_ops, tracer
 from .infer import Meta, infer
@@ -279,6 +280,51 @@ def _as_python_ints(args, tr):
     return tuple(args[:1]) + tuple(number(a) for a in args[1:])
 
 
+_TAKES_INPLACE = {}
+
+
+def _takes_inplace(fn):
+    """Whether `fn` has an `inplace` parameter (`F.relu`, `F.dropout`); cached
+    per callable, as every recorded call asks."""
+    try:
+        return _TAKES_INPLACE[fn]
+    except KeyError:
+        pass
+    except TypeError:  # unhashable
+        return False
+    try:
+        takes = "inplace" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: torch's C functions have no `inplace`
+        takes = False
+    _TAKES_INPLACE[fn] = takes
+    return takes
+
+
+def _written_argument(opdef, fn, args, kwargs):
+    """The tensor argument that `fn(*args, **kwargs)` writes in place
+    although its op type does not (`out=t`, `inplace=True`), or None."""
+    out = kwargs.get("out")
+    if out is not None:
+        if not isinstance(out, (torch.Tensor, Variable)):
+            raise error_at_user_line(f"`{opdef.type}(..., out=...)` writes several tensors; assign its results "
+                                     "instead (`values, indices = torch.sort(x)`)")
+        return out
+    if not _takes_inplace(fn):
+        return None
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError:  # arguments the call itself refuses: its own error comes when it runs
+        return None
+    if "inplace" in bound.arguments:
+        inplace = bound.arguments["inplace"]
+        if not isinstance(inplace, bool):
+            raise error_at_user_line(f"`{opdef.type}`: `inplace` must be a Python bool here, got "
+                                     f"{type(inplace).__name__}")
+        if inplace and isinstance(args[0], (torch.Tensor, Variable)):
+            return args[0]
+    return None
+
+
 def record(opdef, fn, args, kwargs):
     """Append one call-style op running `fn(*args, **kwargs)`; return its
     result with Variables in place of tensors."""
@@ -288,6 +334,12 @@ def record(opdef, fn, args, kwargs):
     if opdef.type in _SIZE_OR_DATA:
         args = _as_python_ints(args, tr)
     refs = _Refs()
+    written = None if opdef.mutates else _written_argument(opdef, fn, args, kwargs)
+    if written is not None:
+        # The op writes `written`: recorded as the type's writing variant,
+        # with `written` as its first input (what `mutates` means).
+        opdef = writing_variant(opdef)
+        refs.ref(written)
     args_tree = refs.ref(tuple(args))
     kwargs_tree = refs.ref(dict(kwargs))
     try:

@@ -163,7 +163,9 @@ def _emit_cond(op, gen):
         body += [gen.assign(gen.store(o), gen.load(i)) for o, i in zip(op.output("Out"), outs)]
         return body or [ast.Pass()]
 
-    test = gen.call(ast.Name(id="bool", ctx=ast.Load()), [gen.load(op.input("Cond")[0])])
+    # `if v:` calls Tensor.__bool__ exactly as bool(v) would (the same error
+    # for a tensor of many elements), and costs nothing for a Python bool.
+    test = gen.load(op.input("Cond")[0])
     return [ast.If(test=test, body=branch(op.attrs["true_block"], op.attrs["true_outs"]),
                    orelse=branch(op.attrs["false_block"], op.attrs["false_outs"]))]
 
@@ -336,16 +338,22 @@ def _emit_while(op, gen):
     loop_vars = op.attrs["loop_vars"]
     body_outs = op.attrs["body_outs"]
     init = [gen.assign(gen.store(v), gen.load(x)) for v, x in zip(loop_vars, op.input("Init"))]
+    # Results of loop-invariant ops (runtime/passes/hoist_invariants.py):
+    # None before the loop, computed in the first trip, kept across trips.
+    once = [n for o in op.attrs["body_block"].ops if o.attrs.get("once") for n in o.output("Out")]
+    init += [gen.assign(gen.store(n), ast.Constant(None)) for n in once]
     cond_stmts = gen.emit_block(op.attrs["cond_block"], keep=[op.attrs["cond_out"]])
-    test = gen.call(ast.Name(id="bool", ctx=ast.Load()), [gen.load(op.attrs["cond_out"])])
+    test = gen.load(op.attrs["cond_out"])  # as in _emit_cond: `not v` is `not bool(v)`
     stop = ast.If(test=ast.UnaryOp(op=ast.Not(), operand=test), body=[ast.Break()], orelse=[])
-    body = gen.emit_block(op.attrs["body_block"], keep=set(body_outs) | set(loop_vars))
+    body = gen.emit_block(op.attrs["body_block"], keep=set(body_outs) | set(loop_vars) | set(once))
     rebind = []
     if loop_vars:
         rebind = [gen.assign(ast.Tuple(elts=[gen.store(v) for v in loop_vars], ctx=ast.Store()),
                              ast.Tuple(elts=[gen.load(o) for o in body_outs], ctx=ast.Load()))]
     loop = ast.While(test=ast.Constant(True), body=cond_stmts + [stop] + body + rebind, orelse=[])
     results = [gen.assign(gen.store(o), gen.load(v)) for o, v in zip(op.output("Out"), loop_vars)]
+    if once:
+        results.append(ast.Delete(targets=[ast.Name(id=gen.local(n), ctx=ast.Del()) for n in once]))
     return init + [loop] + results
 
 

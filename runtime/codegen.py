@@ -148,6 +148,12 @@ class Codegen:
             block = ast.With(items=[ast.withitem(context_expr=no_grad)], body=stmts)
             block._d2s_no_grad = True
             stmts = [block]
+        if op.attrs.get("once"):
+            # A loop-invariant op (runtime/passes/hoist_invariants.py): its
+            # loop sets the result to None first; computed in the first trip.
+            first = ast.Compare(left=self.load(op.output("Out")[0]), ops=[ast.Is()],
+                                comparators=[ast.Constant(None)])
+            stmts = [ast.If(test=first, body=stmts, orelse=[])]
         return stmts
 
     def emit_block(self, block, keep=()):

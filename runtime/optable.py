@@ -21,7 +21,7 @@ The table is the allowlist: a loaded program may only name op types in it,
 so nothing outside this table can ever be called.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
 
@@ -65,17 +65,36 @@ def callable_key(fn):
         return id(fn)
 
 
+# The suffix of an op type called so that it writes a tensor argument in
+# place (`torch.mul(a, b, out=t)`, `F.relu(x, inplace=True)`): the same
+# kernel, but an op that `mutates` its first input (capture puts the written
+# tensor first), so no pass or pruning takes it for a pure op.
+WRITES = "!"
+
+
+def writing_variant(opdef):
+    """The OpDef of `opdef`'s type called with arguments that make it write
+    a tensor argument in place (type + WRITES, made on first use)."""
+    op_type = opdef.type + WRITES
+    variant = _OPS.get(op_type)
+    if variant is None:
+        variant = _OPS[op_type] = replace(opdef, type=op_type, mutates=True)
+    return variant
+
+
 def get_op_def(op_type):
     try:
         return _OPS[op_type]
     except KeyError:
+        if op_type.endswith(WRITES) and op_type[:-len(WRITES)] in _OPS:
+            return writing_variant(_OPS[op_type[:-len(WRITES)]])  # a loaded program names it first
         if not _OPS:
             raise KeyError(f"unknown op type {op_type!r}: the op table is empty (import ops to fill it)") from None
         raise KeyError(f"unknown op type {op_type!r}") from None
 
 
 def is_registered(op_type):
-    return op_type in _OPS
+    return op_type in _OPS or op_type.endswith(WRITES) and op_type[:-len(WRITES)] in _OPS
 
 
 def op_for_callable(fn):

@@ -6,9 +6,10 @@ passes over the copy, and codegen compiles the result. One pass per file,
 each with a before/after docstring:
 
   level "default" (CPU results bit-identical to eager):
-      dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce
+      dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce -> direct_kernels
   level "fast" (exact up to floating-point rounding; see each pass):
-      fuse_rnn_loops -> dce -> cse -> scalars -> loop_slices -> hoist_constants -> dce
+      fuse_rnn_loops -> dce -> cse -> scalars -> loop_slices -> hoist_constants -> hoist_invariants
+      -> dce -> direct_kernels
   and for calls with grad mode off (`inference=True`), at the end:
       ... -> pretranspose (fast level only) -> inplace
 
@@ -21,10 +22,14 @@ each with a before/after docstring:
     one `x.unbind(1)` before the loop and a Python index per step;
   - hoist_constants: `fill_constant`s only read by ops that make a fresh
     result are created once, at compile time, instead of on every call;
+  - direct_kernels: `F.embedding`, `F.relu`, `F.max_pool2d`, `F.dropout`,
+    `F.softmax` (Python wrappers) call the C kernel they would call;
   - inplace: an elementwise op whose input is a temporary nothing else
     reads writes its result into it (only where autograd is off);
   - pretranspose (fast, grad mode off): `linear` on a parameter is `addmm`
     on the weight's transpose, made once by the caller and reused while valid;
+  - hoist_invariants (fast): an op of a loop body whose inputs the loop
+    never changes runs in the first trip only, later trips reuse its result;
   - fuse_rnn_loops: a `while` loop applying an LSTM/GRU/RNN cell step by step
     over a sequence becomes one fused `torch.lstm`/`gru`/`rnn_*` call.
 
@@ -39,14 +44,16 @@ import sys
 
 from .. import _debug
 from ..optable import get_op_def
-from . import cse, dce, fuse_rnn_loops, hoist_constants, inplace, loop_slices, pretranspose, scalars
+from . import (cse, dce, direct_kernels, fuse_rnn_loops, hoist_constants, hoist_invariants, inplace, loop_slices,
+               pretranspose, scalars)
 from ._util import copy_program
 
 LEVELS = ("default", "fast")
 
 PIPELINES = {
-    "default": (dce, cse, scalars, loop_slices, hoist_constants, dce),
-    "fast": (fuse_rnn_loops, dce, cse, scalars, loop_slices, hoist_constants, dce),
+    "default": (dce, cse, scalars, loop_slices, hoist_constants, dce, direct_kernels),
+    "fast": (fuse_rnn_loops, dce, cse, scalars, loop_slices, hoist_constants, hoist_invariants, dce,
+             direct_kernels),
 }
 
 

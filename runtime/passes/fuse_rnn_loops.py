@@ -11,7 +11,12 @@ outside the loop, a tensor or a Python int), and whose body is exactly
            | torch.gru_cell / rnn_tanh_cell / rnn_relu_cell(x_t, h, ...)
 
 with the weights and `seq` defined outside the loop: what
-`for t in range(n): h, c = self.cell(x[:, t], (h, c))` traces to.
+`for t in range(n): h, c = self.cell(x[:, t], (h, c))` traces to. The body
+may also append each step's new `h` to a list the loop carries
+(`hs.append(h)` after the cell: `hs = array_append(hs, h')`); the fused op
+then appends the rows of the fused output, `output.select(time, t)`, which
+hold those same states (each a view of its own, so writing one in place
+later works as it does on the loop's tensors).
 
 Before:                                            After:
     Out=[c_1, ctr_1, h_1] = while(Init=[c0, 0, h0],    (ctr_1, h_1, c_1) = fused_rnn_loop(
@@ -50,13 +55,14 @@ _STEP = {"lstm": torch.lstm_cell, "gru": torch.gru_cell, "rnn_tanh": torch.rnn_t
          "rnn_relu": torch.rnn_relu_cell}
 
 
-def fused_rnn_loop(kind, time_dim, seq, n, ctr, h, c, w_ih, w_hh, b_ih, b_hh, *carried):
+def fused_rnn_loop(kind, time_dim, seq, n, ctr, h, c, w_ih, w_hh, b_ih, b_hh, *carried, collect=None):
     """(ctr, h, c, *carried) after `while ctr < n: step`, computed by one
-    fused call; `carried` are loop variables the loop never changes."""
-    return _fused(kind, time_dim, seq, n, ctr, h, c, w_ih, w_hh, b_ih, b_hh) + carried
+    fused call; `carried` are loop variables the loop never changes (but
+    `collect`, one of them, gets each step's h appended)."""
+    return _fused(kind, time_dim, seq, n, ctr, h, c, w_ih, w_hh, b_ih, b_hh, collect) + carried
 
 
-def _fused(kind, time_dim, seq, n, ctr, h, c, w_ih, w_hh, b_ih, b_hh):
+def _fused(kind, time_dim, seq, n, ctr, h, c, w_ih, w_hh, b_ih, b_hh, collect):
     start, stop = int(ctr), int(n)
     if stop <= start:
         return (ctr if isinstance(ctr, torch.Tensor) else torch.tensor(ctr)), h, c
@@ -69,17 +75,23 @@ def _fused(kind, time_dim, seq, n, ctr, h, c, w_ih, w_hh, b_ih, b_hh):
                 h, c = _STEP[kind](x_t, (h, c), w_ih, w_hh, b_ih, b_hh)
             else:
                 h = _STEP[kind](x_t, h, w_ih, w_hh, b_ih, b_hh)
+            if collect is not None:
+                collect.append(h)
         return torch.tensor(stop), h, c
     window = seq.narrow(time_dim, start, stop - start)
     has_biases = b_ih is not None
     params = [w_ih, w_hh, b_ih, b_hh] if has_biases else [w_ih, w_hh]
     batch_first = time_dim == 1
     if kind == "lstm":
-        _, hn, cn = torch.lstm(window, (h.unsqueeze(0), c.unsqueeze(0)), params, has_biases, 1, 0.0,
-                               False, False, batch_first)
-        return torch.tensor(stop), hn[0], cn[0]
-    _, hn = _FUSED[kind](window, h.unsqueeze(0), params, has_biases, 1, 0.0, False, False, batch_first)
-    return torch.tensor(stop), hn[0], c
+        out, hn, cn = torch.lstm(window, (h.unsqueeze(0), c.unsqueeze(0)), params, has_biases, 1, 0.0,
+                                 False, False, batch_first)
+    else:
+        out, hn = _FUSED[kind](window, h.unsqueeze(0), params, has_biases, 1, 0.0, False, False, batch_first)
+        cn = None
+    if collect is not None:
+        # `select`, not `unbind`: unbind's views may not be written in place.
+        collect.extend([out.select(time_dim, t) for t in range(stop - start)])
+    return torch.tensor(stop), hn[0], (cn[0] if cn is not None else c)
 
 
 if not is_registered("fused_rnn_loop"):
@@ -104,8 +116,11 @@ def _match(op, program):
     """The fused op's (kind, time_dim, inputs, outputs) for `op`, or None."""
     body, test = op.attrs["body_block"], op.attrs["cond_block"]
     loop_vars, body_outs, outs = op.attrs["loop_vars"], op.attrs["body_outs"], op.output("Out")
-    if len(test.ops) != 1 or len(body.ops) != 3:
+    if len(test.ops) != 1 or len(body.ops) not in (3, 4):
         return None
+    append = _single(body, "array_append")
+    if len(body.ops) == 4 and (append is None or body.ops[-1] is not append):
+        return None  # the fourth op may only be `hs.append(h')`, after the cell
     (lt,) = test.ops
     if lt.type != "torch.Tensor.__lt__" or lt.output("Out") != [op.attrs["cond_out"]] or lt.attrs.get("kwargs"):
         return None
@@ -155,6 +170,15 @@ def _match(op, program):
     # Loop variables: ctr and the state, each updated by its own step, and
     # any the loop carries unchanged.
     updates = dict(zip(loop_vars, body_outs))
+    collect = None
+    if append is not None:
+        # hs = array_append(hs, h'): a list the loop carries, read by nothing else in the loop.
+        collect = append.input("X")[0]
+        if (append.attrs.get("args") != (InputRef(0), InputRef(1)) or append.input("X")[1:] != new_state[:1]
+                or append.output("Out") != [collect] or collect not in loop_vars or updates[collect] != collect
+                or any(collect in o.input_names for o in body.ops if o is not append)
+                or any(collect in o.input_names for o in test.ops)):
+            return None
     carried = [v for v in loop_vars if updates[v] == v and v not in (ctr, *state)]
     if set(loop_vars) - set(carried) != {ctr, *state} or len(loop_vars) != n_state + 1 + len(carried):
         return None
@@ -172,7 +196,8 @@ def _match(op, program):
               *weights, *biases, *[init[v] for v in carried]]
     outputs = [out_of[ctr], out_of[state[0]], out_of[state[1]] if n_state == 2 else None,
                *[out_of[v] for v in carried]]
-    return kind, time_dim, inputs, outputs, n_arg
+    collect_at = None if collect is None else len(inputs) - len(carried) + carried.index(collect)
+    return kind, time_dim, inputs, outputs, n_arg, collect_at
 
 
 def run(ctx):
@@ -184,13 +209,15 @@ def run(ctx):
             found = _match(op, program)
             if found is None:
                 continue
-            kind, time_dim, inputs, outputs, n_arg = found
+            kind, time_dim, inputs, outputs, n_arg, collect_at = found
             names = [n for n in inputs if n is not None]
             refs = iter(range(len(names)))
             args = (kind, time_dim) + tuple(InputRef(next(refs)) if n is not None else
                                             (n_arg if k == 1 else None) for k, n in enumerate(inputs))
+            # The list to append to: one of the carried inputs (they come last, all present).
+            kwargs = {} if collect_at is None else {"collect": InputRef(len(names) - len(inputs) + collect_at)}
             outs = [o for o in outputs if o is not None]
             out_refs = iter(range(len(outs)))
             out_tree = tuple(OutputRef(next(out_refs)) if o is not None else None for o in outputs)
             block.ops[i] = Operator(block, "fused_rnn_loop", {"X": names}, {"Out": outs},
-                                    {"args": args, "kwargs": {}, "out": out_tree}, op.origin)
+                                    {"args": args, "kwargs": kwargs, "out": out_tree}, op.origin)

@@ -47,11 +47,11 @@ _BINARY = {
     "torch.Tensor.__truediv__": ("torch.Tensor.div_", False), "torch.div": ("torch.Tensor.div_", False),
 }
 # Ops whose result is always a new tensor of its own.
-_FRESH = set(_UNARY) | set(_BINARY) | {
+FRESH = set(_UNARY) | set(_BINARY) | {
     "torch.nn.functional.linear", "torch.matmul", "torch.mm", "torch.addmm", "torch.Tensor.__matmul__",
     "torch.conv1d", "torch.conv2d", "torch.conv3d", "torch.nn.functional.conv1d", "torch.nn.functional.conv2d",
     "torch.nn.functional.conv3d", "torch.cat", "torch.stack", "torch.nn.functional.embedding",
-    "torch.nn.functional.max_pool2d", "torch.max_pool2d",
+    "torch.embedding", "torch.Tensor.softmax", "torch.nn.functional.max_pool2d", "torch.max_pool2d",
 }
 # Keyword arguments that change nothing (`F.relu(x, inplace=False)`) and that
 # the in-place call drops; `max_pool2d` returns a new tensor whatever its
@@ -96,7 +96,8 @@ def run(ctx):
                 rename[out] = dead
                 uses[dead] = uses.pop(out, 0)
                 continue
-            if op.type in _FRESH and _plain(op, fresh_only=True):
+            # A `once` result (hoist_invariants) is reused by later trips: never written.
+            if op.type in FRESH and _plain(op, fresh_only=True) and not op.attrs.get("once"):
                 fresh[op.output_names[0]] = block.vars.get(op.output_names[0])
     if rename:
         # Chains (tmp_1 -> tmp_0, tmp_2 -> tmp_1) resolve to the first name.

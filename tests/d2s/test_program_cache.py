@@ -174,3 +174,161 @@ def test_module_argument_flags_are_part_of_the_key():
     drop.eval()
     assert torch.equal(apply(drop, x), x)
     assert len(apply.program_cache) == 2
+
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x, y=None):
+        out = self.fc(x)
+        return out if y is None else out + y
+
+
+def _hooked(kind, net, seen):
+    """Register one hook of `kind` on `net` that records its call; the handle."""
+    if kind == "forward":
+        return net.register_forward_hook(lambda m, a, out: seen.append("forward") or out * 2)
+    if kind == "pre":
+        return net.register_forward_pre_hook(lambda m, a: seen.append("pre") or (a[0] * 2,))
+    if kind == "global":
+        # Only on `net` (a program does not run its submodules' hooks).
+        return nn.modules.module.register_module_forward_hook(
+            lambda m, a, out: (seen.append("global") or out * 2) if m is net else None)
+    if kind == "backward":
+        return net.register_full_backward_hook(lambda m, gi, go: seen.append("backward"))
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["forward", "pre", "global", "backward"])
+def test_module_call_runs_hooks_registered_after_conversion(kind):
+    """A declarative module's call takes a short path when nothing surrounds
+    forward; a hook registered later (or removed) is seen on the next call,
+    exactly as with nn.Module.__call__."""
+    torch.manual_seed(0)
+    eager, static = Scaled(), Scaled()
+    static.load_state_dict(eager.state_dict())
+    static = d2s.declarative(static)
+    x = torch.randn(4, 3, requires_grad=True)
+    assert torch.equal(static(x), eager(x))  # cached: the next calls are hits
+    seen_eager, seen_static = [], []
+    handles = [_hooked(kind, eager, seen_eager), _hooked(kind, static, seen_static)]
+    try:
+        want, got = eager(x), static(x)
+        assert torch.equal(got, want)
+        if kind == "backward":
+            want.sum().backward()
+            got.sum().backward()
+        assert seen_static == seen_eager and seen_static
+    finally:
+        for h in handles:
+            h.remove()
+    assert torch.equal(static(x), eager(x))
+    assert len(seen_static) == len(seen_eager)
+
+
+def test_declarative_module_keeps_its_class_name_and_hits_with_keywords():
+    net = d2s.declarative(Scaled())
+    assert isinstance(net, Scaled) and type(net).__name__ == "Scaled" and type(net).__qualname__ == "Scaled"
+    x, y = torch.randn(2, 3), torch.randn(2, 2)
+    assert torch.equal(net(x, y=y), net.fc(x) + y)
+    assert torch.equal(net(x), net.fc(x))
+    assert len(net.forward.program_cache) == 2
+    # A parameter (a Tensor subclass) as an argument takes the general path, same result.
+    p = nn.Parameter(torch.randn(2, 3))
+    assert torch.equal(net(p), net.fc(p))
+
+
+def test_declarative_module_is_a_same_named_subclass_with_the_same_state():
+    """The short call path swaps the instance's class for a subclass:
+    everything but `type(net) is Scaled` reads as before."""
+    torch.manual_seed(0)
+    eager = Scaled()
+    net = d2s.declarative(Scaled())
+    net.load_state_dict(eager.state_dict())
+    assert type(net) is not Scaled and type(net).__mro__[1] is Scaled
+    assert type(net).__module__ == Scaled.__module__ and type(net).__doc__ == Scaled.__doc__
+    assert repr(net) == repr(eager)
+    assert list(net.state_dict()) == list(eager.state_dict())
+    x = torch.randn(4, 3)
+    assert torch.equal(net(x), eager(x))
+    plain = Scaled()
+    plain.load_state_dict(net.state_dict())
+    assert torch.equal(plain(x), eager(x))
+    # A second conversion keeps the class (no subclass of the subclass).
+    assert type(d2s.declarative(net)) is type(net)
+
+
+def test_torch_classes_keep_their_type():
+    """torch looks some of its module classes up by exact type."""
+    lin = d2s.declarative(nn.Linear(3, 2))
+    assert type(lin) is nn.Linear
+    x = torch.randn(4, 3)
+    assert torch.equal(lin(x), torch.nn.functional.linear(x, lin.weight, lin.bias))
+
+
+class OwnCall(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        return x + 1
+
+    def __call__(self, *args):
+        self.calls += 1
+        return super().__call__(*args)
+
+
+def test_a_class_with_its_own_call_keeps_it():
+    net = d2s.declarative(OwnCall())
+    assert type(net) is OwnCall
+    net(torch.ones(2))
+    net(torch.ones(2))
+    assert net.calls == 2
+
+
+@d2s.declarative
+def _double(x):
+    return x * 2
+
+
+@d2s.declarative
+def _double_sum(x, y):
+    return (x + y) * 2
+
+
+@pytest.mark.parametrize("fn", [_double, _double_sum])
+def test_hit_with_plain_tensors_builds_the_key_inline(fn, monkeypatch):
+    """StaticFunction.__call__ builds the key itself for plain tensor
+    arguments; it must stay the key `cache_key` builds, or every call
+    would take the slow path (a hit here never calls `cache_key`)."""
+    fn.program_cache.clear()
+    xs = [torch.randn(3) for _ in range(fn._n_positional)]
+    want = fn.dygraph_function(*xs)
+    assert torch.equal(fn(*xs), want)
+    assert list(fn.program_cache._programs) == [fn.cache_key(tuple(xs), {})[0]]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("cache_key called")
+
+    monkeypatch.setattr(fn, "cache_key", refuse)
+    assert torch.equal(fn(*xs), want)
+    with pytest.raises(AssertionError, match="cache_key called"):
+        fn(*[x.requires_grad_() for x in xs])  # a miss builds its key the general way
+
+
+def test_hit_with_grad_mode_off_calls_the_in_place_variant_directly(monkeypatch):
+    """With grad mode off a hit calls the variant that reuses temporaries in
+    place (compiled by the first such call, through ConcreteProgram.run)."""
+    from d2s.static_function import ConcreteProgram
+
+    net = d2s.declarative(nn.Linear(3, 2))
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        want = net(x)  # compiles the in-place variant
+        monkeypatch.setattr(ConcreteProgram, "run", lambda self, tensors: pytest.fail("run called"))
+        assert torch.equal(net(x), want) and torch.equal(want, nn.functional.linear(x, net.weight, net.bias))
+    assert net.forward.concrete_program._inference is not None
+    assert torch.equal(net(x), want)  # grad mode on: the ordinary program, also called directly

@@ -41,3 +41,33 @@ class CellLoopWithOutputs(nn.Module):
             h = self.cell(x[:, t], h)
             hs.append(h)
         return h, len(hs)
+
+
+class CollectingLoop(nn.Module):
+    """A cell loop appending each new h (`hs.append(h)` after the cell: fused),
+    or the h it started the step with (`before=True`: not fused), then
+    stacking them."""
+
+    def __init__(self, cell, before=False):
+        super().__init__()
+        self.cell, self.before = cell, before
+        self.is_lstm = isinstance(cell, nn.LSTMCell)
+
+    def forward(self, x, length):
+        h = torch.zeros(x.shape[0], 16)
+        c = torch.zeros(x.shape[0], 16)
+        hs = []
+        for t in range(length):
+            if self.before:
+                hs.append(h)
+            if self.is_lstm:
+                h, c = self.cell(x[:, t], (h, c))
+            else:
+                h = self.cell(x[:, t], h)
+            if not self.before:
+                hs.append(h)
+        if len(hs) > 0:
+            out = torch.stack(hs, 1)
+        else:
+            out = h.unsqueeze(1)
+        return out, h

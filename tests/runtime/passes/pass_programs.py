@@ -154,3 +154,20 @@ def rows_total(x):
     for row in x:
         total = total + torch.tanh(row)
     return total
+
+
+@d2s.declarative(optimize="fast")
+def scaled_walk(x, w, n):
+    """A `while` whose body computes `w * 2.0` and `(w * 2.0).tanh()`
+    (invariant: `w` is not changed by the loop) next to `y`-dependent ops,
+    and a `cond` in the body reading the invariant value."""
+    i = 0
+    y = x
+    while i < n:
+        s = w * 2.0
+        t = s.tanh()
+        y = y * t + 1.0
+        if y.sum() > 100:
+            y = y - s
+        i += 1
+    return y

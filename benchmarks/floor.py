@@ -1,0 +1,115 @@
+"""What the default level can reach (a script, never a test): d2s against
+hand-written straight-line Python calling the very kernels d2s's generated
+code calls, no modules, no wrappers.
+
+The default level keeps each kernel (results bit-identical to eager), so a
+program cannot run faster than these kernels called back to back; the gap
+between the two columns is all d2s could still remove without changing
+kernels.
+
+    OMP_NUM_THREADS=1 python benchmarks/floor.py [--rounds 11] [--no-grad]
+
+Same method as benchmarks/speed.py: interleaved slices, fastest slice per
+round, median speedup over eager across rounds.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import d2s  # noqa: E402
+import speed  # noqa: E402
+from models import GreedyDecoder  # noqa: E402
+
+_linear = torch._C._nn.linear  # what F.linear is
+
+
+def deep_residual_by_hand(model):
+    weights = [(layer.weight, layer.bias) for layer in model.layers]
+
+    def run(x):
+        for w, b in weights:
+            x = x + torch.tanh(_linear(x, w, b))
+        return x * 0.5 if x.mean() > 0 else x - 1.0
+    return run
+
+
+def decoder_by_hand(model):
+    cell, out, table = model.cell, model.out, model.embed.weight
+
+    def run(h, max_len):
+        token = torch.zeros(h.shape[0], dtype=torch.long)
+        done = torch.zeros(h.shape[0], dtype=torch.bool)
+        tokens, step, n = [], 0, int(max_len)
+        while step < n:
+            h = torch.gru_cell(torch.embedding(table, token, -1, False, False), h, cell.weight_ih, cell.weight_hh,
+                               cell.bias_ih, cell.bias_hh)
+            token = _linear(h, out.weight, out.bias).argmax(-1)
+            tokens.append(token)
+            done = done | (token == model.eos)
+            step += 1
+            if done.all():
+                break
+        return torch.stack(tokens, 1), step
+    return run
+
+
+def lstm_loop_by_hand(model):
+    cell = model.cell
+
+    def run(x, length):
+        h = torch.zeros(x.shape[0], model.hidden)
+        c = torch.zeros(x.shape[0], model.hidden)
+        steps = x.unbind(1)
+        for t in range(int(length)):
+            h, c = torch.lstm_cell(steps[t], (h, c), cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
+        return h
+    return run
+
+
+def workloads():
+    torch.manual_seed(0)
+    lstm = speed.LSTMLoop()
+    x, length = torch.randn(4, 48, 32), torch.tensor(48)
+    torch.manual_seed(0)
+    deep = speed.DeepResidual()
+    xd = torch.randn(8, 64)
+    torch.manual_seed(1)
+    dec = GreedyDecoder()
+    hd, max_len = torch.randn(3, 32), torch.tensor(16)
+    return {
+        "LSTMCell loop, tensor length 48": (lstm, speed.LSTMLoop, lstm_loop_by_hand, (x, length)),
+        "24 Linear+tanh+residual, tensor if": (deep, speed.DeepResidual, deep_residual_by_hand, (xd,)),
+        "GRU greedy decoder, while+break": (dec, GreedyDecoder, decoder_by_hand, (hd, max_len)),
+    }
+
+
+def main():
+    args = speed.parse_and_set_up(argparse.ArgumentParser(description=__doc__.splitlines()[0]), rounds=11)
+    print(f"torch {torch.__version__}, 1 thread, {args.rounds} rounds"
+          f"{', under torch.no_grad()' if args.no_grad else ''}; speedup over eager: median [25th-75th]")
+    names = ["d2s default", "same kernels by hand"]
+    print(f"{'workload':38s}" + "".join(f"{n:>24s}" for n in names))
+    for name, (eager, cls, by_hand, inputs) in workloads().items():
+        static = d2s.declarative(speed._copy(cls, eager))
+        contenders = {"eager": eager, "d2s default": static, "same kernels by hand": by_hand(eager)}
+        for model in contenders.values():  # the same results, or the comparison means nothing
+            assert all(torch.equal(a, b) for a, b in zip(_tensors(model(*inputs)), _tensors(eager(*inputs))))
+        ratios, _ = speed.bench_workload(lambda m: (lambda: m(*inputs)), contenders, args.rounds, args.budget)
+        cells = [f"{statistics.median(ratios[n]):5.2f}x [{speed._quantile(ratios[n], .25):4.2f}-"
+                 f"{speed._quantile(ratios[n], .75):4.2f}]" for n in names]
+        print(f"{name:38s}" + "".join(f"{c:>24s}" for c in cells), flush=True)
+
+
+def _tensors(result):
+    return [r for r in (result if isinstance(result, tuple) else (result,)) if isinstance(r, torch.Tensor)]
+
+
+if __name__ == "__main__":
+    main()
