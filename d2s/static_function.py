@@ -529,7 +529,7 @@ class StaticFunction:
                             results = entry.fn(*args, *concrete._params)
                         except Exception as exc:  # noqa: BLE001 - re-raised naming the failing op
                             runner.reraise(entry, exc)
-                        return results[0] if concrete._single else _rebuild(concrete.out_tree, results)
+                        return results[0] if concrete._single else rebuild(concrete.out_tree, results)
                     return concrete.run(args)
         if kwargs or len(args) != self._n_positional:
             args, kwargs = self._normalize(args, kwargs)
