@@ -20,7 +20,11 @@ version. The cache is removed afterwards, so torch is left as it was:
     # the wrappers are as torch made them
 
 When the wrappers are not what this module expects (another torch
-version), nothing is changed: inference is then only slower.
+version), nothing is changed: inference is then only slower. The same for
+wrappers it cannot find: they are found as the referrers of their shared
+code object, and `gc.get_referrers` does not look at objects frozen by
+`gc.freeze()` (an application that froze its heap after importing torch
+gets torch's wrappers unchanged, and torch._dynamo imported).
 
 While a trace has symbolic shapes, ShapeEnv notes where each symbol and
 guard came from (for its messages), skipping the frames of the files that

@@ -63,10 +63,12 @@ _FRESH_PROCESS = textwrap.dedent("""
 # In a process without torch._dynamo: entries nest (the last exit restores),
 # a wrapper calls its function directly, torch's own disabled version once
 # Dynamo is loaded (another thread compiling during a trace), and the file
-# list is torch's, less Dynamo's own files.
+# list is torch's, less Dynamo's own files. Then torch.compile and d2s side
+# by side.
 _PATCH_LIFETIME = textwrap.dedent("""
     import sys
     import torch
+    sys.path[:0] = ["."]
     from torch.fx.experimental import symbolic_shapes
     from ops import cold_start
 
@@ -98,6 +100,28 @@ _PATCH_LIFETIME = textwrap.dedent("""
     dynamo = torch._dynamo.guards.uninteresting_files() | {torch._dynamo.eval_frame.__file__}
     assert all(name.startswith(torch._dynamo.__path__[0]) for name in dynamo)
     assert mine == listed() - dynamo, (mine ^ (listed() - dynamo))
+
+    # Then as for a user who compiled with torch.compile first: d2s patches
+    # nothing in torch (Dynamo is loaded), converts with exact shapes, and the
+    # compiled function, run again after the conversion, still matches eager.
+    import d2s
+
+    def g(x):
+        return torch.nn.functional.linear(torch.tanh(x), torch.ones(2, 3)) * 2
+
+    compiled = torch.compile(g, backend="eager")
+    x = torch.randn(4, 3)
+    assert torch.equal(compiled(x), g(x))
+    static = d2s.declarative(g, input_spec=[d2s.InputSpec([None, 3])])
+    assert torch.equal(static(x), g(x))
+    assert "float32[s0, 2]" in static.concrete_program.main_program.to_string()
+    with cold_start.dynamo_free():
+        assert not cold_start._patched and symbolic_shapes.uninteresting_files is listed
+    # Wrappers hold only torch's own disabled functions (it caches them as they run).
+    assert not [fn for fn, _ in cold_start._find_wrapped()
+                if isinstance(fn.__dict__.get("__dynamo_disable"), cold_start._Direct)]
+    y = torch.randn(6, 3)
+    assert torch.equal(compiled(y), g(y)) and torch.equal(static(y), g(y))
     print("ok")
 """)
 
