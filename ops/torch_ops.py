@@ -161,7 +161,7 @@ def _add(type_name, name, fn, **flags):
         return
     kernel = _bool_tensor(fn) if name in TO_BOOL_TENSOR else fn
     # Schemas are looked up for the ops a program uses, not for all at import.
-    random = FirstUse(lambda: _is_random(name, fn))
+    random = FirstUse(_is_random, name, fn)
     register(OpDef(type_name, kernel=kernel, mutates=_is_inplace(name), random=random, **flags), fn)
 
 

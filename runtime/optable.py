@@ -32,14 +32,15 @@ class FirstUse:
     generator: ~0.2 s for the whole table at import) but is asked only of
     the ops a program contains."""
 
-    __slots__ = ("_compute", "_value")
+    __slots__ = ("_compute", "_args", "_value")
 
-    def __init__(self, compute):
-        self._compute, self._value = compute, None
+    def __init__(self, compute, *args):
+        self._compute, self._args, self._value = compute, args, None
 
     def __bool__(self):
         if self._value is None:
-            self._value = bool(self._compute())
+            self._value = bool(self._compute(*self._args))
+            self._args = ()
         return self._value
 
     def __repr__(self):
