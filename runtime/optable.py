@@ -29,8 +29,8 @@ from typing import Callable, Optional
 class FirstUse:
     """A flag computed when first asked (`bool(flag)`): for what costs a
     lookup per op to know (whether torch's native schemas of an op take a
-    generator: ~0.2 s for the whole table at import) but is asked only of
-    the ops a program contains."""
+    generator: ~40 ms of CPU for the whole table at import) but is asked
+    only of the ops a program contains."""
 
     __slots__ = ("_compute", "_args", "_value")
 
