@@ -201,13 +201,18 @@ _LISTING_NAMES = frozenset((
     "experimental", "recording", "sym_node", "interpreter", "_symbolic_trace", "_compile", "_dynamo",
     "eval_frame", "_inductor", "sizevars", "_library", "custom_ops", "fake_impl", "_subclasses", "meta_utils",
     "fake_tensor", "_logging", "_internal", "structured", "torch._dynamo.guards", "os", "path", "dirname",
-    "_higher_order_ops", "__file__", "glob", "join", "set", "guards", "uninteresting_files",
+    "_higher_order_ops", "__file__", "glob", "join", "set", "guards", "uninteresting_files", "inspect", "getfile",
 ))
 
 
 def _known_listing(listed):
     code = getattr(getattr(listed, "__wrapped__", None), "__code__", None)
-    return code is not None and frozenset(code.co_names) == _LISTING_NAMES
+    return code is not None and _names(code) == _LISTING_NAMES
+
+
+def _names(code):
+    # With the comprehensions' own (a code object of their own before Python 3.12, inlined since).
+    return frozenset(code.co_names).union(*(_names(c) for c in code.co_consts if isinstance(c, types.CodeType)))
 
 
 _torch_listing = None  # torch's uninteresting_files, once replaced
