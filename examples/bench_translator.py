@@ -2,6 +2,7 @@
 vs eager, for the LSTM tagger and the GRU greedy decoder.
 
     python examples/bench_translator.py
+    python examples/bench_translator.py --cold [ROUNDS]     (only the cold-process table)
 
 Both run in the same process, interleaved, median of several rounds after a
 warm-up; the ratio is what to read (the machines are noisy).
@@ -48,50 +49,106 @@ def conversion_time(model_cls, *args):
 
 
 def _cold_models():
-    """name -> (make the declarative model, its first call's arguments)."""
+    """name -> a function making (the eager model, its first call's arguments)."""
     def quickstart():
         from quickstart import GatedRefiner
-        return d2s.declarative(GatedRefiner()), (torch.randn(4, 8),)
+        return GatedRefiner(), (torch.randn(4, 8),)
 
     def tagger():
-        return declarative_copy(LSTMTagger, LSTMTagger()), (torch.randint(0, 50, (8, 32)), torch.tensor(32))
+        return LSTMTagger(), (torch.randint(0, 50, (8, 32)), torch.tensor(32))
 
     def decoder():
-        return declarative_copy(GreedyDecoder, GreedyDecoder()), (torch.randn(8, 32), torch.tensor(24))
+        return GreedyDecoder(), (torch.randn(8, 32), torch.tensor(24))
 
     return {"quickstart GatedRefiner": quickstart, "LSTM tagger": tagger, "greedy decoder": decoder}
 
 
-def cold_conversion(name):
-    """In this (fresh) process: the first conversion's time for model `name`."""
+# One cold process: import torch (timed), then d2s (timed), then the first
+# call of one model, eager or declarative; or torch's first meta-kernel call.
+# The first declarative call is what a user waits for: the source converted,
+# the function traced (shape inference on meta/fake tensors), the program
+# verified, optimised and compiled, and run once on the arguments.
+_COLD_CHILD = """
+import sys, time
+def clock():
+    return time.perf_counter(), time.process_time()
+start = clock()
+import torch
+imported_torch = clock()
+import d2s
+imported_d2s = clock()
+what, name = sys.argv[1], sys.argv[2]
+stages = [start, imported_torch, imported_d2s]
+if what == "meta":
+    # torch's own first calls of Python meta kernels (what shape inference
+    # runs on): linear imports sympy; then tanh, whose type-promotion wrapper
+    # imports torch._dynamo (which d2s's inference avoids, ops/cold_start.py).
+    x, w = torch.empty(4, 8, device="meta"), torch.empty(16, 8, device="meta")
+    stages.append(clock())
+    torch.nn.functional.linear(x, w)
+    stages.append(clock())
+    torch.tanh(x)
+else:
+    from bench_translator import _cold_models
     torch.manual_seed(0)
-    static, args = _cold_models()[name]()
-    start = time.perf_counter()
-    static(*args)
-    print(f"{time.perf_counter() - start:.4f}")
+    model, args = _cold_models()[name]()
+    model = d2s.declarative(model) if what == "d2s" else model
+    stages.append(clock())
+    model(*args)
+stages.append(clock())
+for a, b in zip(stages, stages[1:]):
+    print(b[0] - a[0], b[1] - a[1])
+"""
 
 
-_IMPORT_TORCH = "import time; t = time.perf_counter(); import torch; print(time.perf_counter() - t)"
+def _cold_run(what, name=""):
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.path.dirname(here),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    # One thread per process: on a shared machine a kernel's parallel region
+    # waits for descheduled threads (measured: 16 ms per LSTM cell call under
+    # load), which times the machine, not the conversion. Eager pays it too.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    out = subprocess.run([sys.executable, "-c", _COLD_CHILD, what, name], check=True, capture_output=True,
+                         text=True, cwd=here, env=env)
+    values = [float(v) for v in out.stdout.split()]
+    return list(zip(values[::2], values[1::2]))  # (wall, CPU) per stage
 
 
-def cold_conversion_times():
-    """Each model's first conversion, each in a fresh interpreter (torch and
-    d2s imported, nothing converted yet): what a user's first call costs.
-    `import torch` in a fresh interpreter is timed too, as the machine's
-    yardstick (the ratio is what compares across machines and loads)."""
-    out = subprocess.run([sys.executable, "-c", _IMPORT_TORCH], check=True, capture_output=True, text=True)
-    times = {"(reference) import torch": float(out.stdout.split()[-1])}
-    for name in _cold_models():
-        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--cold", name], check=True,
-                             capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(__file__)))
-        times[name] = float(out.stdout.split()[-1])
-    return times
+def cold_conversion_times(rounds=5):
+    """Medians over `rounds` fresh interpreters per row, interleaved so
+    that load changes hit every row alike: `import torch`, torch's first
+    meta-kernel call, and per model its first eager call and its first
+    declarative call (conversion + tracing + compilation + one run).
+    Returns {row: (wall seconds, CPU seconds of the process)}: on a shared
+    machine the CPU time is the steadier of the two."""
+    samples = {}
+    for _ in range(rounds):
+        torch_import, _, _, meta, dynamo = _cold_run("meta")
+        samples.setdefault("import torch", []).append(torch_import)
+        samples.setdefault("torch: first meta linear (imports sympy)", []).append(meta)
+        samples.setdefault("torch: then meta tanh (imports torch._dynamo)", []).append(dynamo)
+        for name in _cold_models():
+            _, _, _, eager = _cold_run("eager", name)
+            _, d2s_import, _, first = _cold_run("d2s", name)
+            samples.setdefault("import d2s (after torch)", []).append(d2s_import)
+            samples.setdefault(f"{name}: first eager call", []).append(eager)
+            samples.setdefault(f"{name}: first declarative call", []).append(first)
+    return {row: tuple(statistics.median(t[i] for t in times) for i in (0, 1)) for row, times in samples.items()}
+
+
+def print_cold(rounds=5):
+    print(f"cold process (median of {rounds} fresh interpreters per row; OMP_NUM_THREADS="
+          f"{os.environ.get('OMP_NUM_THREADS', '1')}):")
+    times = cold_conversion_times(rounds)
+    cpu_0 = times["import torch"][1]
+    print(f"  {'':48s} {'wall':>9s} {'CPU':>9s}   CPU / import torch's CPU")
+    for row, (wall, cpu) in times.items():
+        print(f"  {row:48s} {wall * 1e3:6.0f} ms {cpu * 1e3:6.0f} ms   {cpu / cpu_0:5.2f}")
 
 
 def main():
-    print("first conversion in a fresh process (cold):")
-    for name, seconds in cold_conversion_times().items():
-        print(f"  {name:24s} {seconds * 1e3:7.1f} ms")
+    print_cold()
     torch.set_num_threads(1)
     tokens = torch.randint(0, 50, (8, 32))
     length = torch.tensor(32)
@@ -112,7 +169,7 @@ def main():
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--cold":
-        cold_conversion(sys.argv[2])
+    if len(sys.argv) >= 2 and sys.argv[1] == "--cold":
+        print_cold(int(sys.argv[2]) if len(sys.argv) > 2 else 5)
     else:
         main()

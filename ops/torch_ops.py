@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import get_ignored_functions, get_overridable_functions
 
+from runtime.optable import FirstUse
 from runtime.optable import callable_key as _key
 
 from .registry import OpDef, is_registered, register
@@ -159,7 +160,9 @@ def _add(type_name, name, fn, **flags):
     if is_registered(type_name) or denied(fn) is not None:
         return
     kernel = _bool_tensor(fn) if name in TO_BOOL_TENSOR else fn
-    register(OpDef(type_name, kernel=kernel, mutates=_is_inplace(name), random=_is_random(name, fn), **flags), fn)
+    # Schemas are looked up for the ops a program uses, not for all at import.
+    random = FirstUse(_is_random, name, fn)
+    register(OpDef(type_name, kernel=kernel, mutates=_is_inplace(name), random=random, **flags), fn)
 
 
 OVERRIDABLE = {_key(f) for fs in get_overridable_functions().values() for f in fs}

@@ -25,7 +25,7 @@ import weakref
 
 from runtime.ir import default_main_program
 
-from .cold_start import dynamo_free
+from . import cold_start
 
 _current = contextvars.ContextVar("d2s_tracer", default=None)
 _implicit = weakref.WeakKeyDictionary()
@@ -86,8 +86,7 @@ class Tracer:
         if self._shapes is None:
             from .symbolic import Shapes
             self._shapes = Shapes(self)
-            if self._cold is not None:
-                self._cold.refresh()  # the symbolic-shape modules are loaded now
+            cold_start.refresh()  # the symbolic-shape modules are loaded now
         return self._shapes
 
     def symbolize(self, var, hints=None):
@@ -116,7 +115,7 @@ class Tracer:
         self._token = _current.set(self)
         # Sizes are compared and symbols made outside shape inference too
         # (`if x.size(0) > 2:` in user code): keep torch._dynamo unloaded for the whole trace.
-        self._cold = dynamo_free().__enter__()
+        self._cold = cold_start.dynamo_free().__enter__()
         return self
 
     def __exit__(self, exc_type, *exc):

@@ -14,7 +14,8 @@ about one op type:
   - `inputs`/`outputs`/`attrs`: the slot and attribute schema;
   - effects: `mutates` (the op writes its first input in place: `x.add_(1)`,
     `x[i] = v`, an optimizer update), `random` (draws from the global
-    generator), `extra["side_effect"]` (prints, checks);
+    generator; read it as a truth value: it may be a `FirstUse`),
+    `extra["side_effect"]` (prints, checks);
   - `training_only`: dropped by `Program.clone(for_test=True)`.
 
 The table is the allowlist: a loaded program may only name op types in it,
@@ -23,6 +24,27 @@ so nothing outside this table can ever be called.
 
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
+
+
+class FirstUse:
+    """A flag computed when first asked (`bool(flag)`): for what costs a
+    lookup per op to know (whether torch's native schemas of an op take a
+    generator: ~40 ms of CPU for the whole table at import) but is asked
+    only of the ops a program contains."""
+
+    __slots__ = ("_compute", "_args", "_value")
+
+    def __init__(self, compute, *args):
+        self._compute, self._args, self._value = compute, args, None
+
+    def __bool__(self):
+        if self._value is None:
+            self._value = bool(self._compute(*self._args))
+            self._args = ()
+        return self._value
+
+    def __repr__(self):
+        return repr(bool(self))
 
 
 @dataclass
@@ -36,7 +58,7 @@ class OpDef:
     attrs: tuple = ()
     mutates: bool = False
     training_only: bool = False
-    random: bool = False
+    random: bool = False  # or a FirstUse
     extra: dict = field(default_factory=dict)
 
 

@@ -1,8 +1,8 @@
 """Function and lambda objects -> gast trees.
 
-The source comes from the function's *code object* (``inspect.getsource`` on
-the function itself would follow ``__wrapped__`` and return some other
-function's source). It is dedented; source that cannot be dedented (a
+The source is found from the function's *code object*, the lines from its
+first line (``inspect.getsource`` on the function would follow
+``__wrapped__`` and return some other function's source). It is dedented; source that cannot be dedented (a
 multi-line string less indented than the code) is parsed inside an ``if
 True:`` block instead. Decorators are dropped: the converted function object
 is built directly, and whoever decorated the original keeps decorating it.
@@ -34,7 +34,7 @@ def parse_function(fn):
     """
     code = fn.__code__
     try:
-        lines, first = inspect.getsourcelines(code)
+        lines, first = _source_lines(fn)
     except (OSError, TypeError) as e:
         raise ConversionError(
             f"cannot read the source of {fn.__qualname__!r} ({e}); d2s converts "
@@ -50,6 +50,18 @@ def parse_function(fn):
         node = next(n for n in module.body if isinstance(n, (gast.FunctionDef, gast.AsyncFunctionDef)))
         node.decorator_list = []
     return Parsed(node, code.co_filename, offset, "".join(lines))
+
+
+def _source_lines(fn):
+    """`inspect.getsourcelines(fn.__code__)`, without its search of every
+    loaded module: given a code object, `inspect.getmodule` finds the module
+    by computing the real path of every module's file (a tenth of a second
+    in a process that has imported torch and sympy, on every first
+    conversion). `findsource` given the function itself takes the module
+    from `fn.__module__` and reads the same lines from `fn.__code__`
+    (it does not follow `__wrapped__`, unlike `getsourcelines(fn)`)."""
+    lines, start = inspect.findsource(fn)
+    return inspect.getblock(lines[start:]), start + 1
 
 
 def parse_source(source):

@@ -12,7 +12,7 @@ import d2s
 import runtime
 from ops import torch_ops
 from opcheck import check, line_of, randn
-from runtime.optable import is_registered
+from runtime.optable import get_op_def, is_registered
 
 HERE = __file__
 
@@ -30,6 +30,15 @@ def _line_of(marker):
     "torch.special.erfcx", "torch.Tensor.data", "torch.zeros", "torch.randn"])
 def test_torch_declares_it_so_it_is_an_op(name):
     assert is_registered(name)
+
+
+@pytest.mark.parametrize("name, random", [
+    ("torch.randn", True), ("torch.Tensor.normal_", True), ("torch.nn.functional.dropout", True),
+    ("torch.nn.functional.rrelu", True), ("torch.multinomial", True), ("torch.add", False),
+    ("torch.Tensor.add_", False), ("torch.zeros", False), ("torch.nn.functional.linear", False)])
+def test_random_ops_are_known_from_torchs_schemas(name, random):
+    # Computed on first use (schema lookups for the whole table cost ~0.2 s at import).
+    assert bool(get_op_def(name).random) is random
 
 
 def _denied_names():
