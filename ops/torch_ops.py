@@ -156,9 +156,18 @@ def _bool_tensor(fn):
     return kernel
 
 
+# Functions that write tensor arguments their schemas do not mark as
+# written (so neither the name nor `mutates` tells): batch and instance
+# norm's running statistics in training mode, embedding's weight under
+# max_norm. Their ops are effects: never dropped, merged or hoisted.
+WRITES_UNDECLARED = frozenset({"batch_norm", "instance_norm", "embedding"})
+
+
 def _add(type_name, name, fn, **flags):
     if is_registered(type_name) or denied(fn) is not None:
         return
+    if name in WRITES_UNDECLARED:
+        flags["extra"] = dict(flags.get("extra", {}), side_effect=True)
     kernel = _bool_tensor(fn) if name in TO_BOOL_TENSOR else fn
     # Schemas are looked up for the ops a program uses, not for all at import.
     random = FirstUse(_is_random, name, fn)
