@@ -16,7 +16,8 @@ import torch
 
 from ops.autograd_function import is_function_apply, record_apply
 from ops import tracer
-from ops.capture import error_at_user_line, refuse_denied
+from ops.capture import error_at_user_line, record, refuse_denied
+from ops.torch_ops import python_level_op
 from ops.optimizer_ops import record_optimizer_call
 from runtime.ir import Variable
 
@@ -99,6 +100,10 @@ def convert_call(fn):
     from .. import conversion
     from ..static_function import DATA_PARALLEL, StaticFunction, data_parallel_message
     refuse_denied(fn)  # torch.save & co.: refused before they run (ops/torch_ops.py DENYLIST)
+    opdef = python_level_op(fn)
+    if opdef is not None and tracer.active() is not None:
+        # torch.get_rng_state(): read when the program runs, never at build time
+        return lambda *args, **kwargs: record(opdef, fn, args, kwargs)
     try:
         mapped = BUILTINS.get(fn)
     except TypeError:  # unhashable callable
