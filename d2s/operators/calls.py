@@ -125,7 +125,7 @@ def convert_call(fn):
         raise error_at_user_line(f"calling a {type(fn).__name__} module inside declarative code: "
                                  + data_parallel_message(fn))
     if is_function_apply(fn):  # one op running the user's forward, and backward (ops/autograd_function.py)
-        return record_apply(fn)
+        return record_apply(fn, convert_call)
     if isinstance(fn, types.MethodType) and isinstance(fn.__self__, _OPTIMIZERS):
         return record_optimizer_call(fn)  # opt.step() is an op of the program, not a build-time call
     if isinstance(fn, types.MethodType):
