@@ -16,12 +16,12 @@ import torch
 
 from ops.autograd_function import is_function_apply, record_apply
 from ops import tracer
-from ops.capture import error_at_user_line, record, refuse_denied
-from ops.torch_ops import python_level_op
+from ops.capture import error_at_user_line, refuse_denied
 from ops.optimizer_ops import record_optimizer_call
 from runtime.ir import Variable
 
 from .py_builtins import BUILTINS, _item
+from .rng import convert_rng_call
 from .state import is_var
 
 
@@ -100,10 +100,9 @@ def convert_call(fn):
     from .. import conversion
     from ..static_function import DATA_PARALLEL, StaticFunction, data_parallel_message
     refuse_denied(fn)  # torch.save & co.: refused before they run (ops/torch_ops.py DENYLIST)
-    opdef = python_level_op(fn)
-    if opdef is not None and tracer.active() is not None:
-        # torch.get_rng_state(): read when the program runs, never at build time
-        return lambda *args, **kwargs: record(opdef, fn, args, kwargs)
+    rng_call = convert_rng_call(fn)
+    if rng_call is not None:  # torch.get_rng_state(), fork_rng(): ops, not build-time calls
+        return rng_call
     try:
         mapped = BUILTINS.get(fn)
     except TypeError:  # unhashable callable
