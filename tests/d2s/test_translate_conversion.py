@@ -340,6 +340,16 @@ def test_python_objects_a_graph_loop_would_index_are_rejected():
     assert info.value.filename == HERE
 
 
+def range_of_tensor_as_list(x):
+    return list(range(x.sum().long()))
+
+
+def test_range_with_a_run_time_bound_as_python_items_is_rejected():
+    with pytest.raises(ConversionError, match="can only be iterated by a `for` loop") as info:
+        d2s.declarative(range_of_tensor_as_list)(torch.ones(3))
+    assert info.value.filename == HERE
+
+
 def item_then_python(x):
     return x.sum().tolist()
 
