@@ -609,6 +609,9 @@ def _method(var, name):
                                         else dispatch(torch.Tensor.type, (var,) + args, kwargs))
     if name in _TO_PYTHON:
         raise _to_python_error(var, _TO_PYTHON[name])
+    if name == "data_ptr":  # compared for identity, never read (ops/storage_address.py)
+        from .storage_address import StorageAddress  # storage_address imports this module
+        return lambda: StorageAddress(var)
     if name == "__array_ufunc__":
         from .numpy_ufuncs import array_ufunc  # numpy_ufuncs imports this module
         return lambda *args, **kwargs: array_ufunc(var, *args, **kwargs)
