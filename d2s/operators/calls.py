@@ -152,13 +152,49 @@ def module_call_entry(cls):
 
 
 def _module_forward(module):
-    """A user module's converted ``forward``, bound; the module itself when
-    hooks must run (``Module.__call__`` runs them around ``forward``)."""
-    from .. import conversion
-    from ..static_function import StaticFunction
+    """A user module's converted ``forward``, bound; with hooks, a call of the
+    module (``Module.__call__`` runs them) whose ``forward`` and hooks are the
+    converted ones; the module itself when its forward is not converted."""
+    forward = _converted_forward(module)
     if (module._forward_hooks or module._forward_pre_hooks or torch.nn.modules.module._global_forward_hooks
             or torch.nn.modules.module._global_forward_pre_hooks):
-        return module
+        if forward is module or module_call_entry(type(module)) is not None:
+            return module
+        return functools.partial(_call_with_hooks, module, forward)
+    return forward
+
+
+def _call_with_hooks(module, forward, *args, **kwargs):
+    """``module(*args, **kwargs)`` with torch's own hook machinery around the
+    converted ``forward`` and hooks (run as they are, the forward and hooks
+    would see graph tensors in unconverted code: `isinstance(x, torch.Tensor)`
+    False there, a silently different path)."""
+    hook_dicts = (module._forward_pre_hooks, module._forward_hooks)
+    saved = [dict(d) for d in hook_dicts]
+    own = module.__dict__.get("forward", _MISSING)
+    try:
+        for d in hook_dicts:
+            for key, hook in d.items():
+                d[key] = convert_call(hook)
+        module.__dict__["forward"] = forward
+        return module(*args, **kwargs)
+    finally:
+        if own is _MISSING:
+            del module.__dict__["forward"]
+        else:
+            module.__dict__["forward"] = own
+        for d, original in zip(hook_dicts, saved):
+            d.update(original)
+
+
+_MISSING = object()
+
+
+def _converted_forward(module):
+    """The converted ``forward`` of a user module (bound), or the module
+    itself when there is none to convert."""
+    from .. import conversion
+    from ..static_function import StaticFunction
     forward = module.__dict__.get("forward")
     if isinstance(forward, StaticFunction):
         forward = forward._function
