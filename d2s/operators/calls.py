@@ -92,10 +92,11 @@ _OPTIMIZERS = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
 def convert_call(fn):
     """The callable to call in place of ``fn``. Equivalent Python: ``return fn``.
 
-    User functions, lambdas, methods and user modules' ``forward`` are
-    converted (once; conversions are cached); builtins with a tensor meaning
-    map to their ``convert_*`` helper; everything else (torch, numpy, the
-    standard library, d2s itself, classes, C functions) is returned as it is.
+    User functions, lambdas, methods, user modules' ``forward`` and user
+    objects' ``__call__`` are converted (once; conversions are cached);
+    builtins with a tensor meaning map to their ``convert_*`` helper;
+    everything else (torch, numpy, the standard library, d2s itself, classes,
+    C functions) is returned as it is.
     """
     from .. import conversion
     from ..static_function import DATA_PARALLEL, StaticFunction, data_parallel_message
@@ -136,6 +137,11 @@ def convert_call(fn):
         return fn
     if isinstance(fn, torch.nn.Module) and _is_user_code(type(fn)):
         return _module_forward(fn)
+    call = None if isinstance(fn, type) else inspect.getattr_static(type(fn), "__call__", None)
+    if isinstance(call, types.FunctionType) and _convertible(call):
+        # An instance of a user class with `__call__` (an activation object, a
+        # cache): called as it is, its body would see graph tensors unconverted.
+        return types.MethodType(conversion.convert_function(call), fn)
     return fn
 
 

@@ -98,6 +98,35 @@ def test_lambda_is_converted():
     assert converted(3) == 6 and converted(-3) == 3
 
 
+class Activation:
+    """A plain object called like a function (not an nn.Module)."""
+
+    def __init__(self, scale):
+        self.scale = scale
+
+    def __call__(self, x):
+        if not isinstance(x, torch.Tensor):  # False for a graph tensor in unconverted code
+            return x
+        if x.sum() > 0:
+            return x * self.scale
+        return x - self.scale
+
+
+def calls_an_object(x):
+    return _ACTIVATION(x)
+
+
+_ACTIVATION = Activation(3.0)
+
+
+def test_a_callable_objects_call_is_converted():
+    static = d2s.declarative(calls_an_object)
+    for x in (torch.ones(2), -torch.ones(2)):
+        assert torch.equal(static(x), calls_an_object(x))
+    types = {op.type for block in static.program_cache.last.main_program.blocks for op in block.ops}
+    assert len(static.program_cache) == 1 and "cond" in types
+
+
 def test_library_code_is_not_converted():
     assert operators.convert_call(torch.relu) is torch.relu
     assert operators.convert_call(inspect.getsource) is inspect.getsource
