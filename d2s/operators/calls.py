@@ -105,13 +105,15 @@ def convert_call(fn):
     if rng_call is not None:  # torch.get_rng_state(), fork_rng(): ops, not build-time calls
         return rng_call
     try:
-        mapped = BUILTINS.get(fn)
+        mapped = BUILTINS.get(fn) or _CALLS_FUNCTIONS.get(fn)
     except TypeError:  # unhashable callable
         mapped = None
     if mapped is not None:
         return mapped
     if fn in _SIZE_VARARGS:
         return functools.partial(_call_with_packed_sizes, fn)
+    if isinstance(fn, functools.partial):  # the function it wraps is user code to convert too
+        return functools.partial(convert_call(fn.func), *fn.args, **fn.keywords)
     if isinstance(fn, StaticFunction):
         return convert_call(fn.dygraph_function)
     if isinstance(fn, torch.jit.ScriptFunction) and isinstance(getattr(fn, "_torchdynamo_inline", None),
@@ -143,6 +145,32 @@ def convert_call(fn):
         # cache): called as it is, its body would see graph tensors unconverted.
         return types.MethodType(conversion.convert_function(call), fn)
     return fn
+
+
+# Builtins that call a function they are given: the function is converted,
+# as a direct call of it would be (`map(double, xs)` ran `double` unconverted,
+# where `isinstance(t, torch.Tensor)` is False for a graph tensor).
+def _converted_or_none(fn):
+    return None if fn is None else convert_call(fn)
+
+
+def _map(fn, *iterables):
+    return map(convert_call(fn), *iterables)
+
+
+def _filter(fn, iterable):
+    return filter(_converted_or_none(fn), iterable)
+
+
+def _sorted(iterable, /, *, key=None, reverse=False):
+    return sorted(iterable, key=_converted_or_none(key), reverse=reverse)
+
+
+def _reduce(fn, *args):
+    return functools.reduce(convert_call(fn), *args)
+
+
+_CALLS_FUNCTIONS = {map: _map, filter: _filter, sorted: _sorted, functools.reduce: _reduce}
 
 
 def module_call_entry(cls):

@@ -1,6 +1,7 @@
 """convert_function: globals, closures, caching, methods, lambdas, source
 locations; and the ConversionErrors users see, naming variable, file and line."""
 
+import functools
 import inspect
 import re
 import traceback
@@ -125,6 +126,56 @@ def test_a_callable_objects_call_is_converted():
         assert torch.equal(static(x), calls_an_object(x))
     types = {op.type for block in static.program_cache.last.main_program.blocks for op in block.ops}
     assert len(static.program_cache) == 1 and "cond" in types
+
+
+def _scale(t, k):
+    return t * k if isinstance(t, torch.Tensor) else t  # False for a graph tensor in unconverted code
+
+
+def _is_tensor(t):
+    return isinstance(t, torch.Tensor)
+
+
+def _rank(t):
+    return 0 if isinstance(t, torch.Tensor) else 1
+
+
+def _add_tensors(acc, t):
+    return acc + t if isinstance(t, torch.Tensor) else acc
+
+
+def _partial(x):
+    return functools.partial(_scale, k=2.0)(x)
+
+
+def _map(x):
+    return list(map(_scale, [x], [3.0]))[0]
+
+
+def _filter(x):
+    return list(filter(_is_tensor, [1.0, x]))[0] * 2
+
+
+def _sorted_key(x):
+    return x + sorted([1.0, x * 2], key=_rank)[0]
+
+
+def _max_key(x):
+    return x + max([x * 2, 5.0], key=_rank)
+
+
+def _reduce(x):
+    return functools.reduce(_add_tensors, [x, 1.0, x], x)
+
+
+PASSED_FUNCTIONS = {f.__name__[1:]: f for f in (_partial, _map, _filter, _sorted_key, _max_key, _reduce)}
+
+
+@pytest.mark.parametrize("name", sorted(PASSED_FUNCTIONS))
+def test_functions_passed_to_builtins_are_converted(name):
+    fn = PASSED_FUNCTIONS[name]
+    x = torch.tensor([1.0, -2.0])
+    assert torch.equal(d2s.declarative(fn)(x), fn(x))
 
 
 def test_library_code_is_not_converted():
