@@ -99,6 +99,23 @@ def test_lambda_is_converted():
     assert converted(3) == 6 and converted(-3) == 3
 
 
+# Lambdas whose lines do not parse alone (inside a multi-line dict) and two
+# lambdas with the same parameters on one line: found in the whole file.
+HARD_LAMBDAS = {
+    "in_dict": lambda x: x * 2 if isinstance(x, torch.Tensor) else x,
+    "other": lambda x: x + 1,
+}
+SAME_LINE = (lambda x: x * 3 if isinstance(x, torch.Tensor) else x, lambda x: x * 5 if isinstance(x, torch.Tensor) else x)
+
+
+@pytest.mark.parametrize("fn, factor", [(HARD_LAMBDAS["in_dict"], 2), (SAME_LINE[0], 3), (SAME_LINE[1], 5)],
+                         ids=["multi_line_expression", "first_on_line", "second_on_line"])
+def test_lambda_in_a_multi_line_expression_or_shared_line_is_converted(fn, factor):
+    assert conversion.is_converted(conversion.convert_function(fn))
+    x = torch.tensor([1.0, -2.0])
+    assert torch.equal(d2s.declarative(fn)(x), x * factor)  # unconverted, isinstance was False: x itself
+
+
 class Activation:
     """A plain object called like a function (not an nn.Module)."""
 
