@@ -21,7 +21,9 @@ jit-compiles flag) tuples. For each case:
      third eager call (both models then hold the state of two calls).
 
 Each file runs in its own subprocess (`--worker`), with a per-case time
-limit. Third-party modules the generated file imports but this machine
+limit (--timeout for the eager calls; the d2s calls and the save get it again
+plus eight times one eager call, so a model whose forward alone takes seconds
+is not counted as a d2s timeout). Third-party modules the generated file imports but this machine
 lacks are replaced by `unittest.mock.MagicMock`s for that file only (its
 own `__import__`), so nothing else sees them.
 
@@ -34,6 +36,7 @@ import builtins
 import collections
 import concurrent.futures
 import json
+import math
 import os
 import random
 import re
@@ -206,7 +209,7 @@ def _copy_or_none(model):
         return None
 
 
-def run_case(entry, save):
+def run_case(entry, save, timeout=None):
     import torch
     import d2s
     module_cls, init_args, forward_args = entry[0], entry[1], entry[2]
@@ -222,7 +225,9 @@ def run_case(entry, save):
         fresh = _copy_or_none(model)
         args, kwargs = forward_args()
         reset_rng()
+        start = time.perf_counter()
         expected = model(*args, **kwargs)
+        eager_seconds = time.perf_counter() - start
         reset_rng()
         again = model(*args, **kwargs)
     except CaseTimeout:
@@ -238,6 +243,8 @@ def run_case(entry, save):
     if not same(expected, again):
         result.update(status="nondeterministic")
         return result
+    if timeout:
+        signal.alarm(timeout + math.ceil(8 * eager_seconds))
     # d2s
     try:
         static = d2s.declarative(fresh if fresh is not None else model)
@@ -295,7 +302,7 @@ def worker(path, save, timeout):
         print(json.dumps({"status": "started", "index": i}), flush=True)
         signal.alarm(timeout)
         try:
-            result = run_case(entry, save)
+            result = run_case(entry, save, timeout)
         except CaseTimeout:
             result = {"case": str(i), "status": "timeout", "cause": "timeout"}
         except BaseException as exc:  # noqa: BLE001

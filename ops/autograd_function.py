@@ -18,8 +18,9 @@ captured op (a forward that needs tensor values to decide its output is a
 The op holds a Python class, which a saved program cannot name (the loader
 refuses the op type, so a file can never name code to run). `jit.save`
 traces the function again under `inline_for_save()`: there the Function's
-forward runs inline on graph tensors (its torch calls become ops, good for
-serving) and each output passes through a `forward_only` op whose backward
+forward, converted as any user function is (`isinstance(y, torch.Tensor)`
+holds for a graph tensor, an `if` on a tensor becomes a cond), runs inline on
+graph tensors (its torch calls become ops, good for serving) and each output passes through a `forward_only` op whose backward
 raises, naming the Function: a loaded program computes the same values, and
 training it through that part is an error, never autograd's derivative of the
 forward silently standing in for the user's backward.
@@ -119,9 +120,9 @@ class _SaveCtx:
         pass
 
 
-def _inline(function, args, kwargs):
+def _inline(function, args, kwargs, convert):
     name = function.__qualname__
-    out = function.forward(_SaveCtx(), *args, **kwargs)
+    out = convert(function.forward)(_SaveCtx(), *args, **kwargs)
 
     def guard(value):
         if isinstance(value, Variable):
@@ -132,8 +133,9 @@ def _inline(function, args, kwargs):
     return guard(out)
 
 
-def record_apply(fn):
-    """What converted code calls in place of `SomeFunction.apply`."""
+def record_apply(fn, convert):
+    """What converted code calls in place of `SomeFunction.apply`. `convert`
+    (d2s's `convert_call`) gives the forward as converted code, for a save."""
     function = fn.__self__
 
     def apply(*args, **kwargs):
@@ -141,7 +143,7 @@ def record_apply(fn):
         if not (capture._contains(tree, Variable) or (_capturing() and capture._contains(tree, torch.Tensor))):
             return fn(*args, **kwargs)
         if _INLINE.get():
-            return _inline(function, args, kwargs)
+            return _inline(function, args, kwargs, convert)
         return capture.record(OPDEF, _apply_kernel, (FunctionRef(function),) + args, kwargs)
     return apply
 

@@ -164,7 +164,8 @@ def python_constant(value):
     if isinstance(value, np.generic) and not isinstance(value, np.object_):
         return value.item()
     if isinstance(value, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(value))
+        # reshape: ascontiguousarray makes a 0-d array 1-d
+        return torch.from_numpy(np.ascontiguousarray(value).reshape(value.shape))
     if isinstance(value, range):
         return list(value)
     return value
@@ -660,6 +661,12 @@ def _method(var, name):
                                         else dispatch(torch.Tensor.type, (var,) + args, kwargs))
     if name in _TO_PYTHON:
         raise _to_python_error(var, _TO_PYTHON[name])
+    if name == "data_ptr":  # compared for identity, never read (ops/storage_address.py)
+        from .storage_address import StorageAddress  # storage_address imports this module
+        return lambda: StorageAddress(var)
+    if name == "__array_ufunc__":
+        from .numpy_ufuncs import array_ufunc  # numpy_ufuncs imports this module
+        return lambda *args, **kwargs: array_ufunc(var, *args, **kwargs)
     if name in _METADATA:
         return lambda *args, **kwargs: _METADATA[name](var, *args, **kwargs)
     if name == "__len__":
@@ -693,11 +700,27 @@ def _method(var, name):
         if op_for_callable(getter) is None:
             raise error_at_user_line(f"tensor attribute `.{name}` is not supported on program variables")
         return dispatch(getter, (var,), {})
+    if name.startswith("__"):
+        return lambda *args, **kwargs: _operator(var, name, attr, args, kwargs)
     if op_for_callable(attr) is None:
         raise error_at_user_line(
             f"tensor method `.{name}()` cannot be captured into a program: it is not in d2s's "
             "op table (ops/torch_ops.py)")
     return lambda *args, **kwargs: dispatch(attr, (var,) + args, kwargs)
+
+
+def _operator(var, name, attr, args, kwargs):
+    """`var <op> other`: torch's operator, except with an ndarray operand, for
+    which torch's operator returns NotImplemented and eager Python ends in
+    NumPy's reflected operator (ops/numpy_ufuncs.py)."""
+    from . import numpy_ufuncs  # numpy_ufuncs imports this module
+    ufunc = numpy_ufuncs.ufunc_for_operator(name, args[0]) if len(args) == 1 and not kwargs else None
+    if ufunc is not None:
+        return numpy_ufuncs.record_ufunc(ufunc, (var, args[0]))
+    if op_for_callable(attr) is None:
+        raise error_at_user_line(f"tensor operator `{name}` cannot be captured into a program: it is not in "
+                                 "d2s's op table (ops/torch_ops.py)")
+    return dispatch(attr, (var,) + args, kwargs)
 
 
 Variable._torch_function_hook = staticmethod(_torch_function)

@@ -47,7 +47,7 @@ TO_PYTHON = "conversion to Python or numpy objects"
 # Never inside a program, never loaded. Each entry: (namespace, names, why).
 DENYLIST = (
     ("torch", "save load from_file", "I/O and serialization"),
-    ("torch", "manual_seed seed initial_seed get_rng_state set_rng_state set_default_dtype "
+    ("torch", "manual_seed seed initial_seed set_default_dtype "
               "set_default_device set_default_tensor_type set_num_threads set_num_interop_threads "
               "set_printoptions set_grad_enabled set_anomaly_enabled set_flush_denormal "
               "use_deterministic_algorithms set_deterministic_debug_mode set_warn_always "
@@ -233,7 +233,39 @@ def _set_data(tensor, value):
         tensor.copy_(value)
 
 
+def _set_rng_state(new_state):
+    """`torch.set_rng_state`. Shape inference runs kernels on tensors without
+    data (meta, fake): for those it only answers that nothing is returned."""
+    if new_state.is_meta or type(new_state) is not torch.Tensor:
+        return None
+    return torch.set_rng_state(new_state)
+
+
+# The CPU generator's state, read and written when the program runs, in
+# program order with its random ops (random=True: never merged, moved or
+# dropped). Python functions that torch's function modes do not see:
+# converted code's calls reach them through `python_level_op`.
+RNG_STATE_OPS = {
+    torch.get_rng_state: OpDef("torch.get_rng_state", kernel=torch.get_rng_state, random=True,
+                               extra={"factory": True}),
+    torch.set_rng_state: OpDef("torch.set_rng_state", kernel=_set_rng_state, random=True,
+                               extra={"side_effect": True}),
+}
+
+
+def python_level_op(fn):
+    """The OpDef for a torch Python function that capture modes do not see
+    (its body reads process state outside torch's dispatch), or None."""
+    try:
+        opdef = RNG_STATE_OPS.get(fn)
+    except TypeError:  # unhashable callable
+        return None
+    return opdef
+
+
 def _register_python_level():
+    for fn, opdef in RNG_STATE_OPS.items():
+        register(opdef, fn)
     setter = _lookup("torch.Tensor", "data").__set__
     register(OpDef("torch.Tensor.data.__set__", kernel=_set_data, mutates=True), setter)
     for prefix, names in PYTHON_LEVEL:

@@ -96,8 +96,9 @@ class Variable:
     # Filled by `ops.capture`: handlers for torch functions and tensor methods.
     _torch_function_hook = None
     _method_hook = None
-    # As torch.Tensor's: numpy scalars and arrays defer to the Variable's
-    # reflected operators (`np.float64(2.0) * x`) instead of converting it.
+    # As torch.Tensor's. NumPy operands of Python operators reach the
+    # Variable's `__array_ufunc__` (below), which calls the tensor operator
+    # (`np.float64(2.0) * x` is `x.__rmul__(np.float64(2.0))`), as eager does.
     __array_priority__ = 1000
 
     def __init__(self, block, name, shape=(), dtype="float32", persistable=False,
@@ -217,6 +218,9 @@ _OPERATORS = [
     # message pointing at the line (the translator converts them first).
     "__bool__", "__int__", "__float__", "__index__", "__len__", "__iter__",
     "__complex__", "__array__", "__reduce_ex__",
+    # NumPy ufuncs (`np.sqrt(x)`): ops of their own, or the operator above
+    # for a NumPy operand (`arr * x`), chosen by the capture hook.
+    "__array_ufunc__",
 ]
 
 

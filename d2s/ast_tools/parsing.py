@@ -9,6 +9,7 @@ is built directly, and whoever decorated the original keeps decorating it.
 """
 
 import inspect
+import linecache
 import textwrap
 from dataclasses import dataclass
 
@@ -28,9 +29,11 @@ class Parsed:
 def parse_function(fn):
     """Parse ``fn`` (a plain Python function or lambda) into a ``Parsed``.
 
-    Raises ConversionError when the source is unavailable; returns ``None`` for
-    a lambda whose defining line cannot be parsed on its own or holds several
-    lambdas with the same parameters (the caller then leaves it unconverted).
+    Raises ConversionError when the source is unavailable. A lambda whose
+    defining lines cannot be parsed on their own (it sits in a multi-line
+    expression) or hold several lambdas with its parameters is found in its
+    whole file, by the columns its code object records; ``None`` only when
+    even that fails (the caller then leaves it unconverted).
     """
     code = fn.__code__
     try:
@@ -41,11 +44,11 @@ def parse_function(fn):
             "functions defined in source files", code.co_filename, code.co_firstlineno) from None
     module, offset = _parse_snippet("".join(lines), first - 1, lambda_only=code.co_name == "<lambda>")
     if module is None:
-        return None
+        return _lambda_in_file(code)
     if code.co_name == "<lambda>":
         node = _find_lambda(module, code, code.co_firstlineno - offset)
         if node is None:
-            return None
+            return _lambda_in_file(code)
     else:
         node = next(n for n in module.body if isinstance(n, (gast.FunctionDef, gast.AsyncFunctionDef)))
         node.decorator_list = []
@@ -83,11 +86,33 @@ def _parse_snippet(source, offset, lambda_only):
         raise
 
 
-def _find_lambda(module, code, relative_line):
+def _find_lambda(module, code, relative_line, columns=False):
+    """The one Lambda of `module` at `relative_line` with `code`'s
+    parameters; with `columns` (the module is the whole file, so columns are
+    the code object's own) one whose body spans the code's positions."""
     params = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
     found = [
         n for n in gast.walk(module)
         if isinstance(n, gast.Lambda) and n.lineno == relative_line
         and tuple(a.id for a in n.args.args + n.args.kwonlyargs) == tuple(params)
     ]
+    if len(found) > 1 and columns:
+        spans = [(l0, c0, l1, c1) for l0, l1, c0, c1 in code.co_positions()
+                 if None not in (l0, l1, c0, c1) and (c0, c1) != (0, 0)]
+        if spans:
+            start, end = min(s[:2] for s in spans), max(s[2:] for s in spans)
+            found = [n for n in found
+                     if (n.body.lineno, n.body.col_offset) <= start
+                     and end <= (n.body.end_lineno, n.body.end_col_offset)]
     return found[0] if len(found) == 1 else None
+
+
+def _lambda_in_file(code):
+    """The lambda of `code` parsed from its whole source file, or None."""
+    source = "".join(linecache.getlines(code.co_filename))
+    try:
+        module = gast.parse(source)
+    except SyntaxError:
+        return None
+    node = _find_lambda(module, code, code.co_firstlineno, columns=True)
+    return None if node is None else Parsed(node, code.co_filename, 0, source)

@@ -18,6 +18,7 @@ docstring states the semantics as the equivalent Python.
                    ``assert``, ``isinstance``, ``.item()``
 - ``augassign``    ``x += v``
 - ``list_append``  ``x.append(v)``
+- ``rng``          the CPU generator's state (``get/set_rng_state``, ``fork_rng``) as ops
 - ``calls``        which code gets converted (``convert_call``, ``convert_method``)
 
 Generated code reaches this package through one closure cell and calls the

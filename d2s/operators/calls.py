@@ -21,6 +21,7 @@ from ops.optimizer_ops import record_optimizer_call
 from runtime.ir import Variable
 
 from .py_builtins import BUILTINS, _item
+from .rng import convert_rng_call
 from .state import is_var
 
 
@@ -91,22 +92,28 @@ _OPTIMIZERS = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
 def convert_call(fn):
     """The callable to call in place of ``fn``. Equivalent Python: ``return fn``.
 
-    User functions, lambdas, methods and user modules' ``forward`` are
-    converted (once; conversions are cached); builtins with a tensor meaning
-    map to their ``convert_*`` helper; everything else (torch, numpy, the
-    standard library, d2s itself, classes, C functions) is returned as it is.
+    User functions, lambdas, methods, user modules' ``forward`` and user
+    objects' ``__call__`` are converted (once; conversions are cached);
+    builtins with a tensor meaning map to their ``convert_*`` helper;
+    everything else (torch, numpy, the standard library, d2s itself, classes,
+    C functions) is returned as it is.
     """
     from .. import conversion
     from ..static_function import DATA_PARALLEL, StaticFunction, data_parallel_message
     refuse_denied(fn)  # torch.save & co.: refused before they run (ops/torch_ops.py DENYLIST)
+    rng_call = convert_rng_call(fn)
+    if rng_call is not None:  # torch.get_rng_state(), fork_rng(): ops, not build-time calls
+        return rng_call
     try:
-        mapped = BUILTINS.get(fn)
+        mapped = BUILTINS.get(fn) or _CALLS_FUNCTIONS.get(fn)
     except TypeError:  # unhashable callable
         mapped = None
     if mapped is not None:
         return mapped
     if fn in _SIZE_VARARGS:
         return functools.partial(_call_with_packed_sizes, fn)
+    if isinstance(fn, functools.partial):  # the function it wraps is user code to convert too
+        return functools.partial(convert_call(fn.func), *fn.args, **fn.keywords)
     if isinstance(fn, StaticFunction):
         return convert_call(fn.dygraph_function)
     if isinstance(fn, torch.jit.ScriptFunction) and isinstance(getattr(fn, "_torchdynamo_inline", None),
@@ -120,7 +127,7 @@ def convert_call(fn):
         raise error_at_user_line(f"calling a {type(fn).__name__} module inside declarative code: "
                                  + data_parallel_message(fn))
     if is_function_apply(fn):  # one op running the user's forward, and backward (ops/autograd_function.py)
-        return record_apply(fn)
+        return record_apply(fn, convert_call)
     if isinstance(fn, types.MethodType) and isinstance(fn.__self__, _OPTIMIZERS):
         return record_optimizer_call(fn)  # opt.step() is an op of the program, not a build-time call
     if isinstance(fn, types.MethodType):
@@ -132,7 +139,38 @@ def convert_call(fn):
         return fn
     if isinstance(fn, torch.nn.Module) and _is_user_code(type(fn)):
         return _module_forward(fn)
+    call = None if isinstance(fn, type) else inspect.getattr_static(type(fn), "__call__", None)
+    if isinstance(call, types.FunctionType) and _convertible(call):
+        # An instance of a user class with `__call__` (an activation object, a
+        # cache): called as it is, its body would see graph tensors unconverted.
+        return types.MethodType(conversion.convert_function(call), fn)
     return fn
+
+
+# Builtins that call a function they are given: the function is converted,
+# as a direct call of it would be (`map(double, xs)` ran `double` unconverted,
+# where `isinstance(t, torch.Tensor)` is False for a graph tensor).
+def _converted_or_none(fn):
+    return None if fn is None else convert_call(fn)
+
+
+def _map(fn, *iterables):
+    return map(convert_call(fn), *iterables)
+
+
+def _filter(fn, iterable):
+    return filter(_converted_or_none(fn), iterable)
+
+
+def _sorted(iterable, /, *, key=None, reverse=False):
+    return sorted(iterable, key=_converted_or_none(key), reverse=reverse)
+
+
+def _reduce(fn, *args):
+    return functools.reduce(convert_call(fn), *args)
+
+
+_CALLS_FUNCTIONS = {map: _map, filter: _filter, sorted: _sorted, functools.reduce: _reduce}
 
 
 def module_call_entry(cls):
@@ -148,13 +186,49 @@ def module_call_entry(cls):
 
 
 def _module_forward(module):
-    """A user module's converted ``forward``, bound; the module itself when
-    hooks must run (``Module.__call__`` runs them around ``forward``)."""
-    from .. import conversion
-    from ..static_function import StaticFunction
+    """A user module's converted ``forward``, bound; with hooks, a call of the
+    module (``Module.__call__`` runs them) whose ``forward`` and hooks are the
+    converted ones; the module itself when its forward is not converted."""
+    forward = _converted_forward(module)
     if (module._forward_hooks or module._forward_pre_hooks or torch.nn.modules.module._global_forward_hooks
             or torch.nn.modules.module._global_forward_pre_hooks):
-        return module
+        if forward is module or module_call_entry(type(module)) is not None:
+            return module
+        return functools.partial(_call_with_hooks, module, forward)
+    return forward
+
+
+def _call_with_hooks(module, forward, *args, **kwargs):
+    """``module(*args, **kwargs)`` with torch's own hook machinery around the
+    converted ``forward`` and hooks (run as they are, the forward and hooks
+    would see graph tensors in unconverted code: `isinstance(x, torch.Tensor)`
+    False there, a silently different path)."""
+    hook_dicts = (module._forward_pre_hooks, module._forward_hooks)
+    saved = [dict(d) for d in hook_dicts]
+    own = module.__dict__.get("forward", _MISSING)
+    try:
+        for d in hook_dicts:
+            for key, hook in d.items():
+                d[key] = convert_call(hook)
+        module.__dict__["forward"] = forward
+        return module(*args, **kwargs)
+    finally:
+        if own is _MISSING:
+            del module.__dict__["forward"]
+        else:
+            module.__dict__["forward"] = own
+        for d, original in zip(hook_dicts, saved):
+            d.update(original)
+
+
+_MISSING = object()
+
+
+def _converted_forward(module):
+    """The converted ``forward`` of a user module (bound), or the module
+    itself when there is none to convert."""
+    from .. import conversion
+    from ..static_function import StaticFunction
     forward = module.__dict__.get("forward")
     if isinstance(forward, StaticFunction):
         forward = forward._function

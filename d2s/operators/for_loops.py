@@ -19,7 +19,9 @@ from .state import is_var
 
 class _GraphIterable:
     """Something a ``for`` loop iterates as a graph loop, by index ``i`` (a 0-d
-    int64 tensor): ``has(i)`` and ``get(i)``."""
+    int64 tensor): ``has(i)`` and ``get(i)``. Anything else iterates it in
+    Python, as eager code would (``list(zip(*hidden))``, ``h, c = zip(...)``):
+    over a tensor's rows when its length is known while tracing."""
 
 
 class Rows(_GraphIterable):
@@ -44,6 +46,9 @@ class Rows(_GraphIterable):
         # A view, as in eager iteration: `row *= 2` writes into the tensor.
         return torch.select(self.value, 0, i)
 
+    def __iter__(self):
+        return iter(self.value)  # the rows (unbind), refused when their number is known only at run time
+
 
 class _Range(_GraphIterable):
     def __init__(self, start, stop, step):
@@ -65,6 +70,10 @@ class _Range(_GraphIterable):
             return value < self.stop if self.step > 0 else value > self.stop
         return torch.where(self.step > 0, value < self.stop, value > self.stop)
 
+    def __iter__(self):
+        raise error_at_user_line("a range() whose bounds are known only when the program runs can only be "
+                                 "iterated by a `for` loop (a graph loop), not turned into Python items")
+
 
 class _Enumerate(_GraphIterable):
     def __init__(self, inner, start):
@@ -75,6 +84,9 @@ class _Enumerate(_GraphIterable):
 
     def get(self, i):
         return (i + self.start if is_var(self.start) or self.start != 0 else i), self.inner.get(i)
+
+    def __iter__(self):
+        return enumerate(self.inner, self.start)
 
 
 class _Zip(_GraphIterable):
@@ -90,6 +102,9 @@ class _Zip(_GraphIterable):
     def get(self, i):
         return tuple(inner.get(i) for inner in self.inners)
 
+    def __iter__(self):
+        return zip(*self.inners)
+
 
 class _PythonItems(_GraphIterable):
     """A Python sequence zipped with tensors: indexed by a graph index."""
@@ -102,6 +117,9 @@ class _PythonItems(_GraphIterable):
 
     def get(self, i):
         return _python_item(self.items, i)
+
+    def __iter__(self):
+        return iter(self.items)
 
 
 def _graph_iterable(value):

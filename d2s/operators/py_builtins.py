@@ -113,9 +113,12 @@ def convert_max_min(builtin, which):
     graph tensor takes part: eager Python keeps ``best`` and takes each
     next ``e`` when ``e > best`` (``e < best`` for min); the graph picks the
     same value with ``torch.where``. With ``key=``/``default=`` it is
-    Python's own."""
+    Python's own (the key function converted)."""
     def call(*args, **kwargs):
         if kwargs or not args:
+            if kwargs.get("key") is not None:
+                from .calls import convert_call  # calls imports this module
+                kwargs = dict(kwargs, key=convert_call(kwargs["key"]))
             return builtin(*args, **kwargs)
         items = list(args[0]) if len(args) == 1 else list(args)
         if not any(is_var(v) for v in items):

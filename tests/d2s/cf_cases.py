@@ -475,6 +475,21 @@ def for_zip_tensors(x, y):
     return s
 
 
+@case((torch.arange(6.0).reshape(2, 3), torch.ones(2, 3)), (torch.ones(2, 3), torch.full((2, 3), 5.0)),
+      ops={"cond"}, no={"while"})
+def zip_of_tensors_as_python_items(h, c):
+    # torchMoji's LSTM: `hidden = list(zip(*hidden))`, `h, c = zip(*pairs)`:
+    # zip/enumerate of tensors used as Python items (not by a `for`) iterate
+    # the rows in Python, as eagerly (they were a graph iterable: a TypeError).
+    if h.sum() > c.sum():
+        rows = list(zip(*(h, c)))
+        first, second = zip(*rows)
+    else:
+        first, second = tuple(c), tuple(h)
+    scaled = tuple(i * r for i, r in enumerate(first))
+    return torch.stack(scaled) + torch.stack(tuple(second))
+
+
 @case((POS,), (NEG,), ops={"cond"}, no={"while"})
 def for_python_range_unrolls(x):
     for i in range(3):

@@ -1,6 +1,7 @@
 """convert_function: globals, closures, caching, methods, lambdas, source
 locations; and the ConversionErrors users see, naming variable, file and line."""
 
+import functools
 import inspect
 import re
 import traceback
@@ -96,6 +97,102 @@ def test_lambda_is_converted():
     converted = conversion.convert_function(f)
     assert conversion.is_converted(converted)
     assert converted(3) == 6 and converted(-3) == 3
+
+
+# Lambdas whose lines do not parse alone (inside a multi-line dict) and two
+# lambdas with the same parameters on one line: found in the whole file.
+HARD_LAMBDAS = {
+    "in_dict": lambda x: x * 2 if isinstance(x, torch.Tensor) else x,
+    "other": lambda x: x + 1,
+}
+SAME_LINE = (lambda x: x * 3 if isinstance(x, torch.Tensor) else x, lambda x: x * 5 if isinstance(x, torch.Tensor) else x)
+
+
+@pytest.mark.parametrize("fn, factor", [(HARD_LAMBDAS["in_dict"], 2), (SAME_LINE[0], 3), (SAME_LINE[1], 5)],
+                         ids=["multi_line_expression", "first_on_line", "second_on_line"])
+def test_lambda_in_a_multi_line_expression_or_shared_line_is_converted(fn, factor):
+    assert conversion.is_converted(conversion.convert_function(fn))
+    x = torch.tensor([1.0, -2.0])
+    assert torch.equal(d2s.declarative(fn)(x), x * factor)  # unconverted, isinstance was False: x itself
+
+
+class Activation:
+    """A plain object called like a function (not an nn.Module)."""
+
+    def __init__(self, scale):
+        self.scale = scale
+
+    def __call__(self, x):
+        if not isinstance(x, torch.Tensor):  # False for a graph tensor in unconverted code
+            return x
+        if x.sum() > 0:
+            return x * self.scale
+        return x - self.scale
+
+
+def calls_an_object(x):
+    return _ACTIVATION(x)
+
+
+_ACTIVATION = Activation(3.0)
+
+
+def test_a_callable_objects_call_is_converted():
+    static = d2s.declarative(calls_an_object)
+    for x in (torch.ones(2), -torch.ones(2)):
+        assert torch.equal(static(x), calls_an_object(x))
+    types = {op.type for block in static.program_cache.last.main_program.blocks for op in block.ops}
+    assert len(static.program_cache) == 1 and "cond" in types
+
+
+def _scale(t, k):
+    return t * k if isinstance(t, torch.Tensor) else t  # False for a graph tensor in unconverted code
+
+
+def _is_tensor(t):
+    return isinstance(t, torch.Tensor)
+
+
+def _rank(t):
+    return 0 if isinstance(t, torch.Tensor) else 1
+
+
+def _add_tensors(acc, t):
+    return acc + t if isinstance(t, torch.Tensor) else acc
+
+
+def _partial(x):
+    return functools.partial(_scale, k=2.0)(x)
+
+
+def _map(x):
+    return list(map(_scale, [x], [3.0]))[0]
+
+
+def _filter(x):
+    return list(filter(_is_tensor, [1.0, x]))[0] * 2
+
+
+def _sorted_key(x):
+    return x + sorted([1.0, x * 2], key=_rank)[0]
+
+
+def _max_key(x):
+    return x + max([x * 2, 5.0], key=_rank)
+
+
+def _reduce(x):
+    return functools.reduce(_add_tensors, [x, 1.0, x], x)
+
+
+PASSED_FUNCTIONS = {f.__name__[1:]: f for f in (_partial, _map, _filter, _sorted_key, _max_key, _reduce)}
+
+
+@pytest.mark.parametrize("name", sorted(PASSED_FUNCTIONS))
+def test_functions_passed_to_builtins_are_converted(name):
+    fn = PASSED_FUNCTIONS[name]
+    x = torch.tensor([1.0, -2.0])
+    assert torch.equal(d2s.declarative(fn)(x), fn(x))
 
 
 def test_library_code_is_not_converted():
@@ -337,6 +434,16 @@ def test_python_objects_a_graph_loop_would_index_are_rejected():
     # (A loop over the modules alone with a tensor break is unrolled: semantics_cases.py.)
     with pytest.raises(ConversionError, match="items must be tensors or numbers") as info:
         d2s.declarative(zips_tensor_rows_with_modules)(torch.ones(3, 2))
+    assert info.value.filename == HERE
+
+
+def range_of_tensor_as_list(x):
+    return list(range(x.sum().long()))
+
+
+def test_range_with_a_run_time_bound_as_python_items_is_rejected():
+    with pytest.raises(ConversionError, match="can only be iterated by a `for` loop") as info:
+        d2s.declarative(range_of_tensor_as_list)(torch.ones(3))
     assert info.value.filename == HERE
 
 

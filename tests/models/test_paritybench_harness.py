@@ -39,3 +39,19 @@ def test_case_passes_and_saves(cls):
     result = paritybench.run_case(entry, save=True)
     assert (result["status"], result.get("save")) == ("pass", "pass"), result
 
+
+
+def test_slow_eager_model_extends_the_time_limit_of_the_d2s_part(monkeypatch):
+    # One eager call "takes" 10 s (a fake clock): the d2s calls and the save
+    # get the 5 s limit again plus 80 s, so a heavy model (PSMNet) is not
+    # counted as a d2s timeout.
+    import signal
+    import types
+    ticks = iter([0.0, 10.0])
+    monkeypatch.setattr(paritybench, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
+    entry = (Stateless, lambda: ([], {}), lambda: ([torch.zeros(3)], {}), False)
+    try:
+        result = paritybench.run_case(entry, save=False, timeout=5)
+    finally:
+        left = signal.alarm(0)
+    assert result["status"] == "pass" and 60 < left <= 85

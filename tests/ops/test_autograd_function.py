@@ -88,6 +88,35 @@ def test_saved_program_inlines_the_forward_and_refuses_its_backward(input_spec, 
         loaded(xs[0]).backward()
 
 
+def first_tensor(value):
+    """revlib's helper: a tensor as it is, else the first of a sequence."""
+    if isinstance(value, torch.Tensor):
+        return value
+    return list(value)[0]
+
+
+class Residual(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        return x + first_tensor(torch.relu(y))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, grad
+
+
+def test_saved_forward_is_converted_code(tmp_path):
+    # Inlined for the save, the forward runs as converted code: its helper's
+    # isinstance check sees a graph tensor as a tensor (it was False there,
+    # and list(y) unbound the tensor: a wrong result after reload).
+    static = d2s.declarative(lambda x, y: Residual.apply(x, y))
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    assert torch.equal(static(x, y), x + torch.relu(y))
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    assert torch.equal(loaded(x, y), x + torch.relu(y))
+
+
 def with_python_argument(x, scale):
     return RoundSTE.apply(x * scale)
 

@@ -69,3 +69,40 @@ def test_factory_outside_capture_mode_is_a_constant():
     program, feeds, out = build(lambda v: v + torch.ones(2), [randn(2)], capture_mode=False)
     assert [op.type for op in program.global_block().ops] == ["torch.Tensor.__add__"]
     assert any(v.persistable for v in program.global_block().vars.values())
+
+
+class ReplayDropout(torch.nn.Module):
+    """A reversible network's pattern: keep the generator's state, replay a
+    draw from it (here only on one path)."""
+
+    def forward(self, x):
+        state = torch.get_rng_state()
+        first = torch.nn.functional.dropout(x, 0.5, True)
+        if x.sum() > 0:
+            torch.set_rng_state(state)
+        return first, torch.nn.functional.dropout(x, 0.5, True), state
+
+
+def test_rng_state_is_read_and_written_when_the_program_runs(tmp_path):
+    import d2s
+    eager, static = ReplayDropout(), d2s.declarative(ReplayDropout())
+    xs = [torch.ones(64), -torch.ones(64)]
+    for seed in (0, 1):
+        for x in xs:
+            torch.manual_seed(seed)
+            want = eager(x)
+            torch.manual_seed(seed)
+            got = static(x)
+            assert all(torch.equal(a, b) for a, b in zip(want, got))
+            assert torch.equal(want[0], want[1]) == bool(x.sum() > 0)  # replayed on one path only
+    program = static.forward.concrete_program.main_program
+    types = [op.type for block in program.blocks for op in block.ops]
+    assert len(static.forward.program_cache) == 1
+    assert {"cond", "torch.get_rng_state", "torch.set_rng_state"} <= set(types)
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    for x in xs:
+        torch.manual_seed(2)
+        want = eager(x)
+        torch.manual_seed(2)
+        assert all(torch.equal(a, b) for a, b in zip(want, loaded(x)))
