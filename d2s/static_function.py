@@ -10,6 +10,7 @@ the compiled program: no Python-level model code runs at all.
 """
 
 import collections
+import copyreg
 import functools
 import inspect
 import re
@@ -351,6 +352,12 @@ class StaticFunction:
         positional = [p for p in (self._signature.parameters.values() if self._signature else ())
                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         self._n_positional = len(positional) - (1 if instance is not None else 0)
+
+    def __reduce__(self):
+        # copy.deepcopy / pickle of a module whose forward is declarative: the
+        # copy's forward is declarative on the copy (the memo gives the copied
+        # instance), with no programs: those bind the original's tensors.
+        return (StaticFunction, (self._function, self._input_spec, self._instance, self._optimize))
 
     # methods: one program cache per instance, held weakly so that a deleted
     # module (and everything its programs bind) is garbage-collected.
@@ -731,9 +738,26 @@ def _calling_forward(cls):
     sub = _CALLING_FORWARD.get(cls)
     if sub is None:
         sub = type(cls.__name__, (cls,), {"__call__": _declarative_module_call, "__module__": cls.__module__,
-                                          "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
+                                          "__qualname__": cls.__qualname__, "__doc__": cls.__doc__,
+                                          "__reduce_ex__": _reduce_declarative_instance})
         _CALLING_FORWARD[cls] = sub
     return sub
+
+
+def _reduce_declarative_instance(module, protocol):
+    """Pickle / deepcopy a module of a `_calling_forward` class by its own
+    class, which pickle can find by name (the subclass has the same name, so
+    pickle refused it: "not the same object as M"); the copy gets the
+    subclass back when it is made."""
+    reduced = object.__reduce_ex__(module, protocol)
+    if isinstance(reduced, tuple) and reduced[0] is copyreg.__newobj__ and reduced[1][0] is type(module):
+        base = next(c for c in type(module).__mro__[1:] if _CALLING_FORWARD.get(c) is type(module))
+        return (_new_calling_forward, (base,) + tuple(reduced[1][1:])) + tuple(reduced[2:])
+    return reduced  # the class reduces itself its own way
+
+
+def _new_calling_forward(cls, *args):
+    return cls.__new__(_calling_forward(cls), *args)
 
 
 def _call_forward_directly(module):

@@ -1,6 +1,9 @@
 """StaticFunction and ProgramTranslator: the program cache and its key,
 methods bound per instance, modules, enable(False), get_* inspection."""
 
+import copy
+import io
+import pickle
 import warnings
 
 import pytest
@@ -209,3 +212,52 @@ def test_dict_arguments_feed_each_tensor_to_its_own_key():
         assert torch.equal(f(d), f.dygraph_function(d))
     assert len(f.program_cache) == 1
     assert "cond" in _ops(f.concrete_program.main_program)
+
+
+# -- copy.deepcopy / pickle of a declarative module ----------------------------------------------------
+
+class Gate(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return self.fc(x)
+        return x - 1
+
+
+class DecoratedGate(Gate):
+    @d2s.declarative
+    def forward(self, x):
+        if x.sum() > 0:
+            return self.fc(x)
+        return x - 1
+
+
+def _pickled(module):
+    buffer = io.BytesIO()
+    torch.save(module, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)
+
+
+@pytest.mark.parametrize("copy_of", [copy.deepcopy, lambda m: pickle.loads(pickle.dumps(m)), _pickled])
+@pytest.mark.parametrize("make", [lambda: d2s.declarative(Gate()), DecoratedGate,
+                                  lambda: d2s.declarative(torch.nn.Sequential(torch.nn.Linear(3, 3)))])
+def test_a_declarative_module_copies_and_pickles_with_programs_of_its_own(make, copy_of):
+    # A copy failed (the cached programs hold Variables; the short-call class could not be pickled by name).
+    original = make()
+    xs = [torch.ones(3), -torch.ones(3)]
+    for x in xs:
+        original(x)
+    twin = copy_of(original)
+    assert type(twin).__name__ == type(original).__name__
+    for x in xs:
+        assert torch.equal(twin(x), original(x))
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.mul_(2)
+    for x in xs:
+        assert torch.equal(twin(x), twin.forward.dygraph_function(x))  # its own weights, still a program
+    assert not torch.equal(twin(xs[0]), original(xs[0]))
