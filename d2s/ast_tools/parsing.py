@@ -96,7 +96,7 @@ def _find_lambda(module, code, relative_line, columns=False):
         if isinstance(n, gast.Lambda) and n.lineno == relative_line
         and tuple(a.id for a in n.args.args + n.args.kwonlyargs) == tuple(params)
     ]
-    if len(found) > 1 and columns:
+    if len(found) > 1 and columns and hasattr(code, "co_positions"):  # Python 3.11+
         spans = [(l0, c0, l1, c1) for l0, l1, c0, c1 in code.co_positions()
                  if None not in (l0, l1, c0, c1) and (c0, c1) != (0, 0)]
         if spans:
