@@ -21,6 +21,7 @@ Before:   self.hidden = h           (a Variable left on the module)
 After:    module.hidden = <tensor of this run>   after each run
 """
 
+import sys
 import types
 import weakref
 
@@ -88,6 +89,24 @@ def collect(before, lifted, output_tree, fetch):
             if name not in written and name not in _TORCH_ATTRS:
                 reads += _reads_of(module, name, value, lifted)
     return writes, reads
+
+
+def global_reads(functions, lifted, known):
+    """State reads of the tensors the trace lifted from globals of the
+    `functions`' Python modules (`MEAN = torch.tensor(...)` at module
+    level), so that `MEAN = other` between calls is seen as eager sees it;
+    var names in `known` (already read from a module attribute) are left."""
+    reads, seen = [], set()
+    for fn in functions:
+        namespace = getattr(fn, "__globals__", None)
+        module = sys.modules.get(namespace.get("__name__")) if namespace is not None else None
+        if module is None or getattr(module, "__dict__", None) is not namespace or id(namespace) in seen:
+            continue
+        seen.add(id(namespace))
+        for name, value in list(namespace.items()):
+            if isinstance(value, torch.Tensor) or (isinstance(value, (list, tuple, dict)) and len(value) <= 64):
+                reads += [r for r in _reads_of(module, name, value, lifted) if r.var_name not in known]
+    return reads
 
 
 def plain_tensors(module):

@@ -618,6 +618,8 @@ class StaticFunction:
                 out_tree = _output_tree(out, fetch)
                 state_fetch = []
                 writes, reads = module_state.collect(before, tr.lifted, _output_tree, state_fetch)
+                reads += module_state.global_reads(self._converted_functions(), tr.lifted,
+                                                   {r.var_name for r in reads})
                 self._refuse_global_state(main)
             noted = self._note_state(writes, reads)
             main.verify()
@@ -641,9 +643,12 @@ class StaticFunction:
                 print(f"[d2s] program of {self._function.__qualname__}:\n{main.to_string()}", file=sys.stderr)
             return concrete
 
-    def _refuse_global_state(self, main):
+    def _converted_functions(self):
         from . import conversion
-        escaped = module_state.escaped_to_globals([self._function, *conversion._converted.keys()], main)
+        return [self._function, *conversion._converted.keys()]
+
+    def _refuse_global_state(self, main):
+        escaped = module_state.escaped_to_globals(self._converted_functions(), main)
         if escaped:
             name, module = escaped[0]
             code = getattr(self._function, "__code__", None)

@@ -154,6 +154,30 @@ def test_a_plain_tensor_attribute_replaced_between_calls_is_read_like_eager(repl
     assert [op.type for op in static.forward.concrete_program.main_program.global_block().ops].count("cond") == 1
 
 
+SHIFT = torch.zeros(3)
+SHIFTS = [torch.ones(3)]
+
+
+@d2s.declarative
+def shifted(x):
+    y = x - SHIFT + SHIFTS[0]
+    if y.sum() > 0:
+        return y * 2
+    return y
+
+
+def test_a_global_tensor_rebound_between_calls_is_read_like_eager():
+    global SHIFT
+    x = torch.ones(3)
+    for shift, shifts in ((None, None), (torch.full((3,), 5.0), None), (None, torch.full((3,), 10.0))):
+        if shift is not None:
+            SHIFT = shift
+        if shifts is not None:
+            SHIFTS[0] = shifts
+        assert torch.equal(shifted(x), shifted.dygraph_function(x))
+    assert len(shifted.program_cache) == 1
+
+
 def test_a_plain_tensor_attribute_of_another_shape_builds_another_program():
     eager, module = PlainAttributes(), PlainAttributes()
     static = d2s.declarative(module)
