@@ -61,6 +61,37 @@ def test_conversion_is_cached():
     assert operators.convert_call(converted) is converted
 
 
+_SAME_TEXT = """import torch
+
+
+def f(x):
+    if x.sum() > 0:
+        y = x + 1
+    return y
+"""
+
+
+def test_same_function_text_in_two_files_is_converted_for_each_file(tmp_path):
+    # Code objects of the same text at the same lines compare equal whatever
+    # their file: the conversion cache gave b.py's function a.py's converted
+    # code, so its errors, tracebacks and op origins named a.py.
+    import importlib.util
+    fns = []
+    for name in ("same_a", "same_b"):
+        path = tmp_path / f"{name}.py"
+        path.write_text(_SAME_TEXT)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        fns.append((module.f, str(path)))
+    assert fns[0][0].__code__ == fns[1][0].__code__  # what made the cache share them
+    for fn, path in fns:
+        assert conversion.convert_function(fn).__code__.co_filename == path
+        with pytest.raises(ConversionError) as info:
+            d2s.declarative(fn)(torch.ones(2))
+        assert info.value.filename == path and info.value.lineno == 5
+
+
 def test_defaults_and_keyword_only_arguments_are_kept():
     def f(x, k=2, *, scale=3):
         if x > 0:
