@@ -10,6 +10,7 @@ import torch
 
 from ops import framework as fw
 from ops.capture import error_at_user_line, size as variable_size
+from runtime.errors import ConversionError
 from runtime.ir import TENSOR_ARRAY, Variable
 
 from .logical import convert_logical_and
@@ -111,17 +112,24 @@ def _graph_iterable(value):
     return _PythonItems(value if isinstance(value, (range, list, tuple)) else list(value))
 
 
-def _python_item(items, i):
+class PythonItemsInGraphLoop(ConversionError):
+    """A loop over a Python sequence of objects (modules, strings, ...) that
+    a tensor may end early: ``convert_while`` unrolls it instead of making a
+    graph loop, which could not index the objects by a run-time counter."""
+
+
+def _python_item(items, i, error=ConversionError):
     """``items[i]`` for a Python sequence and a graph index."""
     if isinstance(items, range):
         return items.start + i * items.step
     values = list(items)
     if all(isinstance(v, (Variable, torch.Tensor, int, float, bool)) for v in values) and values:
         return fw.array_read(fw.array_from_list(values), i)
-    raise error_at_user_line(
+    exc = error_at_user_line(
         "this loop over a Python sequence became a graph loop (its condition depends on a tensor, "
         "e.g. through a tensor-dependent break or return), so its items must be tensors or numbers; "
         "loop over range(len(items)) with a tensor condition inside instead")
+    raise error(exc.message, exc.filename, exc.lineno)
 
 
 def convert_for_iter(iterable):
@@ -149,7 +157,7 @@ def convert_for_next(items, i):
     if isinstance(items, _GraphIterable):
         return items.get(i), i + 1
     if is_var(i):
-        return _python_item(items, i), i + 1
+        return _python_item(items, i, PythonItemsInGraphLoop), i + 1
     return items[i], i + 1
 
 

@@ -9,12 +9,12 @@ import torch
 from ops import control_flow as cf
 from ops import framework as fw
 from ops import tracer
-from ops.capture import graph_tensor
+from ops.capture import error_at_user_line, graph_tensor
 from runtime.errors import ConversionError
 from runtime.optable import get_op_def
 
 from .raising import raising_as_op
-from .state import constant, is_var
+from .state import constant, constant_dtype, is_var
 
 
 def as_bool_var(value):
@@ -22,32 +22,37 @@ def as_bool_var(value):
     return value if is_var(value) or isinstance(value, torch.Tensor) else constant(bool(value))
 
 
-def convert_logical_and(lhs, rhs):
-    """``lhs() and rhs()``. With a graph tensor ``lhs()`` the result is
-    ``torch.logical_and``; ``rhs()`` runs only where ``lhs()`` is true, as in
-    Python, whenever that is observable (see ``_short_circuit``)."""
+def convert_logical_and(lhs, rhs, test=False):
+    """``lhs() and rhs()``: ``rhs()`` runs only where ``lhs()`` is true, as in
+    Python, whenever that is observable (see ``_short_circuit``). With a
+    graph tensor ``lhs()`` the value is Python's, ``rhs() if lhs() else
+    lhs()``: ``torch.logical_and`` where that is the same tensor (both bool,
+    same shape), else a ``cond`` that picks it. ``test=True`` where only the
+    truth of the result matters (an ``if``/``while`` test, ``not``'s
+    operand): ``torch.logical_and`` of any two operands then."""
     a = lhs()
     if not is_var(a):
         return rhs() if a else a
-    return _short_circuit(graph_tensor(a), rhs, torch.logical_and, rhs_when=True)
+    return _short_circuit(graph_tensor(a), rhs, torch.logical_and, rhs_when=True, test=test)
 
 
-def convert_logical_or(lhs, rhs):
-    """``lhs() or rhs()``. With a graph tensor ``lhs()`` the result is
-    ``torch.logical_or``; ``rhs()`` runs only where ``lhs()`` is false, as in
-    Python, whenever that is observable (see ``_short_circuit``)."""
+def convert_logical_or(lhs, rhs, test=False):
+    """``lhs() or rhs()``: ``rhs()`` runs only where ``lhs()`` is false. With
+    a graph tensor ``lhs()`` the value is ``lhs() if lhs() else rhs()``, as
+    for ``convert_logical_and``."""
     a = lhs()
     if not is_var(a):
         return a if a else rhs()
-    return _short_circuit(graph_tensor(a), rhs, torch.logical_or, rhs_when=False)
+    return _short_circuit(graph_tensor(a), rhs, torch.logical_or, rhs_when=False, test=test)
 
 
-def _short_circuit(a, rhs, op, rhs_when):
-    """``op(a, rhs())`` for a graph tensor ``a``. ``rhs()`` is traced once in
-    place; if it only appended effect-free ops the result is that op.
-    Otherwise (it writes a tensor, draws random numbers, prints, checks, or
-    raises while traced) it is traced again inside a ``cond`` on ``a``, so
-    that it runs exactly when Python would run it."""
+def _short_circuit(a, rhs, op, rhs_when, test):
+    """``a and rhs()`` (``rhs_when`` True) or ``a or rhs()`` for a graph
+    tensor ``a``. ``rhs()`` is traced once in place; if it only appended
+    total, effect-free ops and ``op`` gives the value Python gives (or only
+    the truth matters), the result is that op. Otherwise it is traced again
+    inside a ``cond`` on ``a``, so that it runs exactly when Python would run
+    it, and the ``cond`` yields Python's value."""
     tr = tracer.current()
     mark = tr.mark()
     try:
@@ -55,29 +60,115 @@ def _short_circuit(a, rhs, op, rhs_when):
     except ConversionError:
         raise
     except Exception:  # noqa: BLE001 - raised only where Python evaluates rhs: see below
-        pure = False
+        exact = False
     else:
-        pure = _effect_free_since(tr, mark)
-    if pure:
+        exact = unobservable_since(tr, mark) and (test or _op_is_the_value(a, b))
+        if not exact and not test:
+            _check_one_value(a, b, "and" if rhs_when else "or")
+    if exact:
         return op(a, as_bool_var(b))
     tr.rollback(mark)
     pred = a if a.dtype == torch.bool else fw.cast(a, torch.bool)
-    evaluated = raising_as_op(lambda: as_bool_var(rhs()))
+    if test:
+        evaluated, kept = raising_as_op(lambda: as_bool_var(rhs())), (lambda: pred)
+    else:
+        evaluated, kept = raising_as_op(lambda: _as_value(rhs())), (lambda: a)
     if rhs_when:
-        return cf.cond(pred, evaluated, lambda: pred)
-    return cf.cond(pred, lambda: pred, evaluated)
+        return cf.cond(pred, evaluated, kept)
+    return cf.cond(pred, kept, evaluated)
 
 
-def _effect_free_since(tr, mark):
-    """True when every op recorded since ``mark`` is pure: no in-place write,
-    random draw or side effect (print, assert, raise)."""
+def _op_is_the_value(a, b):
+    """``logical_and(a, b)`` is ``b if a else a`` (and ``logical_or`` is
+    ``a if a else b``) exactly when both are bool of the same shape."""
+    b = graph_tensor(b)
+    if isinstance(b, bool):
+        return a.dtype == torch.bool and not a.dims
+    return (is_var(b) or isinstance(b, torch.Tensor)) and a.dtype == torch.bool and b.dtype == torch.bool \
+        and tuple(a.shape) == tuple(b.shape) and -1 not in tuple(a.shape)
+
+
+def _check_one_value(a, b, word):
+    """The ``cond`` yielding Python's value merges ``a`` and ``b``: refuse,
+    at the user's line, operands no one program value can be."""
+    b = graph_tensor(b)
+    if is_var(b) or isinstance(b, torch.Tensor):
+        dtype, rank = b.dtype, len(b.shape)
+    elif isinstance(b, (bool, int, float)):
+        dtype, rank = constant_dtype(b), 0
+    else:
+        return  # _as_value says what is wrong
+    if dtype == a.dtype and rank == len(a.shape):
+        return
+    value = "b if a else a" if word == "and" else "a if a else b"
+    raise error_at_user_line(
+        f"`a {word} b` with a tensor `a` is Python's value, `{value}`, and here `a` is "
+        f"{_describe(a.dtype, len(a.shape))} but `b` is {_describe(dtype, rank)}: one program value cannot be "
+        f"either; use it only as a test (`if a {word} b:`), or combine the tensors explicitly "
+        f"(`torch.logical_{word}(a, b)`, `torch.where`)")
+
+
+def _describe(dtype, rank):
+    return f"{str(dtype).replace('torch.', '')} of rank {rank}"
+
+
+def _as_value(value):
+    value = graph_tensor(value)
+    if is_var(value) or isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (bool, int, float)):
+        return constant(value)
+    raise error_at_user_line(f"`and`/`or` on a tensor yields a {type(value).__name__} on one path and a tensor "
+                             "on the other; a program holds one kind of value: make both operands tensors")
+
+
+def unobservable_since(tr, mark):
+    """True when evaluating every op recorded since ``mark`` where Python
+    would not is unobservable: no in-place write, random draw or side effect
+    (print, assert, raise), and no op that can fail when the program runs
+    (see ``_total``)."""
     for block in tr.program.blocks:
         n_ops = mark.blocks[block.idx][0] if block.idx < len(mark.blocks) else 0
         for op in block.ops[n_ops:]:
             opdef = get_op_def(op.type)
-            if opdef.mutates or opdef.random or opdef.extra.get("side_effect"):
+            if opdef.mutates or opdef.random or opdef.extra.get("side_effect") or not _total(op):
                 return False
     return True
+
+
+# Ops that cannot fail for inputs of the dtypes and shapes seen while tracing
+# (a run-time shape that differs where it matters is caught by a check_sizes
+# op, itself a side effect). Only these are evaluated on the path where Python
+# short-circuits; anything else, `x[k]` with a tensor index above all (`k < n
+# and x[k] > 0` must not index x[n]), runs under a cond, only where Python
+# runs it. `cond` is total when the ops of its blocks are (they are checked
+# one by one); a `while` may not terminate where Python never runs it.
+_TOTAL_NAMES = """
+__lt__ __le__ __gt__ __ge__ __eq__ __ne__ lt le gt ge eq ne greater less greater_equal less_equal
+not_equal logical_and logical_or logical_not logical_xor __and__ __or__ __xor__ __invert__ __rand__
+__ror__ __rxor__ bitwise_not __add__ __radd__ __sub__ __rsub__ __mul__ __rmul__ __neg__ __pos__
+__abs__ __truediv__ __rtruediv__ add sub mul neg negative abs absolute true_divide sum mean any all
+prod exp log log1p sqrt tanh sigmoid sin cos sign floor ceil round trunc isnan isinf isfinite
+float double half int long bool clone detach contiguous
+"""
+_TOTAL = frozenset({"cond", "cast", "fill_constant", "assign"}
+                   | {f"{ns}.{name}" for name in _TOTAL_NAMES.split() for ns in ("torch", "torch.Tensor")})
+
+
+# Total on a tensor of static shape with constant arguments (its one input):
+# what succeeded while tracing succeeds on every run. A dynamic dimension may
+# be 0 (`max` of nothing) or too short (`x[3]`) at run time.
+_TOTAL_ON_STATIC = frozenset({"torch.Tensor.__getitem__"} | {
+    f"{ns}.{name}" for name in "max min amax amin argmax argmin".split() for ns in ("torch", "torch.Tensor")})
+
+
+def _total(op):
+    if op.type in _TOTAL:
+        return True
+    if op.type in _TOTAL_ON_STATIC:
+        names = op.input_names
+        return len(names) == 1 and all(isinstance(d, int) for d in op.block.find_var(names[0]).dims)
+    return False
 
 
 _COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,

@@ -8,10 +8,12 @@ import functools
 import torch
 
 from ops import framework as fw
-from ops.capture import graph_tensor, size as _variable_size, stands_for_number
+from ops import tracer
+from ops.capture import error_at_user_line, graph_tensor, size as _variable_size, stands_for_number
 from runtime.ir import Variable
 
 from .for_loops import Rows, convert_enumerate, convert_range, convert_zip
+from .logical import unobservable_since
 from .state import is_var
 
 
@@ -107,21 +109,99 @@ def _item(value):
 
 
 def convert_max_min(builtin, which):
-    """``max(a, b)`` / ``min(a, b)`` where a graph tensor takes part: eager
-    Python returns ``b`` when ``b > a`` (``b < a`` for min), else ``a``; the
-    graph picks the same value with ``torch.where``. Other uses (one
-    iterable, keywords, more arguments) are Python's own."""
+    """``max(a, b, ...)`` / ``min(a, b, ...)``, or of one iterable, where a
+    graph tensor takes part: eager Python keeps ``best`` and takes each
+    next ``e`` when ``e > best`` (``e < best`` for min); the graph picks the
+    same value with ``torch.where``. With ``key=``/``default=`` it is
+    Python's own."""
     def call(*args, **kwargs):
-        if len(args) != 2 or kwargs or not any(is_var(a) for a in args):
+        if kwargs or not args:
             return builtin(*args, **kwargs)
-        a, b = args
-        if not any(isinstance(v, Variable) for v in args):  # run-time sizes: a size expression
-            return (torch.sym_max if which == "max" else torch.sym_min)(a, b)
-        pick_b = (b > a) if which == "max" else (b < a)
-        if not is_var(pick_b):
-            pick_b = torch.as_tensor(pick_b)
-        return torch.where(pick_b, b, a)
+        items = list(args[0]) if len(args) == 1 else list(args)
+        if not any(is_var(v) for v in items):
+            return builtin(*args)
+        if not items:
+            return builtin(items)  # Python's own ValueError
+        best = items[0]
+        for item in items[1:]:
+            best = _pick(best, item, which)
+        return best
     return call
+
+
+def _pick(a, b, which):
+    """``b if b > a else a`` (``b < a`` for min), as ``max(a, b)`` does."""
+    if not (is_var(a) or is_var(b)):
+        return b if (b > a if which == "max" else b < a) else a
+    if not any(isinstance(v, Variable) for v in (a, b)):  # run-time sizes: a size expression
+        return (torch.sym_max if which == "max" else torch.sym_min)(a, b)
+    _check_one_value(a, b, which)
+    pick_b = (b > a) if which == "max" else (b < a)
+    if not is_var(pick_b):
+        pick_b = torch.as_tensor(pick_b)
+    return torch.where(pick_b, b, a)
+
+
+def convert_any_all(builtin, which):
+    """``any(items)`` / ``all(items)``: Python's ``for e in items: if e:
+    return True`` (``if not e: return False`` for all), pulling items one
+    at a time. Once an item is a graph tensor the answer is a bool tensor
+    known only at run time, and the later items are pulled (computed) on
+    every path, also where Python would have stopped: they must be
+    unobservable there (effect-free ops that cannot fail, as for
+    ``and``/``or``), or the call is refused at the user's line."""
+    stop_at = which == "any"
+
+    def call(*args, **kwargs):
+        if len(args) != 1 or kwargs:
+            return builtin(*args, **kwargs)
+        found, it = not stop_at, iter(args[0])
+        while True:
+            mark = tracer.current().mark() if is_var(found) else None
+            try:
+                item = next(it)
+            except StopIteration:
+                return found
+            if mark is not None and not unobservable_since(tracer.current(), mark):
+                raise error_at_user_line(
+                    f"{which}() over items that compute with effects (writes, random numbers, checks) or ops "
+                    f"that may fail, after an item known only when the program runs: Python stops at the first "
+                    f"{'true' if stop_at else 'false'} item; write the loop out (`for ...: if ...: break`)")
+            item = graph_tensor(item)
+            if not is_var(item):
+                if bool(item) == stop_at:
+                    return stop_at  # decided, whatever the graph items before it were
+                continue
+            if item.shape.numel() != 1:
+                raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous "
+                                   f"(an item of {which}() has shape {list(item.shape)})")
+            truth = (item if item.dtype == torch.bool else item != 0).reshape(())
+            if not is_var(found):
+                found = truth
+            else:
+                found = torch.logical_or(found, truth) if stop_at else torch.logical_and(found, truth)
+    return call
+
+
+def _check_one_value(a, b, which):
+    """Eager ``max(a, b)`` returns ``a`` or ``b`` unchanged; ``torch.where``
+    would promote their dtypes and broadcast their shapes, a silent change
+    on the path that returns the other one. Two tensors must agree; a Python
+    number joins a tensor whose dtype holds it exactly (an int with a float
+    tensor, not 2.5 with an int one)."""
+    tensors = [v for v in (a, b) if is_var(v) or isinstance(v, torch.Tensor)]
+    numbers = [v for v in (a, b) if isinstance(v, (bool, int, float))]
+    kinds = {t.dtype for t in tensors}
+    ranks = {len(t.shape) for t in tensors}
+    exact = len(kinds) == 1 and len(ranks) == 1 and all(
+        next(iter(kinds)).is_floating_point or not isinstance(n, float) for n in numbers)
+    if not exact:
+        described = " and ".join(
+            f"{str(v.dtype).replace('torch.', '')} of rank {len(v.shape)}" if is_var(v) or isinstance(v, torch.Tensor)
+            else f"a Python {type(v).__name__}" for v in (a, b))
+        raise error_at_user_line(
+            f"{which}(a, b) returns a or b unchanged, and here they are {described}: one program value cannot "
+            f"be either; cast them to one dtype and shape, or use torch.{which}imum(a, b)")
 
 
 def convert_legacy_variable(data=None, requires_grad=False, volatile=False):
@@ -150,6 +230,8 @@ BUILTINS = {
     builtins.type: convert_type,
     builtins.max: convert_max_min(builtins.max, "max"),
     builtins.min: convert_max_min(builtins.min, "min"),
+    builtins.any: convert_any_all(builtins.any, "any"),
+    builtins.all: convert_any_all(builtins.all, "all"),
     torch.autograd.Variable: convert_legacy_variable,
     torch.is_tensor: lambda value: convert_isinstance(value, torch.Tensor),
     builtins.len: convert_len,

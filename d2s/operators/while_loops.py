@@ -6,10 +6,12 @@ from ops import control_flow as cf
 from ops import tracer
 from ops.capture import error_at_user_line
 
+from .branches import convert_ifelse
+from .for_loops import PythonItemsInGraphLoop, convert_for_test
 from .state import State, describe, flatten, is_var, loop_init, refill, unflatten
 
 
-def convert_while(test, body, names, return_names=()):
+def convert_while(test, body, names, return_names=(), counter=None):
     """Equivalent Python::
 
         while test():
@@ -18,7 +20,12 @@ def convert_while(test, body, names, return_names=()):
 
     As soon as ``test()`` is a graph tensor the loop becomes a ``while`` op
     over the loop variables ``names`` (the body may be traced more than once).
-    Names in ``return_names`` may start undefined.
+    Names in ``return_names`` may start undefined. A loop over a Python
+    sequence of objects that a tensor may end early (``for layer in
+    self.layers:`` with a ``break`` a tensor decides) is unrolled instead,
+    each remaining iteration a ``cond`` on the test (see ``_guarded``);
+    ``counter`` is ``(name, items)`` for a lowered ``for``: the loop variable
+    that counts its iterations over ``items``.
     """
     st = State((body,), names)
     tr = tracer.current()
@@ -32,6 +39,44 @@ def convert_while(test, body, names, return_names=()):
             return st.get()
         body()
 
+    snapshot = st.snapshot()
+    try:
+        return _graph_loop(test, body, names, return_names, st)
+    except PythonItemsInGraphLoop:
+        tr.rollback(mark)
+        st.restore(snapshot)
+        return _guarded(test, body, names, return_names, counter, st)
+
+
+def _guarded(test, body, names, return_names, counter, st):
+    """The loop over the Python sequence ``items`` (``counter`` is ``(name,
+    items)``), unrolled: one iteration per item, each ``if test(): body()``
+    (a ``cond`` once ``test()`` is a graph tensor, such as ``not broke``).
+    What Python runs after a tensor ``break`` runs in no branch taken; the
+    other side only advances the counter (as the body's first statement
+    does), so it stays a Python int and the items stay Python objects."""
+    if counter is None:
+        raise error_at_user_line(
+            "this loop over a Python sequence of objects became a graph loop (its condition depends on a "
+            "tensor); loop over range(len(items)) with a tensor condition inside instead")
+    name, items = counter
+
+    def skip():
+        st.set((st.get((name,))[0] + 1,), (name,))
+
+    while convert_for_test(items, st.get((name,))[0]):
+        test_value = test()
+        if not is_var(test_value):
+            if not test_value:
+                break
+            body()
+            continue
+        convert_ifelse(test_value, body, skip, names, names, return_names)
+    return st.get()
+
+
+def _graph_loop(test, body, names, return_names, st):
+    """The ``while`` op over the loop variables ``names``."""
     # A dict or tuple the loop carries is carried as its leaves (a dict changed
     # in place stays the same dict, as in eager); its keys and length must stay.
     start = st.get()

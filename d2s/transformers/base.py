@@ -27,6 +27,13 @@ class Context:
     read. ``cell_reads`` maps a
     generated statement (by id) to the names its helper reads through closure
     cells (see ``liveness.analyze``), for the analyses of later passes.
+    ``truth_tests`` holds (by id) the tests of the ifs, loops and ternaries
+    passes 7-9 turn into helper calls: only their truth matters, which lets
+    ``Logical`` give their ``and``/``or`` the cheaper truth-only form.
+    ``for_counters`` maps the counter of each ``for`` loop pass 4 lowered to
+    a ``while`` loop to its iterable's name (the runtime advances the
+    counter itself when it unrolls a loop over a Python sequence under a
+    tensor condition).
     """
 
     filename: str
@@ -37,6 +44,8 @@ class Context:
     return_flags: set = field(default_factory=set)
     jump_flags: dict = field(default_factory=dict)
     cell_reads: dict = field(default_factory=dict)
+    truth_tests: set = field(default_factory=set)
+    for_counters: dict = field(default_factory=dict)
 
     def error(self, node, message):
         lineno = getattr(node, "lineno", None)

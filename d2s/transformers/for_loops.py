@@ -34,6 +34,7 @@ class ForLoop(Transformer):
         node.orelse = visit_block(self, node.orelse)
         itr = self.ctx.namer.new("itr")
         ctr = self.ctx.namer.new("ctr")
+        self.ctx.for_counters[ctr] = itr
         return self.template(
             """
             itr, ctr = helpers.convert_for_iter(items)

@@ -75,6 +75,7 @@ class IfElse(ScopedTransformer):
         # Arms that never fall through (definedness marked them on the user's code).
         exits = getattr(node, "d2s_exits", (False, False))
         extra += ", exits=exit_sides)" if any(exits) else ")"
+        self.ctx.truth_tests.add(id(node.test))
         call = self.expression(
             "helpers.convert_ifelse(test, true_fn, false_fn, state, outputs, return_names, return_flags, lines"
             + extra, node, lines=templates.constant(tuple(lines)), exit_sides=templates.constant(exits),

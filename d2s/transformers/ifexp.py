@@ -18,5 +18,6 @@ from .base import Transformer
 class IfExp(Transformer):
     def visit_IfExp(self, node):
         self.generic_visit(node)
+        self.ctx.truth_tests.add(id(node.test))
         return self.expression("helpers.convert_ifexp(test, lambda: body, lambda: orelse)", node,
                                test=node.test, body=node.body, orelse=node.orelse)

@@ -8,9 +8,18 @@ Before::
 After::
 
     if helpers.convert_logical_or(
-            lambda: helpers.convert_logical_and(lambda: x > 0, lambda: helpers.convert_logical_not(done)),
-            lambda: helpers.convert_logical_and(lambda: 0 < i, lambda: i < n)):
+            lambda: helpers.convert_logical_and(lambda: x > 0, lambda: helpers.convert_logical_not(done),
+                                                test=True),
+            lambda: helpers.convert_logical_and(lambda: 0 < i, lambda: i < n, test=True), test=True):
         ...
+
+    y = a and b
+  ->
+    y = helpers.convert_logical_and(lambda: a, lambda: b)
+
+An ``if``/``while``/ternary/``assert`` test, and ``not``'s operand, needs
+only its truth (``test=True``: ``torch.logical_and`` of graph tensors);
+elsewhere the helpers yield Python's value, ``b if a else a``.
 
 Operands become lambdas so that Python values keep their short-circuit
 evaluation. A chained comparison is split into pairs when its middle
@@ -35,18 +44,44 @@ _SYMBOLS = {gast.Lt: "<", gast.LtE: "<=", gast.Gt: ">", gast.GtE: ">=", gast.Eq:
 
 
 class Logical(Transformer):
-    def visit_BoolOp(self, node):
-        self.generic_visit(node)
-        return self._chain(node, type(node.op), node.values)
+    # Where only the truth of an expression matters (an if/while/ternary test
+    # passes 7-9 recorded, an assert's test, the operand of `not`, a
+    # comprehension's `if`, and so the operands of such an `and`/`or`), the
+    # helpers get `test=True`: `torch.logical_and/or` of any two operands is
+    # then exact. Elsewhere they must yield Python's value (`a and b` is
+    # `b if a else a`).
 
-    def _chain(self, node, op, values):
+    def _truth(self, node):
+        self.ctx.truth_tests.add(id(node))
+
+    def visit_Assert(self, node):
+        self._truth(node.test)
+        return self.generic_visit(node)
+
+    def visit_comprehension(self, node):
+        for test in node.ifs:
+            self._truth(test)
+        return self.generic_visit(node)
+
+    def visit_BoolOp(self, node):
+        truth = id(node) in self.ctx.truth_tests
+        if truth:
+            for value in node.values:
+                self._truth(value)
+        self.generic_visit(node)
+        return self._chain(node, type(node.op), node.values, truth)
+
+    def _chain(self, node, op, values, truth):
         if len(values) == 1:
             return values[0]
-        template = {gast.And: "helpers.convert_logical_and(lambda: a, lambda: b)",
-                    gast.Or: "helpers.convert_logical_or(lambda: a, lambda: b)"}[op]
-        return self.expression(template, node, a=values[0], b=self._chain(node, op, values[1:]))
+        template = {gast.And: "helpers.convert_logical_and(lambda: a, lambda: b",
+                    gast.Or: "helpers.convert_logical_or(lambda: a, lambda: b"}[op]
+        template += ", test=True)" if truth else ")"
+        return self.expression(template, node, a=values[0], b=self._chain(node, op, values[1:], truth))
 
     def visit_UnaryOp(self, node):
+        if isinstance(node.op, gast.Not):
+            self._truth(node.operand)
         self.generic_visit(node)
         if isinstance(node.op, gast.Not):
             return self.expression("helpers.convert_logical_not(a)", node, a=node.operand)
@@ -68,4 +103,4 @@ class Logical(Transformer):
                  for l, op, r in zip(lefts, node.ops, node.comparators)]
         for p in pairs:
             origin.copy_location(p, node)
-        return self._chain(node, gast.And, pairs)
+        return self._chain(node, gast.And, pairs, id(node) in self.ctx.truth_tests)

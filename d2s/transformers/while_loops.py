@@ -48,6 +48,7 @@ class WhileLoop(ScopedTransformer):
             live = (live & (precise[1] | generated))
         loop_vars = sorted(activity.analyze(node.body).carried(self.variables) & live)
         node.body = visit_block(self, node.body)
+        self.ctx.truth_tests.add(id(node.test))
         test_fn = self.ctx.namer.new("loop_test")
         body_fn = self.ctx.namer.new("loop_body")
         stmts = self.template(
@@ -60,10 +61,15 @@ class WhileLoop(ScopedTransformer):
             """,
             node, test_fn=test_fn, body_fn=body_fn, test=node.test, loop_vars=loop_vars,
             body=node.body + node.orelse)
+        # A lowered `for` names its counter (advanced on every path when the
+        # runtime unrolls a loop over a Python sequence under a tensor test).
+        counter = [n for n in loop_vars if n in self.ctx.for_counters]
         call = self.expression(
-            "helpers.convert_while(test_fn, body_fn, names, return_names)", node,
-            test_fn=test_fn, body_fn=body_fn, names=templates.constant(tuple(loop_vars)),
-            return_names=templates.constant(tuple(n for n in loop_vars if n in self.ctx.return_names)))
+            "helpers.convert_while(test_fn, body_fn, names, return_names"
+            + (", counter=(ctr, itr))" if counter else ")"),
+            node, test_fn=test_fn, body_fn=body_fn, names=templates.constant(tuple(loop_vars)),
+            return_names=templates.constant(tuple(n for n in loop_vars if n in self.ctx.return_names)),
+            **({"ctr": templates.constant(counter[0]), "itr": self.ctx.for_counters[counter[0]]} if counter else {}))
         result = assign(loop_vars, call, node)
         # The helper reads the loop variables' values from before the loop.
         self.ctx.cell_reads[id(result[0])] = set(loop_vars) & self.liveness.live_in[node]

@@ -221,6 +221,39 @@ def right_operand_with_effects_runs_only_when_python_runs_it(x):
     return x, y
 
 
+@case((T(1.0, 2.0, -1.0),), (T(1.0, 2.0, 3.0),), (T(-1.0, 2.0, 3.0),), ops={"while", "cond"})
+def right_operand_that_can_fail_runs_only_when_python_runs_it(x):
+    # x[k] with k == len(x) would raise: Python never evaluates it there.
+    n = x.shape[0]
+    k = 0
+    while k < n and x[k] > 0:
+        k += 1
+    return k
+
+
+@case((T(1.0, 2.0), I(0)), (T(1.0, 2.0), I(1)), (T(1.0, 2.0), I(5)), ops={"cond"})
+def index_guarded_by_or(x, i):
+    if i >= x.shape[0] or x[i] < 2:
+        return x * 0
+    return x
+
+
+@case((T(1.0, 2.0), T(3.0, 4.0)), (T(0.0, 0.0), T(3.0, 4.0)), (T(-1.0, 1.0), T(3.0, 4.0)), ops={"cond"})
+def and_or_yield_python_values(x, y):
+    # `a or b` is `a if a else b`, not `logical_or(a, b)`: a float here.
+    a = x.sum() or y.sum()
+    b = x.sum() and y.max()
+    c = (x.sum() > 0) and (y.sum() > 0)   # both bool 0-d: logical_and is the value
+    return a, b, c
+
+
+@case((POS,), (NEG,), (T(0.0, 0.0, 0.0),), ops={"cond"})
+def and_of_float_and_bool_as_a_test(x):
+    if x.sum() and x.mean() > 0:
+        return x
+    return -x
+
+
 @case((POS, False), (NEG, False), (POS, True), (NEG, True))
 def or_operand_unset_on_that_path(x, flag):
     if flag:
@@ -585,3 +618,69 @@ def closure_rebinding_a_variable_in_a_tensor_loop(x, m):
         if row.sum() > 0:
             add(row)
     return x + total
+
+
+# -- a loop over Python objects that a tensor ends early: unrolled, each iteration a cond ----
+
+
+class _Scale(torch.nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.k = k
+
+    def forward(self, x):
+        return x * self.k - 1.0
+
+
+_LAYERS = torch.nn.ModuleList([_Scale(2.0), _Scale(3.0), _Scale(0.5)])
+
+
+@case((T(0.1, 0.1, 0.1),), (POS,), (T(0.5, 0.5, 0.5),), (T(3.0, 3.0, 3.0),), ops={"cond"}, no={"while"})
+def modules_until_a_tensor_break(x):
+    # Early exit over a ModuleList: breaks after the first, second or third
+    # layer, or never (the loop's else runs).
+    used = 0
+    for i, layer in enumerate(_LAYERS):
+        x = layer(x)
+        used = i + 1
+        if x.abs().max() > 5:
+            break
+    else:
+        x = x * 10
+    return x, used
+
+
+_NAMES = ("first", "second")
+
+
+@case((POS,), (NEG,), (T(0.1, 0.1, 0.1),), ops={"cond"}, no={"while"})
+def return_from_a_loop_over_strings(x):
+    for name in _NAMES:
+        x = x + len(name)
+        if x.sum() > 20:
+            return x * len(name)
+    return x
+
+
+@case((POS,), (NEG,), ops={"cond"}, no={"while"})
+def continue_in_a_loop_over_modules(x):
+    total = torch.zeros(())
+    for layer in _LAYERS:
+        y = layer(x)
+        if y.sum() < 0:
+            continue
+        total = total + y.sum()
+    return total
+
+
+# -- any / all / max / min over tensors: Python's answer, computed in the graph -------------
+
+
+@case((T(1.0, 2.0, 3.0),), (T(0.1, 0.2, 0.3),), (T(-1.0, 9.0, 0.5),), ops={"cond"})
+def any_all_max_min_over_tensors(x):
+    parts = [x * 1, x * 2, x - 5]
+    big = any(p.sum() > 5 for p in parts)        # a bool tensor, not bool() at build time
+    positive = all(v > 0 for v in x)
+    top = max(x[0], x[1], x[2])                   # the first maximal element, as Python picks it
+    low = min([v * 2 for v in x])
+    return (x if big else -x), positive, top, low

@@ -193,8 +193,8 @@ TRANSFORMER_CASES = {
         """, """
         def f(a, b):
             return _d2s.convert_logical_not(_d2s.convert_logical_or(lambda : _d2s.
-                convert_logical_and(lambda : a, lambda : b), lambda : a)
-                ), _d2s.convert_logical_and(lambda : 0 < a, lambda : a < b
+                convert_logical_and(lambda : a, lambda : b, test=True), lambda : a,
+                test=True)), _d2s.convert_logical_and(lambda : 0 < a, lambda : a < b
                 ), _d2s.convert_compare_chain(lambda : 0, ('<', lambda : f(a)), (
                 '<', lambda : b))
         """),

@@ -264,6 +264,20 @@ def assigned_after_a_tensor_break(x):
     return i + k + j
 
 
+def and_as_a_value_of_two_dtypes(x):
+    r = x.sum() > 0 and x.mean()
+    return r
+
+
+def min_of_two_dtypes(x):
+    return min(x.sum().long(), x.mean())
+
+
+def any_with_effects(x):
+    ys = [x.clone(), x.clone()]
+    return any(y.add_(1).sum() > 0 for y in ys)
+
+
 @pytest.mark.parametrize("fn,args,line_text,pieces", [
     (assigned_in_one_branch, (torch.ones(3),), "if x.sum() > 0",
      ["'y' is assigned in the true branch (line {y}) but not in the false branch", "assign it before the if"]),
@@ -286,6 +300,15 @@ def assigned_after_a_tensor_break(x):
       "cannot change the length or keys of a Python tuple or dict"]),
     (pop_from_tensor_array, (torch.ones(3), torch.tensor(2)), "ys.pop()",
      ["list `ys` is a tensor array", "no method `pop`"]),
+    # Python's `a and b` is b on one path and a on the other; logical_and would be a silent bool.
+    (and_as_a_value_of_two_dtypes, (torch.ones(3),), "x.sum() > 0 and x.mean()",
+     ["`a and b` with a tensor `a` is Python's value, `b if a else a`", "`a` is bool of rank 0 but `b` is float32"]),
+    # Eager min returns one operand unchanged; torch.where would promote the int64 one to float32.
+    # Python stops pulling items at the first true one: a later y.add_(1) must not run on every path.
+    (any_with_effects, (torch.ones(3),), "any(y.add_(1)",
+     ["any() over items that compute with effects", "Python stops at the first true item"]),
+    (min_of_two_dtypes, (torch.ones(3),), "min(x.sum().long(), x.mean())",
+     ["min(a, b) returns a or b unchanged, and here they are int64 of rank 0 and float32 of rank 0"]),
 ])
 def test_conversion_errors_name_variable_file_and_line(fn, args, line_text, pieces):
     with pytest.raises(ConversionError) as info:
@@ -333,18 +356,18 @@ def test_list_changed_under_tensor_condition_is_an_error_not_a_wrong_answer():
     assert info.value.lineno == line_of(list_grows_in_one_branch, "if x.sum() > 0")
 
 
-def loops_over_modules_with_tensor_break(x):
-    layers = [torch.nn.Identity(), torch.nn.Identity()]
-    for layer in layers:
-        x = layer(x)
-        if x.sum() > 0:
-            break
-    return x
+def zips_tensor_rows_with_modules(x):
+    layers = [torch.nn.Identity(), torch.nn.Identity(), torch.nn.Identity()]
+    out = x[0]
+    for row, layer in zip(x, layers):  # a graph loop over rows: modules cannot be indexed by its counter
+        out = out + layer(row)
+    return out
 
 
-def test_python_list_loop_that_must_become_graph_loop_is_rejected():
+def test_python_objects_a_graph_loop_would_index_are_rejected():
+    # (A loop over the modules alone with a tensor break is unrolled: semantics_cases.py.)
     with pytest.raises(ConversionError, match="items must be tensors or numbers") as info:
-        d2s.declarative(loops_over_modules_with_tensor_break)(torch.ones(3))
+        d2s.declarative(zips_tensor_rows_with_modules)(torch.ones(3, 2))
     assert info.value.filename == HERE
 
 
