@@ -567,6 +567,22 @@ def append_rows_then_cat(x):
     return torch.cat(outs, 0)
 
 
+# torch.cat of a tensor array is `3 * L` long for L elements of 3 (not a size
+# of its own, which `.view(-1, 3)` was refused on: "shape '[-1, 3]' is
+# invalid for input of size s59"), and its length is read back at run time.
+@case((POS, I(0)), (NEG, I(1)), (POS, I(4)), ops={"while", "cond"})
+def cat_of_array_viewed_by_element(x, n):
+    ys = [x]
+    for i in range(n):
+        if x.sum() > i:
+            ys.append(x * i)
+        else:
+            ys.append(x - i)
+    c = torch.cat(ys)
+    rows = c.view(-1, 3)
+    return rows.sum(0) * c.shape[0] + torch.zeros(c.shape[0] // 3, 2).sum(), rows.shape[0]
+
+
 @case((POS, I(3)), (NEG, I(3)), (POS, I(0)), ops={"while", "cond"})
 def for_if_else_return_value(x, n):
     total = x.sum() * 0
