@@ -273,6 +273,22 @@ def min_of_two_dtypes(x):
     return min(x.sum().long(), x.mean())
 
 
+def isinstance_of_a_number_a_loop_makes_a_tensor(x):
+    s = 0.0
+    k = 0
+    for e in x:
+        k = k + (1 if isinstance(s, float) else 5)
+        s = s + e
+    return k + s
+
+
+def type_of_a_number_one_branch_makes_a_tensor(x):
+    s = 1
+    if x.sum() > 0:
+        s = x.sum()
+    return type(s) is int
+
+
 def any_with_effects(x):
     ys = [x.clone(), x.clone()]
     return any(y.add_(1).sum() > 0 for y in ys)
@@ -295,6 +311,11 @@ def any_with_effects(x):
      ["'j' is assigned at line {j}, after the `break` at line {brk} that a tensor decides", "before the loop"]),
     (sum_as_list, (torch.ones(3),), "total.tolist()", ["the value of tensor `total` is known only"]),
     (index_by_tensor, (torch.ones(3),), "[1, 2, 3][k]", ["tensor `k`", "as an index"]),
+    # Eager sees a float on the first trip and a tensor after: no one answer (was: a tensor on every trip).
+    (isinstance_of_a_number_a_loop_makes_a_tensor, (torch.ones(3),), "isinstance(s, float)",
+     ["'s' is a Python number on some paths and a tensor on others", "`isinstance` has no one answer"]),
+    (type_of_a_number_one_branch_makes_a_tensor, (torch.ones(3),), "type(s) is int",
+     ["'s' is a Python number on some paths and a tensor on others", "`type` has no one answer"]),
     (tuple_grows_in_a_tensor_loop, (torch.ones(3), torch.tensor(2)), "for i in range(n)",
      ["loop variable 'h' is a tuple of 2 before the loop but a tuple of 3 after one iteration",
       "cannot change the length or keys of a Python tuple or dict"]),
