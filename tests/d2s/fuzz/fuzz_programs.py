@@ -106,10 +106,18 @@ ASSIGNS = [
     "b = b * {s} + 1.0", "a, b = b, a", "t = a.sum()", "t = t + b.max()", "a = torch.where(a > {c}, a, b)",
     "b = torch.sort(a).values", "a = a + t", "b = torch.maximum(a, b) - {c}",
     "ok = (a > {c}).any() and (b < {d}).all()", "ok = not ok", "ok = ok or t > {c}",
+    # `with`: the ops inside run without autograd, as eagerly.
+    "with torch.no_grad(): b = b * {s} + a", "with torch.no_grad(): t = t + a.max()",
 ]
 PY_ASSIGNS = ["k = k + 1", "k += 2", "s = s + {c}", "s = s * {s}", "s += float(a.max())", "k = k * 2 if k < 4 else k - 1",
               "k = k + int(n)", "k = k + len(m) + x.shape[0]", "assert len(ys) > 0, 'ys is empty'",
-              "assert (a.abs() >= 0).all(), 'a has a negative magnitude'"]
+              "assert (a.abs() >= 0).all(), 'a has a negative magnitude'",
+              # .item(), bool(t), .size()/len() of tensors: numbers the program reads when it runs
+              # (whole numbers: a float from a tensor is float32 in the program, documented), and
+              # they are Python numbers to isinstance.
+              "s = s + (a > {c}).float().sum().item()", "k = k + (b < {c}).sum().item()",
+              "k = k + int(bool((a > {c}).any()))", "k = k + m.size(1) - len(x)",
+              "k = k + (1 if isinstance(s, float) and isinstance(k, int) else 5)"]
 AUG = ["a += b", "b *= {s}", "t += a.sum()", "a -= {c}"]
 INPLACE = ["acc.add_(a)", "acc.mul_({s})", "acc.add_(b * {s})"]
 TERNARY = ["b = b * {s} if a.sum() > {c} else b + 1.0", "a = a - 1.0 if t < {c} else a * {s}",
@@ -120,7 +128,8 @@ CHECKS = ["if a.sum() > {c} + 5.0: raise ValueError('fuzz: a.sum() is too big')"
           "assert (b > -9.0).all(), 'fuzz: b is too small'"]
 CONTAINERS = ["dd['u'] = dd['u'] + a", "dd['c'] = dd['c'] + 1", "h = (h[1], h[0] + a * {s})",
               "a = a + h[0] - dd['u']", "dd['u'] = torch.tanh(dd['u'] + h[1])"]
-LISTS = ["ys.append(a * {s})", "zs.append(b)", "a = a + torch.stack(ys).mean(0)", "k = k + len(zs)"]
+LISTS = ["ys.append(a * {s})", "zs.append(b)", "a = a + torch.stack(ys).mean(0)", "k = k + len(zs)",
+         "b = b + torch.cat(ys).view(-1, 3).sum(0) * {s}"]
 GROW = ["g = torch.cat([g, a[:1]])", "t = t + g.sum()"]
 # A local first assigned in the arms of an `if` and read right after it: defined on every path
 # that reaches the read (an arm that returns, breaks or continues need not define it).
@@ -421,7 +430,8 @@ class _Generator:
             header, new_targets = f"for {v} in range({r.randint(0, 3)}):", [(v, "index")]
         elif kind == "list_python":
             v = self.fresh("c")
-            header, new_targets = f"for {v} in [{r.choice(SCALES)}, {r.choice(SCALES)}]:", [(v, "scale")]
+            items = r.choice(["[{}, {}]", "({}, {})"]).format(r.choice(SCALES), r.choice(SCALES))
+            header, new_targets = f"for {v} in {items}:", [(v, "scale")]
         elif kind == "while_inplace":  # a 0-d tensor counter the test itself bumps in place
             w = self.fresh("w")
             init, header = [f"{w} = n * 1"], f"while {w}.add_(1) < {r.randint(1, 4)}:"
