@@ -583,6 +583,32 @@ def cat_of_array_viewed_by_element(x, n):
     return rows.sum(0) * c.shape[0] + torch.zeros(c.shape[0] // 3, 2).sum(), rows.shape[0]
 
 
+# Code after `for ...: ... else: return` is never reached, but after a tensor
+# `return` the lowering converts it under a flag that may be a tensor; its
+# `if`s need to know which arm always continues (was: "'v' is assigned in the
+# false branch but not in the true branch", fuzz seed g1 #117).
+@case((POS, I(2)), (MIX, I(2)), (NEG, I(0)), ops={"cond"})
+def dead_code_after_loop_else_return(x, n):
+    s = 0.0
+    if x.sum() > 1.0:
+        return x + s
+    for c in (0.5, 0.5):
+        s = s + c
+    else:
+        return x * s
+    i = 0
+    while i < n:
+        i += 1
+        if x.sum() < 1.0:
+            if s < 0.0:
+                continue
+            continue
+        else:
+            v = x + 2.5
+        x = x + v
+    return x
+
+
 @case((POS, I(3)), (NEG, I(3)), (POS, I(0)), ops={"while", "cond"})
 def for_if_else_return_value(x, n):
     total = x.sum() * 0
