@@ -32,7 +32,7 @@ from .ast_tools.naming import Namer
 from .transformers.base import Context
 
 _code_level = None
-_compiled = {}                                 # original code object -> _Compiled (None: leave as is)
+_compiled = {}                                 # _code_key(original code) -> _Compiled (None: leave as is)
 _converted = weakref.WeakKeyDictionary()       # original function -> converted function
 _converted_codes = weakref.WeakSet()           # every code object we compiled
 
@@ -103,13 +103,23 @@ def _convert_tree(fn, level=None):
     return tree, ctx
 
 
+def _code_key(code):
+    """What identifies the conversion of ``code``. Code objects compare equal
+    without their file and qualified name (the same text at the same lines of
+    two files is one code object to ``==``), but the converted code is compiled
+    with the user's file name, which every message and origin shows: a key of
+    the code alone gave a function of ``b.py`` the conversion of ``a.py``."""
+    return code.co_filename, getattr(code, "co_qualname", code.co_name), code
+
+
 def _compile(fn):
     code = fn.__code__
-    if code in _compiled:
-        return _compiled[code]
+    key = _code_key(code)
+    if key in _compiled:
+        return _compiled[key]
     tree, ctx = _convert_tree(fn)
     if tree is None:
-        _compiled[code] = None
+        _compiled[key] = None
         return None
     source = codegen.to_source(tree)
     if _debug.level() >= 1 or _code_level is not None:
@@ -125,7 +135,7 @@ def _compile(fn):
         names["co_qualname"] = code.co_qualname
     inner = inner.replace(**names)
     _remember(inner)
-    _compiled[code] = compiled = _Compiled(inner, source, ctx.helpers)
+    _compiled[key] = compiled = _Compiled(inner, source, ctx.helpers)
     return compiled
 
 

@@ -256,6 +256,16 @@ def stands_for_number(value):
     return isinstance(value, (int, float, bool) + SYMBOLIC_TYPES)
 
 
+def number_or_tensor(value):
+    """The user's name (quoted) for a 0-d Variable that eager Python has as a
+    number on some paths and as a tensor on others, else None: a number a
+    tensor loop makes a tensor (a number until the first trip, a tensor
+    after), a name an `if` on a tensor makes a tensor in one branch only, and
+    arithmetic on such values and numbers. Its `isinstance`/`type` has no
+    one answer (d2s/operators/py_builtins.py)."""
+    return value.__dict__.get("number_or_tensor") if isinstance(value, Variable) else None
+
+
 def _has_python_number(meta):
     if isinstance(meta, (bool, int, float, complex)):
         return True
@@ -371,6 +381,10 @@ def record(opdef, fn, args, kwargs):
         if (isinstance(result, Variable) and result.shape == () and refs.inputs
                 and all(stands_for_number(v) for v in refs.inputs)):
             result.python_number = True
+        if isinstance(result, Variable) and result.shape == () and refs.inputs:
+            varying = [number_or_tensor(v) for v in refs.inputs if number_or_tensor(v)]
+            if varying and all(stands_for_number(v) or number_or_tensor(v) for v in refs.inputs):
+                result.number_or_tensor = varying[0]  # `s * 2`: a number where `s` is one
     if opdef.mutates:
         # An in-place op writes its first input; `out` names it so the
         # executor knows the op's result is that same tensor.

@@ -29,7 +29,7 @@ from runtime.ir import TENSOR_ARRAY, Variable, torch_dtype
 
 from . import framework, tracer
 from .capture import (SYMBOLIC_TYPES, error_at_user_line, graph_condition, graph_tensor, lift,
-                      stands_for_number, user_origin)
+                      number_or_tensor, stands_for_number, user_origin)
 from .registry import OpDef, register
 
 
@@ -257,6 +257,10 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines
                             shape=shape, dtype=va.dtype, kind=va.kind,
                             stop_gradient=va.stop_gradient and vb.stop_gradient)
     out.python_number = stands_for_number(va) and stands_for_number(vb)
+    varying = number_or_tensor(va) or number_or_tensor(vb) or (
+        label if stands_for_number(va) != stands_for_number(vb) else None)
+    if varying:  # a number on one path, a tensor on the other
+        out.number_or_tensor = varying
     return out, (va.name, vb.name)
 
 
@@ -382,6 +386,8 @@ class _Spec:
             self.dtype = None
         self.elem_known = getattr(value, "elem_known", True)
         self.number = stands_for_number(value)  # until an iteration makes it a tensor
+        # The user's name once trips disagree on number or tensor (ops.capture.number_or_tensor).
+        self.varies = number_or_tensor(value)
 
 
 def _is_loop_carried(value):
@@ -444,6 +450,8 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
                                       dtype=spec.dtype or "float32", kind=spec.kind, stop_gradient=False)
                 var.elem_known = spec.elem_known
                 var.python_number = spec.number
+                if spec.varies:
+                    var.number_or_tensor = spec.varies
                 carried.append(i)
                 args.append(var)
             else:
@@ -481,6 +489,11 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
             with tr.block_guard(body):
                 nv = _as_var(v, spec.dtype if not isinstance(v, (Variable, torch.Tensor)) else None)
             new[i] = nv
+            if not spec.varies and (spec.number != stands_for_number(nv) or number_or_tensor(nv)):
+                # A number on the first trip and a tensor after it (or the
+                # other way round): `isinstance` has no one answer.
+                spec.varies = number_or_tensor(nv) or label
+                changed = True
             if spec.number and not stands_for_number(nv):
                 spec.number = False
                 changed = True
@@ -531,6 +544,8 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
     for o, i in zip(outs, carried):
         o.elem_known = specs[i].elem_known
         o.python_number = specs[i].number
+        if specs[i].varies:
+            o.number_or_tensor = specs[i].varies
     loop_names = [args[i].name for i in carried]
     inputs = [n for n in _outer_reads([body, cblock]) if n not in loop_names]
     parent.append_op("while", inputs={"Init": init, "X": inputs}, outputs={"Out": outs},

@@ -151,9 +151,9 @@ def _meta_only(exc):
 def _symbolic_runs(fn, args, kwargs, inputs, shapes, factory, as_int, meta):
     """The op's result on symbolic inputs (with tensor arrays, one run per
     array length, merged)."""
-    arrays = any(isinstance(v, Variable) and v.kind == TENSOR_ARRAY for v in inputs)
+    arrays = sum(isinstance(v, Variable) and v.kind == TENSOR_ARRAY for v in inputs)
     runs = []
-    for length in ((2, 3) if arrays else (2,)):
+    for length in (ARRAY_LENGTHS if arrays else (2,)):
         values = [shapes.fake(v, length, meta) for v in inputs]
         if as_int:
             values = [shapes.new_symbol(shapes.tracer.example_int(v, 1), v.name) if _int_like(v) else x
@@ -164,7 +164,7 @@ def _symbolic_runs(fn, args, kwargs, inputs, shapes, factory, as_int, meta):
         if not arrays:
             shapes.drop_shape_neutral_guards(start, ranges, lambda sym, size: _same_shape_at(
                 fn, args, kwargs, inputs, shapes, factory, runs[0], sym, size))
-    return _merge_runs(runs, shapes)
+    return _merge_runs(runs, shapes, one_array=arrays == 1)
 
 
 def _same_shape_at(fn, args, kwargs, inputs, shapes, factory, result, sym, size):
@@ -274,27 +274,51 @@ def _sample(v, shapes, offset, seen):
     return [make() for _ in range(3)] if v.kind == TENSOR_ARRAY else make()
 
 
-def _merge_runs(runs, shapes):
+# The lengths a tensor array stands for in the symbolic runs of an op that
+# reads it: three, so that a dimension linear in the length is told from one
+# that is not.
+ARRAY_LENGTHS = (2, 3, 5)
+
+
+def _merge_runs(runs, shapes, one_array=False):
     """One run's result as Meta; with several runs (tensor arrays of
-    different lengths) dimensions that differ become fresh symbols."""
+    different lengths, `ARRAY_LENGTHS`) a dimension that differs is
+    `a * L + b` in one new symbol `L` for the array's length when the op
+    reads one array and the runs fit that line with whole `a` and `b`
+    (`torch.cat` of [3]-elements: `3 * L`, so `.view(-1, 3)` is
+    `[L, 3]`), else a fresh symbol of its own."""
     if len(runs) == 1:
         return _to_meta(runs[0], shapes)
     metas = [_to_meta(r, shapes) for r in runs]
-    return _merge(metas, shapes)
+    length = [] if one_array else None  # the op's length symbol, made on first use
+    return _merge(metas, shapes, length)
 
 
-def _merge(metas, shapes):
+def _merge(metas, shapes, length):
     a = metas[0]
     if isinstance(a, Meta):
-        dims = [d[0] if len(set(d)) == 1 else shapes.text(shapes.new_symbol(8, "array length"))
-                for d in zip(*(m.shape for m in metas))]
+        dims = [d[0] if len(set(d)) == 1 else _merged_dim(d, shapes, length) for d in zip(*(m.shape for m in metas))]
         return Meta(dims, a.dtype)
     if isinstance(a, (list, tuple)) and all(len(m) == len(a) for m in metas):
-        items = [_merge(list(parts), shapes) for parts in zip(*metas)]
+        items = [_merge(list(parts), shapes, length) for parts in zip(*metas)]
         return type(a)(items) if isinstance(a, tuple) else items
     if not isinstance(a, (list, tuple)) and all(m == a for m in metas):
         return a
     raise _depends(a)
+
+
+def _merged_dim(sizes, shapes, length):
+    """The IR dimension of sizes that differ between the runs (see _merge_runs)."""
+    if length is not None and all(type(d) is int for d in sizes):
+        (l0, l1, *rest), (d0, d1, *more) = ARRAY_LENGTHS, sizes
+        a, b = divmod(d1 - d0, l1 - l0)[0], None
+        if a > 0 and (d1 - d0) % (l1 - l0) == 0:
+            b = d0 - a * l0
+        if b is not None and b >= 0 and all(d == a * n + b for n, d in zip(rest, more)):
+            if not length:
+                length.append(shapes.new_symbol(8, "array length"))
+            return shapes.text(length[0] * a + b)
+    return shapes.text(shapes.new_symbol(8, "array length"))
 
 
 def _to_meta(result, shapes, fresh=False):

@@ -97,7 +97,7 @@ class Shapes:
         self._mode = None
         self._display = {}      # sympy symbol -> display symbol s<k>
         self._symints = {}      # dim text -> SymInt
-        self.sources = {}       # sympy symbol -> (Variable, dim)
+        self.sources = {}       # sympy symbol -> (Variable, dim[, a, b]): var.size(dim) is a * symbol + b
         self._values = {}       # sympy expr -> Variable computing it at run time
         self.scalars = {}       # id(SCALAR Variable) -> its SymInt/SymBool
         self._numbers = {}      # sympy symbol -> "int(t)": the run-time number it stands for
@@ -229,10 +229,20 @@ class Shapes:
         return out
 
     def note_source(self, sym, var, dim):
-        """Remember that `var.size(dim)` reads symbol `sym` at run time."""
+        """Remember that `var.size(dim)` reads symbol `sym` at run time; for a
+        size `a * s + b` (whole a > 0 and b, as `torch.cat` of a tensor array
+        makes: ops/infer.py), that `(var.size(dim) - b) // a` reads `s`."""
         expr = sym.node.expr
-        if isinstance(expr, sympy.Symbol) and expr not in self.sources:
-            self.sources[expr] = (var, dim)
+        if isinstance(expr, sympy.Symbol):
+            if expr not in self.sources:
+                self.sources[expr] = (var, dim)
+            return
+        b, terms = expr.as_coeff_add()
+        if len(terms) != 1 or not b.is_Integer:
+            return
+        a, s = terms[0].as_coeff_Mul()
+        if isinstance(s, sympy.Symbol) and a.is_Integer and a > 0 and s not in self.sources:
+            self.sources[s] = (var, dim, int(a), int(b))
 
     # -- fake tensors ---------------------------------------------------------------------
     def fake(self, var, length=2, meta=False):
@@ -269,8 +279,17 @@ class Shapes:
             src = self.sources.get(expr)
             if src is None or not self._usable(src[0]):
                 return None
-            x, dim = src
-            var = self._append("size", [x], (InputRef(0), dim), self._symbolic(expr, value), block=x.block)
+            x, dim, *line = src
+            if not line:
+                var = self._append("size", [x], (InputRef(0), dim), self._symbolic(expr, value), block=x.block)
+            else:
+                a, b = line
+                var = self._append("size", [x], (InputRef(0), dim), self._symbolic(a * expr + b, None),
+                                   block=x.block)
+                if b:
+                    var = self._binary(operator.sub, var, b, a * expr, value if a == 1 else None)
+                if a != 1:
+                    var = self._binary(operator.floordiv, var, a, expr, value)
         else:
             fn = operator.not_ if isinstance(expr, sympy.Not) else _BINARY.get(type(expr))
             if fn is None:
@@ -385,7 +404,10 @@ class Shapes:
         for sym in sorted(expr.free_symbols, key=lambda sym: int(str(self._display.get(sym, "s0"))[1:])):
             src = self.sources.get(sym)
             if src is not None:
-                where.append(f"{self._display.get(sym, sym)} = {src[0].name}.size({src[1]})")
+                read = f"{src[0].name}.size({src[1]})"
+                if len(src) == 4:
+                    read = f"({read} - {src[3]}) // {src[2]}" if src[3] else f"{read} // {src[2]}"
+                where.append(f"{self._display.get(sym, sym)} = {read}")
             elif sym in self._numbers:
                 where.append(f"{self._display.get(sym, sym)} = {self._numbers[sym]}")
         return text + (f" ({', '.join(where)})" if where else "")

@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import sys
 import time
+import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests", "d2s", "fuzz")]
@@ -33,6 +34,16 @@ def _pool(jobs, **kwargs):
     return multiprocessing.get_context("spawn").Pool(jobs, **kwargs)
 
 
+def hash_seed(seed):
+    """The PYTHONHASHSEED of the run's workers: fixed by the run's seed, so that
+    anything that depends on the order of a set of strings is the same when the
+    run, its minimiser or a reproducer runs the program again."""
+    return str(zlib.crc32(str(seed).encode()) % 4294967295)
+
+
+_history = []  # in a worker: the programs it ran, in order (a failure may need them to reproduce)
+
+
 def program_seed(seed, index):
     return f"{seed}-{index}"
 
@@ -41,15 +52,32 @@ def _run_one(args):
     seed, index = args
     program = fuzz_programs.generate(program_seed(seed, index))
     outcome = fuzz_runner.run(program)
-    return index, outcome.kind, outcome.signature, outcome.klass, outcome.message, fuzz_minimize.size(program)
+    before = list(_history)
+    _history.append(index)
+    return (index, outcome.kind, outcome.signature, outcome.klass, outcome.message, fuzz_minimize.size(program),
+            before if outcome.kind in FAILURES else None)
 
 
 def _minimize_one(args):
-    seed, index, budget = args
+    """In a fresh worker: the failure of program `index` alone, else after the
+    programs its worker ran before it; then shrunk. -> (index, signature,
+    message, reproducer text or None, how it reproduced)."""
+    seed, index, budget, klass, before = args
     program = fuzz_programs.generate(program_seed(seed, index))
     outcome = fuzz_runner.run(program)
+    if outcome.klass != klass:
+        # Not alone: state left by earlier programs in the worker (caches, the
+        # heap) is part of the failure. Replay them, then report without
+        # shrinking (a smaller program runs in another state).
+        for earlier in before:
+            fuzz_runner.run(fuzz_programs.generate(program_seed(seed, earlier)))
+        outcome = fuzz_runner.run(program)
+        how = (f"it fails again after the {len(before)} programs its worker ran before it ({before[:3]}...)"
+               if outcome.klass == klass else
+               f"nor after the {len(before)} programs its worker ran before it")
+        return index, outcome.signature, outcome.message, None, how
     small, small_outcome = fuzz_minimize.minimize(program, outcome, budget_s=budget)
-    return index, small_outcome.signature, small_outcome.message, reproducer(small, small_outcome, seed, index)
+    return index, small_outcome.signature, small_outcome.message, reproducer(small, small_outcome, seed, index), "alone"
 
 
 def reproducer(program, outcome, seed, index):
@@ -61,7 +89,8 @@ def reproducer(program, outcome, seed, index):
     except Exception:
         inputs = []
     lines = [f"# d2s fuzz reproducer: program {index} of seed {seed!r}, minimised",
-             f"# outcome: {outcome.kind} at {outcome.stage}: {outcome.detail}"]
+             f"# outcome: {outcome.kind} at {outcome.stage}: {outcome.detail}",
+             f"# the run's workers had PYTHONHASHSEED={os.environ.get('PYTHONHASHSEED', 'random')}"]
     lines += ["# " + line for line in outcome.message.splitlines()[:12]]
     lines += [source, "", "if __name__ == '__main__':", "    import d2s", "    static = d2s.declarative(f)",
               "    inputs = ["]
@@ -102,6 +131,10 @@ def main(argv=None):
     parser.add_argument("--no-minimize", action="store_true", help="only count outcomes")
     args = parser.parse_args(argv)
 
+    # Workers are spawned with this environment: a run, its minimiser and
+    # `PYTHONHASHSEED=... python reproducer.py` see sets of strings in one order.
+    os.environ.setdefault("PYTHONHASHSEED", hash_seed(args.seed))
+    print(f"workers run with PYTHONHASHSEED={os.environ['PYTHONHASHSEED']}", flush=True)
     started = time.monotonic()
     counts, groups, done = run_programs(args, started)
     print(f"\n{done} programs of {args.count} (seed {args.seed!r}) in {time.monotonic() - started:.0f}s")
@@ -133,10 +166,10 @@ def run_programs(args, started):
     done = 0
     pool = _pool(args.jobs, maxtasksperchild=200)
     try:
-        for index, kind, signature, klass, message, size in pool.imap_unordered(_run_one, work):
+        for index, kind, signature, klass, message, size, before in pool.imap_unordered(_run_one, work):
             done += 1
             counts[kind] += 1
-            groups[klass if kind in FAILURES else signature].append((size, index, message))
+            groups[klass if kind in FAILURES else signature].append((size, index, message, before))
             if kind in FAILURES or kind == "invalid":
                 print(f"program {index}: {' / '.join(signature)}", flush=True)
             if done % 100 == 0:
@@ -153,11 +186,17 @@ def print_reproducers(args, failing):
     if args.out:
         os.makedirs(args.out, exist_ok=True)
     # A class of wrong results can have several causes: shrink a few of its programs.
-    tasks = [(args.seed, index, args.minimize_seconds) for klass, members in failing
-             for _, index, _ in members[:args.per_class if klass[0] == "wrong" else 1]]
+    tasks = [(args.seed, index, args.minimize_seconds, klass, before) for klass, members in failing
+             for _, index, _, before in members[:args.per_class if klass[0] == "wrong" else 1]]
     seen = {}
-    with _pool(args.jobs) as pool:
-        for index, signature, message, text in pool.imap(_minimize_one, tasks):
+    # One fresh interpreter per failure: whether it reproduces alone is part of the report.
+    with _pool(args.jobs, maxtasksperchild=1) as pool:
+        for index, signature, message, text, how in pool.imap(_minimize_one, tasks):
+            if how != "alone":
+                print(f"\n===== program {index} does not fail alone in a fresh worker; {how} "
+                      f"(PYTHONHASHSEED={os.environ['PYTHONHASHSEED']}): a failure that depends on the "
+                      f"process's state\n{message}", flush=True)
+                continue
             if signature in seen:
                 print(f"\n(program {index} minimises to the same failure as program {seen[signature]})")
                 continue

@@ -17,8 +17,9 @@ assigned:
   bodies count as possibly interrupted anywhere.
 
 Names that are not variables of ``fn`` (globals, builtins, free names) are
-never reported. Each reachable ``if`` gets ``d2s_exits``: (body, orelse)
-never fall through.
+never reported. Each ``if`` gets ``d2s_exits``: (body, orelse) never fall
+through (also in code no path reaches, which the lowering converts all the
+same).
 """
 
 import gast
@@ -93,13 +94,20 @@ class _Definedness:
             return TOP
         if isinstance(s, gast.If):
             self.reads(s.test, defined)
+            if isinstance(defined, _Top):
+                # Code no path reaches (after `for ...: ... else: return`, whose
+                # `else` always runs without a `break`) reports nothing, but the
+                # lowering still converts it under a return flag that may be a
+                # tensor, so its `if`s need their exits too: found by a probe
+                # from a reachable start, whose reports are dropped.
+                _Definedness(self.local).stmt(s, frozenset())
+                return TOP
             body, orelse = self.block(s.body, defined), self.block(s.orelse, defined)
-            if not isinstance(defined, _Top):
-                # Which arms never fall through (every path returns, raises, breaks or
-                # continues): the lowering turns those exits into flags that may be
-                # tensors, after which only this says that such an arm defines nothing
-                # the code after the `if` reads (see convert_ifelse's `exits`).
-                s.d2s_exits = (isinstance(body, _Top), isinstance(orelse, _Top))
+            # Which arms never fall through (every path returns, raises, breaks or
+            # continues): the lowering turns those exits into flags that may be
+            # tensors, after which only this says that such an arm defines nothing
+            # the code after the `if` reads (see convert_ifelse's `exits`).
+            s.d2s_exits = (isinstance(body, _Top), isinstance(orelse, _Top))
             return body & orelse
         if isinstance(s, (gast.While, gast.For, gast.AsyncFor)):
             if isinstance(s, gast.While):

@@ -9,7 +9,7 @@ import torch
 
 from ops import framework as fw
 from ops import tracer
-from ops.capture import error_at_user_line, graph_tensor, size as _variable_size, stands_for_number
+from ops.capture import error_at_user_line, graph_tensor, number_or_tensor, size as _variable_size, stands_for_number
 from runtime.ir import Variable
 
 from .for_loops import Rows, convert_enumerate, convert_range, convert_zip
@@ -85,16 +85,28 @@ def convert_isinstance(value, classinfo):
     if isinstance(value, classinfo):
         return True
     if is_var(value):
-        kind = torch.Tensor
-        if stands_for_number(value):
-            kind = bool if value.dtype == torch.bool else float if value.dtype.is_floating_point else int
         kinds = classinfo if isinstance(classinfo, tuple) else (classinfo,)
-        return any(isinstance(k, type) and issubclass(kind, k) for k in kinds)
+        answers = {any(isinstance(k, type) and issubclass(kind, k) for k in kinds) for kind in _types(value)}
+        if len(answers) > 1:
+            raise _no_one_type(value, "isinstance")
+        return answers.pop()
     return False
 
 
+def _types(value):
+    """The Python types eager code can have for graph tensor `value`: its
+    number type where it stands for a number, `torch.Tensor` where it is one."""
+    number = bool if value.dtype == torch.bool else float if value.dtype.is_floating_point else int
+    if number_or_tensor(value):
+        return [number, torch.Tensor]
+    return [number] if stands_for_number(value) else [torch.Tensor]
 
 
+def _no_one_type(value, builtin):
+    return error_at_user_line(
+        f"{number_or_tensor(value)} is a Python number on some paths and a tensor on others (a tensor loop or "
+        f"`if` makes it a tensor on some paths only), so `{builtin}` has no one answer when the program runs; "
+        "make it a tensor on every path (e.g. `torch.tensor(0.0)` in place of `0.0`) or a number on every path")
 
 
 def _item(value):
@@ -222,10 +234,10 @@ def convert_type(*args):
     type), or the Python number type it stands for; ``type(name, bases,
     namespace)`` and other values are Python's own."""
     if len(args) == 1 and is_var(args[0]):
-        value = args[0]
-        if stands_for_number(value):
-            return bool if value.dtype == torch.bool else float if value.dtype.is_floating_point else int
-        return torch.Tensor
+        kinds = _types(args[0])
+        if len(kinds) > 1:
+            raise _no_one_type(args[0], "type")
+        return kinds[0]
     return builtins.type(*args)
 
 

@@ -582,6 +582,48 @@ def append_rows_then_cat(x):
     return torch.cat(outs, 0)
 
 
+# torch.cat of a tensor array is `3 * L` long for L elements of 3 (not a size
+# of its own, which `.view(-1, 3)` was refused on: "shape '[-1, 3]' is
+# invalid for input of size s59"), and its length is read back at run time.
+@case((POS, I(0)), (NEG, I(1)), (POS, I(4)), ops={"while", "cond"})
+def cat_of_array_viewed_by_element(x, n):
+    ys = [x]
+    for i in range(n):
+        if x.sum() > i:
+            ys.append(x * i)
+        else:
+            ys.append(x - i)
+    c = torch.cat(ys)
+    rows = c.view(-1, 3)
+    return rows.sum(0) * c.shape[0] + torch.zeros(c.shape[0] // 3, 2).sum(), rows.shape[0]
+
+
+# Code after `for ...: ... else: return` is never reached, but after a tensor
+# `return` the lowering converts it under a flag that may be a tensor; its
+# `if`s need to know which arm always continues (was: "'v' is assigned in the
+# false branch but not in the true branch", fuzz seed g1 #117).
+@case((POS, I(2)), (MIX, I(2)), (NEG, I(0)), ops={"cond"})
+def dead_code_after_loop_else_return(x, n):
+    s = 0.0
+    if x.sum() > 1.0:
+        return x + s
+    for c in (0.5, 0.5):
+        s = s + c
+    else:
+        return x * s
+    i = 0
+    while i < n:
+        i += 1
+        if x.sum() < 1.0:
+            if s < 0.0:
+                continue
+            continue
+        else:
+            v = x + 2.5
+        x = x + v
+    return x
+
+
 @case((POS, I(3)), (NEG, I(3)), (POS, I(0)), ops={"while", "cond"})
 def for_if_else_return_value(x, n):
     total = x.sum() * 0

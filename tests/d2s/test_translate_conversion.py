@@ -62,6 +62,37 @@ def test_conversion_is_cached():
     assert operators.convert_call(converted) is converted
 
 
+_SAME_TEXT = """import torch
+
+
+def f(x):
+    if x.sum() > 0:
+        y = x + 1
+    return y
+"""
+
+
+def test_same_function_text_in_two_files_is_converted_for_each_file(tmp_path):
+    # Code objects of the same text at the same lines compare equal whatever
+    # their file: the conversion cache gave b.py's function a.py's converted
+    # code, so its errors, tracebacks and op origins named a.py.
+    import importlib.util
+    fns = []
+    for name in ("same_a", "same_b"):
+        path = tmp_path / f"{name}.py"
+        path.write_text(_SAME_TEXT)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        fns.append((module.f, str(path)))
+    assert fns[0][0].__code__ == fns[1][0].__code__  # what made the cache share them
+    for fn, path in fns:
+        assert conversion.convert_function(fn).__code__.co_filename == path
+        with pytest.raises(ConversionError) as info:
+            d2s.declarative(fn)(torch.ones(2))
+        assert info.value.filename == path and info.value.lineno == 5
+
+
 def test_defaults_and_keyword_only_arguments_are_kept():
     def f(x, k=2, *, scale=3):
         if x > 0:
@@ -339,6 +370,22 @@ def min_of_two_dtypes(x):
     return min(x.sum().long(), x.mean())
 
 
+def isinstance_of_a_number_a_loop_makes_a_tensor(x):
+    s = 0.0
+    k = 0
+    for e in x:
+        k = k + (1 if isinstance(s, float) else 5)
+        s = s + e
+    return k + s
+
+
+def type_of_a_number_one_branch_makes_a_tensor(x):
+    s = 1
+    if x.sum() > 0:
+        s = x.sum()
+    return type(s) is int
+
+
 def any_with_effects(x):
     ys = [x.clone(), x.clone()]
     return any(y.add_(1).sum() > 0 for y in ys)
@@ -361,6 +408,11 @@ def any_with_effects(x):
      ["'j' is assigned at line {j}, after the `break` at line {brk} that a tensor decides", "before the loop"]),
     (sum_as_list, (torch.ones(3),), "total.tolist()", ["the value of tensor `total` is known only"]),
     (index_by_tensor, (torch.ones(3),), "[1, 2, 3][k]", ["tensor `k`", "as an index"]),
+    # Eager sees a float on the first trip and a tensor after: no one answer (was: a tensor on every trip).
+    (isinstance_of_a_number_a_loop_makes_a_tensor, (torch.ones(3),), "isinstance(s, float)",
+     ["'s' is a Python number on some paths and a tensor on others", "`isinstance` has no one answer"]),
+    (type_of_a_number_one_branch_makes_a_tensor, (torch.ones(3),), "type(s) is int",
+     ["'s' is a Python number on some paths and a tensor on others", "`type` has no one answer"]),
     (tuple_grows_in_a_tensor_loop, (torch.ones(3), torch.tensor(2)), "for i in range(n)",
      ["loop variable 'h' is a tuple of 2 before the loop but a tuple of 3 after one iteration",
       "cannot change the length or keys of a Python tuple or dict"]),

@@ -11,14 +11,16 @@ reaches the same return.
 The statements cover what docs/syntax_and_limitations.md lists as supported:
 nested ``if``/``elif``/``else`` on tensors and on Python values, ternaries,
 ``and``/``or``/``not``, ``while`` with ``break``/``continue``, ``for`` over
-``range(tensor)``, tensor rows, ``enumerate``, Python ranges and lists, loop
+``range(tensor)``, tensor rows, ``enumerate``, Python ranges, lists, tuples
+and tuples of functions (unrolled, also when a tensor ends them), loop
 ``else``, early ``return`` in branches and loops, Python accumulators, list
 ``append`` then ``torch.stack``/``len``, tensors grown with ``torch.cat``,
 augmented assignment, in-place ops and calls to helper functions that have
 control flow of their own, locals first assigned in every arm of an ``if``
 (or in the arms that do not return/break/continue) and read after it, `int()`/`float()` of tensors, `len`/`.shape`,
 `assert`s that hold and `raise`/`assert` checks that fail on some inputs,
-`zip`, a dict changed in place and a tuple rebuilt.
+`zip`, a dict changed in place and a tuple rebuilt, `any`/`all`/`max`/`min`
+of tensors, `or` as a value, keyword arguments.
 
 `generate(seed)` is deterministic: the same seed gives the same program on
 every machine. The tree keeps what the runner and the minimiser need: which
@@ -97,6 +99,8 @@ TENSOR_TESTS = [
     "(b < {c}).all() or acc.mul_({s}).sum() < {d}",
     # Chained comparisons: the middle operand evaluated once, the last one only where Python does.
     "{c} < a.sum() < 6.0", "-3.0 <= (a - b).max() < {c} + 3.0 > t",
+    # any()/all() over Python tuples and tensor elements: Python's answer and order.
+    "any(v.sum() > {c} for v in (a, b))", "all(v > {c} for v in a) or t < {d}",
 ]
 PYTHON_TESTS = ["k > {i}", "k % 2 == 0", "len(ys) > {i}", "s < {c}", "k == {i} or s > {c}"]
 
@@ -106,10 +110,20 @@ ASSIGNS = [
     "b = b * {s} + 1.0", "a, b = b, a", "t = a.sum()", "t = t + b.max()", "a = torch.where(a > {c}, a, b)",
     "b = torch.sort(a).values", "a = a + t", "b = torch.maximum(a, b) - {c}",
     "ok = (a > {c}).any() and (b < {d}).all()", "ok = not ok", "ok = ok or t > {c}",
+    # `with`: the ops inside run without autograd, as eagerly.
+    "with torch.no_grad(): b = b * {s} + a", "with torch.no_grad(): t = t + a.max()",
+    # max()/min() of tensors pick as Python does; `or` as a value is Python's `a if a else b`.
+    "t = max(t, a.max())", "t = min(t, b.sum() * {s})", "t = t + (a.sum() or b.sum())",
 ]
 PY_ASSIGNS = ["k = k + 1", "k += 2", "s = s + {c}", "s = s * {s}", "s += float(a.max())", "k = k * 2 if k < 4 else k - 1",
               "k = k + int(n)", "k = k + len(m) + x.shape[0]", "assert len(ys) > 0, 'ys is empty'",
-              "assert (a.abs() >= 0).all(), 'a has a negative magnitude'"]
+              "assert (a.abs() >= 0).all(), 'a has a negative magnitude'",
+              # .item(), bool(t), .size()/len() of tensors: numbers the program reads when it runs
+              # (whole numbers: a float from a tensor is float32 in the program, documented), and
+              # they are Python numbers to isinstance.
+              "s = s + (a > {c}).float().sum().item()", "k = k + (b < {c}).sum().item()",
+              "k = k + int(bool((a > {c}).any()))", "k = k + m.size(1) - len(x)",
+              "k = k + (1 if isinstance(s, float) and isinstance(k, int) else 5)"]
 AUG = ["a += b", "b *= {s}", "t += a.sum()", "a -= {c}"]
 INPLACE = ["acc.add_(a)", "acc.mul_({s})", "acc.add_(b * {s})"]
 TERNARY = ["b = b * {s} if a.sum() > {c} else b + 1.0", "a = a - 1.0 if t < {c} else a * {s}",
@@ -120,17 +134,18 @@ CHECKS = ["if a.sum() > {c} + 5.0: raise ValueError('fuzz: a.sum() is too big')"
           "assert (b > -9.0).all(), 'fuzz: b is too small'"]
 CONTAINERS = ["dd['u'] = dd['u'] + a", "dd['c'] = dd['c'] + 1", "h = (h[1], h[0] + a * {s})",
               "a = a + h[0] - dd['u']", "dd['u'] = torch.tanh(dd['u'] + h[1])"]
-LISTS = ["ys.append(a * {s})", "zs.append(b)", "a = a + torch.stack(ys).mean(0)", "k = k + len(zs)"]
+LISTS = ["ys.append(a * {s})", "zs.append(b)", "a = a + torch.stack(ys).mean(0)", "k = k + len(zs)",
+         "b = b + torch.cat(ys).view(-1, 3).sum(0) * {s}"]
 GROW = ["g = torch.cat([g, a[:1]])", "t = t + g.sum()"]
 # A local first assigned in the arms of an `if` and read right after it: defined on every path
 # that reaches the read (an arm that returns, breaks or continues need not define it).
 LOCAL_VALUES = ["a * {s}", "b + {c}", "torch.tanh(a)", "a - b", "x * {s}"]
 LOCAL_USES = ["a = a + {v}", "b = b * 0.5 + {v}", "t = t + {v}.sum()"]
-CALLS = ["a = mix(a, b)", "b = clip(b + a, 3.0)", "a = walk(m, a)", "b = (lambda u: u * {s} + 1.0)(b)",
+CALLS = ["a = mix(a, b)", "b = clip(b + a, 3.0)", "b = clip(b - a, lim={s} + 2.0)", "a = walk(m, a)", "b = (lambda u: u * {s} + 1.0)(b)",
          "a = pick(a, m)", "b = nested(a, b, m)"]
 # Augmented assignment through aliases and views: in place, as in eager (`{n}`: a fresh name).
 # `g` is a view of the input `x` until `torch.cat` makes it new: `g += ...` writes `x` too.
-ALIASES = ["{n} = a; {n} *= {s}", "{n} = a[1:]; {n} += b[1:]", "{n} = acc[:2]; {n}.mul_({s})",
+ALIASES = ["{n} = a; {n} *= {s}", "{n} = a[1:]; {n} += b[1:]", "{n} = a[1]; {n} += t", "{n} = acc[:2]; {n}.mul_({s})",
            "{n} = t; t += {c}; a = a + {n}", "g += {c}", "{n} = b; b = b + 1.0; {n} -= a"]
 # Statements that use a loop's target, by target kind.
 TARGET_USES = {
@@ -138,6 +153,7 @@ TARGET_USES = {
     "row": ["a = a + {v}", "b = b + {v} * {s}", "ys.append({v})", "t = t + {v}.sum()"],
     "row_inplace": ["{v} *= {s}"],
     "scale": ["a = a * {v}", "s = s + {v}"],
+    "fn": ["a = {v}(a)", "b = {v}(b) + {c}", "t = t + {v}(a).sum()"],
     # (not `a += e` in `for e in a`: eager refuses an in-place op on overlapping memory)
     "elem": ["t = t + {v}", "a = a + {v}", "s = s + {v}", "b += {v} * 0.5"],
 }
@@ -398,7 +414,7 @@ class _Generator:
     def loop(self, depth, targets, branch):
         r = self.rng
         kind = r.choice(["range_tensor", "rows", "enumerate", "zip", "elems", "while_tensor", "while_and",
-                         "range_python", "list_python", "while_python", "while_effect", "while_ternary",
+                         "range_python", "list_python", "fns", "while_python", "while_effect", "while_ternary",
                          "while_inplace"])
         init, step, new_targets = [], [], []
         if kind == "range_tensor":
@@ -421,7 +437,11 @@ class _Generator:
             header, new_targets = f"for {v} in range({r.randint(0, 3)}):", [(v, "index")]
         elif kind == "list_python":
             v = self.fresh("c")
-            header, new_targets = f"for {v} in [{r.choice(SCALES)}, {r.choice(SCALES)}]:", [(v, "scale")]
+            items = r.choice(["[{}, {}]", "({}, {})"]).format(r.choice(SCALES), r.choice(SCALES))
+            header, new_targets = f"for {v} in {items}:", [(v, "scale")]
+        elif kind == "fns":  # Python objects (functions) as items: unrolled, also when a tensor ends it
+            v = self.fresh("fn")
+            header, new_targets = f"for {v} in (torch.tanh, {r.choice(['torch.relu', 'torch.sigmoid'])}):", [(v, "fn")]
         elif kind == "while_inplace":  # a 0-d tensor counter the test itself bumps in place
             w = self.fresh("w")
             init, header = [f"{w} = n * 1"], f"while {w}.add_(1) < {r.randint(1, 4)}:"

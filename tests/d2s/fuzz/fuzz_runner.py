@@ -286,8 +286,10 @@ def load(program):
     return module.f, path, source
 
 
-class _Timeout(Exception):
-    pass
+class _Timeout(BaseException):
+    """Not an Exception: d2s turns an Exception raised while it traces one side
+    of a tensor `if` into a check of that side, and other `except Exception`
+    fallbacks would take another path; a timeout must end the program instead."""
 
 
 def _alarm(signum, frame):
