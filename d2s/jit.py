@@ -115,9 +115,11 @@ def _part(concrete):
                     f"cannot save: the function reads module state as {read.dtype_name}{list(read.shape)} and "
                     f"stores {written.dtype_name}{list(written.shape)} back, so each call would need another "
                     "program; a saved model's state keeps one shape (save with static sizes in input_spec)")
-            index = next((i for i, v in enumerate(fetch) if v is written), len(fetch))  # `return h` too
+            index = next((i for i, v in enumerate(fetch) if v is written), None)  # `return h` too
+            if index is None:
+                index = len(fetch)
+                fetch.append(written)
             updates.append((var_name, index))
-            fetch[index:index + 1] = [written]
     if concrete.state_attrs:
         _check_state_kinds(concrete)
     return program, [v.name for v in concrete.inputs], fetch, concrete.out_tree, updates
@@ -252,6 +254,10 @@ class TranslatedLayer(torch.nn.Module):
             if kind == "parameter":
                 value = torch.nn.Parameter(value.detach().clone(), requires_grad=value.dtype.is_floating_point)
             self._slots[name] = self._place(name, value, kind)
+        self._bind_slots()
+
+    def _bind_slots(self):
+        """Bind the programs' values to what the module holds now."""
         for program, *_ in self._programs.values():
             for name in list(program.bound):
                 if name in self._slots:
@@ -330,11 +336,7 @@ class TranslatedLayer(torch.nn.Module):
 
     # -- saving and printing ----------------------------------------------------------------
     def _save(self, path):
-        # What the module holds now (after .to(), load_state_dict, carried state), not what was bound at load.
-        for program, *_ in self._programs.values():
-            for name in list(program.bound):
-                if name in self._slots:
-                    program.bind(name, self._lookup(name))
+        self._bind_slots()  # after .to(), load_state_dict, carried state: not what was bound at load
         modes = [m for m in ("eval", "train") if m in self._programs]
         if self._programs.get("train") is self._programs.get("eval"):
             mode, alternate = None, None

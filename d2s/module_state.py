@@ -96,13 +96,11 @@ def global_reads(functions, lifted, known):
     `functions`' Python modules (`MEAN = torch.tensor(...)` at module
     level), so that `MEAN = other` between calls is seen as eager sees it;
     var names in `known` (already read from a module attribute) are left."""
-    reads, seen = [], set()
-    for fn in functions:
-        namespace = getattr(fn, "__globals__", None)
-        module = sys.modules.get(namespace.get("__name__")) if namespace is not None else None
-        if module is None or getattr(module, "__dict__", None) is not namespace or id(namespace) in seen:
+    reads = []
+    for namespace in _namespaces(functions):
+        module = sys.modules.get(namespace.get("__name__"))
+        if getattr(module, "__dict__", None) is not namespace:  # not an imported module's globals
             continue
-        seen.add(id(namespace))
         for name, value in list(namespace.items()):
             if isinstance(value, torch.Tensor) or (isinstance(value, (list, tuple, dict)) and len(value) <= 64):
                 reads += [r for r in _reads_of(module, name, value, lifted) if r.var_name not in known]
@@ -215,16 +213,22 @@ def escaped_to_globals(functions, program):
     `helper.buf = y`). A cached program cannot keep such state (a later call
     would recompute what eager reads back), and a later trace would read a
     Variable of this program as if it were its own."""
-    found, seen = [], set()
-    for fn in functions:
-        namespace = getattr(fn, "__globals__", None)
-        if namespace is None or id(namespace) in seen:
-            continue
-        seen.add(id(namespace))
+    found = []
+    for namespace in _namespaces(functions):
         for name, value in list(namespace.items()):
             if _holds_own_variable(value, program, 3):
                 found.append((name, namespace.get("__name__", "?")))
     return found
+
+
+def _namespaces(functions):
+    """The globals dicts of `functions`, each once."""
+    seen = set()
+    for fn in functions:
+        namespace = getattr(fn, "__globals__", None)
+        if namespace is not None and id(namespace) not in seen:
+            seen.add(id(namespace))
+            yield namespace
 
 
 def _holds_own_variable(value, program, depth):

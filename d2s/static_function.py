@@ -89,10 +89,9 @@ class ConcreteProgram:
         # Module state (d2s/module_state.py): extra fetches written back to
         # module attributes after each run, attributes read at the start.
         self.state_writes, self.state_reads, self.state_fetch = state or ([], [], [])
-        state_fetch = self.state_fetch
         self.state_attrs, self.state_assumed = [], ()  # set by StaticFunction._build
         self.compiled = Executor().compiled(main_program, [v.name for v in inputs],
-                                            [v.name for v in fetch_vars + state_fetch], optimize)
+                                            [v.name for v in fetch_vars + self.state_fetch], optimize)
         self._inference = None  # the CompiledBlock for calls with grad mode off, made on the first one
         self._transposed_version = self._transposed_state = None
         self._transposed_sources, self._transposed = [], []
@@ -314,6 +313,12 @@ def _output_tree(value, fetch):
     if isinstance(value, dict):
         return (dict, {k: _output_tree(v, fetch) for k, v in value.items()})
     return ("const", value)
+
+
+def _with_state_part(key, state_part):
+    """A cache key (`StaticFunction.cache_key`: ..., training flags, module
+    state part, optimize level) with another module state part."""
+    return key[:-2] + (state_part, key[-1])
 
 
 # -- StaticFunction -------------------------------------------------------------------
@@ -632,7 +637,7 @@ class StaticFunction:
             if noted:
                 # The key of the next call with the module state as it is now
                 # (what this trace assumed) holds the state's kinds: the same program.
-                self.program_cache.put(key[:-2] + (module_state.key(self.program_cache.state_attrs), key[-1]),
+                self.program_cache.put(_with_state_part(key, module_state.key(self.program_cache.state_attrs)),
                                        concrete)
             if len(self.program_cache) == MANY_PROGRAMS:
                 warnings.warn(

@@ -105,9 +105,7 @@ def save_model(dirname, main, mode=None, alternate=None, state=None):
     text = _dump_document(doc)
     # Never write what `load_inference_model` would reject.
     written = json.loads(text)
-    program, _, fetch_names = _parse_document(written, "program being saved")
-    _parse_outputs(written, fetch_names, "program being saved", None)
-    _parse_state_updates(written, program, fetch_names, "program being saved")
+    _parse_document(written, "program being saved")
     _parse_modes_and_state(written, "program being saved", None)
     _write_atomically(dirname, text, params)
 
@@ -430,9 +428,7 @@ def read_model(dirname, device=None, limits=None):
         if not os.path.isfile(path):
             raise ModelFormatError(f"{dirname}: missing {os.path.basename(path)}; not a complete saved model")
     doc = _read_json(program_path, current_limits(limits).max_file_bytes)
-    program, feed_names, fetch_names = _parse_document(doc, program_path, limits)
-    outputs = _parse_outputs(doc, fetch_names, program_path, limits)
-    updates = _parse_state_updates(doc, program, fetch_names, program_path)
+    program, feed_names, fetch_names, outputs, updates = _parse_document(doc, program_path, limits)
     mode, alternate, state = _parse_modes_and_state(doc, program_path, limits)
     programs = [program] + ([alternate.program] if alternate else [])
     params = _read_params(params_path, programs, state, device)
@@ -459,7 +455,7 @@ def _read_json(path, max_bytes):
 
 
 def _parse_document(doc, where, limits=None):
-    """(program, feed names, fetch names) from program.json's contents."""
+    """(program, feed names, fetch names, outputs, state updates) from program.json's contents."""
     if not isinstance(doc, dict):
         raise ModelFormatError(f"{where}: expected a JSON object at the top level")
     version = doc.get("format_version")
@@ -482,7 +478,7 @@ def _parse_document(doc, where, limits=None):
 
 
 def _parse_part(doc, where, limits):
-    """(program, feed names, fetch names) of one program and its endpoints."""
+    """(program, feed names, fetch names, outputs, state updates) of one program part."""
     names = {}
     for key in ("feed", "fetch"):
         value = doc.get(key)
@@ -503,7 +499,8 @@ def _parse_part(doc, where, limits):
     for name in names["fetch"]:
         if name not in block.vars:
             raise ModelFormatError(f"{where}: fetch {name!r} is not a variable of the program's global block")
-    return program, names["feed"], names["fetch"]
+    return (program, names["feed"], names["fetch"], _parse_outputs(doc, names["fetch"], where, limits),
+            _parse_state_updates(doc, program, names["fetch"], where))
 
 
 def _parse_outputs(doc, fetch_names, where, limits):
@@ -546,10 +543,7 @@ def _parse_modes_and_state(doc, where, limits):
                 or alternate.get("mode") == mode:
             raise ModelFormatError(f"{where}: \"alternate\" must hold the program of the mode other than "
                                    f"\"mode\" ({mode!r:.20})")
-        program, feed, fetch = _parse_part(alternate, f"{where}: alternate", limits)
-        outputs = _parse_outputs(alternate, fetch, f"{where}: alternate", limits)
-        updates = _parse_state_updates(alternate, program, fetch, f"{where}: alternate")
-        alternate = Alternate(alternate["mode"], program, feed, fetch, outputs, updates)
+        alternate = Alternate(alternate["mode"], *_parse_part(alternate, f"{where}: alternate", limits))
     state = doc.get("state")
     if state is not None:
         if not isinstance(state, dict) or set(state) != {"parameters", "buffers"}:
