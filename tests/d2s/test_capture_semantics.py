@@ -176,6 +176,8 @@ def test_a_global_tensor_rebound_between_calls_is_read_like_eager():
             SHIFTS[0] = shifts
         assert torch.equal(shifted(x), shifted.dygraph_function(x))
     assert len(shifted.program_cache) == 1
+    program = shifted.concrete_program.main_program
+    assert "cond" in [op.type for block in program.blocks for op in block.ops]
 
 
 def test_a_plain_tensor_attribute_of_another_shape_builds_another_program():

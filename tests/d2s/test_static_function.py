@@ -261,3 +261,5 @@ def test_a_declarative_module_copies_and_pickles_with_programs_of_its_own(make, 
     for x in xs:
         assert torch.equal(twin(x), twin.forward.dygraph_function(x))  # its own weights, still a program
     assert not torch.equal(twin(xs[0]), original(xs[0]))
+    if isinstance(twin, Gate):  # the copy's own program holds the tensor if
+        assert "cond" in _ops(twin.forward.concrete_program.main_program)
