@@ -30,7 +30,7 @@ from runtime.errors import ConversionError
 from runtime.ir import SCALAR, TENSOR_ARRAY, Variable
 from runtime.optable import writing_variant
 
-from . import torch_ops, tracer
+from . import torch_ops, tracer, wrapped_numbers
 from .infer import Meta, infer
 from .registry import op_for_callable
 
@@ -366,6 +366,9 @@ def record(opdef, fn, args, kwargs):
         shapes = ", ".join(f"{name}: {v.dtype_name}[{', '.join(map(str, v.dims))}]"
                            for name, v in zip(_user_names(refs.inputs), refs.inputs))
         raise error_at_user_line(f"`{opdef.type}` fails on inputs ({shapes}): {exc}") from None
+    numbers = wrapped_numbers.number_inputs(refs.inputs, stands_for_number)
+    if numbers and wrapped_numbers.can_differ(refs.inputs, numbers):
+        meta = _as_eager_numbers(opdef, fn, args_tree, kwargs_tree, refs, numbers, meta, tr)
     if _has_python_number(meta):
         # Computed from tensor values (metadata is answered before ops are
         # recorded): the value of one stand-in run must not be frozen.
@@ -403,6 +406,66 @@ def record(opdef, fn, args, kwargs):
     # so an input that breaks the op's own preconditions gets the op's error.
     tr.emit_guards()
     return result
+
+
+def _substitute_numbers(tree, values):
+    """An argument tree with the Python number `values[i]` in place of InputRef(i)."""
+    if isinstance(tree, InputRef):
+        return values.get(tree.index, tree)
+    if isinstance(tree, (list, tuple)) and not isinstance(tree, torch.Size):
+        return type(tree)(_substitute_numbers(t, values) for t in tree)
+    if isinstance(tree, dict):
+        return {k: _substitute_numbers(v, values) for k, v in tree.items()}
+    if isinstance(tree, slice):
+        return slice(*(_substitute_numbers(t, values) for t in (tree.start, tree.stop, tree.step)))
+    return tree
+
+
+def _as_eager_numbers(opdef, fn, args_tree, kwargs_tree, refs, numbers, meta, tr):
+    """The op's inferred result once the inputs standing for Python numbers
+    are cast where eager's wrapped-number promotion computes in another
+    dtype (ops/wrapped_numbers.py); refused where no cast reaches eager's."""
+    wn = wrapped_numbers
+    values = {i: wn.python_value(refs.inputs[i]) for i in numbers}
+    call, call_args = wn.eager_call(opdef.type, fn, _substitute_numbers(args_tree, values), None)
+    factory = bool(opdef.extra.get("factory"))
+    try:
+        expected = wn.dtypes(infer(call, call_args, _substitute_numbers(kwargs_tree, values), refs.inputs, tr,
+                                   factory=factory))
+    except Exception:  # noqa: BLE001 - eager fails on a number here too: the op's own error comes when it runs
+        return meta
+    actual = wn.dtypes(meta)
+    mixed = not wn.all_numbers(refs.inputs, numbers)
+    if mixed and wn.rounds_differently(refs.inputs, numbers):
+        raise _number_error(opdef, refs, numbers, "float16/bfloat16 rounding")
+    compares = mixed and actual and all(d == torch.bool for d in actual) and \
+        wn.computation_dtype(refs.inputs, numbers, True) != wn.computation_dtype(refs.inputs, numbers, False)
+    if expected == actual and not compares:
+        return meta
+    target = wn.cast_target(refs.inputs, numbers, expected)
+    if target is not None:
+        from .framework import cast  # framework imports this module
+        for i in numbers:
+            number = refs.inputs[i]
+            if number.dtype != target:
+                refs.inputs[i] = cast(number, target)
+                refs.inputs[i].python_number = True
+                if number_or_tensor(number):
+                    refs.inputs[i].number_or_tensor = number_or_tensor(number)
+        meta = infer(opdef.kernel or fn, args_tree, kwargs_tree, refs.inputs, tr, factory=factory)
+        if wn.dtypes(meta) == expected:
+            return meta
+    raise _number_error(opdef, refs, numbers, "dtype and rounding")
+
+
+def _number_error(opdef, refs, numbers, what):
+    every = _user_names(refs.inputs)
+    names = ", ".join(f"`{every[i]}`" for i in numbers)
+    return error_at_user_line(
+        f"`{opdef.type}` of {names}, a Python number in eager code (from .item(), float(), int(), bool() or a "
+        f"number a tensor loop or branch carries): d2s cannot reproduce the {what} eager gives this op with a "
+        "Python number here; make the number a tensor with the dtype of the tensor it meets "
+        "(`torch.tensor(s, dtype=t.dtype)`) or keep the arithmetic in tensors (`t * x.max()`)")
 
 
 # -- dispatch ----------------------------------------------------------------------
@@ -569,7 +632,7 @@ def graph_tensor(value):
         return value
     from . import framework
     dtype = torch.bool if isinstance(value, torch.SymBool) else \
-        torch.int64 if isinstance(value, torch.SymInt) else torch.get_default_dtype()
+        torch.int64 if isinstance(value, torch.SymInt) else torch.float64  # a Python float: a double
     return framework.fill_constant(_materialize(value), dtype)
 
 

@@ -243,6 +243,17 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines
         vb = _as_var(b, dtype if not isinstance(b, (Variable, torch.Tensor)) else None)
     if va.kind == vb.kind == TENSOR_ARRAY:
         return _merge_arrays(label, va, vb, tr, names, i)
+    numbers = (stands_for_number(va), stands_for_number(vb))
+    if va.kind == vb.kind and va.dtype != vb.dtype and numbers[0] != numbers[1]:
+        # A Python number on one path, a tensor on the other: the number
+        # takes the tensor's dtype, which is what torch reads it as wherever
+        # it meets tensors (ops/wrapped_numbers.py).
+        if numbers[0]:
+            with tr.block_guard(tblock):
+                va = framework.cast(va, vb.dtype)
+        else:
+            with tr.block_guard(fblock):
+                vb = framework.cast(vb, va.dtype)
     if va.kind != vb.kind or va.dtype != vb.dtype:
         raise error_at_user_line(
             f"{label} has dtype {va.dtype_name} in the true branch but {vb.dtype_name} in the false "
@@ -256,9 +267,8 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines
     out = parent.create_var(name=tr.program.unique_name(names[i] if names and i < len(names) else "cond_out"),
                             shape=shape, dtype=va.dtype, kind=va.kind,
                             stop_gradient=va.stop_gradient and vb.stop_gradient)
-    out.python_number = stands_for_number(va) and stands_for_number(vb)
-    varying = number_or_tensor(va) or number_or_tensor(vb) or (
-        label if stands_for_number(va) != stands_for_number(vb) else None)
+    out.python_number = numbers[0] and numbers[1]
+    varying = number_or_tensor(va) or number_or_tensor(vb) or (label if numbers[0] != numbers[1] else None)
     if varying:  # a number on one path, a tensor on the other
         out.number_or_tensor = varying
     return out, (va.name, vb.name)
@@ -494,6 +504,7 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
                 # other way round): `isinstance` has no one answer.
                 spec.varies = number_or_tensor(nv) or label
                 changed = True
+            was_number = spec.python_number or spec.number
             if spec.number and not stands_for_number(nv):
                 spec.number = False
                 changed = True
@@ -505,8 +516,10 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
                     changed = True
                 continue
             if nv.dtype != spec.dtype:
-                if spec.python_number:
-                    spec.dtype = torch.promote_types(spec.dtype, nv.dtype)
+                if was_number:
+                    # Python arithmetic keeps a number (`n + 0.5` of an int is a
+                    # float); a tensor it meets makes it that tensor's dtype.
+                    spec.dtype = torch.promote_types(spec.dtype, nv.dtype) if stands_for_number(nv) else nv.dtype
                     changed = True
                     continue
                 raise error_at_user_line(

@@ -14,7 +14,7 @@ from runtime.errors import ConversionError
 from runtime.optable import get_op_def
 
 from .raising import raising_as_op
-from .state import constant, constant_dtype, is_var
+from .state import constant, is_var
 
 
 def as_bool_var(value):
@@ -95,7 +95,9 @@ def _check_one_value(a, b, word):
     if is_var(b) or isinstance(b, torch.Tensor):
         dtype, rank = b.dtype, len(b.shape)
     elif isinstance(b, (bool, int, float)):
-        dtype, rank = constant_dtype(b), 0
+        # The `cond` merging a number with a tensor gives the number the tensor's dtype: a float joins the
+        # default float dtype (ops/control_flow.py _merge).
+        dtype, rank = torch.get_default_dtype() if isinstance(b, float) else fw.python_number_dtype(b), 0
     else:
         return  # _as_value says what is wrong
     if dtype == a.dtype and rank == len(a.shape):

@@ -32,12 +32,13 @@ def convert_shape(value):
     return value.shape
 
 
-_CASTS = {int: torch.int64, float: torch.float32, bool: torch.bool}
+# A Python float is a double: float(t) is float64 (ops/wrapped_numbers.py).
+_CASTS = {int: torch.int64, float: torch.float64, bool: torch.bool}
 
 
 def convert_cast(value, kind):
     """``kind(value)`` for ``kind`` in int/float/bool; a cast to a 0-d tensor
-    for a graph tensor (float -> float32, int -> int64). Detached: eagerly the
+    for a graph tensor (float -> float64, int -> int64). Detached: eagerly the
     result is a Python number, which carries no gradient."""
     if not is_var(value):
         return kind(value)
@@ -115,7 +116,11 @@ def _item(value):
     Detached: eagerly a number carries no gradient. A copy, not a view: the
     number is what the tensor held at this point, whatever in-place ops do
     to the tensor later (`n = t.item(); t.add_(1)`)."""
-    out = value.detach().clone().reshape(())
+    src = value.detach()
+    kind = bool if src.dtype == torch.bool else complex if src.dtype.is_complex else \
+        float if src.dtype.is_floating_point else int
+    dtype = fw.python_number_dtype(kind())  # the Python number's own precision: a float is a double
+    out = (src.clone() if src.dtype == dtype else fw.cast(src, dtype)).reshape(())
     out.python_number = True
     return out
 

@@ -149,16 +149,9 @@ def convert_load(value):
     return value
 
 
-def constant_dtype(value):
-    """The dtype ``torch.tensor(value)`` gives a Python number (floats: the
-    default dtype)."""
-    return torch.bool if isinstance(value, bool) else torch.int64 if isinstance(value, int) \
-        else torch.get_default_dtype()
-
-
 def constant(value):
-    """A 0-d graph tensor for a Python number, of ``constant_dtype(value)``."""
-    return fw.fill_constant(value, constant_dtype(value))
+    """A 0-d graph tensor for a Python number (a float is a float64: a double)."""
+    return fw.fill_constant(value, fw.python_number_dtype(value))
 
 
 def as_bool_var(value):

@@ -684,3 +684,51 @@ def any_all_max_min_over_tensors(x):
     top = max(x[0], x[1], x[2])                   # the first maximal element, as Python picks it
     low = min([v * 2 for v in x])
     return (x if big else -x), positive, top, low
+
+
+# -- Python floats are doubles: numbers from tensors keep Python's precision and dtypes -------
+
+
+@case((POS,), (NEG,), (MIX,), ops={"cond"})
+def float_sum_of_maxima_in_a_guarded_loop(x):
+    s = 0.0
+    for fn in (torch.tanh, torch.sigmoid):      # a loop over functions, later trips guarded by a cond
+        s += float(fn(x).max())                  # Python sums doubles
+        if x.sum() > 5:
+            break
+    return s, x * s
+
+
+@case((I(0),), (I(2),), (I(5),), ops={"while"})
+def python_float_carried_by_a_tensor_loop(n):
+    s = 0.1
+    k = 0
+    while k < n:
+        s = s + 0.1                              # 0.30000000000000004 after two trips, as in Python
+        k += 1
+    return s, isinstance(s, float)
+
+
+@case((POS,), (NEG,), (MIX,), ops={"cond"})
+def item_arithmetic_meets_tensors(x):
+    s = x.max().item()
+    t = s * 0.1 + 1.0 / 3                        # double arithmetic
+    if x.sum() > 0:
+        t = t * 2
+    return t, x * t, x.sum() * t, x.int() * t    # wrapped-number promotion: float32 each
+
+
+@case((T(0.1, -1.0, -2.0),), (T(0.3, 0.2, 0.1),), ops={"cond"})
+def float_compared_with_a_0d_tensor(x):
+    s = float(x.min()) * 0 + 0.1                 # the double 0.1
+    hit = x.max() == s                           # eager compares in float32: true for the float32 0.1
+    return (x * 2 if hit else x), hit
+
+
+@case((POS,), (NEG,), (MIX,), ops={"cond"})
+def int_and_bool_numbers_follow_python(x):
+    n = int(x.argmax())
+    b = bool(x.sum() > 0)
+    if x.sum() > 0:
+        n = n + 1
+    return n / 2, n // 2, b + b, ~b, x.int().sum() + n

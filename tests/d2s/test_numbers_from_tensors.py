@@ -82,3 +82,40 @@ def test_the_init_once_branch_is_a_cond():
     static = d2s.declarative(InitOnce(3))
     program = d2s.ProgramTranslator().get_program(static, torch.rand(2, 3, 4, 4))[0]
     assert "cond" in [op.type for op in program.global_block().ops]
+
+
+def number_meets_tensor(x, t):
+    s = float(x.max()) / 3                       # a double
+    n = int(x.argmax())
+    return t * s, s * t, t + s, t < s, t == s, t * n, torch.where(t > 0, t, s), t.clamp(max=s)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int64, torch.bool])
+@pytest.mark.parametrize("shape", [(), (3,)])
+def test_a_number_from_a_tensor_promotes_as_a_python_number(dtype, shape):
+    """Eager's wrapped-number promotion (`t_f32_0d * s` is float32, `t_int * s`
+    the default float dtype) and its values, bit for bit, for every dtype and
+    for 0-d and dimensioned tensors."""
+    x = torch.tensor([0.1, 1.7, -0.2])
+    t = (torch.tensor([0.3, -1.0, 2.0]) if shape else torch.tensor(0.5666)).to(dtype)
+    want = number_meets_tensor(x, t)
+    got = d2s.declarative(number_meets_tensor)(x, t)
+    for a, b in zip(want, got):
+        assert a.dtype == b.dtype and torch.equal(a, b), (a, b)
+
+
+def half_times_number(x, dtype, shape):
+    s = float(x.max())
+    h = x.to(dtype) if shape else x.to(dtype).sum()
+    return h * s
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(), (3,)])
+def test_a_float_number_with_a_half_tensor_is_refused_at_the_line(dtype, shape):
+    """torch computes float16/bfloat16 in float32 and reads a Python float
+    into float32; a 0-d tensor operand is rounded to float16/bfloat16 first
+    by some kernels, so d2s says so instead of rounding twice."""
+    with pytest.raises(d2s.ConversionError, match=r"test_numbers_from_tensors.py.*`torch.Tensor.__mul__` of "
+                       r"`s`, a Python number in eager code.*float16/bfloat16 rounding"):
+        d2s.declarative(half_times_number)(torch.ones(3), dtype, shape)

@@ -9,12 +9,13 @@ from ops import framework
 from opcheck import build, check, randn, run
 
 
-@pytest.mark.parametrize("value,dtype", [(3, torch.int64), (2.5, torch.float32), (True, torch.bool)])
+@pytest.mark.parametrize("value,dtype", [(3, torch.int64), (2.5, torch.float64), (True, torch.bool)])
 def test_fill_constant(value, dtype):
+    """A Python number as what Python holds: a float is a double."""
     program, feeds, out = build(lambda x: framework.fill_constant(value), [randn(1)])
     assert out.shape == () and out.dtype == dtype
     got, = run(program, feeds, out, [randn(1)])
-    assert torch.equal(got, torch.tensor(value))
+    assert torch.equal(got, torch.tensor(value, dtype=dtype))
 
 
 @pytest.mark.parametrize("dtype", ["float64", torch.int32, "bool"])

@@ -44,8 +44,8 @@ def scaled_branches():
     program = runtime.Program()
     with runtime.program_guard(program):
         x = runtime.data("x", [3])
-        half = fill_constant(0.5)
-        kept = fill_constant(2.0)
+        half = fill_constant(0.5, torch.float32)
+        kept = fill_constant(2.0, torch.float32)
         y = d2s.cond(x.sum() > 0, lambda: x * half, lambda: x - half)
         (z,) = d2s.while_loop(lambda v: v.sum() < 100, lambda v: [v + half + 1], [y])
         w = torch.stack([z, kept.expand(3)])
