@@ -34,7 +34,7 @@ from . import torch_ops, tracer, wrapped_numbers
 from .infer import Meta, infer
 from .registry import op_for_callable
 
-_INTERNAL_DIRS = tuple(
+INTERNAL_DIRS = tuple(
     os.path.dirname(os.path.abspath(m.__file__)) + os.sep
     for m in (torch,)
 ) + tuple(
@@ -50,7 +50,7 @@ def _user_frame(skip_internal=True):
     frame = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not (skip_internal and filename.startswith(_INTERNAL_DIRS)) and not filename.startswith("<frozen"):
+        if not (skip_internal and filename.startswith(INTERNAL_DIRS)) and not filename.startswith("<frozen"):
             return frame
         frame = frame.f_back
     return None
@@ -100,7 +100,7 @@ def exception_origin(exc):
     origin, tb = None, exc.__traceback__
     while tb is not None:
         filename = tb.tb_frame.f_code.co_filename
-        if not filename.startswith(_INTERNAL_DIRS) and not filename.startswith("<frozen"):
+        if not filename.startswith(INTERNAL_DIRS) and not filename.startswith("<frozen"):
             origin = (filename, tb.tb_lineno, linecache.getline(filename, tb.tb_lineno).strip())
         tb = tb.tb_next
     return origin

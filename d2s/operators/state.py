@@ -8,11 +8,13 @@ as ``Undefined(name)`` instead of failing. ``convert_load`` turns such a
 value back into Python's own ``UnboundLocalError`` where the code reads it.
 """
 
+import sys
+
 import torch
 
 from ops import control_flow as cf
 from ops import framework as fw
-from ops.capture import is_symbolic_value
+from ops.capture import INTERNAL_DIRS, error_at_user_line, is_symbolic_value
 from runtime.ir import Variable
 
 Undefined = cf.Undefined
@@ -158,9 +160,42 @@ def as_bool_var(value):
     return value if is_var(value) or isinstance(value, torch.Tensor) else constant(bool(value))
 
 
+def refuse_list_aliases(names, values):
+    """Refuse, at the user's line, a list a graph loop carries (and so makes
+    a tensor array) that another name also holds: in this function (`alias =
+    ys`), in a caller (a helper appending to its argument) or outside the
+    converted code (a list passed in). The loop's result is bound to the
+    loop's own name only; the other name would keep the Python list as it
+    was before the loop, where eager sees every append."""
+    lists = {id(v): n for n, v in zip(names, values) if type(v) is list}
+    if not lists:
+        return
+    # The converted function's own frames: the one running the loop and the
+    # generated branch/loop functions around it, each nested in the next
+    # one's code; there a name is the one variable (the generated functions
+    # declare the user's names nonlocal), so only other names are aliases.
+    frame, inner, own = sys._getframe(1), None, True
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.startswith(INTERNAL_DIRS) or code.co_filename.startswith("<frozen"):
+            frame = frame.f_back
+            continue
+        own = own and (inner is None or inner in code.co_consts)
+        for other, value in frame.f_locals.items():
+            name = lists.get(id(value))
+            if name is not None and type(value) is list and not (own and other == name):
+                where = "" if own else f" in {code.co_name}()"
+                raise error_at_user_line(
+                    f"{other!r}{where} is another name for the list {name!r}, which this loop over a tensor "
+                    f"condition changes: the program holds the list as a tensor array bound to {name!r} only, "
+                    "so the other name would not see the change; use one name for the list (a helper "
+                    "builds and returns its own list)")
+        frame, inner = frame.f_back, code
+
+
 def loop_init(value):
-    """A graph loop's initial value: Python numbers become 0-d tensors of the
-    dtype ``torch.tensor`` would give them, Python lists become tensor arrays."""
+    """A graph loop's initial value: Python numbers become 0-d tensors of
+    the numbers' own dtypes (a float: float64), Python lists tensor arrays."""
     if isinstance(value, (bool, int, float)):
         var = constant(value)
         var.python_literal = True  # its dtype is weak, as the number's (ops/control_flow.py _Spec)

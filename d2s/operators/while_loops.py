@@ -8,7 +8,7 @@ from ops.capture import error_at_user_line
 
 from .branches import convert_ifelse
 from .for_loops import PythonItemsInGraphLoop, convert_for_test
-from .state import State, describe, flatten, is_var, loop_init, refill, unflatten
+from .state import State, describe, flatten, is_var, loop_init, refill, refuse_list_aliases, unflatten
 
 
 def convert_while(test, body, names, return_names=(), counter=None):
@@ -113,6 +113,7 @@ def _graph_loop(test, body, names, return_names, st):
 
     leaf_names = [n for n, v, spec in zip(names, start, layout)
                   for _ in (flatten(v, lists=False)[0] if spec is not None else [v])]
+    refuse_list_aliases(names, start)
     init = [loop_init(v) for v in pack(start)]
     final = cf.while_loop(cond_fn, body_fn, init, names=tuple(leaf_names), return_names=tuple(return_names))
     st.set(unpack(final))

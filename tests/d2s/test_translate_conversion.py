@@ -391,7 +391,53 @@ def any_with_effects(x):
     return any(y.add_(1).sum() > 0 for y in ys)
 
 
+def list_alias_in_a_tensor_loop(x, n):
+    ys = [x]
+    alias = ys
+    for i in range(n):
+        ys.append(x * i)
+    return torch.stack(alias)
+
+
+def _append_rows(ys, x, n):
+    for i in range(n):
+        ys.append(x * i)
+
+
+def list_changed_by_a_helper_loop(x, n):
+    ys = [x]
+    _append_rows(ys, x, n)
+    return torch.stack(ys)
+
+
+def test_a_list_a_helper_loop_appends_to_names_the_callers_variable():
+    with pytest.raises(ConversionError) as info:
+        d2s.declarative(list_changed_by_a_helper_loop)(torch.ones(3), torch.tensor(2))
+    assert info.value.lineno == line_of(_append_rows, "for i in range(n)")
+    assert "'ys' in list_changed_by_a_helper_loop() is another name for the list 'ys'" in str(info.value)
+    # One name for the list: the same loop converts, and appends on every path as eager does.
+    static = d2s.declarative(list_alias_free)
+    for n in (0, 3):
+        assert torch.equal(static(torch.ones(3), torch.tensor(n)), list_alias_free(torch.ones(3), torch.tensor(n)))
+    assert any(op.type == "while" for op in static.program_cache.last.main_program.global_block().ops)
+
+
+def list_alias_free(x, n):
+    ys = _returned_rows(x, n)
+    return torch.stack(ys)
+
+
+def _returned_rows(x, n):
+    ys = [x]
+    for i in range(n):
+        ys.append(x * i)
+    return ys
+
+
 @pytest.mark.parametrize("fn,args,line_text,pieces", [
+    # The loop's tensor array is bound to `ys` only: `alias` (or the caller's list) kept the list as it was.
+    (list_alias_in_a_tensor_loop, (torch.ones(3), torch.tensor(2)), "for i in range(n)",
+     ["'alias' is another name for the list 'ys', which this loop over a tensor condition changes"]),
     (assigned_in_one_branch, (torch.ones(3),), "if x.sum() > 0",
      ["'y' is assigned in the true branch (line {y}) but not in the false branch", "assign it before the if"]),
     (tensor_or_none, (torch.ones(3),), "if x.sum() > 0",
