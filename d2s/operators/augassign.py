@@ -3,9 +3,9 @@
 
 import operator
 
-from ops.capture import stands_for_number
+from ops.capture import error_at_user_line, number_or_tensor, stands_for_number
 
-from .state import is_var
+from .state import is_var, other_names
 
 
 _AUGMENTED = {
@@ -27,4 +27,23 @@ def convert_augassign(symbol, value, operand):
     counter a graph loop carries, ``t.item()``): then other names must not
     see it change (``last = i; i += 1``), so the update is out of place."""
     inplace, binary = _AUGMENTED[symbol]
-    return binary(value, operand) if is_var(value) and stands_for_number(value) else inplace(value, operand)
+    if is_var(value) and stands_for_number(value):
+        return binary(value, operand)
+    if is_var(value) and number_or_tensor(value):
+        _refuse_other_names(symbol, value)
+    return inplace(value, operand)
+
+
+def _refuse_other_names(symbol, value):
+    """A value that is a Python number on some paths and a tensor on others
+    (`s = 0.0`, then `s = s + t` in a tensor loop) held by two names (`prev =
+    s; s += v`): eager leaves the other name alone where it is a number and
+    changes it in place where it is a tensor; one program does one or the other."""
+    holders = sorted({(other, where) for other, _, where in other_names({id(value): ""})})
+    if len(holders) > 1:
+        names = " and ".join(f"{other!r}{where}" for other, where in holders)
+        raise error_at_user_line(
+            f"{names} hold one value that is a Python number on some paths and a tensor on others (a tensor "
+            f"loop or `if` makes it a tensor on some paths only); `{symbol}` changes the other name where it is "
+            "a tensor but not where it is a number, and one program cannot do both: write `s = s + v` (no other "
+            "name changes) or make it a tensor on every path (e.g. `torch.tensor(0.0)` in place of `0.0`)")

@@ -160,20 +160,15 @@ def as_bool_var(value):
     return value if is_var(value) or isinstance(value, torch.Tensor) else constant(bool(value))
 
 
-def refuse_list_aliases(names, values):
-    """Refuse, at the user's line, a list a graph loop carries (and so makes
-    a tensor array) that another name also holds: in this function (`alias =
-    ys`), in a caller (a helper appending to its argument) or outside the
-    converted code (a list passed in). The loop's result is bound to the
-    loop's own name only; the other name would keep the Python list as it
-    was before the loop, where eager sees every append."""
-    lists = {id(v): n for n, v in zip(names, values) if type(v) is list}
-    if not lists:
-        return
-    # The converted function's own frames: the one running the loop and the
-    # generated branch/loop functions around it, each nested in the next
-    # one's code; there a name is the one variable (the generated functions
-    # declare the user's names nonlocal), so only other names are aliases.
+def other_names(named):
+    """(other, name, where) for each name of the user's frames that holds a
+    value of `named` (id -> the user's name for it) under another name: in
+    the function running now (`alias = ys`, where ""), in a caller (a helper
+    changing its argument, where " in caller()") or outside the converted
+    code (a value passed in). In the converted function's own frames (the
+    one running and the generated branch/loop functions around it, each
+    nested in the next one's code) a name is the one variable: the generated
+    functions declare the user's names nonlocal."""
     frame, inner, own = sys._getframe(1), None, True
     while frame is not None:
         code = frame.f_code
@@ -182,15 +177,25 @@ def refuse_list_aliases(names, values):
             continue
         own = own and (inner is None or inner in code.co_consts)
         for other, value in frame.f_locals.items():
-            name = lists.get(id(value))
-            if name is not None and type(value) is list and not (own and other == name):
-                where = "" if own else f" in {code.co_name}()"
-                raise error_at_user_line(
-                    f"{other!r}{where} is another name for the list {name!r}, which this loop over a tensor "
-                    f"condition changes: the program holds the list as a tensor array bound to {name!r} only, "
-                    "so the other name would not see the change; use one name for the list (a helper "
-                    "builds and returns its own list)")
+            name = named.get(id(value))
+            if name is not None and not (own and other == name):
+                yield other, name, "" if own else f" in {code.co_name}()"
         frame, inner = frame.f_back, code
+
+
+def refuse_list_aliases(names, values):
+    """Refuse, at the user's line, a list a graph loop carries (and so makes
+    a tensor array) that another name also holds (`other_names`): the
+    loop's result is bound to the loop's own name only; the other name would
+    keep the Python list as it was before the loop, where eager sees every
+    append."""
+    lists = {id(v): n for n, v in zip(names, values) if type(v) is list}
+    for other, name, where in other_names(lists) if lists else ():
+        raise error_at_user_line(
+            f"{other!r}{where} is another name for the list {name!r}, which this loop over a tensor "
+            f"condition changes: the program holds the list as a tensor array bound to {name!r} only, "
+            "so the other name would not see the change; use one name for the list (a helper "
+            "builds and returns its own list)")
 
 
 def loop_init(value):

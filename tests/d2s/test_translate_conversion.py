@@ -410,6 +410,38 @@ def list_changed_by_a_helper_loop(x, n):
     return torch.stack(ys)
 
 
+def number_then_tensor_alias(x, n):
+    s = 0.0
+    prev = s
+    for i in range(n):
+        prev = s
+        s += x[i]
+    return s, prev
+
+
+def number_then_tensor_sum(x, n):
+    s = 0.0
+    for i in range(n):
+        s += x[i]
+    return s
+
+
+def test_augmented_assignment_of_a_number_that_becomes_a_tensor_with_another_name_is_refused():
+    """Eager: `prev` keeps the number on the first trip (`s += v` makes a new
+    tensor) and sees the in-place update on later trips; one program cannot."""
+    with pytest.raises(ConversionError) as info:
+        d2s.declarative(number_then_tensor_alias)(torch.ones(3), torch.tensor(1))
+    assert info.value.lineno == line_of(number_then_tensor_alias, "s += x[i]")
+    assert "'prev' and 's' hold one value that is a Python number on some paths" in str(info.value)
+    # Without the other name, one program serves 0, 1 and 3 trips.
+    static = d2s.declarative(number_then_tensor_sum)
+    x = torch.tensor([1.0, 2.0, 3.0])
+    for n in (0, 1, 3):
+        want, got = number_then_tensor_sum(x, torch.tensor(n)), static(x, torch.tensor(n))
+        assert float(got) == float(want)
+    assert len(static.program_cache) == 1
+
+
 def test_a_list_a_helper_loop_appends_to_names_the_callers_variable():
     with pytest.raises(ConversionError) as info:
         d2s.declarative(list_changed_by_a_helper_loop)(torch.ones(3), torch.tensor(2))
