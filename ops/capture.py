@@ -767,7 +767,20 @@ def _method(var, name):
         from . import framework
         if name == "append":
             return lambda x: framework.array_append(var, x)
-        raise error_at_user_line(f"{user_name(var, 'list')} is a tensor array (a list that a loop over a tensor condition carries): it has no method `{name}`; it supports append, len(), torch.stack and torch.cat")
+        if name == "__getitem__":
+            def read(i):
+                # Python's list indexing when the program runs (negative indices, IndexError).
+                if isinstance(i, bool) or not (isinstance(i, int) or (
+                        isinstance(i, Variable) and i.shape == () and not i.dtype.is_floating_point
+                        and not i.dtype.is_complex and i.dtype != torch.bool)):
+                    raise error_at_user_line(
+                        f"{user_name(var, 'list')} is a tensor array (a list that a tensor loop or `if` changes): "
+                        "it can be indexed by an int only, not by a slice or other value")
+                return framework.array_read(var, i)
+            return read
+        raise error_at_user_line(
+            f"{user_name(var, 'list')} is a tensor array (a list that a tensor loop or `if` changes): it has no "
+            f"method `{name}`; it supports append, len(), indexing by an int, `for` loops, torch.stack and torch.cat")
     attr = getattr(torch.Tensor, name, None)
     if attr is None:
         raise AttributeError(f"'Tensor' object has no attribute {name!r}")

@@ -351,6 +351,7 @@ def array_append(array, x):
 
 def array_length(array):
     out = _new_var((), torch.int64)
+    out.python_number = True  # `len(ys)`: a Python int in eager code (ops.capture.stands_for_number)
     _append("array_length", [array], (InputRef(0),), {}, [out], OutputRef(0))
     return out
 

@@ -1,6 +1,8 @@
 """``if`` / ``else`` and conditional expressions on Python values and on graph tensors.
 """
 
+import torch
+
 from ops import control_flow as cf
 from ops import tracer
 from ops.capture import error_at_user_line
@@ -8,7 +10,7 @@ from runtime.errors import ConversionError
 from runtime.ir import TENSOR_ARRAY
 
 from .raising import raising_as_op
-from .state import State, Undefined, describe, flatten, is_var, loop_init, refill, unflatten
+from .state import State, Undefined, describe, flatten, is_var, loop_init, refill, refuse_list_aliases, unflatten
 
 
 def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), return_flags=(), lines=(),
@@ -60,15 +62,18 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     while True:
         mark = tr.mark()
         outs = tuple(outputs) + tuple(extra)
-        seen, specs, leaf_names = {}, {}, []
+        seen, specs, leaf_names, tensor_lists = {}, {}, [], {}
         branches = [_branch(st, before, fn, side, outs, arrays, seen, specs, leaf_names,
-                            return_names, return_flags, jump, jump_flags, extra, exited)
+                            return_names, return_flags, jump, jump_flags, extra, exited, tensor_lists)
                     for fn, side, exited in ((true_fn, "true", exits[0]), (false_fn, "false", exits[1]))]
         try:
             merged = cf.cond(pred, *branches, names=leaf_names, return_names=tuple(return_names),
                              lines=dict(zip(outputs, lines or ())), jump=jump and jump[:2])
         except _AsArrays as retry:
             tr.rollback(mark)
+            old = dict(zip(state, before[0]))
+            grown = [outs[k] for k in retry.outputs if outs[k] in old]
+            refuse_list_aliases(grown, [old[n] for n in grown])
             arrays |= retry.outputs
             continue
         except _Drop as retry:
@@ -100,7 +105,7 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
 
 
 def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, return_names, return_flags,
-            jump=None, jump_flags=(), extra=(), exited=False):
+            jump=None, jump_flags=(), extra=(), exited=False, tensor_lists=None):
     """The function `cf.cond` traces for one side: run the branch from the
     state `before`, then return its outputs flattened (tuples and lists are
     flattened: the op merges their elements), except the outputs in `arrays`,
@@ -112,6 +117,7 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
         if isinstance(raising_as_op(fn)(), cf.Unreachable):
             return cf.Unreachable(side)
         seen[side] = values = st.get(outputs)
+        tensor_lists[side] = _tensor_lists(values)
         if side == "false":
             became_arrays = _lists_become_arrays(seen, arrays)
             if became_arrays:
@@ -142,6 +148,9 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
             if side == "true" or "true" not in specs:
                 leaf_names.extend([outputs[k]] * len(flat))
         if side == "false":
+            grown = _lists_of_tensors_that_differ(tensor_lists, specs, arrays)
+            if grown:
+                raise _AsArrays(grown)
             structure = _structure_error(specs, outputs, extra)
             if structure is not None:
                 raise structure
@@ -173,6 +182,21 @@ def _lists_become_arrays(seen, arrays):
         return "list" if type(value) is list else "array" if is_var(value) and value.kind == TENSOR_ARRAY else None
     return {k for k, (a, b) in enumerate(zip(seen["true"], seen["false"]))
             if k not in arrays and {kind(a), kind(b)} == {"list", "array"}}
+
+
+def _tensor_lists(values):
+    """Indices of the values that are Python lists of tensors only."""
+    return {k for k, v in enumerate(values)
+            if type(v) is list and all(is_var(e) or isinstance(e, torch.Tensor) for e in v)}
+
+
+def _lists_of_tensors_that_differ(tensor_lists, specs, arrays):
+    """Outputs that are lists of tensors of different lengths in the two
+    branches (`out.append(t)` in one): carried as tensor arrays."""
+    if "true" not in tensor_lists or "true" not in specs:
+        return set()
+    both = tensor_lists["true"] & tensor_lists["false"]
+    return {k for k in both if k not in arrays and specs["true"][k] != specs["false"][k]}
 
 
 def _structure_error(specs, outputs, extra=()):

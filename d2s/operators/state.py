@@ -184,16 +184,16 @@ def other_names(named):
 
 
 def refuse_list_aliases(names, values):
-    """Refuse, at the user's line, a list a graph loop carries (and so makes
-    a tensor array) that another name also holds (`other_names`): the
-    loop's result is bound to the loop's own name only; the other name would
+    """Refuse, at the user's line, a list a graph loop or branch carries (and
+    so makes a tensor array) that another name also holds (`other_names`):
+    the op's result is bound to the list's own name only; the other name would
     keep the Python list as it was before the loop, where eager sees every
     append."""
     lists = {id(v): n for n, v in zip(names, values) if type(v) is list}
     for other, name, where in other_names(lists) if lists else ():
         raise error_at_user_line(
-            f"{other!r}{where} is another name for the list {name!r}, which this loop over a tensor "
-            f"condition changes: the program holds the list as a tensor array bound to {name!r} only, "
+            f"{other!r}{where} is another name for the list {name!r}, which this tensor loop or `if` "
+            f"changes: the program holds the list as a tensor array bound to {name!r} only, "
             "so the other name would not see the change; use one name for the list (a helper "
             "builds and returns its own list)")
 

@@ -732,3 +732,37 @@ def int_and_bool_numbers_follow_python(x):
     if x.sum() > 0:
         n = n + 1
     return n / 2, n // 2, b + b, ~b, x.int().sum() + n
+
+
+# -- a list of tensors appended in one branch of a tensor `if`: a tensor array ----------------
+
+
+@case((POS,), (NEG,), ops={"cond"})
+def list_appended_in_one_branch(x):
+    out = [x]
+    if x.sum() > 0:
+        out.append(x * 2)
+    out.append(x + 5)                            # after the `if`: appended to the array
+    return torch.stack(out).sum(0), len(out), out[-1], out[0]
+
+
+@case((POS,), (NEG,), (MIX,), ops={"cond", "while"})
+def empty_list_appended_in_branches_then_iterated(x):
+    out = []
+    if x.sum() > 0:
+        out.append(x * 2)
+    elif x.sum() < -1:
+        out.append(x)
+        out.append(x - 1)
+    total = x
+    for o in out:                                 # a loop over the array: zero, one or two trips
+        total = total + o
+    return total, torch.cat(out) if len(out) > 0 else x
+
+
+@case((POS,), (NEG,), ops={"cond"})
+def list_appended_in_one_branch_read_past_its_end(x):
+    out = [x]
+    if x.sum() > 0:
+        out.append(x * 2)
+    return out[1]                                 # IndexError on the path that did not append, as in eager

@@ -399,6 +399,14 @@ def list_alias_in_a_tensor_loop(x, n):
     return torch.stack(alias)
 
 
+def list_alias_in_a_tensor_if(x):
+    out = [x]
+    alias = out
+    if x.sum() > 0:
+        out.append(x * 2)
+    return torch.stack(alias)
+
+
 def _append_rows(ys, x, n):
     for i in range(n):
         ys.append(x * i)
@@ -469,7 +477,9 @@ def _returned_rows(x, n):
 @pytest.mark.parametrize("fn,args,line_text,pieces", [
     # The loop's tensor array is bound to `ys` only: `alias` (or the caller's list) kept the list as it was.
     (list_alias_in_a_tensor_loop, (torch.ones(3), torch.tensor(2)), "for i in range(n)",
-     ["'alias' is another name for the list 'ys', which this loop over a tensor condition changes"]),
+     ["'alias' is another name for the list 'ys', which this tensor loop or `if` changes"]),
+    (list_alias_in_a_tensor_if, (torch.ones(3),), "if x.sum() > 0",
+     ["'alias' is another name for the list 'out', which this tensor loop or `if` changes"]),
     (assigned_in_one_branch, (torch.ones(3),), "if x.sum() > 0",
      ["'y' is assigned in the true branch (line {y}) but not in the false branch", "assign it before the if"]),
     (tensor_or_none, (torch.ones(3),), "if x.sum() > 0",
@@ -546,10 +556,26 @@ def list_grows_in_one_branch(x):
     return torch.stack(outs)
 
 
-def test_list_changed_under_tensor_condition_is_an_error_not_a_wrong_answer():
-    with pytest.raises(ConversionError, match="'outs' is a list of 2 in the true branch but a list of 1") as info:
-        d2s.declarative(list_grows_in_one_branch)(torch.ones(3))
-    assert info.value.lineno == line_of(list_grows_in_one_branch, "if x.sum() > 0")
+def number_list_grows_in_one_branch(x):
+    sizes = [1]
+    if x.sum() > 0:
+        sizes.append(2)
+    return x * len(sizes)
+
+
+def test_list_of_tensors_grown_under_tensor_condition_is_a_tensor_array():
+    """One program for both paths: the stacked result has 2 rows on one, 1 on the other."""
+    static = d2s.declarative(list_grows_in_one_branch)
+    for x in (torch.ones(3), -torch.ones(3)):
+        assert torch.equal(static(x), list_grows_in_one_branch(x))
+    assert len(static.program_cache) == 1
+    assert any(op.type == "cond" for op in static.program_cache.last.main_program.global_block().ops)
+
+
+def test_list_of_numbers_changed_under_tensor_condition_is_an_error_not_a_wrong_answer():
+    with pytest.raises(ConversionError, match="'sizes' is a list of 2 in the true branch but a list of 1") as info:
+        d2s.declarative(number_list_grows_in_one_branch)(torch.ones(3))
+    assert info.value.lineno == line_of(number_list_grows_in_one_branch, "if x.sum() > 0")
 
 
 def zips_tensor_rows_with_modules(x):

@@ -329,8 +329,7 @@ class _Generator:
 
     def simple(self, targets, branch):
         r = self.rng
-        # A list appended under a tensor `if` is a documented refusal: rarely, to test that path.
-        lists = [t for t in LISTS if "append" not in t] if branch and r.random() < 0.95 else LISTS
+        lists = LISTS  # (appended under a tensor `if` too: a tensor array)
         groups = [("assign", ASSIGNS, 5), ("python", PY_ASSIGNS, 3), ("ternary_tensor", TERNARY, 2),
                   ("list", lists, 2), ("grow", GROW, 1), ("call", CALLS, 1), ("container", CONTAINERS, 1),
                   ("check", CHECKS, 1)]
@@ -343,8 +342,7 @@ class _Generator:
             v, target_kind = r.choice(targets)
             kinds = [target_kind] + (["row_inplace"] if target_kind == "row" and not self.grad else [])
             kind = r.choice(kinds)
-            uses = [u for u in TARGET_USES[kind] if not (branch and "append" in u)
-                    and not (self.grad and "+=" in u)] or ["a = a + {v}"]
+            uses = [u for u in TARGET_USES[kind] if not (self.grad and "+=" in u)] or ["a = a + {v}"]
             return Simple(kind, self.fill(r.choice(uses), v=v))
         return Simple(kind, self.fill(r.choice(pool), n=self.fresh("al")))
 
