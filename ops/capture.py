@@ -732,6 +732,28 @@ def _is_type_query(fn, args, kwargs):
     return fn is torch.Tensor.type and len(args) == 1 and kwargs.get("dtype") is None
 
 
+_TO_INT = {"__round__": torch.round, "__floor__": torch.floor, "__ceil__": torch.ceil, "__trunc__": torch.trunc}
+
+
+def _number_to_int(var, name, ndigits):
+    """`round(s)`, `math.floor(s)`, ... of a Variable standing for a Python
+    number: the Python int, as a 0-d int64 number (torch rounds half to
+    even, as Python's round does)."""
+    if not stands_for_number(var):
+        raise TypeError(f"type Tensor doesn't define {name} method")
+    if ndigits and ndigits[0] is not None:
+        raise error_at_user_line(
+            f"round() with ndigits of {user_name(var, 'value')}, a Python number read from a tensor: Python rounds "
+            "the decimal value exactly, which tensor ops cannot reproduce; round the tensor instead "
+            "(`torch.round(t, decimals=2)`)")
+    from .framework import cast  # framework imports this module
+    if var.dtype == torch.int64:
+        return var  # an int rounds to itself
+    out = cast(_TO_INT[name](var) if var.dtype.is_floating_point else var, torch.int64)
+    out.python_number = True
+    return out
+
+
 def _method(var, name):
     if name == "type":
         return lambda *args, **kwargs: (_type_name(var) if _is_type_query(torch.Tensor.type, (var,) + args, kwargs)
@@ -754,6 +776,8 @@ def _method(var, name):
                 raise _to_python_error(var, "a Python int (len)")
             return var.shape[0]
         return length
+    if name in _TO_INT:
+        return lambda *ndigits: _number_to_int(var, name, ndigits)
     if name == "__iter__":
         def iterate():
             if not var.shape or var.shape[0] == -1:

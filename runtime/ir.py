@@ -218,6 +218,9 @@ _OPERATORS = [
     # message pointing at the line (the translator converts them first).
     "__bool__", "__int__", "__float__", "__index__", "__len__", "__iter__",
     "__complex__", "__array__", "__reduce_ex__",
+    # round()/math.floor()/ceil()/trunc(): of a Variable standing for a
+    # Python float (`round(float(t))`), the Python int; a tensor has none.
+    "__round__", "__floor__", "__ceil__", "__trunc__",
     # NumPy ufuncs (`np.sqrt(x)`): ops of their own, or the operator above
     # for a NumPy operand (`arr * x`), chosen by the capture hook.
     "__array_ufunc__",

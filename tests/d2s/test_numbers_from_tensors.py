@@ -5,6 +5,7 @@ buffers (`if self.initialized.item() == 0:` decides on every call, as in
 eager, instead of being frozen or refused)."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -119,3 +120,26 @@ def test_a_float_number_with_a_half_tensor_is_refused_at_the_line(dtype, shape):
     with pytest.raises(d2s.ConversionError, match=r"test_numbers_from_tensors.py.*`torch.Tensor.__mul__` of "
                        r"`s`, a Python number in eager code.*float16/bfloat16 rounding"):
         d2s.declarative(half_times_number)(torch.ones(3), dtype, shape)
+
+
+def rounds_a_number(x):
+    s = float(x.max())
+    return round(s), math.floor(s), math.ceil(s), math.trunc(s), isinstance(round(s), int)
+
+
+@pytest.mark.parametrize("top", [2.5, 3.5, -2.5, 1.7, -0.2, 4.0])
+def test_round_floor_ceil_trunc_of_a_number_are_python_ints(top):
+    """Python rounds half to even, as torch.round does; one program serves every value."""
+    static = d2s.declarative(rounds_a_number)
+    x = torch.tensor([top, top - 9.0])
+    got = static(x)
+    assert [int(g) for g in got[:4]] == list(rounds_a_number(x)[:4]) and got[4] is True
+
+
+def rounds_to_digits(x):
+    return round(float(x.max()), 2)
+
+
+def test_round_with_digits_is_refused_at_the_line():
+    with pytest.raises(d2s.ConversionError, match=r"round\(\) with ndigits of this value, a Python number"):
+        d2s.declarative(rounds_to_digits)(torch.ones(3))
