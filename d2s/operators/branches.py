@@ -1,6 +1,8 @@
 """``if`` / ``else`` and conditional expressions on Python values and on graph tensors.
 """
 
+import sys
+
 import torch
 
 from ops import control_flow as cf
@@ -47,7 +49,9 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     """
     st = State((true_fn, false_fn), state)
     if not is_var(pred):
-        (true_fn if pred else false_fn)()
+        taken = true_fn if pred else false_fn
+        if _ran_to_an_exit(taken) or exits[0 if pred else 1]:
+            _mark_exit(sys._getframe(1).f_code)
         return st.get()
     before = st.snapshot()
     tr = tracer.current()
@@ -104,6 +108,40 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     return st.get()
 
 
+def _exit_marks():
+    """The branch functions being run, innermost last, each with whether an
+    `if` on a Python value in it took an arm that never falls through."""
+    tr = tracer.current()
+    marks = tr.__dict__.get("exit_marks")
+    if marks is None:
+        marks = tr.exit_marks = []
+    return marks
+
+
+def _ran_to_an_exit(fn):
+    """Run `fn` (an arm an `if` on a Python value takes); whether it took an
+    arm that never falls through of an `if` on a Python value in it."""
+    marks = _exit_marks()
+    marks.append([getattr(fn, "__code__", None), False])
+    try:
+        fn()
+    finally:
+        exited = marks.pop()[1]
+    return exited
+
+
+def _mark_exit(code):
+    """An arm that never falls through (every path returns, raises, breaks or
+    continues) was taken by an `if` on a Python value in the function `code`:
+    the branch function running `code` falls through on no path either (the
+    arm of an `elif` chain that the Python value picks returns, where other
+    arms would not). Only for the function itself: an exit inside a loop body
+    (another function) ends the iteration, not the branch."""
+    marks = _exit_marks()
+    if marks and marks[-1][0] is code:
+        marks[-1][1] = True
+
+
 def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, return_names, return_flags,
             jump=None, jump_flags=(), extra=(), exited=False, tensor_lists=None):
     """The function `cf.cond` traces for one side: run the branch from the
@@ -113,9 +151,15 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
     returned, or it is the return value and undefined) is `Unreachable`; a
     branch that raises yields one `Unreachable` for all its values."""
     def run():
+        nonlocal exited
         st.restore(before)
-        if isinstance(raising_as_op(fn)(), cf.Unreachable):
-            return cf.Unreachable(side)
+        marks = _exit_marks()
+        marks.append([getattr(fn, "__code__", None), False])
+        try:
+            if isinstance(raising_as_op(fn)(), cf.Unreachable):
+                return cf.Unreachable(side)
+        finally:
+            exited = marks.pop()[1] or exited
         seen[side] = values = st.get(outputs)
         tensor_lists[side] = _tensor_lists(values)
         if side == "false":

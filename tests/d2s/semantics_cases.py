@@ -766,3 +766,21 @@ def list_appended_in_one_branch_read_past_its_end(x):
     if x.sum() > 0:
         out.append(x * 2)
     return out[1]                                 # IndexError on the path that did not append, as in eager
+
+
+# -- an `elif` arm a Python value picks that never falls through ------------------------------
+
+
+@case((POS, 2), (NEG, 2), (T(0.1, 0.2, 0.3), 2), (T(-0.1, -0.2, -0.3), 2), ops={"cond"})
+def python_elif_arm_that_continues_or_returns(x, k):
+    for i in range(2):                           # a tensor `if` in an unrolled loop
+        if x.sum() > 1.0:
+            v = x * 0.5
+        elif k % 2 == 0:                         # picked while tracing: every path continues or returns,
+            if x.sum() > -1.0:                   # so `v` need not be defined on the false side
+                continue
+            return x - 100
+        else:
+            v = x + 2.5
+        x = x + v
+    return x

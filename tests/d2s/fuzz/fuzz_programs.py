@@ -119,9 +119,10 @@ PY_ASSIGNS = ["k = k + 1", "k += 2", "s = s + {c}", "s = s * {s}", "s += float(a
               "k = k + int(n)", "k = k + len(m) + x.shape[0]", "assert len(ys) > 0, 'ys is empty'",
               "assert (a.abs() >= 0).all(), 'a has a negative magnitude'",
               # .item(), bool(t), .size()/len() of tensors: numbers the program reads when it runs
-              # (whole numbers: a float from a tensor is float32 in the program, documented), and
-              # they are Python numbers to isinstance.
+              # (a float is a double, as in Python), and they are Python numbers to isinstance;
+              # the last two meet tensors (eager's wrapped-number promotion).
               "s = s + (a > {c}).float().sum().item()", "k = k + (b < {c}).sum().item()",
+              "s = s * 0.5 + b.mean().item() / 3.0", "s = s + k / 3", "t = t + s * {s}", "a = a * (s / 7.0)",
               "k = k + int(bool((a > {c}).any()))", "k = k + m.size(1) - len(x)",
               "k = k + (1 if isinstance(s, float) and isinstance(k, int) else 5)"]
 AUG = ["a += b", "b *= {s}", "t += a.sum()", "a -= {c}"]
