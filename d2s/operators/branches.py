@@ -2,6 +2,7 @@
 """
 
 import sys
+import threading
 
 import torch
 
@@ -108,13 +109,16 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     return st.get()
 
 
+_LOCAL = threading.local()
+
+
 def _exit_marks():
-    """The branch functions being run, innermost last, each with whether an
-    `if` on a Python value in it took an arm that never falls through."""
-    tr = tracer.current()
-    marks = tr.__dict__.get("exit_marks")
+    """The branch functions being run in this thread, innermost last, each
+    with whether an `if` on a Python value in it took an arm that never
+    falls through."""
+    marks = getattr(_LOCAL, "exit_marks", None)
     if marks is None:
-        marks = tr.exit_marks = []
+        marks = _LOCAL.exit_marks = []
     return marks
 
 
