@@ -20,10 +20,11 @@ So each op recorded with such an input is checked against eager:
     dtype (`t_f32_0d < s`: eager compares in float32), each number is cast
     first to the dtype eager computes in: torch reads a wrapped Python
     number, and a 0-d tensor alike, converted to the op's computation
-    dtype, so the cast gives the same values bit for bit (for float16 and
-    bfloat16, which compute in float32, the cast is to float32 and only
-    where a dimensioned operand keeps the result's dtype; otherwise the op
-    is refused).
+    dtype, so the cast gives the same values bit for bit;
+  - a float number meeting float16/bfloat16 tensors is refused: torch
+    computes those in float32 and reads a wrapped float into float32, but
+    some kernels convert a 0-d tensor operand to float16/bfloat16 first, so
+    no 0-d tensor reproduces eager's rounding.
 
 Before:                                  After:
     s = float(t)      # float64 0-d          s = float(t)
