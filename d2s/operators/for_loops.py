@@ -142,7 +142,15 @@ def _python_item(items, i, error=ConversionError):
         return items.start + i * items.step
     values = list(items)
     if all(isinstance(v, (Variable, torch.Tensor, int, float, bool)) for v in values) and values:
-        return fw.array_read(fw.array_from_list(values), i)
+        tensors = [v for v in values if isinstance(v, (Variable, torch.Tensor))]
+        if tensors:
+            # Numbers beside tensors take the tensors' dtype (one array holds them).
+            values = [v if isinstance(v, (Variable, torch.Tensor)) else fw.fill_constant(v, tensors[0].dtype)
+                      for v in values]
+        item = fw.array_read(fw.array_from_list(values), i)
+        if not tensors:
+            item.python_number = True  # `for c in (1.5, 2.5)`: a Python number on every trip, as eagerly
+        return item
     exc = error_at_user_line(
         "this loop over a Python sequence became a graph loop (its condition depends on a tensor, "
         "e.g. through a tensor-dependent break or return), so its items must be tensors or numbers; "

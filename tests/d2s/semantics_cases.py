@@ -784,3 +784,13 @@ def python_elif_arm_that_continues_or_returns(x, k):
             v = x + 2.5
         x = x + v
     return x
+
+
+@case((POS,), (NEG,), (MIX,), ops={"while"})
+def numbers_of_a_tuple_in_a_loop_a_tensor_ends(x):
+    s = 0.0
+    for c in (1.5, 2.25, 0.1):                   # a graph loop (the tensor break): items are Python floats
+        if x.sum() + s > 3.0:
+            break
+        s = s + c                                # Python arithmetic on doubles, as eagerly
+    return s, x * s
