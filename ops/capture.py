@@ -31,7 +31,7 @@ from runtime.ir import SCALAR, TENSOR_ARRAY, Variable
 from runtime.optable import writing_variant
 
 from . import torch_ops, tracer, wrapped_numbers
-from .infer import Meta, infer
+from .infer import Meta, infer, substitute
 from .registry import op_for_callable
 
 INTERNAL_DIRS = tuple(
@@ -408,29 +408,17 @@ def record(opdef, fn, args, kwargs):
     return result
 
 
-def _substitute_numbers(tree, values):
-    """An argument tree with the Python number `values[i]` in place of InputRef(i)."""
-    if isinstance(tree, InputRef):
-        return values.get(tree.index, tree)
-    if isinstance(tree, (list, tuple)) and not isinstance(tree, torch.Size):
-        return type(tree)(_substitute_numbers(t, values) for t in tree)
-    if isinstance(tree, dict):
-        return {k: _substitute_numbers(v, values) for k, v in tree.items()}
-    if isinstance(tree, slice):
-        return slice(*(_substitute_numbers(t, values) for t in (tree.start, tree.stop, tree.step)))
-    return tree
-
-
 def _as_eager_numbers(opdef, fn, args_tree, kwargs_tree, refs, numbers, meta, tr):
     """The op's inferred result once the inputs standing for Python numbers
     are cast where eager's wrapped-number promotion computes in another
     dtype (ops/wrapped_numbers.py); refused where no cast reaches eager's."""
     wn = wrapped_numbers
-    values = {i: wn.python_value(refs.inputs[i]) for i in numbers}
-    call, call_args = wn.eager_call(opdef.type, fn, _substitute_numbers(args_tree, values), None)
+    # Python numbers in place of the numbers' InputRefs; the other inputs stay references.
+    values = [wn.python_value(v) if i in numbers else InputRef(i) for i, v in enumerate(refs.inputs)]
+    call, call_args = wn.eager_call(opdef.type, fn, substitute(args_tree, values))
     factory = bool(opdef.extra.get("factory"))
     try:
-        expected = wn.dtypes(infer(call, call_args, _substitute_numbers(kwargs_tree, values), refs.inputs, tr,
+        expected = wn.dtypes(infer(call, call_args, substitute(kwargs_tree, values), refs.inputs, tr,
                                    factory=factory))
     except Exception:  # noqa: BLE001 - eager fails on a number here too: the op's own error comes when it runs
         return meta

@@ -19,7 +19,7 @@ from runtime.ir import TENSOR_ARRAY, Variable, torch_dtype
 from . import tracer
 from .capture import SYMBOLIC_TYPES, error_at_user_line, exception_origin, graph_condition, lift, user_origin
 from .registry import OpDef, register
-from .wrapped_numbers import python_dtype
+from .wrapped_numbers import python_number_dtype  # also read as fw.python_number_dtype
 
 
 def _append(op_type, inputs, args, kwargs, out_vars, out_tree, origin=None):
@@ -51,10 +51,6 @@ def _fill_constant_kernel(value, dtype):
 
 
 register(OpDef("fill_constant", kernel=_fill_constant_kernel))
-
-
-# A Python number's dtype in a program: a float is a double (ops/wrapped_numbers.py).
-python_number_dtype = python_dtype
 
 
 def fill_constant(value, dtype=None):

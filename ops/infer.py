@@ -41,27 +41,28 @@ def _is_symbolic(v):
     return isinstance(v, Variable) and (v.kind != "tensor" or any(isinstance(d, str) or d == -1 for d in v.dims))
 
 
-def _substitute(tree, values):
-    """Rebuild an argument tree with `values[i]` in place of InputRef(i)."""
+def substitute(tree, values):
+    """Rebuild an argument tree with `values[i]` in place of InputRef(i)
+    (also used by ops.capture to put Python numbers in place of some inputs)."""
     from runtime.attrs import InputRef
     if isinstance(tree, InputRef):
         return values[tree.index]
     if isinstance(tree, torch.Size):
         return tree  # sizes, not data (`x.new(x.size())`)
     if isinstance(tree, list):
-        return [_substitute(t, values) for t in tree]
+        return [substitute(t, values) for t in tree]
     if isinstance(tree, tuple):
-        return tuple(_substitute(t, values) for t in tree)
+        return tuple(substitute(t, values) for t in tree)
     if isinstance(tree, dict):
-        return {k: _substitute(v, values) for k, v in tree.items()}
+        return {k: substitute(v, values) for k, v in tree.items()}
     if isinstance(tree, slice):
-        return slice(_substitute(tree.start, values), _substitute(tree.stop, values),
-                     _substitute(tree.step, values))
+        return slice(substitute(tree.start, values), substitute(tree.stop, values),
+                     substitute(tree.step, values))
     return tree
 
 
 def _call(fn, args, kwargs, values, factory, device=None):
-    call_args, call_kwargs = _substitute(args, values), _substitute(kwargs, values)
+    call_args, call_kwargs = substitute(args, values), substitute(kwargs, values)
     if factory and device is not None:
         try:
             return fn(*call_args, **dict(call_kwargs, device=device))

@@ -79,8 +79,9 @@ def python_value(var):
     return 3
 
 
-def python_dtype(value):
-    """The dtype a Python number stands as in a program."""
+def python_number_dtype(value):
+    """The dtype a Python number stands as in a program: bool, int64,
+    float64 (a Python float is a double), complex128."""
     if isinstance(value, bool):
         return torch.bool
     if isinstance(value, int):
@@ -88,6 +89,15 @@ def python_dtype(value):
     if isinstance(value, complex):
         return torch.complex128
     return torch.float64
+
+
+def number_dtype(dtype):
+    """The dtype of the Python number `t.item()` reads from a tensor of `dtype`."""
+    if dtype == torch.bool:
+        return torch.bool
+    if dtype.is_complex:
+        return torch.complex128
+    return torch.float64 if dtype.is_floating_point else torch.int64
 
 
 def can_differ(inputs, numbers):
@@ -106,7 +116,7 @@ def dtypes(meta):
     if isinstance(meta, Meta):
         return [meta.dtype]
     if isinstance(meta, (bool, int, float, complex)):
-        return [python_dtype(meta)]
+        return [python_number_dtype(meta)]
     if isinstance(meta, (torch.SymBool, torch.SymInt, torch.SymFloat)):
         return [torch.bool if isinstance(meta, torch.SymBool) else torch.int64 if isinstance(meta, torch.SymInt)
                 else torch.float64]
@@ -115,10 +125,10 @@ def dtypes(meta):
     return []
 
 
-def eager_call(op_type, fn, args, kwargs):
-    """What eager code calls, given the op's argument trees: a dunder on a
+def eager_call(op_type, fn, args):
+    """What eager code calls, given the op's argument tree: a dunder on a
     tensor standing for a number is the Python operator on the number."""
-    if op_type in PYTHON_OPERATORS and not kwargs and len(args) in (1, 2):
+    if op_type in PYTHON_OPERATORS and len(args) in (1, 2):
         py, reflected = PYTHON_OPERATORS[op_type]
         return py, (tuple(reversed(args)) if reflected else args)
     return fn, args

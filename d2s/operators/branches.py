@@ -1,6 +1,7 @@
 """``if`` / ``else`` and conditional expressions on Python values and on graph tensors.
 """
 
+import contextlib
 import sys
 import threading
 
@@ -122,16 +123,24 @@ def _exit_marks():
     return marks
 
 
+@contextlib.contextmanager
+def _exit_scope(fn):
+    """While `fn` runs: its entry of `_exit_marks`, `[code, exited]`."""
+    marks = _exit_marks()
+    entry = [getattr(fn, "__code__", None), False]
+    marks.append(entry)
+    try:
+        yield entry
+    finally:
+        marks.pop()
+
+
 def _ran_to_an_exit(fn):
     """Run `fn` (an arm an `if` on a Python value takes); whether it took an
     arm that never falls through of an `if` on a Python value in it."""
-    marks = _exit_marks()
-    marks.append([getattr(fn, "__code__", None), False])
-    try:
+    with _exit_scope(fn) as entry:
         fn()
-    finally:
-        exited = marks.pop()[1]
-    return exited
+    return entry[1]
 
 
 def _mark_exit(code):
@@ -157,13 +166,11 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
     def run():
         nonlocal exited
         st.restore(before)
-        marks = _exit_marks()
-        marks.append([getattr(fn, "__code__", None), False])
-        try:
-            if isinstance(raising_as_op(fn)(), cf.Unreachable):
-                return cf.Unreachable(side)
-        finally:
-            exited = marks.pop()[1] or exited
+        with _exit_scope(fn) as entry:
+            result = raising_as_op(fn)()
+        exited = entry[1] or exited
+        if isinstance(result, cf.Unreachable):
+            return cf.Unreachable(side)
         seen[side] = values = st.get(outputs)
         tensor_lists[side] = _tensor_lists(values)
         if side == "false":

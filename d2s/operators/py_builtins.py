@@ -10,6 +10,7 @@ import torch
 from ops import framework as fw
 from ops import tracer
 from ops.capture import error_at_user_line, graph_tensor, number_or_tensor, size as _variable_size, stands_for_number
+from ops.wrapped_numbers import number_dtype
 from runtime.ir import Variable
 
 from .for_loops import Rows, convert_enumerate, convert_range, convert_zip
@@ -117,9 +118,7 @@ def _item(value):
     number is what the tensor held at this point, whatever in-place ops do
     to the tensor later (`n = t.item(); t.add_(1)`)."""
     src = value.detach()
-    kind = bool if src.dtype == torch.bool else complex if src.dtype.is_complex else \
-        float if src.dtype.is_floating_point else int
-    dtype = fw.python_number_dtype(kind())  # the Python number's own precision: a float is a double
+    dtype = number_dtype(src.dtype)  # the Python number's own precision: a float is a double
     out = (src.clone() if src.dtype == dtype else fw.cast(src, dtype)).reshape(())
     out.python_number = True
     return out
