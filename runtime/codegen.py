@@ -25,6 +25,7 @@ import torch
 
 from .attrs import InputRef, OutputRef, ReturnType
 from .ir import Block
+from .native import lower as native_lower
 
 _program_ids = itertools.count()
 
@@ -33,8 +34,10 @@ class CompiledBlock:
     """The generated function plus what is needed to call it and explain a
     failure: argument order, the line -> op map, and the source text."""
 
-    def __init__(self, fn, feed_names, param_names, fetch_names, written_params, line_ops, source, derived=()):
+    def __init__(self, fn, feed_names, param_names, fetch_names, written_params, line_ops, source, derived=(),
+                 segments=()):
         self.fn = fn
+        self.segments = list(segments)  # the native segments the function calls (runtime/native)
         self.feed_names = feed_names
         self.param_names = param_names
         # Parameters whose transposes (`w.t()`) the caller passes after the
@@ -49,10 +52,13 @@ class CompiledBlock:
 class Codegen:
     """State of one compilation; op emitters (`OpDef.emit`) call its methods."""
 
-    def __init__(self, program, get_op_def, trace_hook=None):
+    def __init__(self, program, get_op_def, trace_hook=None, native_module=None):
         self.program = program
         self.get_op_def = get_op_def
         self.trace_hook = trace_hook
+        self.native = native_module  # the extension (runtime/native), or None: Python statements only
+        self._tensor_names = None
+        self.segments = []
         self.globals = {}
         self._locals = {}
         self._globals_by_id = {}
@@ -158,36 +164,126 @@ class Codegen:
 
     def emit_block(self, block, keep=()):
         """Statements for every op of `block`, freeing each local defined in
-        this block after its last use (except the names in `keep`)."""
+        this block after its last use (except the names in `keep`). Runs of
+        ops a native segment can hold become one segment call (see
+        `_emit_segment`)."""
         last_use = {}
         for i, op in enumerate(block.ops):
             for name in itertools.chain(op.input_names, op.output_names, _sub_block_names(op)):
                 last_use[name] = i
         keep = set(keep)
-        stmts = []
-        for i, op in enumerate(block.ops):
-            opdef = self.get_op_def(op.type)
-            line = next(self._line)
-            self.line_ops[line] = op
-            op_stmts = []
-            if self.trace_hook is not None:
-                op_stmts.append(ast.Expr(value=self.call(self.global_ref(self.trace_hook, "trace"),
-                                                         [self.global_ref(op, "op")])))
-            op_stmts += opdef.emit(op, self) if opdef.emit else self.emit_call_op(op, opdef)
-            for stmt in op_stmts:
-                for node in ast.walk(stmt):
-                    # Statements of sub-blocks were numbered by their own ops.
-                    if isinstance(node, (ast.stmt, ast.expr)) and not hasattr(node, "_d2s_line"):
-                        node._d2s_line = node.lineno = node.end_lineno = line
-                        node.col_offset = node.end_col_offset = 0
-            stmts += op_stmts
-            dead = [n for n in dict.fromkeys(op.input_names + op.output_names)
+
+        def dead_after(i, op):
+            return [n for n in dict.fromkeys(op.input_names + op.output_names)
                     if last_use.get(n) == i and n in block.vars and n not in keep
                     and not block.vars[n].persistable]
-            if dead:
-                stmts.append(ast.Delete(targets=[ast.Name(id=self.local(n), ctx=ast.Del()) for n in dead],
-                                        lineno=line))
+
+        per_op = []  # (line, statements, names freed after it)
+        for i, op in enumerate(block.ops):
+            per_op.append(self._op_stmts(op) + (dead_after(i, op),))
+        lowered = self._lower_block(block)
+        stmts = []
+        i = 0
+        while i < len(block.ops):
+            end = i
+            while end < len(block.ops) and lowered[end] is not None:
+                end += 1
+            if end - i >= _MIN_SEGMENT:
+                stmts += self._emit_segment(block, range(i, end), lowered, per_op, last_use, keep)
+                i = end
+                continue
+            line, op_stmts, dead = per_op[i]
+            stmts += op_stmts + _free(self, dead, line)
+            i += 1
         return _group_no_grad(stmts)
+
+    def _op_stmts(self, op):
+        """(line, statements) of one op, every node numbered with the op's line."""
+        opdef = self.get_op_def(op.type)
+        line = next(self._line)
+        self.line_ops[line] = op
+        op_stmts = []
+        if self.trace_hook is not None:
+            op_stmts.append(ast.Expr(value=self.call(self.global_ref(self.trace_hook, "trace"),
+                                                     [self.global_ref(op, "op")])))
+        op_stmts += opdef.emit(op, self) if opdef.emit else self.emit_call_op(op, opdef)
+        for stmt in op_stmts:
+            for node in ast.walk(stmt):
+                # Statements of sub-blocks were numbered by their own ops.
+                if isinstance(node, (ast.stmt, ast.expr)) and not hasattr(node, "_d2s_line"):
+                    node._d2s_line = node.lineno = node.end_lineno = line
+                    node.col_offset = node.end_col_offset = 0
+        return line, op_stmts
+
+    # -- native segments ------------------------------------------------------------
+    def _lower_block(self, block):
+        """For each op of `block`: its (opcode, operands) when a native segment
+        can run it, else None."""
+        if self.native is None or self.trace_hook is not None:
+            return [None] * len(block.ops)
+        if self._tensor_names is None:
+            self._tensor_names = native_lower.tensor_names(self.program)
+        out = []
+        for op in block.ops:
+            opdef = self.get_op_def(op.type)
+            ok = opdef.emit is None and not opdef.mutates and not opdef.random
+            out.append(native_lower.lower(op, self._tensor_names) if ok else None)
+        return out
+
+    def _emit_segment(self, block, indices, lowered, per_op, last_use, keep):
+        """One native segment for the ops at `indices`:
+
+            s_out = seg_1(v_x, v_w)
+            if s_out is None:          # the segment leaves these ops to Python
+                <the ops' own statements, with their frees>
+            else:
+                v_a, v_b = s_out
+                del <the locals those frees would free>
+
+        (with one result, `v_a = seg_1(...)` and `if v_a is None:`).
+        """
+        start, end = indices[0], indices[-1]
+        plan = native_lower.plan_segment(
+            self.native, [block.ops[i] for i in indices], [lowered[i] for i in indices],
+            live_after=lambda n: n in keep or last_use.get(n, -1) > end or n not in block.vars
+            or block.vars[n].persistable)
+        python = []
+        dead = []
+        for i in indices:
+            python += per_op[i][1] + _free(self, per_op[i][2], per_op[i][0])
+            dead += [n for n in per_op[i][2] if plan is not None and n in plan.inputs]
+        if plan is None:
+            return python
+        segment = self.native.Segment(plan.n_regs, len(plan.inputs), plan.instructions, plan.output_regs)
+        call = self.call(self.global_ref(segment, "seg"), [self.load(n) for n in plan.inputs])
+        line = per_op[start][0]
+        if len(plan.outputs) == 1:
+            result = plan.outputs[0]
+            stmts = [self.assign(self.store(result), call)]
+            test, unpack = self.load(result), []
+        else:
+            stmts = [self.assign(ast.Name(id="s_out", ctx=ast.Store()), call)]
+            test = ast.Name(id="s_out", ctx=ast.Load())
+            unpack = [self.assign(ast.Tuple(elts=[self.store(n) for n in plan.outputs], ctx=ast.Store()),
+                                  ast.Name(id="s_out", ctx=ast.Load()))]
+        is_none = ast.Compare(left=test, ops=[ast.Is()], comparators=[ast.Constant(None)])
+        stmts.append(ast.If(test=is_none, body=python, orelse=unpack + _free(self, dead, line) or [ast.Pass()]))
+        for stmt in stmts:
+            for node in ast.walk(stmt):
+                if isinstance(node, (ast.stmt, ast.expr)) and not hasattr(node, "_d2s_line"):
+                    node._d2s_line = node.lineno = node.end_lineno = line
+                    node.col_offset = node.end_col_offset = 0
+        self.segments.append(segment)
+        return stmts
+
+
+_MIN_SEGMENT = 1  # even one op: the segment call costs less than the op's Python binding
+
+
+def _free(gen, names, line):
+    if not names:
+        return []
+    return [ast.Delete(targets=[ast.Name(id=gen.local(n), ctx=ast.Del()) for n in names], lineno=line)]
 
 
 def _group_no_grad(stmts):
@@ -240,9 +336,11 @@ def _sub_block_names(op):
     return names
 
 
-def compile_program(program, feed_names, fetch_names, get_op_def, trace_hook=None):
-    """Compile the global block of `program` into a CompiledBlock."""
-    gen = Codegen(program, get_op_def, trace_hook)
+def compile_program(program, feed_names, fetch_names, get_op_def, trace_hook=None, native_module=None):
+    """Compile the global block of `program` into a CompiledBlock; with
+    `native_module` (runtime/native's extension), runs of ops run as native
+    segments."""
+    gen = Codegen(program, get_op_def, trace_hook, native_module)
     block = program.global_block()
     # Persistables an op assigns (optimizer state made by a startup program)
     # are results to store in the scope; the others are arguments.
@@ -271,4 +369,4 @@ def compile_program(program, feed_names, fetch_names, get_op_def, trace_hook=Non
     namespace["__builtins__"] = builtins
     exec(code, namespace)
     return CompiledBlock(namespace["program"], list(feed_names), params, list(fetch_names), written,
-                         gen.line_ops, ast.unparse(module), list(derived.values()))
+                         gen.line_ops, ast.unparse(module), list(derived.values()), gen.segments)

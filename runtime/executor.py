@@ -15,7 +15,7 @@ import sys
 import torch
 
 from . import _debug
-from . import passes
+from . import native, passes
 from .codegen import compile_program
 from .runner import check_shape, convert_input, run_compiled  # noqa: F401 - run_compiled re-exported
 from .ir import Program, Variable, default_main_program
@@ -114,7 +114,7 @@ class Executor:
                 cache.clear()
             optimized, fetches = passes.optimize(program, feed_names, fetch_names, optimize, inference)
             entry = compile_program(optimized, feed_names, fetches, get_op_def,
-                                    _trace_op if trace else None)
+                                    _trace_op if trace else None, None if trace else native.load())
             entry.fetch_names = list(fetch_names)
             cache[key] = entry
             if _debug.level() >= 2:

@@ -36,7 +36,7 @@ Before:                                                 After:
 """
 
 from ..attrs import InputRef
-from ._util import all_ops
+from ._util import all_ops, bind_args
 
 _MISSING = object()
 
@@ -118,33 +118,13 @@ def _softmax(a, _):
     return [a["input"], dim]
 
 
-def _bind(op, names, defaults):
-    """The op's arguments by parameter name, defaults filled in; None when
-    they do not fit the signature."""
-    args, kwargs = op.attrs["args"], op.attrs.get("kwargs") or {}
-    if len(args) > len(names) or any(k not in names for k in kwargs):
-        return None
-    bound = dict(zip(names, args))
-    for k, v in kwargs.items():
-        if k in bound:
-            return None
-        bound[k] = v
-    first_default = len(names) - len(defaults)
-    for i, name in enumerate(names):
-        if name not in bound:
-            if i < first_default:
-                return None
-            bound[name] = defaults[i - first_default]
-    return bound
-
-
 def run(ctx):
     for block, op in all_ops(ctx.program):
         spec = _SIGNATURES.get(op.type)
         if spec is None or "args" not in op.attrs or set(op.inputs) != {"X"}:
             continue
         new_type, names, defaults, rewrite = spec
-        bound = _bind(op, names, defaults)
+        bound = bind_args(op, names, defaults)
         if bound is None:
             continue
         weight = bound.get("weight")

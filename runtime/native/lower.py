@@ -1,0 +1,602 @@
+"""Which program ops a native segment runs, and how (see segment.cpp).
+
+Each entry maps op types to an opcode of segment.cpp and builds its operands
+from the op's arguments exactly as torch's Python binding reads them, so the
+C++ side makes the binding's ATen call:
+
+  - a tensor argument is a register (`reg`); a list of them `regs`;
+  - a Python number where the binding takes a Tensor (`x + 1`, `x * 0.5`:
+    add, sub, mul, div read numbers as tensors) is a wrapped-number 0-d
+    tensor (`wrapped`), exactly what the binding makes; where it takes a
+    Scalar (`x > 0`, `x ** 2`) it is a Scalar of the same Python type;
+  - an `int[2]` parameter given one int is that int twice, as the binding
+    expands it.
+
+An op that does not fit its entry (other keyword arguments, a tensor where a
+constant is expected, a string padding, ...) is simply not lowered: it stays
+a Python statement. Only pure ops are listed: no op here writes an input or
+draws random numbers, so a segment that falls back to Python has done
+nothing observable.
+
+Before (Python statements):                After (one segment):
+    v_tmp_0 = k_linear(v_x, v_w, v_b)          v_tmp_2 = seg_1(v_x, v_w, v_b)
+    v_tmp_1 = k_tanh(v_tmp_0)                  # linear(r0, r1, r2) -> r3; tanh(r3) -> r4;
+    v_tmp_2 = k___add__(v_x, v_tmp_1)          # add(r0, r4, 1) -> r5; outputs [r5]
+"""
+
+import torch
+
+from ..attrs import InputRef, OutputRef
+from ..ir import TENSOR
+from ..passes._util import bind_args
+
+_INT64 = 2 ** 63
+
+
+class Ref:
+    """A tensor input of the op, by variable name (a register once placed)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+
+class Refs:
+    """A list of tensor inputs (a TensorList argument)."""
+
+    __slots__ = ("names",)
+
+    def __init__(self, names):
+        self.names = list(names)
+
+
+class _NoFit(Exception):
+    """The op's arguments do not fit its entry: keep it in Python."""
+
+
+# -- operand builders: each returns ("kind", value) or raises _NoFit --------------------
+
+class _Args:
+    """The bound arguments of one op, read as the binding reads them."""
+
+    def __init__(self, bound, inputs, tensor_names):
+        self.bound = bound
+        self.inputs = inputs
+        self.tensor_names = tensor_names
+
+    def _name(self, value):
+        if not isinstance(value, InputRef):
+            raise _NoFit
+        name = self.inputs[value.index]
+        if name not in self.tensor_names:
+            raise _NoFit  # a tensor array, a Python value: not a plain tensor
+        return name
+
+    def tensor(self, key):
+        return ("reg", Ref(self._name(self.bound[key])))
+
+    def opt_tensor(self, key):
+        return ("none", None) if self.bound[key] is None else self.tensor(key)
+
+    def tensor_or_wrapped(self, key):
+        """A Tensor parameter that the binding fills from a number too."""
+        value = self.bound[key]
+        return ("wrapped", _number(value)) if not isinstance(value, InputRef) else self.tensor(key)
+
+    def tensor_or_scalar(self, key):
+        """Overloads on Tensor and Scalar: a number picks the Scalar one."""
+        value = self.bound[key]
+        return ("scalar", _number(value)) if not isinstance(value, InputRef) else self.tensor(key)
+
+    def tensors(self, key):
+        value = self.bound[key]
+        if not isinstance(value, (list, tuple)) or not value:
+            raise _NoFit
+        return ("regs", Refs(self._name(v) for v in value))
+
+    def scalar(self, key):
+        return ("scalar", _number(self.bound[key]))
+
+    def integer(self, key):
+        value = self.bound[key]
+        if type(value) is not int or not -_INT64 <= value < _INT64:
+            raise _NoFit
+        return ("scalar", value)
+
+    def opt_integer(self, key):
+        return ("none", None) if self.bound[key] is None else self.integer(key)
+
+    def boolean(self, key):
+        if type(self.bound[key]) is not bool:
+            raise _NoFit
+        return ("scalar", self.bound[key])
+
+    def floating(self, key):
+        value = self.bound[key]
+        if type(value) not in (int, float):
+            raise _NoFit
+        return ("scalar", float(value))
+
+    def ints(self, key, size=None):
+        """An int list; with `size` (an `int[size]` parameter) one int stands for `size` copies."""
+        value = self.bound[key]
+        if type(value) is int and size is not None:
+            value = [value] * size
+        if isinstance(value, torch.Size):
+            value = list(value)
+        if not isinstance(value, (list, tuple)) or any(type(v) is not int for v in value):
+            raise _NoFit
+        return ("ints", [int(v) for v in value])
+
+    def dims(self, key):
+        """`dim` of a reduction: an int or a sequence of ints."""
+        value = self.bound[key]
+        return ("ints", [value]) if type(value) is int else self.ints(key)
+
+    def opt_dtype(self, key):
+        value = self.bound[key]
+        if value is None:
+            return ("none", None)
+        if not isinstance(value, torch.dtype):
+            raise _NoFit
+        return ("dtype", value)
+
+    def string(self, key):
+        if type(self.bound[key]) is not str:
+            raise _NoFit
+        return ("str", self.bound[key])
+
+    def equals(self, key, *allowed):
+        if not any(self.bound[key] is a or type(self.bound[key]) is type(a) and self.bound[key] == a
+                   for a in allowed):
+            raise _NoFit
+
+
+def _number(value):
+    if type(value) not in (bool, int, float) or type(value) is int and not -_INT64 <= value < _INT64:
+        raise _NoFit
+    return value
+
+
+# -- the table ---------------------------------------------------------------------------
+
+# op type -> (parameter names, defaults of the trailing ones, build(args) -> (opcode, operands))
+TABLE = {}
+
+
+def _entry(types, names, defaults=()):
+    def register(build):
+        for op_type in types.split():
+            TABLE[op_type] = (tuple(names.split()), tuple(defaults), build)
+        return build
+    return register
+
+
+def _unary(opcode, types):
+    _entry(types, "input")(lambda a: (opcode, [a.tensor("input")]))
+
+
+for _name in ("tanh sigmoid relu exp log neg abs sqrt rsqrt sin cos reciprocal logical_not floor ceil sign "
+              "erf log1p expm1").split():
+    _unary(_name, f"torch.{_name} torch.Tensor.{_name}")
+_unary("tanh", "torch.nn.functional.tanh")
+_unary("sigmoid", "torch.nn.functional.sigmoid")
+_unary("neg", "torch.Tensor.__neg__ torch.negative torch.Tensor.negative")
+_unary("abs", "torch.Tensor.__abs__")
+_unary("bitwise_not", "torch.bitwise_not torch.Tensor.bitwise_not torch.Tensor.__invert__")
+_unary("t", "torch.t torch.Tensor.t")
+_unary("detach", "torch.detach torch.Tensor.detach")
+_unary("contiguous", "torch.Tensor.contiguous")
+
+
+@_entry("torch.nn.functional.silu", "input inplace", (False,))
+def _silu(a):
+    a.equals("inplace", False)
+    return "silu", [a.tensor("input")]
+
+
+@_entry("torch.nn.functional.gelu", "input approximate", ("none",))
+def _gelu(a):
+    return "gelu", [a.tensor("input"), a.string("approximate")]
+
+
+def _arith(opcode, types, alpha):
+    names = "input other alpha" if alpha else "input other"
+
+    def build(a):
+        ops = [a.tensor("input"), a.tensor_or_wrapped("other")]
+        return opcode, ops + ([a.scalar("alpha")] if alpha else [])
+    _entry(types, names, (1,) if alpha else ())(build)
+
+
+_arith("add", "torch.Tensor.__add__ torch.Tensor.__radd__ torch.add torch.Tensor.add", alpha=True)
+_arith("sub", "torch.Tensor.__sub__ torch.sub torch.Tensor.sub", alpha=True)
+_arith("rsub", "torch.Tensor.__rsub__", alpha=True)
+_arith("mul", "torch.Tensor.__mul__ torch.Tensor.__rmul__ torch.mul torch.Tensor.mul", alpha=False)
+_arith("div", "torch.Tensor.__truediv__ torch.div torch.Tensor.div", alpha=False)
+
+
+def _binary_tensors(opcode, types):
+    _entry(types, "input other")(lambda a: (opcode, [a.tensor("input"), a.tensor("other")]))
+
+
+_binary_tensors("matmul", "torch.Tensor.__matmul__ torch.matmul torch.Tensor.matmul")
+# torch.mm and torch.dsmm are one C function (equal callables): the op may carry either name.
+_binary_tensors("mm", "torch.mm torch.dsmm torch.Tensor.mm")
+_binary_tensors("bmm", "torch.bmm torch.Tensor.bmm")
+_binary_tensors("maximum", "torch.maximum torch.Tensor.maximum")
+_binary_tensors("minimum", "torch.minimum torch.Tensor.minimum")
+_binary_tensors("logical_and", "torch.logical_and torch.Tensor.logical_and")
+_binary_tensors("logical_or", "torch.logical_or torch.Tensor.logical_or")
+
+
+def _tensor_or_scalar(opcode, types):
+    _entry(types, "input other")(lambda a: (opcode, [a.tensor("input"), a.tensor_or_scalar("other")]))
+
+
+_tensor_or_scalar("pow", "torch.Tensor.__pow__ torch.pow torch.Tensor.pow")
+for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
+    _tensor_or_scalar(_name, f"torch.Tensor.__{_name}__ torch.{_name} torch.Tensor.{_name}")
+_tensor_or_scalar("and_", "torch.Tensor.__and__")
+_tensor_or_scalar("or_", "torch.Tensor.__or__")
+_tensor_or_scalar("xor_", "torch.Tensor.__xor__")
+
+
+@_entry("torch.where", "condition input other")
+def _where(a):
+    return "where", [a.tensor("condition"), a.tensor("input"), a.tensor("other")]
+
+
+@_entry("torch.masked_fill torch.Tensor.masked_fill", "input mask value")
+def _masked_fill(a):
+    return "masked_fill", [a.tensor("input"), a.tensor("mask"), a.tensor_or_scalar("value")]
+
+
+def _sum_like(name):
+    @_entry(f"torch.{name} torch.Tensor.{name}", "input dim keepdim dtype", (None, False, None))
+    def build(a):
+        if a.bound["dim"] is None:
+            a.equals("keepdim", False)
+            return name, [a.tensor("input"), a.opt_dtype("dtype")]
+        return name + "_dim", [a.tensor("input"), a.dims("dim"), a.boolean("keepdim"), a.opt_dtype("dtype")]
+
+
+_sum_like("sum")
+_sum_like("mean")
+
+
+def _amax_like(name):
+    @_entry(f"torch.{name} torch.Tensor.{name}", "input dim keepdim", ((), False))
+    def build(a):
+        return name, [a.tensor("input"), a.dims("dim"), a.boolean("keepdim")]
+
+
+_amax_like("amax")
+_amax_like("amin")
+
+
+def _all_like(name):
+    @_entry(f"torch.{name} torch.Tensor.{name}", "input dim keepdim", (None, False))
+    def build(a):
+        if a.bound["dim"] is None:
+            a.equals("keepdim", False)
+            return name, [a.tensor("input")]
+        return name + "_dim", [a.tensor("input"), a.integer("dim"), a.boolean("keepdim")]
+
+
+_all_like("all")
+_all_like("any")
+
+
+def _arg_reduce(name):
+    @_entry(f"torch.{name} torch.Tensor.{name}", "input dim keepdim", (None, False))
+    def build(a):
+        return name, [a.tensor("input"), a.opt_integer("dim"), a.boolean("keepdim")]
+
+
+_arg_reduce("argmax")
+_arg_reduce("argmin")
+
+
+@_entry("torch.Tensor.max torch.max", "input")
+def _max_all(a):
+    return "max_all", [a.tensor("input")]
+
+
+@_entry("torch.Tensor.min torch.min", "input")
+def _min_all(a):
+    return "min_all", [a.tensor("input")]
+
+
+def _shape_args(op, first):
+    """`x.view(2, 3)` and `x.view((2, 3))` alike: the int list after the tensor."""
+    args = op.attrs["args"]
+    if op.attrs.get("kwargs") or len(args) < first + 1:
+        return None
+    rest = list(args[first:])
+    if len(rest) == 1 and isinstance(rest[0], (list, tuple, torch.Size)):
+        rest = list(rest[0])
+    return {"input": args[0], "shape": rest}
+
+
+_VARARG_SHAPES = {"torch.Tensor.view": "view", "torch.Tensor.reshape": "reshape", "torch.Tensor.permute": "permute",
+                  "torch.Tensor.expand": "expand"}
+
+
+@_entry("torch.reshape", "input shape")
+def _reshape(a):
+    return "reshape", [a.tensor("input"), a.ints("shape")]
+
+
+@_entry("torch.permute", "input dims")
+def _permute(a):
+    return "permute", [a.tensor("input"), a.ints("dims")]
+
+
+@_entry("torch.flatten torch.Tensor.flatten", "input start_dim end_dim", (0, -1))
+def _flatten(a):
+    return "flatten", [a.tensor("input"), a.integer("start_dim"), a.integer("end_dim")]
+
+
+@_entry("torch.unsqueeze torch.Tensor.unsqueeze", "input dim")
+def _unsqueeze(a):
+    return "unsqueeze", [a.tensor("input"), a.integer("dim")]
+
+
+@_entry("torch.squeeze torch.Tensor.squeeze", "input dim", (None,))
+def _squeeze(a):
+    if a.bound["dim"] is None:
+        return "squeeze", [a.tensor("input")]
+    return "squeeze_dim", [a.tensor("input"), a.integer("dim")]
+
+
+@_entry("torch.transpose torch.Tensor.transpose", "input dim0 dim1")
+def _transpose(a):
+    return "transpose", [a.tensor("input"), a.integer("dim0"), a.integer("dim1")]
+
+
+@_entry("torch.select torch.Tensor.select", "input dim index")
+def _select(a):
+    return "select", [a.tensor("input"), a.integer("dim"), a.integer("index")]
+
+
+@_entry("torch.nn.functional.linear", "input weight bias", (None,))
+def _linear(a):
+    return "linear", [a.tensor("input"), a.tensor("weight"), a.opt_tensor("bias")]
+
+
+@_entry("torch.addmm", "input mat1 mat2")
+def _addmm(a):
+    return "addmm", [a.tensor("input"), a.tensor("mat1"), a.tensor("mat2")]
+
+
+def _conv(name, size):
+    @_entry(f"torch.{name} torch.nn.functional.{name}", "input weight bias stride padding dilation groups",
+            (None, 1, 0, 1, 1))
+    def build(a):
+        return name, [a.tensor("input"), a.tensor("weight"), a.opt_tensor("bias"), a.ints("stride", size),
+                      a.ints("padding", size), a.ints("dilation", size), a.integer("groups")]
+
+
+_conv("conv1d", 1)
+_conv("conv2d", 2)
+
+
+@_entry("torch.max_pool2d", "input kernel_size stride padding dilation ceil_mode", ((), 0, 1, False))
+def _max_pool2d(a):
+    return "max_pool2d", [a.tensor("input"), a.ints("kernel_size", 2), a.ints("stride", 2),
+                          a.ints("padding", 2), a.ints("dilation", 2), a.boolean("ceil_mode")]
+
+
+@_entry("torch.nn.functional.avg_pool2d torch.avg_pool2d",
+        "input kernel_size stride padding ceil_mode count_include_pad divisor_override",
+        (None, 0, False, True, None))
+def _avg_pool2d(a):
+    stride = ("ints", []) if a.bound["stride"] is None else a.ints("stride", 2)
+    return "avg_pool2d", [a.tensor("input"), a.ints("kernel_size", 2), stride, a.ints("padding", 2),
+                          a.boolean("ceil_mode"), a.boolean("count_include_pad"), a.opt_integer("divisor_override")]
+
+
+@_entry("torch.nn.functional.adaptive_avg_pool2d", "input output_size")
+def _adaptive_avg_pool2d(a):
+    return "adaptive_avg_pool2d", [a.tensor("input"), a.ints("output_size", 2)]
+
+
+@_entry("torch.embedding", "weight input padding_idx scale_grad_by_freq sparse", (-1, False, False))
+def _embedding(a):
+    return "embedding", [a.tensor("weight"), a.tensor("input"), a.integer("padding_idx"),
+                         a.boolean("scale_grad_by_freq"), a.boolean("sparse")]
+
+
+def _cell(name):
+    @_entry(f"torch.{name}", "input hx w_ih w_hh b_ih b_hh", (None, None))
+    def build(a):
+        hx = a.tensors("hx") if name == "lstm_cell" else a.tensor("hx")
+        return name, [a.tensor("input"), hx, a.tensor("w_ih"), a.tensor("w_hh"), a.opt_tensor("b_ih"),
+                      a.opt_tensor("b_hh")]
+
+
+for _name in ("gru_cell", "lstm_cell", "rnn_tanh_cell", "rnn_relu_cell"):
+    _cell(_name)
+
+
+def _softmax_like(name):
+    @_entry(f"torch.{name} torch.Tensor.{name}", "input dim dtype", (None,))
+    def build(a):
+        return name, [a.tensor("input"), a.integer("dim"), a.opt_dtype("dtype")]
+
+    # The functional wrapper (constant int dim, no dtype) calls `input.<name>(dim)`.
+    @_entry(f"torch.nn.functional.{name}", "input dim _stacklevel dtype", (None, 3, None))
+    def build_functional(a):
+        a.equals("dtype", None)
+        return name, [a.tensor("input"), a.integer("dim"), ("none", None)]
+
+
+_softmax_like("softmax")
+_softmax_like("log_softmax")
+
+
+@_entry("torch.nn.functional.layer_norm", "input normalized_shape weight bias eps", (None, None, 1e-5))
+def _layer_norm(a):
+    return "layer_norm", [a.tensor("input"), a.ints("normalized_shape"), a.opt_tensor("weight"),
+                          a.opt_tensor("bias"), a.floating("eps"), ("scalar", bool(torch.backends.cudnn.enabled))]
+
+
+def _join(name):
+    @_entry(f"torch.{name}", "tensors dim", (0,))
+    def build(a):
+        return name, [a.tensors("tensors"), a.integer("dim")]
+
+
+_join("cat")
+_join("stack")
+
+
+def _factory(op, name):
+    args, kwargs = op.attrs["args"], dict(op.attrs.get("kwargs") or {})
+    dtype = kwargs.pop("dtype", None)
+    if kwargs or not args:
+        return None
+    size = list(args[0]) if len(args) == 1 and isinstance(args[0], (list, tuple, torch.Size)) else list(args)
+    if any(type(v) is not int for v in size) or dtype is not None and not isinstance(dtype, torch.dtype):
+        return None
+    return name, [("ints", size), ("none", None) if dtype is None else ("dtype", dtype)]
+
+
+def lower(op, tensor_names):
+    """(opcode name, operands) for `op`, or None when a segment cannot hold it.
+    `tensor_names`: the variables known to be plain tensors."""
+    if "args" not in op.attrs or set(op.inputs) - {"X"} or op.attrs.get("no_grad") or op.attrs.get("once"):
+        return None
+    if not isinstance(op.attrs.get("out"), OutputRef) and op.type != "torch.lstm_cell":
+        return None
+    if op.type == "torch.lstm_cell" and not _pair_out(op.attrs.get("out")):
+        return None
+    if op.type in ("torch.zeros", "torch.ones"):
+        return _factory(op, op.type.rsplit(".", 1)[1])
+    inputs = op.input("X") if "X" in op.inputs else []
+    if op.type in _VARARG_SHAPES:
+        bound = _shape_args(op, 1)
+        if bound is None:
+            return None
+        a = _Args(bound, inputs, tensor_names)
+        try:
+            return _VARARG_SHAPES[op.type], [a.tensor("input"), a.ints("shape")]
+        except _NoFit:
+            return None
+    entry = TABLE.get(op.type)
+    if entry is None:
+        return None
+    names, defaults, build = entry
+    bound = bind_args(op, names, defaults)
+    if bound is None:
+        return None
+    try:
+        return build(_Args(bound, inputs, tensor_names))
+    except _NoFit:
+        return None
+
+
+def _pair_out(out):
+    items = getattr(out, "items", out)
+    return isinstance(items, tuple) and len(items) == 2 and items == (OutputRef(0), OutputRef(1))
+
+
+def tensor_names(program):
+    """Names of variables that hold plain tensors when the program runs."""
+    return {name for block in program.blocks for name, var in block.vars.items() if var.kind == TENSOR}
+
+
+class Plan:
+    """A segment's layout: registers 0..len(inputs)-1 hold the inputs, every
+    op result gets the next one; `instructions` as segment.cpp reads them."""
+
+    def __init__(self, inputs, outputs, output_regs, n_regs, instructions):
+        self.inputs = inputs
+        self.outputs = outputs
+        self.output_regs = output_regs
+        self.n_regs = n_regs
+        self.instructions = instructions
+
+
+def plan_segment(module, ops, lowered, live_after):
+    """The Plan for running `ops` (each lowered to (opcode, operands)) as one
+    segment; `live_after(name)`: whether the code after the segment reads
+    `name`. None when nothing the segment computes is read afterwards."""
+    opcodes, kinds = _numbering(module)
+    reg = {}      # variable name -> register holding its current value
+    inputs = []
+    steps = []    # (opcode number, [(kind name, value or register)], [out registers])
+
+    def read(name):
+        if name not in reg:
+            inputs.append(name)
+            reg[name] = None  # numbered below, once the inputs are all known
+        return name
+
+    # Inputs first (they take the low registers), then results in order.
+    for op, (opcode, operands) in zip(ops, lowered):
+        for kind, value in operands:
+            if kind == "reg":
+                read(value.name)
+            elif kind == "regs":
+                for n in value.names:
+                    read(n)
+        for name in _out_names(op):
+            reg.setdefault(name, "later")
+    for i, name in enumerate(inputs):
+        reg[name] = i
+    n_regs = len(inputs)
+    current = {name: i for i, name in enumerate(inputs)}
+    last_read = {}
+    for k, (op, (opcode, operands)) in enumerate(zip(ops, lowered)):
+        args = []
+        for kind, value in operands:
+            if kind == "reg":
+                args.append((kinds[kind], current[value.name]))
+                last_read[current[value.name]] = k
+            elif kind == "regs":
+                regs = [current[n] for n in value.names]
+                args.append((kinds[kind], regs))
+                for r in regs:
+                    last_read[r] = k
+            else:
+                args.append((kinds[kind], value))
+        outs = []
+        for name in _out_names(op):
+            current[name] = n_regs
+            outs.append(n_regs)
+            n_regs += 1
+        steps.append((opcodes[opcode], args, outs))
+    outputs = [name for name, r in current.items() if r >= len(inputs) and live_after(name)]
+    if not outputs:
+        return None
+    output_regs = [current[n] for n in outputs]
+    keep = set(output_regs)
+    instructions = []
+    for k, (opcode, args, outs) in enumerate(steps):
+        # A register is freed after its last read (results nobody reads, at once),
+        # so intermediates die as early as in the Python code.
+        frees = sorted(r for r, last in last_read.items() if last == k and r not in keep)
+        frees += [r for r in outs if r not in last_read and r not in keep]
+        instructions.append((opcode, args, outs, frees))
+    return Plan(inputs, outputs, output_regs, n_regs, instructions)
+
+
+def _out_names(op):
+    names = op.output("Out")
+    out = op.attrs.get("out")
+    if isinstance(out, OutputRef):
+        return [names[out.index]]
+    items = getattr(out, "items", out)
+    return [names[o.index] for o in items]
+
+
+_numbers = {}
+
+
+def _numbering(module):
+    if module not in _numbers:
+        _numbers[module] = (module.opcodes(), module.operand_kinds())
+    return _numbers[module]

@@ -1,0 +1,618 @@
+// d2s native segments: a straight-line run of program ops executed by C++.
+//
+// The generated Python code of a program calls one torch function per op;
+// most of each call's time on small tensors is the Python binding (argument
+// parsing, overload resolution, wrapping the result), not the kernel. A
+// Segment holds a run of such ops as instructions and calls the very ATen
+// functions those bindings call (at::linear for F.linear, at::add for
+// Tensor.__add__, ...), with the arguments the bindings would build, so the
+// kernels, their results and the autograd graph are the same as eager's.
+//
+// Contract with the Python side (runtime/native/lower.py):
+//   Segment(n_regs, n_inputs, instructions, outputs)
+//     instructions: [(opcode, [operand, ...], [out_reg, ...], [reg_to_free, ...]), ...]
+//     operand: (kind, value), kinds below (K_*).
+//   segment(*tensors) -> one tensor, or a tuple when there are several outputs,
+//   or None: "run these ops in Python". Anything this file cannot run exactly
+//   as eager would (an input that is not a plain tensor, a torch function
+//   mode, any error raised by a kernel) returns None with nothing observable
+//   done (ops are pure: no input is written, no random number drawn), and the
+//   generated code then runs the same ops in Python: the user gets eager's
+//   error, at the op's line, from there, with no exception of ours chained to
+//   it. `fallbacks()` counts those returns; `last_fallback()` says why.
+
+#include <Python.h>
+
+#include <ATen/ATen.h>
+#include <ATen/ScalarOps.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <ATen/PythonTorchFunctionTLS.h>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+// Operand kinds (mirrored by runtime/native/lower.py through `operand_kinds()`).
+enum Kind : int {
+  K_REG = 0,      // a tensor register
+  K_SCALAR = 1,   // a Python number as at::Scalar (bool, int64 or double, as the binding reads it)
+  K_WRAPPED = 2,  // a Python number where the binding wants a Tensor: a wrapped-number 0-d tensor
+  K_INTS = 3,     // a list of ints
+  K_NONE = 4,     // None for an optional argument
+  K_DTYPE = 5,    // a torch.dtype
+  K_STR = 6,      // a string
+  K_REGS = 7,     // a list of tensor registers (a TensorList)
+};
+
+// The opcodes; their names are what lower.py asks for (`opcodes()`).
+#define D2S_OPS(X)                                                                           \
+  X(tanh) X(sigmoid) X(relu) X(exp) X(log) X(neg) X(abs) X(sqrt) X(rsqrt) X(sin) X(cos)      \
+  X(reciprocal) X(logical_not) X(bitwise_not) X(floor) X(ceil) X(sign) X(erf) X(log1p)       \
+  X(expm1) X(contiguous) X(t) X(detach) X(silu) X(gelu)                                       \
+  X(add) X(sub) X(mul) X(div) X(rsub) X(matmul) X(mm) X(bmm) X(pow) X(maximum) X(minimum)    \
+  X(eq) X(ne) X(lt) X(le) X(gt) X(ge) X(and_) X(or_) X(xor_) X(logical_and) X(logical_or)      \
+  X(where) X(masked_fill)                                                                     \
+  X(sum) X(sum_dim) X(mean) X(mean_dim) X(amax) X(amin) X(all) X(all_dim) X(any) X(any_dim)  \
+  X(argmax) X(argmin) X(max_all) X(min_all)                                                   \
+  X(view) X(reshape) X(flatten) X(unsqueeze) X(squeeze) X(squeeze_dim) X(transpose)           \
+  X(permute) X(expand) X(select)                                                              \
+  X(linear) X(addmm) X(conv1d) X(conv2d) X(max_pool2d) X(avg_pool2d) X(adaptive_avg_pool2d)   \
+  X(embedding) X(gru_cell) X(lstm_cell) X(rnn_tanh_cell) X(rnn_relu_cell) X(softmax)          \
+  X(log_softmax) X(layer_norm) X(cat) X(stack) X(zeros) X(ones)
+
+enum Op : int {
+#define D2S_ENUM(name) OP_##name,
+  D2S_OPS(D2S_ENUM)
+#undef D2S_ENUM
+  OP_COUNT
+};
+
+const char* kOpNames[] = {
+#define D2S_NAME(name) #name,
+    D2S_OPS(D2S_NAME)
+#undef D2S_NAME
+};
+
+struct Operand {
+  int kind = K_NONE;
+  int reg = -1;
+  c10::Scalar scalar;
+  at::Tensor wrapped;  // K_WRAPPED: made once, read-only (like eager's, a fresh-per-call value nobody writes)
+  std::vector<int64_t> ints;
+  std::vector<int> regs;
+  at::ScalarType dtype = at::ScalarType::Undefined;
+  std::string str;
+};
+
+struct Instr {
+  int op = 0;
+  std::vector<Operand> args;
+  std::vector<int> outs;
+  std::vector<int> frees;
+};
+
+struct SegmentObject {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  int n_regs;
+  int n_inputs;
+  std::vector<Instr>* instrs;
+  std::vector<int>* outputs;
+  Py_ssize_t fallbacks;
+  std::string* last_fallback;
+};
+
+// Collects the warnings kernels raise while the GIL is released; they become
+// Python warnings, worded as torch's own binding words them, once the segment
+// has run (and are dropped when it falls back: the Python path raises them).
+class Collect : public c10::WarningHandler {
+ public:
+  struct Item {
+    bool deprecation;
+    std::string msg;
+  };
+  std::vector<Item> items;
+  void process(const c10::Warning& w) override {
+    std::string msg = w.msg();
+    if (!w.verbatim()) {
+      const auto& loc = w.source_location();
+      msg = c10::str(msg, " (Triggered internally at ", loc.file, ":", loc.line, ".)");
+    }
+    items.push_back({std::holds_alternative<c10::DeprecationWarning>(w.type()), std::move(msg)});
+  }
+};
+
+// -- operand access ------------------------------------------------------------------
+
+struct Frame {
+  std::vector<at::Tensor>& regs;
+  const Instr& in;
+  const at::Tensor& T(size_t i) const {
+    const Operand& o = in.args[i];
+    return o.kind == K_WRAPPED ? o.wrapped : regs[o.reg];
+  }
+  std::optional<at::Tensor> OT(size_t i) const {
+    if (in.args[i].kind == K_NONE) return std::nullopt;
+    return T(i);
+  }
+  bool is_reg(size_t i) const { return in.args[i].kind == K_REG || in.args[i].kind == K_WRAPPED; }
+  const c10::Scalar& S(size_t i) const { return in.args[i].scalar; }
+  int64_t I(size_t i) const { return in.args[i].scalar.toLong(); }
+  bool B(size_t i) const { return in.args[i].scalar.toBool(); }
+  double D(size_t i) const { return in.args[i].scalar.toDouble(); }
+  at::IntArrayRef L(size_t i) const { return in.args[i].ints; }
+  std::optional<int64_t> OI(size_t i) const {
+    if (in.args[i].kind == K_NONE) return std::nullopt;
+    return I(i);
+  }
+  std::optional<at::ScalarType> DT(size_t i) const {
+    if (in.args[i].kind == K_NONE) return std::nullopt;
+    return in.args[i].dtype;
+  }
+  std::vector<at::Tensor> TL(size_t i) const {
+    std::vector<at::Tensor> out;
+    out.reserve(in.args[i].regs.size());
+    for (int r : in.args[i].regs) out.push_back(regs[r]);
+    return out;
+  }
+  const std::string& STR(size_t i) const { return in.args[i].str; }
+};
+
+// Factories read the default dtype when they run, as torch.zeros does.
+at::TensorOptions factory_options(const Frame& f, size_t i) {
+  auto dt = f.DT(i);
+  return at::TensorOptions().dtype(dt ? *dt : c10::typeMetaToScalarType(c10::get_default_dtype()));
+}
+
+// One instruction: the ATen call the op's Python binding makes.
+void run_one(std::vector<at::Tensor>& regs, const Instr& in) {
+  Frame f{regs, in};
+  at::Tensor r;
+  switch (in.op) {
+    case OP_tanh: r = at::tanh(f.T(0)); break;
+    case OP_sigmoid: r = at::sigmoid(f.T(0)); break;
+    case OP_relu: r = at::relu(f.T(0)); break;
+    case OP_exp: r = at::exp(f.T(0)); break;
+    case OP_log: r = at::log(f.T(0)); break;
+    case OP_neg: r = at::neg(f.T(0)); break;
+    case OP_abs: r = at::abs(f.T(0)); break;
+    case OP_sqrt: r = at::sqrt(f.T(0)); break;
+    case OP_rsqrt: r = at::rsqrt(f.T(0)); break;
+    case OP_sin: r = at::sin(f.T(0)); break;
+    case OP_cos: r = at::cos(f.T(0)); break;
+    case OP_reciprocal: r = at::reciprocal(f.T(0)); break;
+    case OP_logical_not: r = at::logical_not(f.T(0)); break;
+    case OP_bitwise_not: r = at::bitwise_not(f.T(0)); break;
+    case OP_floor: r = at::floor(f.T(0)); break;
+    case OP_ceil: r = at::ceil(f.T(0)); break;
+    case OP_sign: r = at::sign(f.T(0)); break;
+    case OP_erf: r = at::erf(f.T(0)); break;
+    case OP_log1p: r = at::log1p(f.T(0)); break;
+    case OP_expm1: r = at::expm1(f.T(0)); break;
+    case OP_contiguous: r = f.T(0).contiguous(); break;
+    case OP_t: r = f.T(0).t(); break;
+    case OP_detach: r = f.T(0).detach(); break;
+    case OP_silu: r = at::silu(f.T(0)); break;
+    case OP_gelu: r = at::gelu(f.T(0), f.STR(1)); break;
+
+    // Binary arithmetic: the bindings read a Python number operand as a
+    // wrapped-number tensor (K_WRAPPED), so these are the Tensor overloads.
+    case OP_add: r = at::add(f.T(0), f.T(1), f.S(2)); break;
+    case OP_sub: r = at::sub(f.T(0), f.T(1), f.S(2)); break;
+    case OP_rsub: r = at::rsub(f.T(0), f.T(1), f.S(2)); break;
+    case OP_mul: r = at::mul(f.T(0), f.T(1)); break;
+    case OP_div: r = at::div(f.T(0), f.T(1)); break;
+    case OP_matmul: r = at::matmul(f.T(0), f.T(1)); break;
+    case OP_mm: r = at::mm(f.T(0), f.T(1)); break;
+    case OP_bmm: r = at::bmm(f.T(0), f.T(1)); break;
+    case OP_maximum: r = at::maximum(f.T(0), f.T(1)); break;
+    case OP_minimum: r = at::minimum(f.T(0), f.T(1)); break;
+    case OP_logical_and: r = at::logical_and(f.T(0), f.T(1)); break;
+    case OP_logical_or: r = at::logical_or(f.T(0), f.T(1)); break;
+
+    // Tensor or Scalar overloads, as the binding picks by the operand.
+#define D2S_TS(name, fn)                                                  \
+  case OP_##name:                                                         \
+    r = f.is_reg(1) ? at::fn(f.T(0), f.T(1)) : at::fn(f.T(0), f.S(1)); \
+    break;
+      D2S_TS(pow, pow)
+      D2S_TS(eq, eq)
+      D2S_TS(ne, ne)
+      D2S_TS(lt, lt)
+      D2S_TS(le, le)
+      D2S_TS(gt, gt)
+      D2S_TS(ge, ge)
+      D2S_TS(and_, __and__)
+      D2S_TS(or_, __or__)
+      D2S_TS(xor_, __xor__)
+#undef D2S_TS
+    case OP_where: r = at::where(f.T(0), f.T(1), f.T(2)); break;
+    case OP_masked_fill:
+      r = f.is_reg(2) ? at::masked_fill(f.T(0), f.T(1), f.T(2)) : at::masked_fill(f.T(0), f.T(1), f.S(2));
+      break;
+
+    case OP_sum: r = at::sum(f.T(0), f.DT(1)); break;
+    case OP_sum_dim: r = at::sum(f.T(0), f.L(1), f.B(2), f.DT(3)); break;
+    case OP_mean: r = at::mean(f.T(0), f.DT(1)); break;
+    case OP_mean_dim: r = at::mean(f.T(0), f.L(1), f.B(2), f.DT(3)); break;
+    case OP_amax: r = at::amax(f.T(0), f.L(1), f.B(2)); break;
+    case OP_amin: r = at::amin(f.T(0), f.L(1), f.B(2)); break;
+    case OP_all: r = at::all(f.T(0)); break;
+    case OP_all_dim: r = at::all(f.T(0), f.I(1), f.B(2)); break;
+    case OP_any: r = at::any(f.T(0)); break;
+    case OP_any_dim: r = at::any(f.T(0), f.I(1), f.B(2)); break;
+    case OP_argmax: r = at::argmax(f.T(0), f.OI(1), f.B(2)); break;
+    case OP_argmin: r = at::argmin(f.T(0), f.OI(1), f.B(2)); break;
+    case OP_max_all: r = at::max(f.T(0)); break;
+    case OP_min_all: r = at::min(f.T(0)); break;
+
+    case OP_view: r = f.T(0).view(f.L(1)); break;
+    case OP_reshape: r = at::reshape(f.T(0), f.L(1)); break;
+    case OP_flatten: r = at::flatten(f.T(0), f.I(1), f.I(2)); break;
+    case OP_unsqueeze: r = at::unsqueeze(f.T(0), f.I(1)); break;
+    case OP_squeeze: r = at::squeeze(f.T(0)); break;
+    case OP_squeeze_dim: r = at::squeeze(f.T(0), f.I(1)); break;
+    case OP_transpose: r = at::transpose(f.T(0), f.I(1), f.I(2)); break;
+    case OP_permute: r = at::permute(f.T(0), f.L(1)); break;
+    case OP_expand: r = f.T(0).expand(f.L(1)); break;
+    case OP_select: r = at::select(f.T(0), f.I(1), f.I(2)); break;
+
+    case OP_linear: r = at::linear(f.T(0), f.T(1), f.OT(2)); break;
+    case OP_addmm: r = at::addmm(f.T(0), f.T(1), f.T(2)); break;
+    case OP_conv1d: r = at::conv1d(f.T(0), f.T(1), f.OT(2), f.L(3), f.L(4), f.L(5), f.I(6)); break;
+    case OP_conv2d: r = at::conv2d(f.T(0), f.T(1), f.OT(2), f.L(3), f.L(4), f.L(5), f.I(6)); break;
+    case OP_max_pool2d: r = at::max_pool2d(f.T(0), f.L(1), f.L(2), f.L(3), f.L(4), f.B(5)); break;
+    case OP_avg_pool2d: r = at::avg_pool2d(f.T(0), f.L(1), f.L(2), f.L(3), f.B(4), f.B(5), f.OI(6)); break;
+    case OP_adaptive_avg_pool2d: r = at::adaptive_avg_pool2d(f.T(0), f.L(1)); break;
+    case OP_embedding: r = at::embedding(f.T(0), f.T(1), f.I(2), f.B(3), f.B(4)); break;
+    case OP_gru_cell: r = at::gru_cell(f.T(0), f.T(1), f.T(2), f.T(3), f.OT(4), f.OT(5)); break;
+    case OP_rnn_tanh_cell: r = at::rnn_tanh_cell(f.T(0), f.T(1), f.T(2), f.T(3), f.OT(4), f.OT(5)); break;
+    case OP_rnn_relu_cell: r = at::rnn_relu_cell(f.T(0), f.T(1), f.T(2), f.T(3), f.OT(4), f.OT(5)); break;
+    case OP_lstm_cell: {
+      auto hc = at::lstm_cell(f.T(0), f.TL(1), f.T(2), f.T(3), f.OT(4), f.OT(5));
+      regs[in.outs[0]] = std::move(std::get<0>(hc));
+      regs[in.outs[1]] = std::move(std::get<1>(hc));
+      for (int dead : in.frees) regs[dead] = at::Tensor();
+      return;
+    }
+    case OP_softmax: r = at::softmax(f.T(0), f.I(1), f.DT(2)); break;
+    case OP_log_softmax: r = at::log_softmax(f.T(0), f.I(1), f.DT(2)); break;
+    case OP_layer_norm: r = at::layer_norm(f.T(0), f.L(1), f.OT(2), f.OT(3), f.D(4), f.B(5)); break;
+    case OP_cat: r = at::cat(f.TL(0), f.I(1)); break;
+    case OP_stack: r = at::stack(f.TL(0), f.I(1)); break;
+    case OP_zeros: r = at::zeros(f.L(0), factory_options(f, 1)); break;
+    case OP_ones: r = at::ones(f.L(0), factory_options(f, 1)); break;
+    default: TORCH_CHECK(false, "d2s native segment: unknown opcode ", in.op);
+  }
+  regs[in.outs[0]] = std::move(r);
+  for (int dead : in.frees) regs[dead] = at::Tensor();
+}
+
+// -- the Python type ---------------------------------------------------------------
+
+PyObject* fall_back(SegmentObject* self, const std::string& why) {
+  ++self->fallbacks;
+  *self->last_fallback = why;
+  Py_RETURN_NONE;
+}
+
+PyObject* segment_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* self = reinterpret_cast<SegmentObject*>(obj);
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (kwnames != nullptr || nargs != self->n_inputs) {
+    PyErr_SetString(PyExc_TypeError, "d2s native segment called with the wrong arguments");
+    return nullptr;
+  }
+  // A torch function mode (`with torch.device(...)`, ...) or a tensor
+  // subclass (it may override __torch_function__) must see the Python calls:
+  // run the Python path.
+  if (at::impl::torch_function_mode_enabled()) {
+    return fall_back(self, "a torch function mode is active");
+  }
+  std::vector<at::Tensor> regs(self->n_regs);
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    PyObject* a = args[i];
+    if (!THPVariable_CheckExact(a)) {
+      return fall_back(self, "an input is not a plain tensor");
+    }
+    regs[i] = THPVariable_Unpack(a);
+  }
+  Collect warnings;
+  bool failed = false;
+  std::string error;
+  {
+    Py_BEGIN_ALLOW_THREADS
+    try {
+      c10::WarningUtils::WarningHandlerGuard guard(&warnings);
+      for (const Instr& in : *self->instrs) run_one(regs, in);
+    } catch (const c10::Error& e) {
+      failed = true;
+      error = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      failed = true;
+      error = e.what();
+    }
+    Py_END_ALLOW_THREADS
+  }
+  if (failed) {
+    return fall_back(self, error);
+  }
+  for (const auto& w : warnings.items) {
+    if (PyErr_WarnEx(w.deprecation ? PyExc_DeprecationWarning : PyExc_UserWarning, w.msg.c_str(), 1) < 0) {
+      return nullptr;  // warnings raised as errors: as the binding would
+    }
+  }
+  const auto& outs = *self->outputs;
+  if (outs.size() == 1) return THPVariable_Wrap(std::move(regs[outs[0]]));
+  PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(outs.size()));
+  if (tuple == nullptr) return nullptr;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    PyObject* v = THPVariable_Wrap(regs[outs[i]]);
+    if (v == nullptr) {
+      Py_DECREF(tuple);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(tuple, static_cast<Py_ssize_t>(i), v);
+  }
+  return tuple;
+}
+
+bool read_ints(PyObject* seq, std::vector<int64_t>& out) {
+  PyObject* fast = PySequence_Fast(seq, "a list of ints");
+  if (fast == nullptr) return false;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+    if (v == -1 && PyErr_Occurred()) {
+      Py_DECREF(fast);
+      return false;
+    }
+    out.push_back(v);
+  }
+  Py_DECREF(fast);
+  return true;
+}
+
+// The number as the binding reads it: bool, then int (int64), then float.
+bool read_scalar(PyObject* v, c10::Scalar& out) {
+  if (PyBool_Check(v)) {
+    out = c10::Scalar(v == Py_True);
+  } else if (PyLong_Check(v)) {
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred()) return false;
+    out = c10::Scalar(static_cast<int64_t>(x));
+  } else if (PyFloat_Check(v)) {
+    out = c10::Scalar(PyFloat_AsDouble(v));
+  } else {
+    PyErr_SetString(PyExc_TypeError, "d2s native segment: a scalar operand must be a bool, int or float");
+    return false;
+  }
+  return true;
+}
+
+bool read_operand(PyObject* item, int n_regs, Operand& o) {
+  int kind;
+  PyObject* value;
+  if (!PyArg_ParseTuple(item, "iO", &kind, &value)) return false;
+  o.kind = kind;
+  switch (kind) {
+    case K_REG:
+      o.reg = static_cast<int>(PyLong_AsLong(value));
+      if (o.reg < 0 || o.reg >= n_regs) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "d2s native segment: register out of range");
+        return false;
+      }
+      return true;
+    case K_SCALAR:
+      return read_scalar(value, o.scalar);
+    case K_WRAPPED:
+      if (!read_scalar(value, o.scalar)) return false;
+      o.wrapped = at::native::wrapped_scalar_tensor(o.scalar);
+      return true;
+    case K_INTS:
+      return read_ints(value, o.ints);
+    case K_NONE:
+      return true;
+    case K_DTYPE:
+      if (!THPDtype_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "d2s native segment: expected a torch.dtype");
+        return false;
+      }
+      o.dtype = reinterpret_cast<THPDtype*>(value)->scalar_type;
+      return true;
+    case K_STR: {
+      const char* s = PyUnicode_AsUTF8(value);
+      if (s == nullptr) return false;
+      o.str = s;
+      return true;
+    }
+    case K_REGS: {
+      std::vector<int64_t> ints;
+      if (!read_ints(value, ints)) return false;
+      for (int64_t r : ints) {
+        if (r < 0 || r >= n_regs) {
+          PyErr_SetString(PyExc_ValueError, "d2s native segment: register out of range");
+          return false;
+        }
+        o.regs.push_back(static_cast<int>(r));
+      }
+      return true;
+    }
+    default:
+      PyErr_Format(PyExc_ValueError, "d2s native segment: unknown operand kind %d", kind);
+      return false;
+  }
+}
+
+bool read_regs(PyObject* seq, int n_regs, std::vector<int>& out) {
+  std::vector<int64_t> ints;
+  if (!read_ints(seq, ints)) return false;
+  for (int64_t r : ints) {
+    if (r < 0 || r >= n_regs) {
+      PyErr_SetString(PyExc_ValueError, "d2s native segment: register out of range");
+      return false;
+    }
+    out.push_back(static_cast<int>(r));
+  }
+  return true;
+}
+
+PyObject* segment_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  int n_regs, n_inputs;
+  PyObject *instrs, *outputs;
+  if (!PyArg_ParseTuple(args, "iiOO", &n_regs, &n_inputs, &instrs, &outputs)) return nullptr;
+  if (n_inputs > n_regs || n_inputs < 0) {
+    PyErr_SetString(PyExc_ValueError, "d2s native segment: bad register layout");
+    return nullptr;
+  }
+  auto code = std::make_unique<std::vector<Instr>>();
+  auto outs = std::make_unique<std::vector<int>>();
+  try {
+    PyObject* fast = PySequence_Fast(instrs, "instructions must be a sequence");
+    if (fast == nullptr) return nullptr;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); ++i) {
+      PyObject *op_args, *op_outs, *op_frees;
+      Instr in;
+      if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "iOOO", &in.op, &op_args, &op_outs, &op_frees)) {
+        Py_DECREF(fast);
+        return nullptr;
+      }
+      bool ok = in.op >= 0 && in.op < OP_COUNT;
+      if (!ok) PyErr_Format(PyExc_ValueError, "d2s native segment: unknown opcode %d", in.op);
+      PyObject* arg_fast = ok ? PySequence_Fast(op_args, "operands must be a sequence") : nullptr;
+      ok = arg_fast != nullptr;
+      for (Py_ssize_t j = 0; ok && j < PySequence_Fast_GET_SIZE(arg_fast); ++j) {
+        in.args.emplace_back();
+        ok = read_operand(PySequence_Fast_GET_ITEM(arg_fast, j), n_regs, in.args.back());
+      }
+      Py_XDECREF(arg_fast);
+      ok = ok && read_regs(op_outs, n_regs, in.outs) && read_regs(op_frees, n_regs, in.frees) && !in.outs.empty();
+      if (!ok) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "d2s native segment: an instruction has no output");
+        Py_DECREF(fast);
+        return nullptr;
+      }
+      code->push_back(std::move(in));
+    }
+    Py_DECREF(fast);
+    if (!read_regs(outputs, n_regs, *outs)) return nullptr;
+    if (outs->empty()) {
+      PyErr_SetString(PyExc_ValueError, "d2s native segment: no outputs");
+      return nullptr;
+    }
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  auto* self = reinterpret_cast<SegmentObject*>(type->tp_alloc(type, 0));
+  if (self == nullptr) return nullptr;
+  self->vectorcall = segment_call;
+  self->n_regs = n_regs;
+  self->n_inputs = n_inputs;
+  self->instrs = code.release();
+  self->outputs = outs.release();
+  self->fallbacks = 0;
+  self->last_fallback = new std::string();
+  return reinterpret_cast<PyObject*>(self);
+}
+
+void segment_dealloc(PyObject* obj) {
+  auto* self = reinterpret_cast<SegmentObject*>(obj);
+  delete self->instrs;
+  delete self->outputs;
+  delete self->last_fallback;
+  Py_TYPE(obj)->tp_free(obj);
+}
+
+PyObject* segment_size(PyObject* obj, PyObject*) {
+  return PyLong_FromSize_t(reinterpret_cast<SegmentObject*>(obj)->instrs->size());
+}
+
+PyObject* segment_codes(PyObject* obj, PyObject*) {
+  const auto& code = *reinterpret_cast<SegmentObject*>(obj)->instrs;
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(code.size()));
+  if (list == nullptr) return nullptr;
+  for (size_t i = 0; i < code.size(); ++i) {
+    PyObject* v = PyLong_FromLong(code[i].op);
+    if (v == nullptr) {
+      Py_DECREF(list);
+      return nullptr;
+    }
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), v);
+  }
+  return list;
+}
+
+PyObject* segment_fallbacks(PyObject* obj, PyObject*) {
+  return PyLong_FromSsize_t(reinterpret_cast<SegmentObject*>(obj)->fallbacks);
+}
+
+PyObject* segment_last_fallback(PyObject* obj, PyObject*) {
+  const std::string& why = *reinterpret_cast<SegmentObject*>(obj)->last_fallback;
+  return PyUnicode_DecodeUTF8(why.data(), static_cast<Py_ssize_t>(why.size()), "replace");
+}
+
+PyMethodDef segment_methods[] = {
+    {"fallbacks", segment_fallbacks, METH_NOARGS, "how many calls left their ops to Python"},
+    {"last_fallback", segment_last_fallback, METH_NOARGS, "why the last of those did"},
+    {"size", segment_size, METH_NOARGS, "the number of instructions"},
+    {"codes", segment_codes, METH_NOARGS, "the opcode of every instruction, in order"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyTypeObject SegmentType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+PyObject* opcodes(PyObject*, PyObject*) {
+  PyObject* d = PyDict_New();
+  if (d == nullptr) return nullptr;
+  for (int i = 0; i < OP_COUNT; ++i) {
+    PyObject* v = PyLong_FromLong(i);
+    if (v == nullptr || PyDict_SetItemString(d, kOpNames[i], v) < 0) {
+      Py_XDECREF(v);
+      Py_DECREF(d);
+      return nullptr;
+    }
+    Py_DECREF(v);
+  }
+  return d;
+}
+
+PyObject* operand_kinds(PyObject*, PyObject*) {
+  return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "reg", K_REG, "scalar", K_SCALAR, "wrapped", K_WRAPPED,
+                       "ints", K_INTS, "none", K_NONE, "dtype", K_DTYPE, "str", K_STR, "regs", K_REGS);
+}
+
+PyMethodDef module_methods[] = {
+    {"opcodes", opcodes, METH_NOARGS, "opcode name -> number"},
+    {"operand_kinds", operand_kinds, METH_NOARGS, "operand kind name -> number"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "d2s_native", "d2s native segments", -1, module_methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit_d2s_native(void) {
+  SegmentType.tp_name = "d2s_native.Segment";
+  SegmentType.tp_basicsize = sizeof(SegmentObject);
+  SegmentType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
+  SegmentType.tp_vectorcall_offset = offsetof(SegmentObject, vectorcall);
+  SegmentType.tp_call = PyVectorcall_Call;
+  SegmentType.tp_new = segment_new;
+  SegmentType.tp_dealloc = segment_dealloc;
+  SegmentType.tp_methods = segment_methods;
+  SegmentType.tp_doc = "A straight-line run of program ops run by ATen calls (see segment.cpp).";
+  if (PyType_Ready(&SegmentType) < 0) return nullptr;
+  PyObject* m = PyModule_Create(&module_def);
+  if (m == nullptr) return nullptr;
+  Py_INCREF(&SegmentType);
+  if (PyModule_AddObject(m, "Segment", reinterpret_cast<PyObject*>(&SegmentType)) < 0) {
+    Py_DECREF(&SegmentType);
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}
