@@ -52,11 +52,13 @@ class CompiledBlock:
 class Codegen:
     """State of one compilation; op emitters (`OpDef.emit`) call its methods."""
 
-    def __init__(self, program, get_op_def, trace_hook=None, native_module=None):
+    def __init__(self, program, get_op_def, trace_hook=None, native_module=None, fused_autograd=False):
         self.program = program
         self.get_op_def = get_op_def
         self.trace_hook = trace_hook
         self.native = native_module  # the extension (runtime/native), or None: Python statements only
+        # The fast level: a segment called with grad on records one autograd node (segment.cpp).
+        self.fused_autograd = fused_autograd
         self._tensor_names = None
         self.segments = []
         self.globals = {}
@@ -186,7 +188,12 @@ class Codegen:
         i = 0
         while i < len(block.ops):
             end = i
+            made = set()  # names the run's ops define so far
             while end < len(block.ops) and lowered[end] is not None:
+                written = native_lower.writes(block.ops[end], lowered[end])
+                if written is not None and written not in made:
+                    break  # in place into something from outside the run: Python's
+                made.update(block.ops[end].output_names)
                 end += 1
             if end - i >= _MIN_SEGMENT:
                 stmts += self._emit_segment(block, range(i, end), lowered, per_op, last_use, keep)
@@ -226,7 +233,8 @@ class Codegen:
         out = []
         for op in block.ops:
             opdef = self.get_op_def(op.type)
-            ok = opdef.emit is None and not opdef.mutates and not opdef.random
+            ok = opdef.emit is None and not opdef.random and (not opdef.mutates
+                                                               or op.type in native_lower.WRITER_TYPES)
             out.append(native_lower.lower(op, self._tensor_names) if ok else None)
         return out
 
@@ -254,7 +262,8 @@ class Codegen:
             dead += [n for n in per_op[i][2] if plan is not None and n in plan.inputs]
         if plan is None:
             return python
-        segment = self.native.Segment(plan.n_regs, len(plan.inputs), plan.instructions, plan.output_regs)
+        segment = self.native.Segment(plan.n_regs, len(plan.inputs), plan.instructions, plan.output_regs,
+                                      self.fused_autograd)
         call = self.call(self.global_ref(segment, "seg"), [self.load(n) for n in plan.inputs])
         line = per_op[start][0]
         if len(plan.outputs) == 1:
@@ -336,11 +345,12 @@ def _sub_block_names(op):
     return names
 
 
-def compile_program(program, feed_names, fetch_names, get_op_def, trace_hook=None, native_module=None):
+def compile_program(program, feed_names, fetch_names, get_op_def, trace_hook=None, native_module=None,
+                    fused_autograd=False):
     """Compile the global block of `program` into a CompiledBlock; with
     `native_module` (runtime/native's extension), runs of ops run as native
-    segments."""
-    gen = Codegen(program, get_op_def, trace_hook, native_module)
+    segments, recording one autograd node per call with `fused_autograd`."""
+    gen = Codegen(program, get_op_def, trace_hook, native_module, fused_autograd)
     block = program.global_block()
     # Persistables an op assigns (optimizer state made by a startup program)
     # are results to store in the scope; the others are arguments.

@@ -453,6 +453,27 @@ _join("cat")
 _join("stack")
 
 
+# In place (the `inplace` pass, grad mode off): the segment runs them only on
+# a temporary an earlier op of the same segment made (see `writes`), so a
+# segment that falls back has still written nothing the Python path reads.
+INPLACE = set()
+for _name in "tanh sigmoid relu exp neg abs sqrt rsqrt sin cos log reciprocal".split():
+    _unary(_name + "_", f"torch.Tensor.{_name}_")
+    INPLACE.add(_name + "_")
+for _name in ("add", "sub"):
+    _arith(_name + "_", f"torch.Tensor.{_name}_", alpha=True)
+    INPLACE.add(_name + "_")
+for _name in ("mul", "div"):
+    _arith(_name + "_", f"torch.Tensor.{_name}_", alpha=False)
+    INPLACE.add(_name + "_")
+
+
+def writes(op, lowered):
+    """The variable an in-place op writes, or None for a pure op."""
+    opcode, operands = lowered
+    return operands[0][1].name if opcode in INPLACE else None
+
+
 def _factory(op, name):
     args, kwargs = op.attrs["args"], dict(op.attrs.get("kwargs") or {})
     dtype = kwargs.pop("dtype", None)
@@ -469,7 +490,9 @@ def lower(op, tensor_names):
     `tensor_names`: the variables known to be plain tensors."""
     if "args" not in op.attrs or set(op.inputs) - {"X"} or op.attrs.get("no_grad") or op.attrs.get("once"):
         return None
-    if not isinstance(op.attrs.get("out"), OutputRef) and op.type != "torch.lstm_cell":
+    out = op.attrs.get("out")
+    in_place = out is None and op.type in WRITER_TYPES
+    if not isinstance(out, OutputRef) and op.type != "torch.lstm_cell" and not in_place:
         return None
     if op.type == "torch.lstm_cell" and not _pair_out(op.attrs.get("out")):
         return None
@@ -501,6 +524,9 @@ def lower(op, tensor_names):
 def _pair_out(out):
     items = getattr(out, "items", out)
     return isinstance(items, tuple) and len(items) == 2 and items == (OutputRef(0), OutputRef(1))
+
+
+WRITER_TYPES = {t for t, (_, _, _build) in TABLE.items() if t.endswith("_") and not t.endswith("__")}
 
 
 def tensor_names(program):
@@ -564,6 +590,8 @@ def plan_segment(module, ops, lowered, live_after):
             else:
                 args.append((kinds[kind], value))
         outs = []
+        if opcode in INPLACE:
+            outs.append(current[operands[0][1].name])  # the written temporary's own register
         for name in _out_names(op):
             current[name] = n_regs
             outs.append(n_regs)
@@ -587,6 +615,8 @@ def plan_segment(module, ops, lowered, live_after):
 def _out_names(op):
     names = op.output("Out")
     out = op.attrs.get("out")
+    if out is None:
+        return []
     if isinstance(out, OutputRef):
         return [names[out.index]]
     items = getattr(out, "items", out)

@@ -24,12 +24,17 @@
 #include <Python.h>
 
 #include <ATen/ATen.h>
+#include <ATen/SavedTensorHooks.h>
 #include <ATen/ScalarOps.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/autograd/node.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <ATen/PythonTorchFunctionTLS.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -61,7 +66,9 @@ enum Kind : int {
   X(permute) X(expand) X(select)                                                              \
   X(linear) X(addmm) X(conv1d) X(conv2d) X(max_pool2d) X(avg_pool2d) X(adaptive_avg_pool2d)   \
   X(embedding) X(gru_cell) X(lstm_cell) X(rnn_tanh_cell) X(rnn_relu_cell) X(softmax)          \
-  X(log_softmax) X(layer_norm) X(cat) X(stack) X(zeros) X(ones)
+  X(log_softmax) X(layer_norm) X(cat) X(stack) X(zeros) X(ones)                              \
+  X(tanh_) X(sigmoid_) X(relu_) X(exp_) X(neg_) X(abs_) X(sqrt_) X(rsqrt_) X(sin_) X(cos_)     \
+  X(log_) X(reciprocal_) X(add_) X(sub_) X(mul_) X(div_)
 
 enum Op : int {
 #define D2S_ENUM(name) OP_##name,
@@ -94,13 +101,22 @@ struct Instr {
   std::vector<int> frees;
 };
 
+// What a Segment runs; shared with the backward nodes of its fused calls,
+// which may outlive the Segment object.
+struct Code {
+  int n_regs = 0;
+  int n_inputs = 0;
+  std::vector<Instr> instrs;
+  std::vector<int> outputs;
+  bool fusable = false;       // every instruction has a fused gradient (fused_grad_kind)
+  std::vector<char> needed;   // registers the fused gradient reads
+};
+
 struct SegmentObject {
   PyObject_HEAD
   vectorcallfunc vectorcall;
-  int n_regs;
-  int n_inputs;
-  std::vector<Instr>* instrs;
-  std::vector<int>* outputs;
+  std::shared_ptr<const Code>* code;
+  bool fused_autograd;  // the fast level: one autograd node per call (see run_fused)
   Py_ssize_t fallbacks;
   std::string* last_fallback;
 };
@@ -168,7 +184,7 @@ at::TensorOptions factory_options(const Frame& f, size_t i) {
 }
 
 // One instruction: the ATen call the op's Python binding makes.
-void run_one(std::vector<at::Tensor>& regs, const Instr& in) {
+void run_one(std::vector<at::Tensor>& regs, const Instr& in, const std::vector<char>* keep = nullptr) {
   Frame f{regs, in};
   at::Tensor r;
   switch (in.op) {
@@ -275,7 +291,7 @@ void run_one(std::vector<at::Tensor>& regs, const Instr& in) {
       auto hc = at::lstm_cell(f.T(0), f.TL(1), f.T(2), f.T(3), f.OT(4), f.OT(5));
       regs[in.outs[0]] = std::move(std::get<0>(hc));
       regs[in.outs[1]] = std::move(std::get<1>(hc));
-      for (int dead : in.frees) regs[dead] = at::Tensor();
+      for (int dead : in.frees) regs[dead] = at::Tensor();  // never fused: no keep
       return;
     }
     case OP_softmax: r = at::softmax(f.T(0), f.I(1), f.DT(2)); break;
@@ -285,10 +301,218 @@ void run_one(std::vector<at::Tensor>& regs, const Instr& in) {
     case OP_stack: r = at::stack(f.TL(0), f.I(1)); break;
     case OP_zeros: r = at::zeros(f.L(0), factory_options(f, 1)); break;
     case OP_ones: r = at::ones(f.L(0), factory_options(f, 1)); break;
+
+    // In place, into a temporary made earlier in the same segment (the
+    // `inplace` pass, grad mode off): the result register is the operand's.
+#define D2S_INPLACE(name) \
+  case OP_##name##_:      \
+    f.T(0).name##_();     \
+    r = f.T(0);           \
+    break;
+      D2S_INPLACE(tanh) D2S_INPLACE(sigmoid) D2S_INPLACE(relu) D2S_INPLACE(exp) D2S_INPLACE(neg)
+      D2S_INPLACE(abs) D2S_INPLACE(sqrt) D2S_INPLACE(rsqrt) D2S_INPLACE(sin) D2S_INPLACE(cos)
+      D2S_INPLACE(log) D2S_INPLACE(reciprocal)
+#undef D2S_INPLACE
+    case OP_add_: f.T(0).add_(f.T(1), f.S(2)); r = f.T(0); break;
+    case OP_sub_: f.T(0).sub_(f.T(1), f.S(2)); r = f.T(0); break;
+    case OP_mul_: f.T(0).mul_(f.T(1)); r = f.T(0); break;
+    case OP_div_: f.T(0).div_(f.T(1)); r = f.T(0); break;
     default: TORCH_CHECK(false, "d2s native segment: unknown opcode ", in.op);
   }
   regs[in.outs[0]] = std::move(r);
-  for (int dead : in.frees) regs[dead] = at::Tensor();
+  for (int dead : in.frees) {
+    if (keep == nullptr || !(*keep)[dead]) regs[dead] = at::Tensor();
+  }
+}
+
+
+// -- fused autograd (the fast level) -------------------------------------------------
+//
+// With grad mode on, each op a segment runs records its own autograd node,
+// as eager's do: most of a small op's cost. At the fast level a segment whose
+// ops all have a gradient here runs them under no_grad and records one node
+// for the whole call (as TorchScript's differentiable graphs do); its
+// backward walks the instructions in reverse with the formulas below. Values
+// are eager's (the same kernels); gradients equal eager's up to the order
+// contributions are summed in (docs/performance.md gives the tolerance).
+// Not supported, and refused loudly: double backward (create_graph=True).
+// Inputs with forward-mode tangents, and calls under saved-tensor hooks
+// (`torch.autograd.graph.save_on_cpu`, checkpointing), run the per-op path.
+
+enum GradKind : int {
+  G_NO = -1,       // no fused gradient: the segment runs with per-op autograd
+  G_SHAPES = 0,    // the gradient needs operand shapes only
+  G_RESULT = 1,    // ... the op's result
+  G_OPERANDS = 2,  // ... its tensor operands
+  G_NONDIFF = 3,   // results never carry gradient (comparisons, argmax, ...)
+};
+
+int fused_grad_kind(const Instr& in) {
+  switch (in.op) {
+    case OP_tanh: case OP_sigmoid: case OP_relu: case OP_exp:
+      return G_RESULT;
+    case OP_neg: case OP_add: case OP_sub: case OP_rsub: case OP_sum: case OP_mean:
+      return G_SHAPES;
+    case OP_mul: case OP_div: case OP_linear: case OP_addmm: case OP_mm:
+      return G_OPERANDS;
+    case OP_eq: case OP_ne: case OP_lt: case OP_le: case OP_gt: case OP_ge: case OP_logical_not:
+    case OP_logical_and: case OP_logical_or: case OP_and_: case OP_or_: case OP_xor_: case OP_argmax:
+    case OP_argmin: case OP_all: case OP_any: case OP_all_dim: case OP_any_dim:
+      return G_NONDIFF;
+    default:
+      return G_NO;
+  }
+}
+
+// Decides `fusable` and `needed` once, when the segment is made.
+void plan_fused(Code& code) {
+  code.needed.assign(code.n_regs, 0);
+  code.fusable = true;
+  for (const Instr& in : code.instrs) {
+    int kind = fused_grad_kind(in);
+    if (kind == G_NO || in.outs.size() != 1) {
+      code.fusable = false;
+      return;
+    }
+    if (kind == G_RESULT) code.needed[in.outs[0]] = 1;
+    if (kind == G_OPERANDS) {
+      for (const Operand& o : in.args) {
+        if (o.kind == K_REG) code.needed[o.reg] = 1;
+      }
+    }
+  }
+}
+
+struct SegmentBackward : public torch::autograd::Node {
+  std::shared_ptr<const Code> code;
+  std::vector<at::Tensor> saved;       // by register: detached values the gradient reads
+  std::vector<uint32_t> versions;      // their versions when saved
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<at::ScalarType> dtypes;
+  std::vector<char> req;               // the register's value depends on an input that requires grad
+  std::vector<int> grad_outputs;       // output registers, in the order of this node's inputs
+  bool released = false;
+
+  std::string name() const override { return "D2SSegmentBackward"; }
+  void release_variables() override {
+    saved.clear();
+    released = true;
+  }
+
+  const at::Tensor& value(const Operand& o) const { return o.kind == K_WRAPPED ? o.wrapped : saved[o.reg]; }
+  bool need(const Operand& o) const { return o.kind == K_REG && req[o.reg]; }
+
+  void acc(std::vector<at::Tensor>& g, const Operand& o, at::Tensor t) const {
+    if (o.kind != K_REG || !req[o.reg] || !t.defined()) return;
+    int r = o.reg;
+    if (t.sizes() != at::IntArrayRef(shapes[r])) t = at::sum_to(t, shapes[r]);
+    if (t.scalar_type() != dtypes[r]) t = t.to(dtypes[r]);
+    g[r] = g[r].defined() ? g[r] + t : std::move(t);
+  }
+
+  void backward_one(const Instr& in, std::vector<at::Tensor>& g) const {
+    const at::Tensor& go = g[in.outs[0]];
+    const auto& a = in.args;
+    switch (in.op) {
+      case OP_tanh: acc(g, a[0], at::tanh_backward(go, saved[in.outs[0]])); break;
+      case OP_sigmoid: acc(g, a[0], at::sigmoid_backward(go, saved[in.outs[0]])); break;
+      case OP_relu: acc(g, a[0], at::threshold_backward(go, saved[in.outs[0]], 0)); break;
+      case OP_exp: acc(g, a[0], go * saved[in.outs[0]]); break;
+      case OP_neg: acc(g, a[0], go.neg()); break;
+      case OP_add:
+        acc(g, a[0], go);
+        acc(g, a[1], a[2].scalar.equal(1) ? go : go * a[2].scalar);
+        break;
+      case OP_sub:
+        acc(g, a[0], go);
+        acc(g, a[1], a[2].scalar.equal(1) ? go.neg() : go * (-a[2].scalar));
+        break;
+      case OP_rsub:  // other - alpha * input
+        acc(g, a[0], a[2].scalar.equal(1) ? go.neg() : go * (-a[2].scalar));
+        acc(g, a[1], go);
+        break;
+      case OP_mul:
+        if (need(a[0])) acc(g, a[0], go * value(a[1]));
+        if (need(a[1])) acc(g, a[1], go * value(a[0]));
+        break;
+      case OP_div: {
+        const at::Tensor& x = value(a[0]);
+        const at::Tensor& y = value(a[1]);
+        if (need(a[0])) acc(g, a[0], go / y);
+        if (need(a[1])) acc(g, a[1], -go * x / (y * y));
+        break;
+      }
+      case OP_sum: acc(g, a[0], go.expand(shapes[a[0].reg])); break;
+      case OP_mean: {
+        int64_t n = c10::multiply_integers(shapes[a[0].reg]);
+        acc(g, a[0], go.expand(shapes[a[0].reg]) / static_cast<double>(n));
+        break;
+      }
+      case OP_linear: {  // y = x @ w.t() + b
+        const at::Tensor& x = saved[a[0].reg];
+        const at::Tensor& w = saved[a[1].reg];
+        if (need(a[0])) acc(g, a[0], at::matmul(go, w));
+        if (need(a[1])) {
+          acc(g, a[1], go.reshape({-1, go.size(-1)}).t().mm(x.reshape({-1, x.size(-1)})));
+        }
+        if (a[2].kind == K_REG) acc(g, a[2], go);
+        break;
+      }
+      case OP_addmm: {  // y = b + m1 @ m2
+        acc(g, a[0], go);
+        if (need(a[1])) acc(g, a[1], go.mm(saved[a[2].reg].t()));
+        if (need(a[2])) acc(g, a[2], saved[a[1].reg].t().mm(go));
+        break;
+      }
+      case OP_mm:
+        if (need(a[0])) acc(g, a[0], go.mm(saved[a[1].reg].t()));
+        if (need(a[1])) acc(g, a[1], saved[a[0].reg].t().mm(go));
+        break;
+      default:
+        break;  // G_NONDIFF: nothing flows back
+    }
+  }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    TORCH_CHECK(!released,
+                "Trying to backward through the graph a second time (or directly access saved tensors after "
+                "they have already been freed). Specify retain_graph=True if you need to backward through the "
+                "graph a second time.");
+    TORCH_CHECK(!torch::autograd::GradMode::is_enabled(),
+                "d2s: double backward (create_graph=True) through a program compiled with optimize=\"fast\" "
+                "is not supported; use the default level for higher-order gradients");
+    for (size_t r = 0; r < saved.size(); ++r) {
+      TORCH_CHECK(!saved[r].defined() || saved[r]._version() == versions[r],
+                  "one of the variables needed for gradient computation has been modified by an inplace "
+                  "operation: [", saved[r].toString(), " ", saved[r].sizes(), "] is at version ",
+                  saved[r]._version(), "; expected version ", versions[r], " instead.");
+    }
+    std::vector<at::Tensor> g(code->n_regs);
+    for (size_t k = 0; k < grad_outputs.size() && k < grads.size(); ++k) g[grad_outputs[k]] = grads[k];
+    for (auto it = code->instrs.rbegin(); it != code->instrs.rend(); ++it) {
+      if (g[it->outs[0]].defined() && req[it->outs[0]]) backward_one(*it, g);
+    }
+    torch::autograd::variable_list out(code->n_inputs);
+    for (int r = 0; r < code->n_inputs; ++r) out[r] = std::move(g[r]);
+    return out;
+  }
+};
+
+// One call with one autograd node; the GIL is released by the caller.
+void run_fused(const Code& code, std::vector<at::Tensor>& regs, std::vector<char>& req,
+               std::vector<std::vector<int64_t>>& shapes, std::vector<at::ScalarType>& dtypes) {
+  at::AutoGradMode no_grad(false);
+  for (const Instr& in : code.instrs) {
+    run_one(regs, in, &code.needed);
+    int o = in.outs[0];
+    bool r = false;
+    if (fused_grad_kind(in) != G_NONDIFF) {
+      for (const Operand& a : in.args) r = r || (a.kind == K_REG && req[a.reg]);
+    }
+    req[o] = r;
+    shapes[o] = regs[o].sizes().vec();
+    dtypes[o] = regs[o].scalar_type();
+  }
 }
 
 // -- the Python type ---------------------------------------------------------------
@@ -299,10 +523,49 @@ PyObject* fall_back(SegmentObject* self, const std::string& why) {
   Py_RETURN_NONE;
 }
 
+
+// The fused path of a call: runs the instructions under no_grad, then gives
+// the outputs that carry gradient one SegmentBackward node as grad_fn.
+void run_with_one_node(const std::shared_ptr<const Code>& code, std::vector<at::Tensor>& regs) {
+  const int n = code->n_regs;
+  std::vector<at::Tensor> inputs(regs.begin(), regs.begin() + code->n_inputs);
+  auto node = c10::make_intrusive<SegmentBackward>();
+  node->req.assign(n, 0);
+  node->shapes.resize(n);
+  node->dtypes.assign(n, at::ScalarType::Undefined);
+  for (int i = 0; i < code->n_inputs; ++i) {
+    node->req[i] = regs[i].requires_grad();
+    node->shapes[i] = regs[i].sizes().vec();
+    node->dtypes[i] = regs[i].scalar_type();
+  }
+  run_fused(*code, regs, node->req, node->shapes, node->dtypes);
+  node->code = code;
+  node->set_next_edges(torch::autograd::collect_next_edges(inputs));
+  node->saved.resize(n);
+  node->versions.assign(n, 0);
+  std::vector<char> is_output(n, 0);
+  for (int o : code->outputs) is_output[o] = 1;
+  for (int r = 0; r < n; ++r) {
+    if (!code->needed[r] || !regs[r].defined()) continue;
+    // An output gets this node as grad_fn: keep a detached alias (same
+    // storage and version counter), not the tensor, or the two keep each
+    // other alive.
+    node->saved[r] = is_output[r] ? regs[r].detach() : regs[r];
+    node->versions[r] = node->saved[r]._version();
+  }
+  for (int o : code->outputs) {
+    if (node->req[o] && torch::autograd::isDifferentiableType(regs[o].scalar_type())) {
+      torch::autograd::set_history(regs[o], node);
+      node->grad_outputs.push_back(o);
+    }
+  }
+}
+
 PyObject* segment_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* self = reinterpret_cast<SegmentObject*>(obj);
+  const std::shared_ptr<const Code>& code = *self->code;
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-  if (kwnames != nullptr || nargs != self->n_inputs) {
+  if (kwnames != nullptr || nargs != code->n_inputs) {
     PyErr_SetString(PyExc_TypeError, "d2s native segment called with the wrong arguments");
     return nullptr;
   }
@@ -312,13 +575,25 @@ PyObject* segment_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyOb
   if (at::impl::torch_function_mode_enabled()) {
     return fall_back(self, "a torch function mode is active");
   }
-  std::vector<at::Tensor> regs(self->n_regs);
+  std::vector<at::Tensor> regs(code->n_regs);
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     PyObject* a = args[i];
     if (!THPVariable_CheckExact(a)) {
       return fall_back(self, "an input is not a plain tensor");
     }
     regs[i] = THPVariable_Unpack(a);
+  }
+  bool fused = false;
+  // Saved-tensor hooks (offloading, checkpointing) act on each op's saved
+  // tensors: with any active, calls record per-op nodes, as eager's.
+  if (self->fused_autograd && code->fusable && torch::autograd::GradMode::is_enabled() &&
+      at::SavedTensorDefaultHooks::get_tls_state().stack.empty()) {
+    bool wants_grad = false, tangents = false;
+    for (int i = 0; i < code->n_inputs; ++i) {
+      wants_grad = wants_grad || regs[i].requires_grad();
+      tangents = tangents || regs[i]._fw_grad(/*level=*/0).defined();
+    }
+    fused = wants_grad && !tangents;  // forward-mode AD: the per-op path computes tangents
   }
   Collect warnings;
   bool failed = false;
@@ -327,7 +602,11 @@ PyObject* segment_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyOb
     Py_BEGIN_ALLOW_THREADS
     try {
       c10::WarningUtils::WarningHandlerGuard guard(&warnings);
-      for (const Instr& in : *self->instrs) run_one(regs, in);
+      if (fused) {
+        run_with_one_node(code, regs);
+      } else {
+        for (const Instr& in : code->instrs) run_one(regs, in);
+      }
     } catch (const c10::Error& e) {
       failed = true;
       error = e.what_without_backtrace();
@@ -345,7 +624,7 @@ PyObject* segment_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyOb
       return nullptr;  // warnings raised as errors: as the binding would
     }
   }
-  const auto& outs = *self->outputs;
+  const auto& outs = code->outputs;
   if (outs.size() == 1) return THPVariable_Wrap(std::move(regs[outs[0]]));
   PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(outs.size()));
   if (tuple == nullptr) return nullptr;
@@ -461,15 +740,18 @@ bool read_regs(PyObject* seq, int n_regs, std::vector<int>& out) {
 }
 
 PyObject* segment_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-  int n_regs, n_inputs;
+  int n_regs, n_inputs, fused_autograd = 0;
   PyObject *instrs, *outputs;
-  if (!PyArg_ParseTuple(args, "iiOO", &n_regs, &n_inputs, &instrs, &outputs)) return nullptr;
+  if (!PyArg_ParseTuple(args, "iiOO|p", &n_regs, &n_inputs, &instrs, &outputs, &fused_autograd)) return nullptr;
   if (n_inputs > n_regs || n_inputs < 0) {
     PyErr_SetString(PyExc_ValueError, "d2s native segment: bad register layout");
     return nullptr;
   }
-  auto code = std::make_unique<std::vector<Instr>>();
-  auto outs = std::make_unique<std::vector<int>>();
+  auto built = std::make_shared<Code>();
+  built->n_regs = n_regs;
+  built->n_inputs = n_inputs;
+  auto* code = &built->instrs;
+  auto* outs = &built->outputs;
   try {
     PyObject* fast = PySequence_Fast(instrs, "instructions must be a sequence");
     if (fast == nullptr) return nullptr;
@@ -503,6 +785,7 @@ PyObject* segment_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
       PyErr_SetString(PyExc_ValueError, "d2s native segment: no outputs");
       return nullptr;
     }
+    plan_fused(*built);
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return nullptr;
@@ -510,10 +793,8 @@ PyObject* segment_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   auto* self = reinterpret_cast<SegmentObject*>(type->tp_alloc(type, 0));
   if (self == nullptr) return nullptr;
   self->vectorcall = segment_call;
-  self->n_regs = n_regs;
-  self->n_inputs = n_inputs;
-  self->instrs = code.release();
-  self->outputs = outs.release();
+  self->code = new std::shared_ptr<const Code>(std::move(built));
+  self->fused_autograd = fused_autograd != 0;
   self->fallbacks = 0;
   self->last_fallback = new std::string();
   return reinterpret_cast<PyObject*>(self);
@@ -521,18 +802,17 @@ PyObject* segment_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
 
 void segment_dealloc(PyObject* obj) {
   auto* self = reinterpret_cast<SegmentObject*>(obj);
-  delete self->instrs;
-  delete self->outputs;
+  delete self->code;
   delete self->last_fallback;
   Py_TYPE(obj)->tp_free(obj);
 }
 
 PyObject* segment_size(PyObject* obj, PyObject*) {
-  return PyLong_FromSize_t(reinterpret_cast<SegmentObject*>(obj)->instrs->size());
+  return PyLong_FromSize_t((*reinterpret_cast<SegmentObject*>(obj)->code)->instrs.size());
 }
 
 PyObject* segment_codes(PyObject* obj, PyObject*) {
-  const auto& code = *reinterpret_cast<SegmentObject*>(obj)->instrs;
+  const auto& code = (*reinterpret_cast<SegmentObject*>(obj)->code)->instrs;
   PyObject* list = PyList_New(static_cast<Py_ssize_t>(code.size()));
   if (list == nullptr) return nullptr;
   for (size_t i = 0; i < code.size(); ++i) {
@@ -555,7 +835,13 @@ PyObject* segment_last_fallback(PyObject* obj, PyObject*) {
   return PyUnicode_DecodeUTF8(why.data(), static_cast<Py_ssize_t>(why.size()), "replace");
 }
 
+PyObject* segment_fused(PyObject* obj, PyObject*) {
+  auto* self = reinterpret_cast<SegmentObject*>(obj);
+  return PyBool_FromLong(self->fused_autograd && (*self->code)->fusable);
+}
+
 PyMethodDef segment_methods[] = {
+    {"fused", segment_fused, METH_NOARGS, "whether grad-mode calls record one autograd node (the fast level)"},
     {"fallbacks", segment_fallbacks, METH_NOARGS, "how many calls left their ops to Python"},
     {"last_fallback", segment_last_fallback, METH_NOARGS, "why the last of those did"},
     {"size", segment_size, METH_NOARGS, "the number of instructions"},

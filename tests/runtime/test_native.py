@@ -190,6 +190,43 @@ CASES = {
 }
 
 
+def inplace_chain(x, y):
+    """Under no_grad the `inplace` pass writes each fresh temporary in place."""
+    p = x.abs() + 0.5
+    return (torch.tanh(x * 1.1), torch.sigmoid(x * 1.2), torch.relu(x * 1.3), torch.exp(x * 1.4), -(x * 1.5),
+            torch.abs(x * 1.6), torch.sqrt(p * 1.7), torch.rsqrt(p * 1.8), torch.sin(x * 1.9), torch.cos(x * 2.1),
+            torch.log(p * 2.2), torch.reciprocal(p * 2.3), x * 2.4 + y, x * 2.5 - y, x * 2.6 * y, x * 2.7 / p)
+
+
+def outside(x, y):
+    t = F.conv3d(x.view(1, 1, 3, 2, 2), y[:2, :2].reshape(1, 1, 1, 2, 2))  # not in the table: made outside any segment
+    return torch.tanh(t) + 1  # tanh_ and add_ on it stay Python statements
+
+
+def _inference(static):
+    return static.concrete_program._inference
+
+
+@pytest.mark.parametrize("fn", [inplace_chain, outside], ids=lambda f: f.__name__)
+def test_in_place_reuse_inside_segments_under_no_grad(fn):
+    static = d2s.declarative(fn)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    args = (x, y)[:fn.__code__.co_argcount]
+    with torch.no_grad():
+        static(*args)
+        got, want = _flat(static(*args)), _flat(fn(*args))
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    compiled = _inference(static)
+    names = {v: k for k, v in native.load().opcodes().items()}
+    codes = {names[c] for seg in compiled.segments for c in seg.codes()}
+    assert all(seg.fallbacks() == 0 for seg in compiled.segments)
+    if fn is outside:
+        assert "tanh_" not in codes and "k_tanh_" in compiled.source and "k_add_" in compiled.source
+    else:
+        assert {n for n in names.values() if n.endswith("_") and not n.endswith("__")} - {"and_", "or_", "xor_"} \
+            <= codes
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_op_groups_match_eager_bitwise_with_grads(name):
     fn, make_args = CASES[name]
@@ -205,6 +242,10 @@ def test_every_opcode_is_covered_by_a_case():
         static(*make_args())
         for plan in _compiled(static).segments:
             seen |= {names[i] for i in plan.codes()}
+    static = d2s.declarative(inplace_chain)
+    with torch.no_grad():
+        static(torch.randn(3, 4), torch.randn(3, 4))
+    seen |= {names[i] for seg in _inference(static).segments for i in seg.codes()}
     assert set(names.values()) - seen == set()
 
 
@@ -393,3 +434,153 @@ def test_native_off_by_environment(monkeypatch):
     x = torch.randn(3)
     assert torch.equal(static(x), two_ops(x))
     assert not _compiled(static).segments
+
+
+# -- the fast level: one autograd node per segment call -----------------------------------------
+
+def fused_ops(x, w, b, v, s):
+    h = torch.tanh(F.linear(x, w, b))                    # linear, tanh
+    h = h + torch.sigmoid(h) * v - torch.relu(h) / 2.0   # broadcast mul (v is [4]), relu, div by a number
+    h = 1.0 - h + torch.exp(-h).mean()                   # rsub, exp, neg, mean
+    h = torch.sub(h, x @ s, alpha=0.5) / (h.abs() + 1)   # mm, sub with alpha, div by a tensor (abs: not fused)
+    return h * (h > 0), h.sum()                          # comparison (no gradient), mul by a tensor, sum
+
+
+def fused_chain(x, w, b, v, s):
+    h = torch.tanh(F.linear(x, w, b))
+    h = h + torch.sigmoid(h) * v - torch.relu(h) / 2.0
+    h = 1.0 - h + torch.exp(-h).mean()
+    h = torch.sub(h, torch.addmm(b, x, s), alpha=0.5) / (h * h + 1)
+    return h * (h > 0), h.sum(), x * x
+
+
+def _fused_args(grad=(True, True, True, True, True)):
+    shapes = [(3, 4), (4, 4), (4,), (4,), (4, 4)]
+    return [torch.randn(*s, generator=torch.Generator().manual_seed(i)).requires_grad_(g)
+            for i, (s, g) in enumerate(zip(shapes, grad))]
+
+
+# Float32 gradients of the fused backward differ from eager's per-op ones
+# by the order contributions are summed in at most.
+_RTOL, _ATOL = 1e-5, 1e-6
+
+
+@pytest.mark.parametrize("grad", [(True,) * 5, (False, True, True, False, True), (True, False, False, False, False)])
+def test_fast_level_records_one_node_and_matches_eager(grad):
+    fast = d2s.declarative(fused_chain, optimize="fast")
+    args, eager_args = _fused_args(grad), _fused_args(grad)
+    got = fast(*args)
+    want = fused_chain(*eager_args)
+    compiled = _compiled(fast)
+    assert any(s.fused() for s in compiled.segments)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)  # the same kernels: values are eager's
+    assert got[0].grad_fn.name() == "D2SSegmentBackward"
+    assert len({id(g.grad_fn) for g in got if g.requires_grad}) == 1  # one node for the call
+    assert [g.requires_grad for g in got] == [w.requires_grad for w in want]
+    (got[0].sum() * 3 + got[1] + got[2].sum() * int(got[2].requires_grad)).backward()
+    (want[0].sum() * 3 + want[1] + want[2].sum() * int(want[2].requires_grad)).backward()
+    for a, b in zip(args, eager_args):
+        if b.requires_grad:
+            torch.testing.assert_close(a.grad, b.grad, rtol=_RTOL, atol=_ATOL)
+        else:
+            assert a.grad is None
+
+
+def test_fast_level_with_unfused_ops_keeps_per_op_autograd():
+    fast = d2s.declarative(fused_ops, optimize="fast")
+    args, eager_args = _fused_args(), _fused_args()
+    got, want = fast(*args), fused_ops(*eager_args)
+    assert not any(s.fused() for s in _compiled(fast).segments)  # abs has no fused gradient
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    (got[0].sum() + got[1]).backward()
+    (want[0].sum() + want[1]).backward()
+    for a, b in zip(args, eager_args):
+        assert torch.equal(a.grad, b.grad)  # per-op autograd: eager's graph, bit for bit
+
+
+def test_fused_node_refuses_double_backward_and_second_backward():
+    fast = d2s.declarative(fused_chain, optimize="fast")
+    args = _fused_args()
+    out = fast(*args)[1]
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(out, args[0], create_graph=True)
+    out = fast(*args)[1]
+    g1 = torch.autograd.grad(out, args[1], retain_graph=True)[0]
+    g2 = torch.autograd.grad(out, args[1])[0]
+    assert torch.equal(g1, g2)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        torch.autograd.grad(out, args[1])
+
+
+def test_fused_node_sees_in_place_changes_of_what_it_saved():
+    fast = d2s.declarative(fused_chain, optimize="fast")
+    args, eager_args = _fused_args(), _fused_args()
+    out, want = fast(*args), fused_chain(*eager_args)
+    with torch.no_grad():
+        args[1].add_(1.0)        # a saved weight, as an optimizer step between forward and backward
+        eager_args[1].add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        want[1].backward()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out[1].backward()
+
+
+def test_fused_segments_fall_back_to_per_op_autograd_for_forward_mode():
+    import torch.autograd.forward_ad as fwAD
+
+    fast = d2s.declarative(fused_chain, optimize="fast")
+    args = _fused_args()
+    fast(*args)
+    tangent = torch.randn(3, 4)
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(args[0].detach(), tangent)
+        got = fwAD.unpack_dual(fast(dual, *args[1:])[1]).tangent
+        want = fwAD.unpack_dual(fused_chain(fwAD.make_dual(args[0].detach(), tangent), *args[1:])[1]).tangent
+    assert torch.equal(got, want)
+
+
+def test_fast_level_training_tracks_eager():
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8), torch.nn.Sigmoid(),
+                                torch.nn.Linear(8, 3))
+    twin = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8), torch.nn.Sigmoid(),
+                               torch.nn.Linear(8, 3))
+    twin.load_state_dict(eager.state_dict())
+    fast = d2s.declarative(twin, optimize="fast")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (eager, twin)]
+    x, y = torch.randn(16, 6), torch.randn(16, 3)
+    for _ in range(5):
+        for model, opt in zip((eager, fast), opts):
+            opt.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            opt.step()
+    assert any(s.fused() for s in fast.forward.concrete_program.compiled.segments)
+    for a, b in zip(eager.parameters(), twin.parameters()):
+        torch.testing.assert_close(a, b, rtol=_RTOL, atol=_ATOL)
+
+
+def test_default_level_never_fuses():
+    static = d2s.declarative(fused_chain)
+    out = static(*_fused_args())
+    assert not any(s.fused() for s in _compiled(static).segments)
+    assert out[1].grad_fn.name() != "D2SSegmentBackward"
+
+
+def test_saved_tensor_hooks_see_per_op_saves():
+    fast = d2s.declarative(fused_chain, optimize="fast")
+    args = _fused_args()
+    packed = []
+
+    def pack(t):
+        packed.append(t.shape)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fast(*args)
+    assert out[1].grad_fn.name() != "D2SSegmentBackward" and packed
+    eager = fused_chain(*_fused_args())
+    eager[1].backward()
+    out[1].backward()
+    assert args[1].grad is not None
