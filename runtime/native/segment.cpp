@@ -184,7 +184,9 @@ at::TensorOptions factory_options(const Frame& f, size_t i) {
 }
 
 // One instruction: the ATen call the op's Python binding makes.
-void run_one(std::vector<at::Tensor>& regs, const Instr& in, const std::vector<char>* keep = nullptr) {
+// `keep_all`: free nothing (the fused path records every result's shape and
+// saves what its gradient reads once the call is done).
+void run_one(std::vector<at::Tensor>& regs, const Instr& in, bool keep_all = false) {
   Frame f{regs, in};
   at::Tensor r;
   switch (in.op) {
@@ -291,7 +293,7 @@ void run_one(std::vector<at::Tensor>& regs, const Instr& in, const std::vector<c
       auto hc = at::lstm_cell(f.T(0), f.TL(1), f.T(2), f.T(3), f.OT(4), f.OT(5));
       regs[in.outs[0]] = std::move(std::get<0>(hc));
       regs[in.outs[1]] = std::move(std::get<1>(hc));
-      for (int dead : in.frees) regs[dead] = at::Tensor();  // never fused: no keep
+      for (int dead : in.frees) regs[dead] = at::Tensor();  // never fused
       return;
     }
     case OP_softmax: r = at::softmax(f.T(0), f.I(1), f.DT(2)); break;
@@ -320,8 +322,8 @@ void run_one(std::vector<at::Tensor>& regs, const Instr& in, const std::vector<c
     default: TORCH_CHECK(false, "d2s native segment: unknown opcode ", in.op);
   }
   regs[in.outs[0]] = std::move(r);
-  for (int dead : in.frees) {
-    if (keep == nullptr || !(*keep)[dead]) regs[dead] = at::Tensor();
+  if (!keep_all) {
+    for (int dead : in.frees) regs[dead] = at::Tensor();
   }
 }
 
@@ -503,7 +505,7 @@ void run_fused(const Code& code, std::vector<at::Tensor>& regs, std::vector<char
                std::vector<std::vector<int64_t>>& shapes, std::vector<at::ScalarType>& dtypes) {
   at::AutoGradMode no_grad(false);
   for (const Instr& in : code.instrs) {
-    run_one(regs, in, &code.needed);
+    run_one(regs, in, /*keep_all=*/true);
     int o = in.outs[0];
     bool r = false;
     if (fused_grad_kind(in) != G_NONDIFF) {

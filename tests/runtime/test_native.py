@@ -454,6 +454,13 @@ def fused_chain(x, w, b, v, s):
     return h * (h > 0), h.sum(), x * x
 
 
+def fused_more(x, w, b, v, s):
+    y = torch.mm(x, s) + 2                                # mm, add of a number
+    z = torch.add(y, x, alpha=0.5) * -1.5 + v            # add with alpha, mul by a number, broadcast add
+    k = z.argmax(1) + (z > 0).any(1) + (z < 1).all()     # no gradient through these
+    return -z / (w.sum() + 3), z.mean() * torch.sigmoid(b).sum(), k
+
+
 def _fused_args(grad=(True, True, True, True, True)):
     shapes = [(3, 4), (4, 4), (4,), (4,), (4, 4)]
     return [torch.randn(*s, generator=torch.Generator().manual_seed(i)).requires_grad_(g)
@@ -465,12 +472,13 @@ def _fused_args(grad=(True, True, True, True, True)):
 _RTOL, _ATOL = 1e-5, 1e-6
 
 
+@pytest.mark.parametrize("fn", [fused_chain, fused_more], ids=lambda f: f.__name__)
 @pytest.mark.parametrize("grad", [(True,) * 5, (False, True, True, False, True), (True, False, False, False, False)])
-def test_fast_level_records_one_node_and_matches_eager(grad):
-    fast = d2s.declarative(fused_chain, optimize="fast")
+def test_fast_level_records_one_node_and_matches_eager(fn, grad):
+    fast = d2s.declarative(fn, optimize="fast")
     args, eager_args = _fused_args(grad), _fused_args(grad)
     got = fast(*args)
-    want = fused_chain(*eager_args)
+    want = fn(*eager_args)
     compiled = _compiled(fast)
     assert any(s.fused() for s in compiled.segments)
     for g, w in zip(got, want):
@@ -478,8 +486,11 @@ def test_fast_level_records_one_node_and_matches_eager(grad):
     assert got[0].grad_fn.name() == "D2SSegmentBackward"
     assert len({id(g.grad_fn) for g in got if g.requires_grad}) == 1  # one node for the call
     assert [g.requires_grad for g in got] == [w.requires_grad for w in want]
-    (got[0].sum() * 3 + got[1] + got[2].sum() * int(got[2].requires_grad)).backward()
-    (want[0].sum() * 3 + want[1] + want[2].sum() * int(want[2].requires_grad)).backward()
+    def loss(outs):
+        return sum(o.float().sum() * (i + 2) for i, o in enumerate(outs) if o.requires_grad)
+
+    loss(got).backward()
+    loss(want).backward()
     for a, b in zip(args, eager_args):
         if b.requires_grad:
             torch.testing.assert_close(a.grad, b.grad, rtol=_RTOL, atol=_ATOL)
