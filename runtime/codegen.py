@@ -188,12 +188,13 @@ class Codegen:
         i = 0
         while i < len(block.ops):
             end = i
-            made = set()  # names the run's ops define so far
+            fresh = set()  # tensors the run made that nothing outside it can see
             while end < len(block.ops) and lowered[end] is not None:
-                written = native_lower.writes(block.ops[end], lowered[end])
-                if written is not None and written not in made:
-                    break  # in place into something from outside the run: Python's
-                made.update(block.ops[end].output_names)
+                op = block.ops[end]
+                written = native_lower.writes(op, lowered[end])
+                if written is not None and written not in fresh:
+                    break  # in place into a tensor from outside the run (or a view of one): Python's
+                fresh |= native_lower.fresh_names(op, lowered[end], fresh)
                 end += 1
             if end - i >= _MIN_SEGMENT:
                 stmts += self._emit_segment(block, range(i, end), lowered, per_op, last_use, keep)

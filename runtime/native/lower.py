@@ -474,6 +474,25 @@ def writes(op, lowered):
     return operands[0][1].name if opcode in INPLACE else None
 
 
+# Results that may share storage with an operand (a view, or the operand
+# itself: `contiguous()` of a contiguous tensor).
+ALIASING = {"contiguous", "t", "detach", "view", "reshape", "flatten", "unsqueeze", "squeeze", "squeeze_dim",
+            "transpose", "permute", "expand", "select"}
+
+
+def fresh_names(op, lowered, fresh):
+    """The names `op` leaves holding a tensor that only the segment can see,
+    given `fresh`, the names that do so before it: results of ops that make
+    a new tensor, and in-place writes into such a tensor. An in-place op may
+    only write one of these (segment.cpp's fallback contract: nothing the
+    Python path reads has been written)."""
+    opcode, _ = lowered
+    written = writes(op, lowered)
+    if written is not None:
+        return set(op.output_names) if written in fresh else set()
+    return set() if opcode in ALIASING else set(_out_names(op))
+
+
 def _factory(op, name):
     args, kwargs = op.attrs["args"], dict(op.attrs.get("kwargs") or {})
     dtype = kwargs.pop("dtype", None)
@@ -591,11 +610,17 @@ def plan_segment(module, ops, lowered, live_after):
                 args.append((kinds[kind], value))
         outs = []
         if opcode in INPLACE:
-            outs.append(current[operands[0][1].name])  # the written temporary's own register
-        for name in _out_names(op):
-            current[name] = n_regs
-            outs.append(n_regs)
-            n_regs += 1
+            # The result is the written tensor itself: every name the op
+            # gives it (the user's `b = a.mul_(2)`) reads that register.
+            written = current[operands[0][1].name]
+            outs.append(written)
+            for name in _out_names(op):
+                current[name] = written
+        else:
+            for name in _out_names(op):
+                current[name] = n_regs
+                outs.append(n_regs)
+                n_regs += 1
         steps.append((opcodes[opcode], args, outs))
     outputs = [name for name, r in current.items() if r >= len(inputs) and live_after(name)]
     if not outputs:

@@ -627,6 +627,11 @@ PyObject* segment_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyOb
     }
   }
   const auto& outs = code->outputs;
+  for (int o : outs) {
+    // Never hand Python None for a tensor: a layout mistake costs speed (the
+    // Python path runs), not a wrong value.
+    if (!regs[o].defined()) return fall_back(self, "an output register holds no tensor");
+  }
   if (outs.size() == 1) return THPVariable_Wrap(std::move(regs[outs[0]]));
   PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(outs.size()));
   if (tuple == nullptr) return nullptr;

@@ -595,3 +595,26 @@ def test_saved_tensor_hooks_see_per_op_saves():
     eager[1].backward()
     out[1].backward()
     assert args[1].grad is not None
+
+
+def users_in_place(x):
+    acc = torch.zeros(3)
+    acc.mul_(-1.0)              # the user's own in-place op, on a tensor the segment made
+    b = acc.add_(x)             # its result is the written tensor, under another name
+    v = x.view(3)
+    v.mul_(2.0)                 # into a view of an input: must stay a Python statement
+    return b * 2, acc + 1, v + 0
+
+
+def test_users_in_place_ops_inside_and_outside_segments():
+    static = d2s.declarative(users_in_place)
+    for _ in range(2):
+        x1, x2 = torch.randn(3), None
+        x2 = x1.clone()
+        got, want = static(x1), users_in_place(x2)
+        assert all(torch.equal(g, w) for g, w in zip(got, want)) and torch.equal(x1, x2)
+    compiled = _compiled(static)
+    assert all(seg.fallbacks() == 0 for seg in compiled.segments)
+    names = {v: k for k, v in native.load().opcodes().items()}
+    codes = [names[c] for seg in compiled.segments for c in seg.codes()]
+    assert "mul_" in codes and "add_" in codes and codes.count("mul_") == 1  # v.mul_ ran in Python
