@@ -2,10 +2,10 @@
 hand-written straight-line Python calling the very kernels d2s's generated
 code calls, no modules, no wrappers.
 
-The default level keeps each kernel (results bit-identical to eager), so a
-program cannot run faster than these kernels called back to back; the gap
-between the two columns is all d2s could still remove without changing
-kernels.
+The default level keeps each kernel (results bit-identical to eager). The
+right column is the floor of calling those kernels from Python, one binding
+call per op; native segments (runtime/native) make the same ATen calls from
+C++, so d2s now runs below it, and what remains is the kernels' own cost.
 
     OMP_NUM_THREADS=1 python benchmarks/floor.py [--rounds 11] [--no-grad]
 

@@ -265,7 +265,9 @@ class Codegen:
             return python
         segment = self.native.Segment(plan.n_regs, len(plan.inputs), plan.instructions, plan.output_regs,
                                       self.fused_autograd)
-        call = self.call(self.global_ref(segment, "seg"), [self.load(n) for n in plan.inputs])
+        name = f"seg_{len(self.segments) + 1}"  # segments have no __name__ to build one from
+        self.globals[name] = segment
+        call = self.call(ast.Name(id=name, ctx=ast.Load()), [self.load(n) for n in plan.inputs])
         line = per_op[start][0]
         if len(plan.outputs) == 1:
             result = plan.outputs[0]
