@@ -679,6 +679,19 @@ bool read_scalar(PyObject* v, c10::Scalar& out) {
   return true;
 }
 
+bool read_regs(PyObject* seq, int n_regs, std::vector<int>& out) {
+  std::vector<int64_t> ints;
+  if (!read_ints(seq, ints)) return false;
+  for (int64_t r : ints) {
+    if (r < 0 || r >= n_regs) {
+      PyErr_SetString(PyExc_ValueError, "d2s native segment: register out of range");
+      return false;
+    }
+    out.push_back(static_cast<int>(r));
+  }
+  return true;
+}
+
 bool read_operand(PyObject* item, int n_regs, Operand& o) {
   int kind;
   PyObject* value;
@@ -715,35 +728,12 @@ bool read_operand(PyObject* item, int n_regs, Operand& o) {
       o.str = s;
       return true;
     }
-    case K_REGS: {
-      std::vector<int64_t> ints;
-      if (!read_ints(value, ints)) return false;
-      for (int64_t r : ints) {
-        if (r < 0 || r >= n_regs) {
-          PyErr_SetString(PyExc_ValueError, "d2s native segment: register out of range");
-          return false;
-        }
-        o.regs.push_back(static_cast<int>(r));
-      }
-      return true;
-    }
+    case K_REGS:
+      return read_regs(value, n_regs, o.regs);
     default:
       PyErr_Format(PyExc_ValueError, "d2s native segment: unknown operand kind %d", kind);
       return false;
   }
-}
-
-bool read_regs(PyObject* seq, int n_regs, std::vector<int>& out) {
-  std::vector<int64_t> ints;
-  if (!read_ints(seq, ints)) return false;
-  for (int64_t r : ints) {
-    if (r < 0 || r >= n_regs) {
-      PyErr_SetString(PyExc_ValueError, "d2s native segment: register out of range");
-      return false;
-    }
-    out.push_back(static_cast<int>(r));
-  }
-  return true;
 }
 
 PyObject* segment_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
