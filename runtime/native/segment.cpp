@@ -34,6 +34,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <ATen/PythonTorchFunctionTLS.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -351,31 +352,52 @@ enum GradKind : int {
 
 int fused_grad_kind(const Instr& in) {
   switch (in.op) {
-    case OP_tanh: case OP_sigmoid: case OP_relu: case OP_exp:
+    case OP_tanh: case OP_sigmoid: case OP_relu: case OP_exp: case OP_sqrt: case OP_rsqrt: case OP_reciprocal:
+    case OP_expm1: case OP_softmax: case OP_log_softmax:
       return G_RESULT;
-    case OP_neg: case OP_add: case OP_sub: case OP_rsub: case OP_sum: case OP_mean:
+    case OP_neg: case OP_add: case OP_sub: case OP_rsub: case OP_sum: case OP_mean: case OP_sum_dim:
+    case OP_mean_dim: case OP_view: case OP_reshape: case OP_flatten: case OP_unsqueeze: case OP_squeeze:
+    case OP_squeeze_dim: case OP_transpose: case OP_permute: case OP_t: case OP_contiguous: case OP_expand:
+    case OP_select: case OP_cat: case OP_stack:
       return G_SHAPES;
-    case OP_mul: case OP_div: case OP_linear: case OP_addmm: case OP_mm:
+    case OP_mul: case OP_div: case OP_linear: case OP_addmm: case OP_mm: case OP_log: case OP_sin: case OP_cos:
+    case OP_abs: case OP_log1p: case OP_silu: case OP_gelu: case OP_embedding: case OP_where: case OP_masked_fill:
       return G_OPERANDS;
+    case OP_pow:  // x ** number only; a tensor exponent keeps per-op autograd
+      return in.args[1].kind == K_SCALAR ? G_OPERANDS : G_NO;
     case OP_eq: case OP_ne: case OP_lt: case OP_le: case OP_gt: case OP_ge: case OP_logical_not:
     case OP_logical_and: case OP_logical_or: case OP_and_: case OP_or_: case OP_xor_: case OP_argmax:
-    case OP_argmin: case OP_all: case OP_any: case OP_all_dim: case OP_any_dim:
+    case OP_argmin: case OP_all: case OP_any: case OP_all_dim: case OP_any_dim: case OP_detach: case OP_zeros:
+    case OP_ones: case OP_bitwise_not:  // bitwise_not: bool/integer tensors only
       return G_NONDIFF;
     default:
       return G_NO;
   }
 }
 
+// Results that may share storage with an operand. As a segment's output
+// such a view would be a view made under no_grad of a tensor that requires
+// grad, which autograd treats differently from eager's view: never fused.
+bool aliases(int op) {
+  switch (op) {
+    case OP_view: case OP_reshape: case OP_flatten: case OP_unsqueeze: case OP_squeeze: case OP_squeeze_dim:
+    case OP_transpose: case OP_permute: case OP_t: case OP_contiguous: case OP_expand: case OP_select:
+    case OP_detach:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Decides `fusable` and `needed` once, when the segment is made.
 void plan_fused(Code& code) {
   code.needed.assign(code.n_regs, 0);
-  code.fusable = true;
+  code.fusable = false;
+  std::vector<int> producer(code.n_regs, -1);
   for (const Instr& in : code.instrs) {
     int kind = fused_grad_kind(in);
-    if (kind == G_NO || in.outs.size() != 1) {
-      code.fusable = false;
-      return;
-    }
+    if (kind == G_NO || in.outs.size() != 1) return;
+    producer[in.outs[0]] = in.op;
     if (kind == G_RESULT) code.needed[in.outs[0]] = 1;
     if (kind == G_OPERANDS) {
       for (const Operand& o : in.args) {
@@ -383,6 +405,10 @@ void plan_fused(Code& code) {
       }
     }
   }
+  for (int o : code.outputs) {
+    if (producer[o] >= 0 && aliases(producer[o])) return;
+  }
+  code.fusable = true;
 }
 
 struct SegmentBackward : public torch::autograd::Node {
@@ -405,8 +431,12 @@ struct SegmentBackward : public torch::autograd::Node {
   bool need(const Operand& o) const { return o.kind == K_REG && req[o.reg]; }
 
   void acc(std::vector<at::Tensor>& g, const Operand& o, at::Tensor t) const {
-    if (o.kind != K_REG || !req[o.reg] || !t.defined()) return;
-    int r = o.reg;
+    if (o.kind != K_REG) return;
+    acc_reg(g, o.reg, std::move(t));
+  }
+
+  void acc_reg(std::vector<at::Tensor>& g, int r, at::Tensor t) const {
+    if (!req[r] || !t.defined()) return;
     if (t.sizes() != at::IntArrayRef(shapes[r])) t = at::sum_to(t, shapes[r]);
     if (t.scalar_type() != dtypes[r]) t = t.to(dtypes[r]);
     g[r] = g[r].defined() ? g[r] + t : std::move(t);
@@ -470,6 +500,115 @@ struct SegmentBackward : public torch::autograd::Node {
         if (need(a[0])) acc(g, a[0], go.mm(saved[a[1].reg].t()));
         if (need(a[1])) acc(g, a[1], saved[a[0].reg].t().mm(go));
         break;
+      case OP_sqrt: acc(g, a[0], go / (saved[in.outs[0]] * 2)); break;
+      case OP_rsqrt: acc(g, a[0], go * saved[in.outs[0]].pow(3) * -0.5); break;
+      case OP_reciprocal: {
+        const at::Tensor& y = saved[in.outs[0]];
+        acc(g, a[0], -go * (y * y));
+        break;
+      }
+      case OP_expm1: acc(g, a[0], go * (saved[in.outs[0]] + 1)); break;
+      case OP_softmax:
+        acc(g, a[0], at::_softmax_backward_data(go, saved[in.outs[0]], a[1].scalar.toLong(), dtypes[a[0].reg]));
+        break;
+      case OP_log_softmax:
+        acc(g, a[0],
+            at::_log_softmax_backward_data(go, saved[in.outs[0]], a[1].scalar.toLong(), dtypes[a[0].reg]));
+        break;
+      case OP_log: acc(g, a[0], go / saved[a[0].reg]); break;
+      case OP_sin: acc(g, a[0], go * saved[a[0].reg].cos()); break;
+      case OP_cos: acc(g, a[0], go * -saved[a[0].reg].sin()); break;
+      case OP_abs: acc(g, a[0], go * saved[a[0].reg].sgn()); break;
+      case OP_log1p: acc(g, a[0], go / (saved[a[0].reg] + 1)); break;
+      case OP_silu: acc(g, a[0], at::silu_backward(go, saved[a[0].reg])); break;
+      case OP_gelu: acc(g, a[0], at::gelu_backward(go, saved[a[0].reg], a[1].str)); break;
+      case OP_pow: {
+        const c10::Scalar& e = a[1].scalar;
+        const at::Tensor& x = saved[a[0].reg];
+        if (e.equal(0)) {
+          acc(g, a[0], at::zeros_like(x));
+        } else {
+          c10::Scalar e1 = e.isIntegral(false) ? c10::Scalar(e.toLong() - 1) : c10::Scalar(e.toDouble() - 1);
+          acc(g, a[0], go * (x.pow(e1) * e));
+        }
+        break;
+      }
+      case OP_embedding:  // (weight, indices, padding_idx, scale_grad_by_freq, sparse)
+        acc(g, a[0], at::embedding_backward(go, saved[a[1].reg], shapes[a[0].reg][0], a[2].scalar.toLong(),
+                                            a[3].scalar.toBool(), a[4].scalar.toBool()));
+        break;
+      case OP_where: {
+        const at::Tensor& c = saved[a[0].reg];
+        if (need(a[1])) acc(g, a[1], at::where(c, go, c10::Scalar(0)));
+        if (need(a[2])) acc(g, a[2], at::where(c, c10::Scalar(0), go));
+        break;
+      }
+      case OP_masked_fill: {
+        const at::Tensor& m = saved[a[1].reg];
+        if (need(a[0])) acc(g, a[0], go.masked_fill(m, 0));
+        if (need(a[2])) acc(g, a[2], at::where(m, go, c10::Scalar(0)).sum());
+        break;
+      }
+      case OP_view: case OP_reshape: case OP_flatten: case OP_unsqueeze: case OP_squeeze: case OP_squeeze_dim:
+        acc(g, a[0], go.reshape(shapes[a[0].reg]));
+        break;
+      case OP_transpose: acc(g, a[0], go.transpose(a[1].scalar.toLong(), a[2].scalar.toLong())); break;
+      case OP_t: acc(g, a[0], go.t()); break;
+      case OP_contiguous: case OP_expand: acc(g, a[0], go); break;  // acc sums an expanded gradient back
+      case OP_permute: {
+        const auto& dims = a[1].ints;
+        std::vector<int64_t> inverse(dims.size());
+        for (size_t i = 0; i < dims.size(); ++i) {
+          inverse[c10::maybe_wrap_dim(dims[i], static_cast<int64_t>(dims.size()))] = static_cast<int64_t>(i);
+        }
+        acc(g, a[0], go.permute(inverse));
+        break;
+      }
+      case OP_select:
+        acc(g, a[0], at::select_backward(go, shapes[a[0].reg], a[1].scalar.toLong(), a[2].scalar.toLong()));
+        break;
+      case OP_sum_dim: case OP_mean_dim: {
+        const auto& shape = shapes[a[0].reg];
+        const int64_t rank = static_cast<int64_t>(shape.size());
+        std::vector<int64_t> dims;
+        for (int64_t d : a[1].ints) dims.push_back(c10::maybe_wrap_dim(d, rank));
+        if (dims.empty()) {  // dim=[] reduces every dimension
+          for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
+        }
+        std::sort(dims.begin(), dims.end());
+        dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+        at::Tensor t = go;
+        if (!a[2].scalar.toBool()) {
+          for (int64_t d : dims) t = t.unsqueeze(d);
+        }
+        t = t.expand(shape);
+        if (in.op == OP_mean_dim) {
+          int64_t n = 1;
+          for (int64_t d : dims) n *= shape[d];
+          t = t / static_cast<double>(n);
+        }
+        acc(g, a[0], t);
+        break;
+      }
+      case OP_cat: {
+        const auto& regs = a[0].regs;
+        int64_t dim = c10::maybe_wrap_dim(a[1].scalar.toLong(), go.dim());
+        int64_t offset = 0;
+        for (int r : regs) {
+          const auto& shape = shapes[r];
+          if (shape.size() == 1 && shape[0] == 0 && go.dim() != 1) continue;  // a legacy empty tensor: skipped
+          int64_t size = shape[dim];
+          acc_reg(g, r, go.narrow(dim, offset, size));
+          offset += size;
+        }
+        break;
+      }
+      case OP_stack: {
+        const auto& regs = a[0].regs;
+        int64_t dim = c10::maybe_wrap_dim(a[1].scalar.toLong(), go.dim());
+        for (size_t i = 0; i < regs.size(); ++i) acc_reg(g, regs[i], go.select(dim, static_cast<int64_t>(i)));
+        break;
+      }
       default:
         break;  // G_NONDIFF: nothing flows back
     }
@@ -509,7 +648,10 @@ void run_fused(const Code& code, std::vector<at::Tensor>& regs, std::vector<char
     int o = in.outs[0];
     bool r = false;
     if (fused_grad_kind(in) != G_NONDIFF) {
-      for (const Operand& a : in.args) r = r || (a.kind == K_REG && req[a.reg]);
+      for (const Operand& a : in.args) {
+        r = r || (a.kind == K_REG && req[a.reg]);
+        for (int x : a.regs) r = r || req[x];  // a TensorList (cat, stack)
+      }
     }
     req[o] = r;
     shapes[o] = regs[o].sizes().vec();

@@ -461,6 +461,23 @@ def fused_more(x, w, b, v, s):
     return -z / (w.sum() + 3), z.mean() * torch.sigmoid(b).sum(), k
 
 
+def fused_shapes(x, w, b, v, s):
+    y = x.view(4, 3).t().reshape(2, 6).flatten().unsqueeze(0).squeeze(0).unsqueeze(1).squeeze(1) * 2
+    z = torch.cat([x.transpose(0, 1), s.permute(1, 0)], 1).contiguous() + 1    # [4, 7]
+    k = torch.stack([w, s], 0).sum((0, 2)) + z.mean(1, keepdim=True).sum(1)  # [4]
+    return y.view(3, 4) + k.select(0, 1) + v.expand(3, 4), z.sum(0) * b.unsqueeze(0).expand(7, 4).sum(1)
+
+
+def fused_nn(x, w, b, v, s):
+    p = x.abs() + 0.5
+    h = torch.sqrt(p) + torch.rsqrt(p) + torch.reciprocal(p) + torch.expm1(x * 0.1) + torch.log(p)
+    h = h + torch.sin(x) * torch.cos(x) + torch.log1p(p) + F.silu(x) + F.gelu(x) + F.gelu(x, approximate="tanh")
+    h = F.softmax(torch.mm(h, w), dim=1) + F.log_softmax(x, 1) + x ** 2 + p ** 0.5 + x ** 3
+    e = torch.embedding(w, torch.tensor([[0, 1, 3], [3, 3, 2]]))  # [2, 3, 4]
+    m = x > 0
+    return torch.where(m, h, x * b) + h.masked_fill(m, 0.5) + x.masked_fill(~m, v.sum()), e.sum(0) * 2
+
+
 def _fused_args(grad=(True, True, True, True, True)):
     shapes = [(3, 4), (4, 4), (4,), (4,), (4, 4)]
     return [torch.randn(*s, generator=torch.Generator().manual_seed(i)).requires_grad_(g)
@@ -472,7 +489,7 @@ def _fused_args(grad=(True, True, True, True, True)):
 _RTOL, _ATOL = 1e-5, 1e-6
 
 
-@pytest.mark.parametrize("fn", [fused_chain, fused_more], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn", [fused_chain, fused_more, fused_shapes, fused_nn], ids=lambda f: f.__name__)
 @pytest.mark.parametrize("grad", [(True,) * 5, (False, True, True, False, True), (True, False, False, False, False)])
 def test_fast_level_records_one_node_and_matches_eager(fn, grad):
     fast = d2s.declarative(fn, optimize="fast")
