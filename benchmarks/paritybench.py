@@ -1,6 +1,7 @@
 """ParityBench under d2s: how much of real-world PyTorch `@declarative` captures.
 
     python benchmarks/paritybench.py PATH [--sample N] [--seed S] [--save] [--jobs J]
+                                          [--optimize {default,fast}]
                                           [--timeout T] [--files NAME ...] [--failures K]
                                           [--json OUT] [--report OUT]
 
@@ -12,7 +13,7 @@ jit-compiles flag) tuples. For each case:
   1. eager: build the module, `eval()`, run the forward twice with the RNG
      reset before each; a case that fails eagerly or gives two different
      results is left out (as ParityBench does);
-  2. d2s: `d2s.declarative` on a deep copy of the module taken before the
+  2. d2s: `d2s.declarative` (at level --optimize) on a deep copy of the module taken before the
      eager calls, then call it twice (the second call runs the cached
      program) and compare call i with eager call i (atol = rtol = 1e-4): a
      forward that updates module state is compared from the same state;
@@ -209,7 +210,7 @@ def _copy_or_none(model):
         return None
 
 
-def run_case(entry, save, timeout=None):
+def run_case(entry, save, timeout=None, optimize="default"):
     import torch
     import d2s
     module_cls, init_args, forward_args = entry[0], entry[1], entry[2]
@@ -247,7 +248,7 @@ def run_case(entry, save, timeout=None):
         signal.alarm(timeout + math.ceil(8 * eager_seconds))
     # d2s
     try:
-        static = d2s.declarative(fresh if fresh is not None else model)
+        static = d2s.declarative(fresh if fresh is not None else model, optimize=optimize)
         for want in (expected, again) if fresh is not None else (expected, expected):
             reset_rng()
             got = static(*args, **kwargs)
@@ -282,7 +283,7 @@ def run_case(entry, save, timeout=None):
     return result
 
 
-def worker(path, save, timeout):
+def worker(path, save, timeout, optimize="default"):
     import torch
     torch.set_num_threads(1)
     signal.signal(signal.SIGALRM, _alarm)
@@ -302,7 +303,7 @@ def worker(path, save, timeout):
         print(json.dumps({"status": "started", "index": i}), flush=True)
         signal.alarm(timeout)
         try:
-            result = run_case(entry, save, timeout)
+            result = run_case(entry, save, timeout, optimize)
         except CaseTimeout:
             result = {"case": str(i), "status": "timeout", "cause": "timeout"}
         except BaseException as exc:  # noqa: BLE001
@@ -323,9 +324,9 @@ def sample_files(path, n, seed):
     return names
 
 
-def run_file(path, name, save, timeout):
+def run_file(path, name, save, timeout, optimize="default"):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", os.path.join(path, "generated", name),
-           "--timeout", str(timeout)] + (["--save"] if save else [])
+           "--timeout", str(timeout), "--optimize", optimize] + (["--save"] if save else [])
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
                OMP_NUM_THREADS="1")
     with tempfile.TemporaryDirectory() as cwd:  # files a model writes stay out of the way
@@ -398,6 +399,8 @@ def main(argv=None):
     p.add_argument("--failures", type=int, default=20, help="how many failure causes to list")
     p.add_argument("--json", help="write every case's result to this file")
     p.add_argument("--report", metavar="JSON", help="only print the report of a --json file (PATH is ignored)")
+    p.add_argument("--optimize", choices=("default", "fast"), default="default",
+                   help="the level of d2s.declarative (the fast level compares within the same tolerance)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.report:
@@ -406,13 +409,13 @@ def main(argv=None):
         return 0
     if a.worker:
         sys.path.insert(0, REPO)
-        worker(a.path, a.save, a.timeout)
+        worker(a.path, a.save, a.timeout, a.optimize)
         return 0
     names = a.files or sample_files(a.path, a.sample, a.seed)
     results = []
     start = time.time()
     with concurrent.futures.ThreadPoolExecutor(max(1, a.jobs)) as pool:
-        futures = {pool.submit(run_file, a.path, n, a.save, a.timeout): n for n in names}
+        futures = {pool.submit(run_file, a.path, n, a.save, a.timeout, a.optimize): n for n in names}
         for done, fut in enumerate(concurrent.futures.as_completed(futures), 1):
             rs = fut.result()
             results.extend(rs)
