@@ -670,7 +670,10 @@ PyObject* fall_back(SegmentObject* self, const std::string& why) {
 
 // The fused path of a call: runs the instructions under no_grad, then gives
 // the outputs that carry gradient one SegmentBackward node as grad_fn.
-void run_with_one_node(const std::shared_ptr<const Code>& code, std::vector<at::Tensor>& regs) {
+// Returns false, having recorded nothing, when an output shares storage
+// with an input (eager's result would be a view of it, which autograd must
+// track): the caller then runs the (pure) instructions again per op.
+bool run_with_one_node(const std::shared_ptr<const Code>& code, std::vector<at::Tensor>& regs) {
   const int n = code->n_regs;
   std::vector<at::Tensor> inputs(regs.begin(), regs.begin() + code->n_inputs);
   auto node = c10::make_intrusive<SegmentBackward>();
@@ -683,6 +686,18 @@ void run_with_one_node(const std::shared_ptr<const Code>& code, std::vector<at::
     node->dtypes[i] = regs[i].scalar_type();
   }
   run_fused(*code, regs, node->req, node->shapes, node->dtypes);
+  for (int o : code->outputs) {
+    for (const at::Tensor& in : inputs) {
+      if (regs[o].is_alias_of(in)) return false;
+    }
+    // A view of a tensor made inside the call (`linear` of a 3-d input is a
+    // view of its matmul's result) would be a view made under no_grad: give
+    // the caller a tensor of its own, with the same values and strides.
+    if (regs[o].is_view()) {
+      at::AutoGradMode no_grad(false);
+      regs[o] = regs[o].clone();
+    }
+  }
   node->code = code;
   node->set_next_edges(torch::autograd::collect_next_edges(inputs));
   node->saved.resize(n);
@@ -703,6 +718,7 @@ void run_with_one_node(const std::shared_ptr<const Code>& code, std::vector<at::
       node->grad_outputs.push_back(o);
     }
   }
+  return true;
 }
 
 PyObject* segment_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
@@ -746,9 +762,10 @@ PyObject* segment_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyOb
     Py_BEGIN_ALLOW_THREADS
     try {
       c10::WarningUtils::WarningHandlerGuard guard(&warnings);
-      if (fused) {
-        run_with_one_node(code, regs);
-      } else {
+      if (fused && !run_with_one_node(code, regs)) {
+        fused = false;  // run again with per-op autograd (fused calls free nothing: inputs are still here)
+      }
+      if (!fused) {
         for (const Instr& in : code->instrs) run_one(regs, in);
       }
     } catch (const c10::Error& e) {

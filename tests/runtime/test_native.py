@@ -635,3 +635,30 @@ def test_users_in_place_ops_inside_and_outside_segments():
     names = {v: k for k, v in native.load().opcodes().items()}
     codes = [names[c] for seg in compiled.segments for c in seg.codes()]
     assert "mul_" in codes and "add_" in codes and codes.count("mul_") == 1  # v.mul_ ran in Python
+
+
+class Relus(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.ReLU(True))
+        self.l2 = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.ReLU(True))
+
+    def forward(self, x):
+        return self.l2(self.l1(x))
+
+
+@pytest.mark.parametrize("shape", [(2, 4), (2, 3, 4), (4,)])
+def test_fast_level_outputs_that_are_views_inside_the_call(shape):
+    """`linear` of a 3-d input returns a view of its own matmul result; the
+    caller writes it in place (ReLU(inplace=True)), as eagerly."""
+    torch.manual_seed(0)
+    eager, twin = Relus(), Relus()
+    twin.load_state_dict(eager.state_dict())
+    fast = d2s.declarative(twin, optimize="fast")
+    x = torch.randn(*shape)
+    got, want = fast(x), eager(x)
+    assert torch.equal(got, want)
+    got.sum().backward()
+    want.sum().backward()
+    for a, b in zip(twin.parameters(), eager.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=_RTOL, atol=_ATOL)
