@@ -437,8 +437,9 @@ struct SegmentBackward : public torch::autograd::Node {
 
   void acc_reg(std::vector<at::Tensor>& g, int r, at::Tensor t) const {
     if (!req[r] || !t.defined()) return;
-    if (t.sizes() != at::IntArrayRef(shapes[r])) t = at::sum_to(t, shapes[r]);
+    // Cast, then reduce a broadcast: the order eager's formulas and engine use.
     if (t.scalar_type() != dtypes[r]) t = t.to(dtypes[r]);
+    if (t.sizes() != at::IntArrayRef(shapes[r])) t = at::sum_to(t, shapes[r]);
     g[r] = g[r].defined() ? g[r] + t : std::move(t);
   }
 
