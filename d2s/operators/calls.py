@@ -87,6 +87,26 @@ def _call_with_packed_sizes(fn, *sizes, **kwargs):
 
 
 _OPTIMIZERS = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
+# torch's C tensor class (and its bases): where `torch.Tensor.t` and the
+# other C methods are defined.
+_TENSOR_CLASSES = tuple(c for c in torch.Tensor.__mro__ if c is not object)
+_C_METHODS = (types.MethodDescriptorType, types.WrapperDescriptorType)
+
+
+def _tensor_method(fn):
+    """`torch.Tensor.t(x)`, `map(torch.Tensor.relu, xs)`: a C method of the
+    tensor class called unbound. Its descriptor refuses a graph tensor
+    (a TypeError naming no user line), so on one it is the bound call
+    `x.t()`, which records the same op; on anything else it runs as written."""
+    name = fn.__name__
+
+    def call(self, *args, **kwargs):
+        if isinstance(self, Variable):
+            return getattr(self, name)(*args, **kwargs)
+        return fn(self, *args, **kwargs)
+    return call
+
+
 
 
 def convert_call(fn):
@@ -112,6 +132,8 @@ def convert_call(fn):
         return mapped
     if fn in _SIZE_VARARGS:
         return functools.partial(_call_with_packed_sizes, fn)
+    if isinstance(fn, _C_METHODS) and getattr(fn, "__objclass__", None) in _TENSOR_CLASSES:
+        return _tensor_method(fn)
     if isinstance(fn, functools.partial):  # the function it wraps is user code to convert too
         return functools.partial(convert_call(fn.func), *fn.args, **fn.keywords)
     if isinstance(fn, StaticFunction):

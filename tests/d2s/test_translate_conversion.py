@@ -216,7 +216,16 @@ def _reduce(x):
     return functools.reduce(_add_tensors, [x, 1.0, x], x)
 
 
-PASSED_FUNCTIONS = {f.__name__[1:]: f for f in (_partial, _map, _filter, _sorted_key, _max_key, _reduce)}
+def _unbound_methods(x):
+    """C methods of the tensor class called unbound, directly and through map,
+    on graph tensors and on a constant tensor."""
+    relu = list(map(torch.Tensor.relu, [x, -x]))
+    return torch.Tensor.t(x.unsqueeze(0)).sum(1) + torch.Tensor.add(x, 1) + relu[0] - relu[1] \
+        + torch.Tensor.__mul__(x, 2) + torch.Tensor.abs(torch.ones(2))
+
+
+PASSED_FUNCTIONS = {f.__name__[1:]: f for f in (_partial, _map, _filter, _sorted_key, _max_key, _reduce,
+                                                _unbound_methods)}
 
 
 @pytest.mark.parametrize("name", sorted(PASSED_FUNCTIONS))
