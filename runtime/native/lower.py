@@ -570,28 +570,16 @@ def plan_segment(module, ops, lowered, live_after):
     segment; `live_after(name)`: whether the code after the segment reads
     `name`. None when nothing the segment computes is read afterwards."""
     opcodes, kinds = _numbering(module)
-    reg = {}      # variable name -> register holding its current value
-    inputs = []
-    steps = []    # (opcode number, [(kind name, value or register)], [out registers])
-
-    def read(name):
-        if name not in reg:
-            inputs.append(name)
-            reg[name] = None  # numbered below, once the inputs are all known
-        return name
-
-    # Inputs first (they take the low registers), then results in order.
+    # The inputs: names read before any op of the segment defines them. They
+    # take the low registers; results get the next ones, in order.
+    inputs, defined = [], set()
     for op, (opcode, operands) in zip(ops, lowered):
         for kind, value in operands:
-            if kind == "reg":
-                read(value.name)
-            elif kind == "regs":
-                for n in value.names:
-                    read(n)
-        for name in _out_names(op):
-            reg.setdefault(name, "later")
-    for i, name in enumerate(inputs):
-        reg[name] = i
+            for name in [value.name] if kind == "reg" else value.names if kind == "regs" else []:
+                if name not in defined and name not in inputs:
+                    inputs.append(name)
+        defined.update(_out_names(op))
+    steps = []    # (opcode number, [(kind number, value or register)], [out registers])
     n_regs = len(inputs)
     current = {name: i for i, name in enumerate(inputs)}
     last_read = {}
