@@ -194,9 +194,9 @@ class Codegen:
                 written = native_lower.writes(op, lowered[end])
                 if written is not None and written not in fresh:
                     break  # in place into a tensor from outside the run (or a view of one): Python's
-                fresh |= native_lower.fresh_names(op, lowered[end], fresh)
+                fresh |= native_lower.fresh_names(op, lowered[end])
                 end += 1
-            if end - i >= _MIN_SEGMENT:
+            if end > i:  # even one op: the segment call costs less than the op's Python binding
                 stmts += self._emit_segment(block, range(i, end), lowered, per_op, last_use, keep)
                 i = end
                 continue
@@ -215,13 +215,7 @@ class Codegen:
             op_stmts.append(ast.Expr(value=self.call(self.global_ref(self.trace_hook, "trace"),
                                                      [self.global_ref(op, "op")])))
         op_stmts += opdef.emit(op, self) if opdef.emit else self.emit_call_op(op, opdef)
-        for stmt in op_stmts:
-            for node in ast.walk(stmt):
-                # Statements of sub-blocks were numbered by their own ops.
-                if isinstance(node, (ast.stmt, ast.expr)) and not hasattr(node, "_d2s_line"):
-                    node._d2s_line = node.lineno = node.end_lineno = line
-                    node.col_offset = node.end_col_offset = 0
-        return line, op_stmts
+        return line, _number_lines(op_stmts, line)
 
     # -- native segments ------------------------------------------------------------
     def _lower_block(self, block):
@@ -256,13 +250,10 @@ class Codegen:
             self.native, [block.ops[i] for i in indices], [lowered[i] for i in indices],
             live_after=lambda n: n in keep or last_use.get(n, -1) > end or n not in block.vars
             or block.vars[n].persistable)
-        python = []
-        dead = []
-        for i in indices:
-            python += per_op[i][1] + _free(self, per_op[i][2], per_op[i][0])
-            dead += [n for n in per_op[i][2] if plan is not None and n in plan.inputs]
+        python = [stmt for i in indices for stmt in per_op[i][1] + _free(self, per_op[i][2], per_op[i][0])]
         if plan is None:
             return python
+        dead = [n for i in indices for n in per_op[i][2] if n in plan.inputs]  # what the Python path frees
         segment = self.native.Segment(plan.n_regs, len(plan.inputs), plan.instructions, plan.output_regs,
                                       self.fused_autograd)
         name = f"seg_{len(self.segments) + 1}"  # segments have no __name__ to build one from
@@ -280,16 +271,20 @@ class Codegen:
                                   ast.Name(id="s_out", ctx=ast.Load()))]
         is_none = ast.Compare(left=test, ops=[ast.Is()], comparators=[ast.Constant(None)])
         stmts.append(ast.If(test=is_none, body=python, orelse=unpack + _free(self, dead, line) or [ast.Pass()]))
-        for stmt in stmts:
-            for node in ast.walk(stmt):
-                if isinstance(node, (ast.stmt, ast.expr)) and not hasattr(node, "_d2s_line"):
-                    node._d2s_line = node.lineno = node.end_lineno = line
-                    node.col_offset = node.end_col_offset = 0
         self.segments.append(segment)
-        return stmts
+        return _number_lines(stmts, line)
 
 
-_MIN_SEGMENT = 1  # even one op: the segment call costs less than the op's Python binding
+def _number_lines(stmts, line):
+    """Give every node of `stmts` not numbered yet the line of `line`'s op
+    (statements of sub-blocks, and an op's own statements inside a segment's
+    fallback, keep their own)."""
+    for stmt in stmts:
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.stmt, ast.expr)) and not hasattr(node, "_d2s_line"):
+                node._d2s_line = node.lineno = node.end_lineno = line
+                node.col_offset = node.end_col_offset = 0
+    return stmts
 
 
 def _free(gen, names, line):

@@ -114,7 +114,7 @@ class Executor:
                 cache.clear()
             optimized, fetches = passes.optimize(program, feed_names, fetch_names, optimize, inference)
             entry = compile_program(optimized, feed_names, fetches, get_op_def,
-                                    _trace_op if trace else None, None if trace else native.load(),
+                                    _trace_op if trace else None, native.load(),
                                     fused_autograd=optimize == "fast")
             entry.fetch_names = list(fetch_names)
             cache[key] = entry

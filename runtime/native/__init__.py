@@ -24,6 +24,7 @@ time. Without a compiler, or with `D2S_NATIVE=0`, programs run as Python
 code, as before (same results; a warning says why, once).
 """
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -72,8 +73,10 @@ def _command(source, target):
             "-L", lib, "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", f"-Wl,-rpath,{lib}"]
 
 
+@functools.lru_cache(maxsize=None)
 def library_path():
-    """Where the library for this source, torch and Python is cached."""
+    """Where the library for this source, torch and Python is cached (hashed
+    once per process: `load` and `build` both ask)."""
     with open(_SOURCE, "rb") as f:
         source = f.read()
     key = hashlib.sha256(b"\0".join([source, torch.__version__.encode(), sys.version.encode(),

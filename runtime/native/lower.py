@@ -14,9 +14,10 @@ C++ side makes the binding's ATen call:
 
 An op that does not fit its entry (other keyword arguments, a tensor where a
 constant is expected, a string padding, ...) is simply not lowered: it stays
-a Python statement. Only pure ops are listed: no op here writes an input or
-draws random numbers, so a segment that falls back to Python has done
-nothing observable.
+a Python statement. No op here draws random numbers, and the in-place ones
+(`INPLACE`) join a segment only when they write a tensor the segment made
+(`fresh_names`), so a segment that falls back to Python has done nothing
+observable.
 
 Before (Python statements):                After (one segment):
     v_tmp_0 = k_linear(v_x, v_w, v_b)          v_tmp_2 = seg_1(v_x, v_w, v_b)
@@ -456,16 +457,14 @@ _join("stack")
 # In place (the `inplace` pass, grad mode off): the segment runs them only on
 # a temporary an earlier op of the same segment made (see `writes`), so a
 # segment that falls back has still written nothing the Python path reads.
-INPLACE = set()
+INPLACE = set()  # opcodes
 for _name in "tanh sigmoid relu exp neg abs sqrt rsqrt sin cos log reciprocal".split():
     _unary(_name + "_", f"torch.Tensor.{_name}_")
     INPLACE.add(_name + "_")
-for _name in ("add", "sub"):
-    _arith(_name + "_", f"torch.Tensor.{_name}_", alpha=True)
+for _name, _alpha in (("add", True), ("sub", True), ("mul", False), ("div", False)):
+    _arith(_name + "_", f"torch.Tensor.{_name}_", alpha=_alpha)
     INPLACE.add(_name + "_")
-for _name in ("mul", "div"):
-    _arith(_name + "_", f"torch.Tensor.{_name}_", alpha=False)
-    INPLACE.add(_name + "_")
+WRITER_TYPES = {"torch.Tensor." + opcode for opcode in INPLACE}  # their op types (ops that `mutate`)
 
 
 def writes(op, lowered):
@@ -480,16 +479,14 @@ ALIASING = {"contiguous", "t", "detach", "view", "reshape", "flatten", "unsqueez
             "transpose", "permute", "expand", "select"}
 
 
-def fresh_names(op, lowered, fresh):
-    """The names `op` leaves holding a tensor that only the segment can see,
-    given `fresh`, the names that do so before it: results of ops that make
-    a new tensor, and in-place writes into such a tensor. An in-place op may
-    only write one of these (segment.cpp's fallback contract: nothing the
-    Python path reads has been written)."""
+def fresh_names(op, lowered):
+    """The names `op` leaves holding a tensor that only the segment can see:
+    results of ops that make a new tensor, and an in-place write into such a
+    tensor. An in-place op may only write one of these (segment.cpp's
+    fallback contract: nothing the Python path reads has been written)."""
     opcode, _ = lowered
-    written = writes(op, lowered)
-    if written is not None:
-        return set(op.output_names) if written in fresh else set()
+    if opcode in INPLACE:  # codegen ends the run before one that writes anything else
+        return set(op.output_names)
     return set() if opcode in ALIASING else set(_out_names(op))
 
 
@@ -513,7 +510,7 @@ def lower(op, tensor_names):
     in_place = out is None and op.type in WRITER_TYPES
     if not isinstance(out, OutputRef) and op.type != "torch.lstm_cell" and not in_place:
         return None
-    if op.type == "torch.lstm_cell" and not _pair_out(op.attrs.get("out")):
+    if op.type == "torch.lstm_cell" and not _pair_out(out):
         return None
     if op.type in ("torch.zeros", "torch.ones"):
         return _factory(op, op.type.rsplit(".", 1)[1])
@@ -543,9 +540,6 @@ def lower(op, tensor_names):
 def _pair_out(out):
     items = getattr(out, "items", out)
     return isinstance(items, tuple) and len(items) == 2 and items == (OutputRef(0), OutputRef(1))
-
-
-WRITER_TYPES = {t for t, (_, _, _build) in TABLE.items() if t.endswith("_") and not t.endswith("__")}
 
 
 def tensor_names(program):

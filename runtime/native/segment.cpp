@@ -144,18 +144,21 @@ class Collect : public c10::WarningHandler {
 
 // -- operand access ------------------------------------------------------------------
 
+// A tensor operand's value: its register in `regs`, or the wrapped number.
+const at::Tensor& tensor_of(const Operand& o, const std::vector<at::Tensor>& regs) {
+  return o.kind == K_WRAPPED ? o.wrapped : regs[o.reg];
+}
+
 struct Frame {
   std::vector<at::Tensor>& regs;
   const Instr& in;
-  const at::Tensor& T(size_t i) const {
-    const Operand& o = in.args[i];
-    return o.kind == K_WRAPPED ? o.wrapped : regs[o.reg];
-  }
+  const at::Tensor& T(size_t i) const { return tensor_of(in.args[i], regs); }
   std::optional<at::Tensor> OT(size_t i) const {
     if (in.args[i].kind == K_NONE) return std::nullopt;
     return T(i);
   }
-  bool is_reg(size_t i) const { return in.args[i].kind == K_REG || in.args[i].kind == K_WRAPPED; }
+  // A tensor (register or wrapped number), not a Scalar: picks the Tensor overload.
+  bool is_tensor(size_t i) const { return in.args[i].kind == K_REG || in.args[i].kind == K_WRAPPED; }
   const c10::Scalar& S(size_t i) const { return in.args[i].scalar; }
   int64_t I(size_t i) const { return in.args[i].scalar.toLong(); }
   bool B(size_t i) const { return in.args[i].scalar.toBool(); }
@@ -235,7 +238,7 @@ void run_one(std::vector<at::Tensor>& regs, const Instr& in, bool keep_all = fal
     // Tensor or Scalar overloads, as the binding picks by the operand.
 #define D2S_TS(name, fn)                                                  \
   case OP_##name:                                                         \
-    r = f.is_reg(1) ? at::fn(f.T(0), f.T(1)) : at::fn(f.T(0), f.S(1)); \
+    r = f.is_tensor(1) ? at::fn(f.T(0), f.T(1)) : at::fn(f.T(0), f.S(1)); \
     break;
       D2S_TS(pow, pow)
       D2S_TS(eq, eq)
@@ -250,7 +253,7 @@ void run_one(std::vector<at::Tensor>& regs, const Instr& in, bool keep_all = fal
 #undef D2S_TS
     case OP_where: r = at::where(f.T(0), f.T(1), f.T(2)); break;
     case OP_masked_fill:
-      r = f.is_reg(2) ? at::masked_fill(f.T(0), f.T(1), f.T(2)) : at::masked_fill(f.T(0), f.T(1), f.S(2));
+      r = f.is_tensor(2) ? at::masked_fill(f.T(0), f.T(1), f.T(2)) : at::masked_fill(f.T(0), f.T(1), f.S(2));
       break;
 
     case OP_sum: r = at::sum(f.T(0), f.DT(1)); break;
@@ -427,7 +430,7 @@ struct SegmentBackward : public torch::autograd::Node {
     released = true;
   }
 
-  const at::Tensor& value(const Operand& o) const { return o.kind == K_WRAPPED ? o.wrapped : saved[o.reg]; }
+  const at::Tensor& value(const Operand& o) const { return tensor_of(o, saved); }
   bool need(const Operand& o) const { return o.kind == K_REG && req[o.reg]; }
 
   void acc(std::vector<at::Tensor>& g, const Operand& o, at::Tensor t) const {
@@ -640,9 +643,11 @@ struct SegmentBackward : public torch::autograd::Node {
   }
 };
 
-// One call with one autograd node; the GIL is released by the caller.
-void run_fused(const Code& code, std::vector<at::Tensor>& regs, std::vector<char>& req,
-               std::vector<std::vector<int64_t>>& shapes, std::vector<at::ScalarType>& dtypes) {
+// The forward of a fused call, under no_grad: runs the instructions and
+// records in `node`, for every result, whether it carries gradient, its shape
+// and its dtype. The GIL is released by the caller.
+void run_fused(const Code& code, std::vector<at::Tensor>& regs, SegmentBackward& node) {
+  auto& req = node.req;
   at::AutoGradMode no_grad(false);
   for (const Instr& in : code.instrs) {
     run_one(regs, in, /*keep_all=*/true);
@@ -655,8 +660,8 @@ void run_fused(const Code& code, std::vector<at::Tensor>& regs, std::vector<char
       }
     }
     req[o] = r;
-    shapes[o] = regs[o].sizes().vec();
-    dtypes[o] = regs[o].scalar_type();
+    node.shapes[o] = regs[o].sizes().vec();
+    node.dtypes[o] = regs[o].scalar_type();
   }
 }
 
@@ -686,7 +691,7 @@ bool run_with_one_node(const std::shared_ptr<const Code>& code, std::vector<at::
     node->shapes[i] = regs[i].sizes().vec();
     node->dtypes[i] = regs[i].scalar_type();
   }
-  run_fused(*code, regs, node->req, node->shapes, node->dtypes);
+  run_fused(*code, regs, *node);
   for (int o : code->outputs) {
     for (const at::Tensor& in : inputs) {
       if (regs[o].is_alias_of(in)) return false;

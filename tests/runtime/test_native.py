@@ -265,19 +265,32 @@ def branchy(x, n):
     return y
 
 
+@pytest.mark.parametrize("level", ["default", "fast"])
 @pytest.mark.parametrize("sign,n", [(1.0, 0), (1.0, 3), (-1.0, 2), (1.0, 40)])
-def test_segments_inside_cond_and_while_take_every_path(sign, n):
-    static = d2s.declarative(branchy)
-    x = torch.randn(3, 4).abs() * sign
+def test_segments_inside_cond_and_while_take_every_path(sign, n, level):
+    """Both branches, zero and several trips, the early break: one program,
+    its segments run natively, values as eager's, gradients as eager's
+    (exactly at the default level, within tolerance at the fast one)."""
+    static = d2s.declarative(branchy, optimize=level)
     for s, k in [(sign, n), (-sign, n + 1)]:
-        xi = torch.randn(3, 4, generator=torch.Generator().manual_seed(k)).abs() * s
-        assert torch.equal(static(xi, torch.tensor(k)), branchy(xi, torch.tensor(k)))
-    static(x, torch.tensor(n))
+        make = lambda: (torch.randn(3, 4, generator=torch.Generator().manual_seed(k)).abs() * s).requires_grad_()
+        xs, xe = make(), make()
+        got, want = static(xs, torch.tensor(k)), branchy(xe, torch.tensor(k))
+        assert torch.equal(got, want)
+        got.sum().backward()
+        want.sum().backward()
+        if level == "default":
+            assert torch.equal(xs.grad, xe.grad)
+        else:
+            torch.testing.assert_close(xs.grad, xe.grad, rtol=_RTOL, atol=_ATOL)
     program = static.concrete_program.main_program
     types = {op.type for b in program.blocks for op in b.ops}
     assert {"cond", "while"} <= types
     assert len(static.program_cache) == 1
-    assert len(_compiled(static).segments) >= 3  # both branches and the loop body
+    segments = _compiled(static).segments
+    assert len(segments) >= 3  # both branches and the loop body
+    assert all(seg.fallbacks() == 0 for seg in segments)
+    assert any(seg.fused() for seg in segments) == (level == "fast")
 
 
 # -- the fallback to Python ------------------------------------------------------------------
