@@ -298,11 +298,13 @@ def _array_from_list_kernel(*items):
     return list(items)
 
 
-register(OpDef("array_create", kernel=_array_create_kernel))
+# A tensor array's list is appended to in place, so each one made is an object
+# of its own: two `[]` are two lists (`new_object`: no pass merges or reuses one).
+register(OpDef("array_create", kernel=_array_create_kernel, extra={"new_object": True}))
 register(OpDef("array_append", kernel=_array_append_kernel, mutates=True))
 register(OpDef("array_length", kernel=_array_length_kernel))
 register(OpDef("array_read", kernel=_array_read_kernel))
-register(OpDef("array_from_list", kernel=_array_from_list_kernel))
+register(OpDef("array_from_list", kernel=_array_from_list_kernel, extra={"new_object": True}))
 
 
 def _note_element(array, x):

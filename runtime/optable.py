@@ -15,7 +15,9 @@ about one op type:
   - effects: `mutates` (the op writes its first input in place: `x.add_(1)`,
     `x[i] = v`, an optimizer update), `random` (draws from the global
     generator; read it as a truth value: it may be a `FirstUse`),
-    `extra["side_effect"]` (prints, checks);
+    `extra["side_effect"]` (prints, checks), `extra["new_object"]` (each
+    call returns a new mutable object, a tensor array's list: two calls are
+    never interchangeable, so no pass merges, hoists or reuses one);
   - `training_only`: dropped by `Program.clone(for_test=True)`.
 
 The table is the allowlist: a loaded program may only name op types in it,

@@ -8,7 +8,10 @@ branch reuses one computed before the `cond`). Tensors that some op of the
 program writes in place are left alone: a later in-place write would make
 two results that were equal differ, so a program with any in-place write
 (other than appending to a tensor array) is left as it is, and nothing that
-reads an array some op appends to (or a name assigned twice) is merged. Ops whose results
+reads an array some op appends to (or a name assigned twice) is merged. No op making or
+reading a tensor array is merged at all: each `[]` is a list of its own (`new_object`), and
+an array is appended to through the loop variables that carry it, names this pass does not
+follow. Ops whose results
 carry gradient are left alone too: autograd would sum the gradient
 contributions of the merged readers in another order than eager (a last-bit
 difference in the gradient).
@@ -22,6 +25,7 @@ Before:                                  After:
 """
 
 from ..attrs import encode
+from ..ir import TENSOR_ARRAY
 from ._util import find_var, rename_uses
 
 
@@ -41,6 +45,14 @@ def _no_gradient(program, name):
     the last bit, so such ops are left alone."""
     var = find_var(program, name)
     return var is not None and var.stop_gradient
+
+
+def _touches_array(program, op):
+    for name in op.input_names + op.output_names:
+        var = find_var(program, name)
+        if var is not None and var.kind == TENSOR_ARRAY:
+            return True
+    return False
 
 
 def run(ctx):
@@ -72,10 +84,11 @@ def run(ctx):
             key = None
             if ("args" in op.attrs and not op.sub_blocks() and not opdef.mutates and not opdef.random
                     and not opdef.training_only and not opdef.extra.get("side_effect")
-                    and not opdef.extra.get("factory") and op.output_names
+                    and not opdef.extra.get("factory") and not opdef.extra.get("new_object") and op.output_names
                     and not (set(op.input_names) | set(op.output_names)) & written
                     and not set(op.output_names) & fetched and not opdef.extra.get("internal")
-                    and all(_no_gradient(program, n) for n in op.output_names)):
+                    and all(_no_gradient(program, n) for n in op.output_names)
+                    and not _touches_array(program, op)):
                 key = _key(op, rename)
             if key is not None and key in seen:
                 for mine, theirs in zip(op.output_names, seen[key]):

@@ -25,7 +25,8 @@ the one result are summed first and go back once, which rounds differently
 
 Marked: call-style ops at the top level of the body, with results, that are
 pure (no in-place write, no random draw, no print or check, not
-`training_only`, not under a `no_grad` block of their own), emitted as plain
+`training_only`, not making a new list (`new_object`: each trip's `[]` is
+a list of its own), not under a `no_grad` block of their own), emitted as plain
 calls. Loops with any in-place write (`array_append` aside: it writes only
 the list, which the loop carries, so nothing reading it is invariant) are
 left alone, and so are ops reading anything the loop (its test, its body or
@@ -81,7 +82,8 @@ def _candidate(op, ctx):
     return ("args" in op.attrs and op.output_names and op.attrs.get("out") is not None
             and not op.attrs.get("no_grad") and not op.sub_blocks() and opdef.emit is None
             and not (opdef.mutates or opdef.random or opdef.training_only or opdef.extra.get("side_effect")
-                     or opdef.extra.get("internal") or op.type.startswith("py.")))
+                     or opdef.extra.get("internal") or opdef.extra.get("new_object")
+                     or op.type.startswith("py.")))
 
 
 def run(ctx):

@@ -4,7 +4,7 @@ A program is a small tree of statements (`Simple`, `If`, `Loop`) inside one
 function ``f(x, m, n)``: ``x`` a float vector, ``m`` a float matrix whose rows
 loops walk, ``n`` a 0-d int64 tensor used as a trip count. The function starts
 by defining its state (tensors ``a``, ``b``, ``t``, ``acc``, ``g``, Python
-numbers ``k``, ``s``, lists ``ys``, ``zs``) and returns one float tensor
+numbers ``k``, ``s``, lists ``ys``, ``zs``, ``ws``) and returns one float tensor
 combining all of it, so every statement can touch any state and every path
 reaches the same return.
 
@@ -46,6 +46,7 @@ STATE = {
     "s": ("s = 0.0", "s"),
     "ys": ("ys = [x]", "torch.stack(ys).sum(0)"),
     "zs": ("zs = []", "len(zs)"),
+    "ws": ("ws = []", "len(ws) * 3"),  # a second empty list: two lists are two objects
     "ok": ("ok = (x > 0).any()", None),  # a condition kept in a variable; only tests read it
     "dd": ("dd = {'u': x * 1.0, 'c': 0}", "dd['u'] + dd['c']"),  # a dict changed in place
     "h": ("h = (x * 1.0, x * 0.5)", "h[0] * h[1]"),  # a tuple rebuilt
@@ -136,7 +137,7 @@ CHECKS = ["if a.sum() > {c} + 5.0: raise ValueError('fuzz: a.sum() is too big')"
 CONTAINERS = ["dd['u'] = dd['u'] + a", "dd['c'] = dd['c'] + 1", "h = (h[1], h[0] + a * {s})",
               "a = a + h[0] - dd['u']", "dd['u'] = torch.tanh(dd['u'] + h[1])"]
 LISTS = ["ys.append(a * {s})", "zs.append(b)", "a = a + torch.stack(ys).mean(0)", "k = k + len(zs)",
-         "b = b + torch.cat(ys).view(-1, 3).sum(0) * {s}"]
+         "b = b + torch.cat(ys).view(-1, 3).sum(0) * {s}", "ws.append(a + b)", "k = k + len(ws) - len(zs)"]
 GROW = ["g = torch.cat([g, a[:1]])", "t = t + g.sum()"]
 # A local first assigned in the arms of an `if` and read right after it: defined on every path
 # that reaches the read (an arm that returns, breaks or continues need not define it).

@@ -171,3 +171,41 @@ def scaled_walk(x, w, n):
             y = y - s
         i += 1
     return y
+
+
+@d2s.declarative
+def two_lists(x, n):
+    """Two lists `[x]` appended in one tensor loop: two `array_from_list(x)`,
+    the same op with the same input, making two different lists."""
+    hs = [x]
+    cs = [x]
+    for t in range(n):
+        x = x + 1
+        hs.append(x)
+        cs.append(x * 2)
+    return torch.stack(hs), torch.stack(cs)
+
+
+@d2s.declarative
+def two_empty_lists(x, n):
+    """The same with `[]`: two `array_create()` (n >= 1: eager cannot stack an empty list)."""
+    hs = []
+    cs = []
+    for t in range(n):
+        x = x + 1
+        hs.append(x)
+        cs.append(x * 2)
+    return torch.stack(hs), torch.stack(cs)
+
+
+def lists_per_trip(x, n, m):
+    """A list made in each trip of a tensor loop and appended in an inner
+    one: the `array_create` reads nothing the loop changes, yet each trip's
+    `[]` is a new list."""
+    total = x * 0
+    for i in range(n):
+        inner = []
+        for j in range(m):
+            inner.append(x * j)
+        total = total + len(inner)
+    return total

@@ -12,7 +12,7 @@ import d2s
 from runtime.passes import PassContext, hoist_invariants
 from runtime.passes._util import copy_program
 
-from pass_programs import ops_text, scaled_walk, traced
+from pass_programs import lists_per_trip, ops_text, scaled_walk, traced
 
 RTOL, ATOL = 1e-5, 1e-6  # docs/performance.md: the fast level's tolerance
 
@@ -150,3 +150,15 @@ def test_escaping_invariants_stay_separate_tensors(n):
             got[0].add_(10)
         for g, w in zip(got, want):
             assert torch.equal(g, w)
+
+
+@pytest.mark.parametrize("n, m", [(0, 2), (1, 2), (3, 2), (2, 0)])
+def test_a_list_made_in_each_trip_is_a_new_list(n, m):
+    """`inner = []` reads nothing the loop changes, but each trip's is a new
+    list: marked `once`, the later trips appended to the first trip's list
+    (a silent wrong result: len 2, 4, 6 instead of 2, 2, 2)."""
+    fast = d2s.declarative(lists_per_trip, optimize="fast")
+    args = (torch.ones(2), torch.tensor(n), torch.tensor(m))
+    assert torch.equal(fast(*args), lists_per_trip(*args))
+    _, after = _hoisted(fast, *args)
+    assert "array_create" not in _once_ops(after)

@@ -12,7 +12,7 @@ from runtime.passes import PassContext, cse, dce, hoist_constants, inplace, loop
 from runtime.passes._util import copy_program
 
 from pass_programs import (LinearSteps, bump_until, count_until, rows_total, frozen_scale, ops_text, positive_rows_sum, repeated_sums,
-                           scaled_branches, shrink_steps, tanh_twice, traced)
+                           scaled_branches, shrink_steps, tanh_twice, traced, two_empty_lists, two_lists)
 
 @pytest.fixture
 def run_pass():
@@ -295,6 +295,28 @@ def test_cse_leaves_programs_with_in_place_writes_alone(run_pass):
         x.add_(1)
     after, _ = run_pass(cse, program, feeds, fetches)
     assert ops_text(after) == ops_text(program)
+
+
+@pytest.mark.parametrize("fn, maker", [(two_lists, "array_from_list"), (two_empty_lists, "array_create")])
+def test_cse_never_merges_two_lists(fn, maker, run_pass):
+    """Two `[x]` (or two `[]`) are two lists: merged, the loop's appends to
+    both went into one (a silent wrong result: each stacked list held every
+    element twice)."""
+    program, feeds, fetches = traced(fn, torch.zeros(2), torch.tensor(3))
+    after, _ = run_pass(cse, program, feeds, fetches)
+    assert ops_text(after) == ops_text(program)
+    assert sum(op.type == maker for op in after.global_block().ops) == 2
+
+
+@pytest.mark.parametrize("level", ["default", "fast"])
+@pytest.mark.parametrize("fn, n", [(two_lists, 0), (two_lists, 1), (two_lists, 3), (two_empty_lists, 1),
+                                   (two_empty_lists, 3)])
+def test_two_lists_bit_identical_to_eager(level, fn, n):
+    compiled = d2s.declarative(fn.dygraph_function, optimize=level)
+    args = (torch.linspace(-1.0, 1.0, 2), torch.tensor(n))
+    for got, expected in zip(compiled(*args), fn.dygraph_function(*args)):
+        assert got.shape == expected.shape and torch.equal(got, expected)
+    assert any(op.type == "while" for op in compiled.concrete_program.main_program.global_block().ops)
 
 
 def test_no_grad_region_is_one_with_statement():
