@@ -37,7 +37,9 @@ import warnings
 
 import torch
 
-_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "segment.cpp")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SOURCE = os.path.join(_HERE, "segment.cpp")
+_HEADERS = [os.path.join(_HERE, "lstm_cell.h")]  # included by segment.cpp: part of the cache key
 _MODULE_NAME = "d2s_native"
 _lock = threading.Lock()
 _state = {"tried": False, "module": None, "error": None}
@@ -77,8 +79,10 @@ def _command(source, target):
 def library_path():
     """Where the library for this source, torch and Python is cached (hashed
     once per process: `load` and `build` both ask)."""
-    with open(_SOURCE, "rb") as f:
-        source = f.read()
+    source = b""
+    for path in [_SOURCE] + _HEADERS:
+        with open(path, "rb") as f:
+            source += f.read()
     key = hashlib.sha256(b"\0".join([source, torch.__version__.encode(), sys.version.encode(),
                                      " ".join(_command("S", "T")).encode()])).hexdigest()[:20]
     return os.path.join(cache_dir(), f"{_MODULE_NAME}-{key}.so")

@@ -39,6 +39,8 @@
 #include <string>
 #include <vector>
 
+#include "lstm_cell.h"
+
 namespace {
 
 // Operand kinds (mirrored by runtime/native/lower.py through `operand_kinds()`).
@@ -294,9 +296,14 @@ void run_one(std::vector<at::Tensor>& regs, const Instr& in, bool keep_all = fal
     case OP_rnn_tanh_cell: r = at::rnn_tanh_cell(f.T(0), f.T(1), f.T(2), f.T(3), f.OT(4), f.OT(5)); break;
     case OP_rnn_relu_cell: r = at::rnn_relu_cell(f.T(0), f.T(1), f.T(2), f.T(3), f.OT(4), f.OT(5)); break;
     case OP_lstm_cell: {
-      auto hc = at::lstm_cell(f.T(0), f.TL(1), f.T(2), f.T(3), f.OT(4), f.OT(5));
-      regs[in.outs[0]] = std::move(std::get<0>(hc));
-      regs[in.outs[1]] = std::move(std::get<1>(hc));
+      auto hx = f.TL(1);
+      at::Tensor hy, cy;
+      // With grad on: one autograd node, eager's gradients (lstm_cell.h).
+      if (hx.size() != 2 || !d2s_lstm::exact_lstm_cell(f.T(0), hx[0], hx[1], f.T(2), f.T(3), f.OT(4), f.OT(5), hy, cy)) {
+        std::tie(hy, cy) = at::lstm_cell(f.T(0), hx, f.T(2), f.T(3), f.OT(4), f.OT(5));
+      }
+      regs[in.outs[0]] = std::move(hy);
+      regs[in.outs[1]] = std::move(cy);
       for (int dead : in.frees) regs[dead] = at::Tensor();  // never fused
       return;
     }
