@@ -1,6 +1,6 @@
 """ParityBench under d2s: how much of real-world PyTorch `@declarative` captures.
 
-    python benchmarks/paritybench.py PATH [--sample N] [--seed S] [--save] [--jobs J]
+    python benchmarks/paritybench.py PATH [--sample N] [--seed S] [--save] [--grad] [--jobs J]
                                           [--optimize {default,fast}]
                                           [--timeout T] [--files NAME ...] [--failures K]
                                           [--json OUT] [--report OUT]
@@ -19,7 +19,12 @@ jit-compiles flag) tuples. For each case:
      forward that updates module state is compared from the same state;
   3. with --save: `d2s.jit.save` the program, `d2s.jit.load` it and compare
      the loaded model's outputs (the tensors of the result, in order) with a
-     third eager call (both models then hold the state of two calls).
+     third eager call (both models then hold the state of two calls);
+  4. with --grad: on two more copies taken before the eager calls, one
+     forward and backward of a weighted sum of the floating outputs, eager
+     and under d2s, and the parameters' gradients compared: "exact"
+     (torch.equal, what the default level promises), "close" (within the
+     tolerance) or "differ".
 
 Each file runs in its own subprocess (`--worker`), with a per-case time
 limit (--timeout for the eager calls; the d2s calls and the save get it again
@@ -210,7 +215,46 @@ def _copy_or_none(model):
         return None
 
 
-def run_case(entry, save, timeout=None, optimize="default"):
+def _loss(out):
+    """A weighted sum of the floating outputs that carry gradient, or None."""
+    leaves = [t for t in tensor_leaves(out) if t.is_floating_point() and t.requires_grad]
+    if not leaves:
+        return None
+    return sum(t.sum() * (0.5 + i) for i, t in enumerate(leaves))
+
+
+def compare_gradients(eager_model, static_model, args, kwargs, optimize):
+    """"exact", "close", "differ: NAME" or "no gradient": the parameters'
+    gradients after one forward and backward, eager against d2s."""
+    import copy
+    import torch
+    import d2s
+    # Each side on its own copy of the inputs: a forward may write them (`x.float()[i] = ...`).
+    (args_s, kwargs_s) = copy.deepcopy((args, kwargs))
+    reset_rng()
+    loss = _loss(eager_model(*args, **kwargs))
+    if loss is None:
+        return "no gradient"
+    loss.backward()
+    static = d2s.declarative(static_model, optimize=optimize)
+    reset_rng()
+    loss = _loss(static(*args_s, **kwargs_s))
+    if loss is None:
+        return "differ: the d2s result carries no gradient"
+    loss.backward()
+    verdict = "exact"
+    for (name, a), (_, b) in zip(eager_model.named_parameters(), static_model.named_parameters()):
+        if (a.grad is None) != (b.grad is None):
+            return f"differ: {name} has a gradient on one side only"
+        if a.grad is None or torch.equal(a.grad, b.grad):
+            continue
+        if not torch.allclose(a.grad, b.grad, atol=TOL, rtol=TOL, equal_nan=True):
+            return f"differ: {name}"
+        verdict = "close"
+    return verdict
+
+
+def run_case(entry, save, timeout=None, optimize="default", grad=False):
     import torch
     import d2s
     module_cls, init_args, forward_args = entry[0], entry[1], entry[2]
@@ -224,6 +268,7 @@ def run_case(entry, save, timeout=None, optimize="default"):
         # d2s runs on a copy taken before the eager calls, so its call i is
         # compared with eager call i, from the same state.
         fresh = _copy_or_none(model)
+        for_grads = (_copy_or_none(model), _copy_or_none(model)) if grad else None
         args, kwargs = forward_args()
         reset_rng()
         start = time.perf_counter()
@@ -261,6 +306,13 @@ def run_case(entry, save, timeout=None, optimize="default"):
         result.update(status="fail", cause=cause(exc), where=_where(exc))
         return result
     result["status"] = "pass"
+    if grad and None not in for_grads:
+        try:
+            result["grad"] = compare_gradients(*for_grads, args, kwargs, optimize)
+        except CaseTimeout:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            result["grad"] = "failed: " + cause(exc)
     if save:
         try:
             if fresh is not None:
@@ -283,7 +335,7 @@ def run_case(entry, save, timeout=None, optimize="default"):
     return result
 
 
-def worker(path, save, timeout, optimize="default"):
+def worker(path, save, timeout, optimize="default", grad=False):
     import torch
     torch.set_num_threads(1)
     signal.signal(signal.SIGALRM, _alarm)
@@ -303,7 +355,7 @@ def worker(path, save, timeout, optimize="default"):
         print(json.dumps({"status": "started", "index": i}), flush=True)
         signal.alarm(timeout)
         try:
-            result = run_case(entry, save, timeout, optimize)
+            result = run_case(entry, save, timeout, optimize, grad)
         except CaseTimeout:
             result = {"case": str(i), "status": "timeout", "cause": "timeout"}
         except BaseException as exc:  # noqa: BLE001
@@ -324,9 +376,10 @@ def sample_files(path, n, seed):
     return names
 
 
-def run_file(path, name, save, timeout, optimize="default"):
+def run_file(path, name, save, timeout, optimize="default", grad=False):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", os.path.join(path, "generated", name),
-           "--timeout", str(timeout), "--optimize", optimize] + (["--save"] if save else [])
+           "--timeout", str(timeout), "--optimize", optimize] + (["--save"] if save else []) + (
+           ["--grad"] if grad else [])
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
                OMP_NUM_THREADS="1")
     with tempfile.TemporaryDirectory() as cwd:  # files a model writes stay out of the way
@@ -379,6 +432,12 @@ def report(results, save, top):
         for c, n in causes.most_common(top):
             files = sorted({r["file"] for r in counted if r.get("cause") == c})
             print(f"  {n:4d}  {c}\n        e.g. {', '.join(files[:3])}")
+    grads = collections.Counter(r["grad"].split(":")[0] for r in passed if "grad" in r)
+    if grads:
+        print("gradients of passing tests: " + ", ".join(f"{k} {n}" for k, n in grads.most_common()))
+        for r in passed:
+            if r.get("grad", "exact").split(":")[0] in ("differ", "failed"):
+                print(f"  {r['file']} {r['case']}: {r['grad']}")
     save_causes = collections.Counter(r.get("save_cause") for r in passed if r.get("save") == "fail")
     if save_causes:
         print("\nmost common save/reload failures:")
@@ -393,6 +452,7 @@ def main(argv=None):
     p.add_argument("--sample", type=int, default=None, help="run N files drawn at random (default: all)")
     p.add_argument("--seed", type=int, default=SEED)
     p.add_argument("--save", action="store_true", help="also jit.save / jit.load and compare again")
+    p.add_argument("--grad", action="store_true", help="also compare the parameters' gradients")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--timeout", type=int, default=60, help="seconds per case")
     p.add_argument("--files", nargs="*", help="only these file names (test_*.py)")
@@ -409,13 +469,13 @@ def main(argv=None):
         return 0
     if a.worker:
         sys.path.insert(0, REPO)
-        worker(a.path, a.save, a.timeout, a.optimize)
+        worker(a.path, a.save, a.timeout, a.optimize, a.grad)
         return 0
     names = a.files or sample_files(a.path, a.sample, a.seed)
     results = []
     start = time.time()
     with concurrent.futures.ThreadPoolExecutor(max(1, a.jobs)) as pool:
-        futures = {pool.submit(run_file, a.path, n, a.save, a.timeout, a.optimize): n for n in names}
+        futures = {pool.submit(run_file, a.path, n, a.save, a.timeout, a.optimize, a.grad): n for n in names}
         for done, fut in enumerate(concurrent.futures.as_completed(futures), 1):
             rs = fut.result()
             results.extend(rs)
