@@ -84,6 +84,8 @@ def _structure(tree, fetch_names):
     tag, body = tree
     if tag == "fetch":
         return _shown(fetch_names[body])
+    if tag == "number":
+        return f"{_shown(fetch_names[body])}.item()"
     if tag == "const":
         return repr(body)
     if tag is dict:

@@ -191,7 +191,7 @@ def _fetch_leaves(tree):
     tag, body = tree
     if tag == "fetch":
         return [tree]
-    if tag == "const":
+    if tag in ("const", "number"):  # (state writes never make "number": see static_function._output_tree)
         return []
     items = body.values() if tag is dict else body
     return [leaf for item in items for leaf in _fetch_leaves(item)]

@@ -21,9 +21,9 @@ import weakref
 
 import torch
 
-from ops.capture import CaptureMode, dispatch, graph_condition, lift
+from ops.capture import CaptureMode, dispatch, graph_condition, lift, stands_for_number
 from ops import tracer
-from ops.framework import scalar_copy as fw_scalar_copy
+from ops.framework import check_strides as fw_check_strides, scalar_copy as fw_scalar_copy
 from ops.tracer import Tracer
 from runtime import _debug
 from runtime import runner
@@ -78,8 +78,13 @@ class ConcreteProgram:
     returned structure with Variables in it), and the compiled function."""
 
     def __init__(self, main_program, startup_program, inputs, outputs, fetch_vars, out_tree, optimize="default",
-                 state=None):
+                 state=None, layout=None):
         self.main_program = main_program
+        # The feeds' strides the trace read (`x.stride()`, `is_contiguous()`,
+        # strides of views of them): None when it read none; else per feed its
+        # strides, or None for "contiguous" (a feed whose sizes vary). A call
+        # whose feeds differ gets a program of its own (_layout_matches).
+        self.layout = layout
         self.startup_program = startup_program
         self.inputs = inputs
         self.outputs = outputs
@@ -101,7 +106,7 @@ class ConcreteProgram:
         self._single = out_tree == ("fetch", 0) and not self.state_writes
         # Nothing to do around the call but pass the parameters (the hit
         # path in StaticFunction.__call__ then calls the function itself).
-        self._plain = not self.state_reads and not self.state_writes
+        self._plain = not self.state_reads and not self.state_writes and layout is None
 
     def run(self, tensors):
         program = self.main_program
@@ -293,8 +298,11 @@ def _replace_tensors(value, feeds):
     return value
 
 
-def _output_tree(value, fetch):
-    """The returned structure with ('fetch', i) for each Variable."""
+def _output_tree(value, fetch, numbers=False):
+    """The returned structure with ('fetch', i) for each Variable.
+    `numbers` (the function's return value): a Variable standing for a
+    Python number (`t.item()`, `int(t)`, a carried counter) is ('number', i),
+    given back as the Python number eager returns."""
     value = graph_condition(value)  # a returned run-time size: fetched as a Python number
     if isinstance(value, Variable):
         if any(v is value for v in fetch):
@@ -304,15 +312,40 @@ def _output_tree(value, fetch):
             value = fw_scalar_copy(value) if value.kind == SCALAR else \
                 dispatch(torch.Tensor.view_as, (value, value), {})
         fetch.append(value)
-        return ("fetch", len(fetch) - 1)
+        number = numbers and value.kind != SCALAR and stands_for_number(value)
+        return ("number" if number else "fetch", len(fetch) - 1)
     if isinstance(value, torch.Tensor):
         fetch.append(lift(value))
         return ("fetch", len(fetch) - 1)
     if isinstance(value, (list, tuple)):
-        return (type(value), [_output_tree(v, fetch) for v in value])
+        return (type(value), [_output_tree(v, fetch, numbers) for v in value])
     if isinstance(value, dict):
-        return (dict, {k: _output_tree(v, fetch) for k, v in value.items()})
+        return (dict, {k: _output_tree(v, fetch, numbers) for k, v in value.items()})
     return ("const", value)
+
+
+def _layout_guard(feeds, tensors):
+    """ConcreteProgram.layout for a trace that read strides; refused when
+    the trace could not know the layout it read (a non-contiguous feed whose
+    sizes vary: tracing takes such feeds as contiguous)."""
+    layout = tuple(v.strides for v in feeds)
+    if not _layout_matches(layout, tensors):
+        name = next(v.name for v, t in zip(feeds, tensors) if v.strides is None and not t.is_contiguous())
+        raise ConversionError(
+            f"this function reads strides (`x.stride()`, `is_contiguous()`, or of views of its inputs), and the "
+            f"feed '{name}' is not contiguous while its sizes vary (InputSpec None dimensions): pass it "
+            "contiguous (`.contiguous()`), or give it static sizes")
+    return layout
+
+
+def _layout_matches(layout, tensors):
+    for strides, t in zip(layout, tensors):
+        if strides is None:
+            if not t.is_contiguous():
+                return False
+        elif t.stride() != strides:
+            return False
+    return True
 
 
 def _with_state_part(key, state_part):
@@ -501,7 +534,15 @@ class StaticFunction:
         concrete = self.program_cache.get(key)
         if concrete is None:
             concrete = self._build(key, args, kwargs)
+        if concrete.layout is not None and not _layout_matches(concrete.layout, tensors):
+            concrete = self._for_layout(key, args, kwargs, tensors)
         return concrete, tensors
+
+    def _for_layout(self, key, args, kwargs, tensors):
+        """The program for feeds of these strides, when the one under `key`
+        read other strides: cached under `key` with the strides added."""
+        key = (("layout",) + tuple(tuple(t.stride()) for t in tensors),) + key  # the last two parts stay last
+        return self.program_cache.get(key) or self._build(key, args, kwargs)
 
     def __call__(self, *args, **kwargs):
         translator = ProgramTranslator._instance or ProgramTranslator()
@@ -542,7 +583,8 @@ class StaticFunction:
                         except Exception as exc:  # noqa: BLE001 - re-raised naming the failing op
                             runner.reraise(entry, exc)
                         return results[0] if concrete._single else rebuild(concrete.out_tree, results)
-                    return concrete.run(args)
+                    if concrete.layout is None:
+                        return concrete.run(args)
         if kwargs or len(args) != self._n_positional:
             args, kwargs = self._normalize(args, kwargs)
         if self._specs:
@@ -554,6 +596,8 @@ class StaticFunction:
         concrete = cache._programs.get(key)  # ProgramCache.get, inlined on the hit path
         if concrete is None or concrete is not cache._recent:
             concrete = cache.get(key) or self._build(key, args, kwargs)
+        if concrete.layout is not None and not _layout_matches(concrete.layout, tensors):
+            concrete = self._for_layout(key, args, kwargs, tensors)
         translator._last = cache.last = concrete
         return concrete.run(tensors)
 
@@ -611,6 +655,8 @@ class StaticFunction:
                     var = main.global_block().create_var(name=name, shape=shape, dtype=t.dtype, is_data=True,
                                                          stop_gradient=not t.requires_grad)
                     tr.symbolize(var, hints=tuple(t.shape))  # example sizes decide what tracing assumes
+                    if all(type(d) is int for d in var.dims):
+                        var.strides = tuple(t.stride())  # and its layout (ops/capture.py _strides)
                     tr.examples[name] = t  # and example values the numbers read from it (int(t))
                     feeds.append(var)
                 sym_args = _replace_tensors(tuple(args), list(feeds))
@@ -620,16 +666,24 @@ class StaticFunction:
                 with CaptureMode(), torch.enable_grad():
                     out = converted(*self._full_args(sym_args), **sym_kwargs)
                 fetch = []
-                out_tree = _output_tree(out, fetch)
+                out_tree = _output_tree(out, fetch, numbers=True)
                 state_fetch = []
                 writes, reads = module_state.collect(before, tr.lifted, _output_tree, state_fetch)
                 reads += module_state.global_reads(self._converted_functions(), tr.lifted,
                                                    {r.var_name for r in reads})
                 self._refuse_global_state(main)
+                layout = _layout_guard(feeds, [t for _, t in leaves]) if tr.reads_layout else None
+                if layout is not None:
+                    # Checks at the program's start, which travel with a saved program.
+                    block = main.global_block()
+                    n = len(block.ops)
+                    for var, strides in zip(feeds, layout):
+                        fw_check_strides(var, strides)
+                    block.ops[:] = block.ops[n:] + block.ops[:n]
             noted = self._note_state(writes, reads)
             main.verify()
             concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree, key[-1],
-                                       (writes, reads, state_fetch) if writes or reads else None)
+                                       (writes, reads, state_fetch) if writes or reads else None, layout)
             # The kinds of the module state this trace started from (jit.save checks them).
             concrete.state_attrs = list(self.program_cache.state_attrs)
             concrete.state_assumed = module_state.key(concrete.state_attrs)

@@ -365,7 +365,10 @@ def record(opdef, fn, args, kwargs):
     except Exception as exc:  # noqa: BLE001 - the kernel's own complaint, at the user's line
         shapes = ", ".join(f"{name}: {v.dtype_name}[{', '.join(map(str, v.dims))}]"
                            for name, v in zip(_user_names(refs.inputs), refs.inputs))
-        raise error_at_user_line(f"`{opdef.type}` fails on inputs ({shapes}): {exc}") from None
+        # Eager never runs a branch or loop body these inputs skip; d2s traces them all.
+        where = "" if block.parent_idx < 0 else (
+            " (d2s traces every branch and loop body, also one that these inputs never run)")
+        raise error_at_user_line(f"`{opdef.type}` fails on inputs ({shapes}): {exc}{where}") from None
     numbers = wrapped_numbers.number_inputs(refs.inputs, stands_for_number)
     if numbers and wrapped_numbers.can_differ(refs.inputs, numbers):
         meta = _as_eager_numbers(opdef, fn, args_tree, kwargs_tree, refs, numbers, meta, tr)
@@ -657,7 +660,11 @@ def contiguous_strides(shape):
 
 def _strides(var):
     """The strides eager would give: those the meta kernel produced for this
-    output (see `record`), else a contiguous layout (feeds, constants)."""
+    output from its inputs' strides (see `record`; a feed has its example's),
+    else a contiguous layout (constants, feeds whose sizes vary). The trace
+    then depends on the feeds' layout: the program is kept for feeds of
+    these strides only (ConcreteProgram.layout)."""
+    tracer.current().reads_layout = True
     known = getattr(var, "strides", None)
     return known if known is not None else contiguous_strides(_known_shape(var, "stride"))
 

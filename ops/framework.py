@@ -246,6 +246,27 @@ def check_sizes(cond, message):
     _append("check_sizes", [cond], (InputRef(0), message), {}, [], None)
 
 
+def _check_strides_kernel(x, strides, name):
+    got = x.stride()
+    if (x.is_contiguous() if strides is None else got == tuple(strides)):
+        return
+    want = "contiguous" if strides is None else f"strides {tuple(strides)}"
+    raise ValueError(f"this program reads its inputs' strides and was traced for '{name}' {want}; got strides "
+                     f"{got}: pass '{name}' in that layout (`.contiguous()` for contiguous), or trace it again")
+
+
+# What tracing assumed about a feed's layout when the program read strides
+# (d2s/static_function.py: in memory, another layout gets its own program;
+# this check travels with a saved program). Pruned like the size checks.
+register(OpDef("check_strides", kernel=_check_strides_kernel, extra={"side_effect": True, "size_check": True}))
+
+
+def check_strides(x, strides):
+    """Raise ValueError when the program runs and `x` does not have
+    `strides` (None: is not contiguous)."""
+    _append("check_strides", [x], (InputRef(0), None if strides is None else tuple(strides), x.name), {}, [], None)
+
+
 def _exception_kind(exc_type):
     """The builtin exception class a saved program may name for ``exc_type``:
     itself, or its nearest builtin base (a loaded program can name nothing else)."""

@@ -37,6 +37,15 @@ class Meta:
         self.strides = strides  # the meta kernel's strides, when every run agrees (`x.stride()`)
 
 
+def _meta_input(v):
+    """A meta tensor standing for `v`, with its strides when known (a view's
+    or a non-contiguous feed's), so that outputs get eager's strides."""
+    strides = getattr(v, "strides", None)
+    if strides is not None and len(strides) == len(v.dims) and all(type(s) is int for s in strides):
+        return torch.empty_strided(v.dims, strides, dtype=v.dtype, device="meta")
+    return torch.empty(v.dims, dtype=v.dtype, device="meta")
+
+
 def _is_symbolic(v):
     return isinstance(v, Variable) and (v.kind != "tensor" or any(isinstance(d, str) or d == -1 for d in v.dims))
 
@@ -92,7 +101,7 @@ def _infer(fn, args, kwargs, inputs, tracer, factory):
     if not any(_is_symbolic(v) for v in inputs):
         try:
             with torch._C.DisableTorchFunction():
-                values = [torch.empty(v.dims, dtype=v.dtype, device="meta") for v in inputs]
+                values = [_meta_input(v) for v in inputs]
                 return _to_meta(_call(fn, args, kwargs, values, factory, "meta"), None)
         except Exception as exc:  # noqa: BLE001 - value-dependent or int-valued inputs: go symbolic
             if not any(_int_like(v) for v in inputs) and not _value_dependent(exc):
@@ -226,9 +235,13 @@ def _infer_by_samples(fn, args, kwargs, inputs, shapes, factory, error, value_de
             values = [_sample(v, shapes, offset, seen) for v in inputs]
             with torch.random.fork_rng(devices=[]):
                 runs.append(_call(fn, args, kwargs, values, factory))
-        except Exception:  # noqa: BLE001 - the op's own complaint is the fake run's
+        except Exception as exc:  # noqa: BLE001 - the op's own complaint is the fake run's
             if not runs:
-                raise error from None
+                from .symbolic import SpecializesSize  # loaded: the symbolic run came first
+                # ... unless the fake run stopped at our own signal (a size it
+                # wanted as an int: its message is the symbol's name, "u0"),
+                # which tells the user nothing: then this run's complaint.
+                raise (exc if error is None or isinstance(error, SpecializesSize) else error) from None
             break
     if value_dependent or len(runs) == 1:
         return _to_meta(runs[0], shapes, fresh=True)

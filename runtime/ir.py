@@ -156,6 +156,14 @@ class Variable:
     def requires_grad(self):
         return not self.stop_gradient
 
+    @requires_grad.setter
+    def requires_grad(self, value):
+        # `x.requires_grad = v` is `x.requires_grad_(v)`: an op while tracing,
+        # which raises eager's error when the program runs on a non-leaf.
+        if Variable._method_hook is None:
+            raise AttributeError("requires_grad of a program variable is set by tracing `x.requires_grad_(v)`")
+        Variable._method_hook(self, "requires_grad_")(value)
+
     def is_floating_point(self):
         return self.dtype.is_floating_point
 

@@ -5,11 +5,13 @@ returned (`return y, 3` gives `(y, 3)`, `return {"logits": y}` a dict)
 rather than only its tensors.
 
 In memory a tree is what `d2s` builds when it traces a function:
-``("fetch", i)`` for the i-th fetched tensor, ``("const", value)``,
+``("fetch", i)`` for the i-th fetched tensor, ``("number", i)`` for one
+that stands for a Python number (`t.item()`: given back as `.item()`),
+``("const", value)``,
 ``(tuple | list | torch.Size | a namedtuple class, [trees])`` and
 ``(dict, {key: tree})``. In program.json:
 
-    {"fetch": 0}   {"const": 3}   {"tuple": [...]}   {"list": [...]}
+    {"fetch": 0}   {"number": 1}   {"const": 3}   {"tuple": [...]}   {"list": [...]}
     {"size": [...]}   {"dict": [[key, tree], ...]}
     {"namedtuple": "Out", "fields": ["a", "b"], "items": [...]}
 
@@ -44,8 +46,8 @@ def to_json(tree, where):
     """The JSON form of an in-memory tree; ValueError (naming `where`) for a
     returned value a saved program cannot give back."""
     tag, body = tree
-    if tag == "fetch":
-        return {"fetch": body}
+    if tag in ("fetch", "number"):
+        return {tag: body}
     if tag == "const":
         if not _constant_ok(body):
             raise ValueError(
@@ -83,11 +85,11 @@ def _parse(doc, n_fetch, where, budget, depth):
     if not isinstance(doc, dict) or not doc:
         raise ModelFormatError(f"{where}: each node must be an object such as {{\"fetch\": 0}}, got {doc!r:.60}")
     kind = next(iter(doc))
-    if kind == "fetch" and len(doc) == 1:
-        index = doc["fetch"]
+    if kind in ("fetch", "number") and len(doc) == 1:
+        index = doc[kind]
         if type(index) is not int or not 0 <= index < n_fetch:
             raise ModelFormatError(f"{where}: fetch index {index!r:.20} is not one of the {n_fetch} fetches")
-        return ("fetch", index)
+        return (kind, index)
     if kind == "const" and len(doc) == 1:
         if not _constant_ok(doc["const"]):
             raise ModelFormatError(f"{where}: constant {doc['const']!r:.60} is not a number, string, bool or null")
@@ -123,6 +125,8 @@ def rebuild(tree, results):
     tag, body = tree
     if tag == "fetch":
         return results[body]
+    if tag == "number":
+        return results[body].item()
     if tag == "const":
         return body
     if tag is dict:

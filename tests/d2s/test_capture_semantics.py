@@ -497,3 +497,125 @@ def test_distribution_log_prob_and_its_validation():
     with pytest.raises(ValueError, match="torch._is_all_true is false"):  # a negative scale, as eager refuses
         static(torch.zeros(3, requires_grad=True), -torch.ones(3), torch.zeros(3))
     assert len(static.program_cache) == 1
+
+
+# -- strides: what `x.stride()` and `is_contiguous()` read is the layout eager has -------------
+
+def strided_window(x):
+    s = x.stride()
+    return x.as_strided((2, 2), (s[0], s[1])) * 1.0
+
+
+def reshaped_window(x):
+    # A reshape of a transpose is a view (strides (1, 4)) or a copy, as eager decides.
+    y = x.transpose(0, 1).reshape(4, 2)
+    return y.as_strided((3, 2), y.stride()) + x.stride()[0]
+
+
+def overlapping_chunks(x, w):
+    # Longformer's `_chunk`: overlapping windows by halving a stride.
+    x = x.view(x.size(0), x.size(1) // (w * 2), w * 2, x.size(2))
+    size, stride = list(x.size()), list(x.stride())
+    size[1] = size[1] * 2 - 1
+    stride[1] = stride[1] // 2
+    return x.as_strided(size=size, stride=stride).sum(-1)
+
+
+def contiguity(x):
+    return x * 2 if x.is_contiguous() else x - 1
+
+
+def no_layout_read(x):
+    return x.transpose(0, 1).reshape(-1) * 3
+
+
+def _layouts():
+    base = torch.arange(32.0).view(4, 8)  # every layout [2, 4]
+    return {"contiguous": base[:2, :4].clone(), "transposed": base.t()[:2], "strided rows": base[:2, :4],
+            "every other column": base[:2, ::2], "other contiguous": torch.arange(8.0).view(2, 4) + 0.5}
+
+
+@pytest.mark.parametrize("fn", [strided_window, reshaped_window, contiguity, no_layout_read])
+def test_one_function_every_input_layout_like_eager(fn):
+    """The strides a trace reads are the example's (and those of views of
+    it); a program that read them serves only inputs of those strides, so
+    each layout gets eager's result. A function that reads none keeps one
+    program for every layout."""
+    static = d2s.declarative(fn)
+    layouts = _layouts()
+    for name, x in list(layouts.items()) + list(layouts.items()):  # twice: the cached programs again
+        want = fn(x)
+        got = static(x)
+        assert (got == want) if isinstance(want, bool) else torch.equal(got, want), name
+    n_layouts = len({tuple(x.stride()) for x in layouts.values()} | {(4, 1)})
+    expected = 1 if fn is no_layout_read else None
+    if expected is not None:
+        assert len(static.program_cache) == expected
+    else:
+        assert 1 < len(static.program_cache) <= n_layouts
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_overlapping_chunks_of_a_view(transpose):
+    static = d2s.declarative(overlapping_chunks)
+    x = torch.randn(3, 8, 4)
+    x = x.transpose(0, 1).contiguous().transpose(0, 1) if transpose else x
+    assert torch.equal(static(x, 2), overlapping_chunks(x, 2))
+
+
+def test_strides_of_a_feed_whose_sizes_vary_are_refused():
+    static = d2s.declarative(strided_window, input_spec=[d2s.InputSpec([None, 4])])
+    with pytest.raises(d2s.ConversionError, match="stride, which depends on a size known only at run time"):
+        static(torch.arange(8.0).view(2, 4))
+
+
+def test_a_saved_program_that_read_strides_checks_its_inputs_layout(tmp_path):
+    """Saved, the program has no retrace to fall back on: it checks the
+    layout it was traced for and refuses another (never a silent window
+    over the wrong elements)."""
+    static = d2s.declarative(strided_window)
+    x = torch.arange(8.0).view(2, 4)
+    static(x)
+    assert [op.type for op in static.concrete_program.main_program.global_block().ops][0] == "check_strides"
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    assert torch.equal(loaded(x + 1), strided_window(x + 1))
+    with pytest.raises(Exception, match=r"traced for 'x' strides \(4, 1\); got strides \(1, 2\)"):
+        loaded(torch.arange(8.0).view(4, 2).t())
+
+
+# -- `x.requires_grad = v` inside a forward is `x.requires_grad_(v)`, as eager -----------------
+
+def target_without_grad(x, t):
+    a = t[0]
+    a.requires_grad = False  # a leaf view of an input: allowed, a no-op
+    return x * a
+
+
+def fresh_leaf_with_grad(x):
+    out = torch.zeros_like(x)
+    out.requires_grad = True  # a new leaf that requires grad, returned
+    return out
+
+
+def computed_without_grad(x):
+    y = x * 2
+    y.requires_grad = False  # a non-leaf: eager's RuntimeError when it runs
+    return y
+
+
+@pytest.mark.parametrize("fn, args", [
+    (target_without_grad, lambda: (torch.ones(2, requires_grad=True), torch.ones(2, 2))),
+    (fresh_leaf_with_grad, lambda: (torch.ones(2),)),
+])
+def test_setting_requires_grad_like_eager(fn, args):
+    want, got = fn(*args()), d2s.declarative(fn)(*args())
+    assert torch.equal(got, want)
+    assert got.requires_grad == want.requires_grad and (got.grad_fn is None) == (want.grad_fn is None)
+
+
+def test_setting_requires_grad_of_a_non_leaf_is_eagers_error():
+    with pytest.raises(RuntimeError, match="only change requires_grad flags of leaf variables"):
+        computed_without_grad(torch.ones(2, requires_grad=True))
+    with pytest.raises(RuntimeError, match="only change requires_grad flags of leaf variables"):
+        d2s.declarative(computed_without_grad)(torch.ones(2, requires_grad=True))

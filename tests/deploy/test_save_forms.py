@@ -65,6 +65,19 @@ class Nested(nn.Module):
         return {"a": [x + 1, (x * 2, 0.5)], 7: True, "shape": x.shape}
 
 
+class Numbers(nn.Module):
+    # Python numbers read from tensors (and a counter a tensor loop carries)
+    # are Python numbers in what the call returns, as eager's (not 0-d tensors).
+    def forward(self, x):
+        acc = []
+        for i in range(2):
+            acc.append((x * i).sum().item())
+        n = 0
+        while x.abs().sum() > n:
+            n += 1
+        return x * 2, acc, {"top": int(x.argmax()), "pos": bool(x.sum() > 0)}, n
+
+
 class ModeFlag(nn.Module):
     # A constant that differs between the modes: each saved program returns its own.
     def __init__(self):
@@ -96,7 +109,8 @@ def _same(got, want):
     return type(got) is type(want) and got == want
 
 
-@pytest.mark.parametrize("make", [Identity, Constant, Twice, NoTensor, Weight, LegacyType, Mixed, Named, Nested])
+@pytest.mark.parametrize("make", [Identity, Constant, Twice, NoTensor, Weight, LegacyType, Mixed, Named, Nested,
+                                  Numbers])
 def test_forward_form_saves_and_reloads(make, tmp_path):
     module = make()
     x = torch.randn(2)

@@ -70,3 +70,26 @@ def test_kernel_failure_at_build_time_names_op_and_shapes():
 def test_kernel_failure_names_an_unnamed_input_by_position():
     err = _raises_at(lambda x: x.sum().view(5), "x.sum().view(5)", "input 1: float32[]")  # x.sum().view(5)
     assert "tmp_" not in str(err)
+
+
+def _rows_sum(x, n):
+    h = x[:, 0] * 0 if x.shape[1] else torch.zeros(x.shape[0], x.shape[2])
+    for t in range(n):
+        h = h + x[:, t]  # rows of an empty dimension
+    return h
+
+
+def test_kernel_failure_in_a_loop_body_these_inputs_skip_says_why():
+    """A loop over an empty dimension: eager runs no trip, d2s still traces
+    the body. The message is the kernel's own ("index ... out of bounds"),
+    with why d2s met it; never the symbol ("u0") a symbolic run stopped at."""
+    import d2s
+    static = d2s.declarative(_rows_sum)
+    x = torch.ones(2, 3, 4)
+    assert torch.equal(static(x, torch.tensor(3)), _rows_sum(x, torch.tensor(3)))
+    with pytest.raises(runtime.ConversionError) as info:
+        static(torch.ones(2, 0, 4), torch.tensor(0))
+    err = info.value
+    assert err.filename == HERE and err.lineno == _line_of("rows of an empty dimension")
+    assert "out of bounds for dimension 1 with size 0" in str(err), str(err)
+    assert "traces every branch and loop body" in str(err) and ": u0" not in str(err)
