@@ -27,6 +27,7 @@ import weakref
 
 import torch
 
+from runtime.errors import ConversionError
 from runtime.ir import Variable
 
 
@@ -38,6 +39,16 @@ def _holds_variable(value):
     if isinstance(value, dict):
         return any(_holds_variable(v) for v in value.values())
     return False
+
+
+def _block_variables(value):
+    if isinstance(value, Variable):
+        return [value] if value.block.idx != 0 else []
+    if isinstance(value, (list, tuple)):
+        return [v for item in value for v in _block_variables(item)]
+    if isinstance(value, dict):
+        return [v for item in value.values() for v in _block_variables(item)]
+    return []
 
 
 def _slots(module):
@@ -77,6 +88,15 @@ def collect(before, lifted, output_tree, fetch):
         for where, name, value in _slots(module):
             if not _holds_variable(value):
                 continue
+            if _block_variables(value):
+                # Made in a branch or loop body, it exists only there: the
+                # program could not read it after the `if` or loop.
+                if isinstance(value, dict) and name.startswith("_"):  # `_buffers`: name the buffer
+                    name = next(k for k, v in value.items() if _block_variables(v))
+                raise ConversionError(
+                    f"`{name}` of {type(module).__name__} is assigned inside an `if` or loop on a tensor, and "
+                    "d2s carries local names out of those, not module attributes: assign a local name there "
+                    f"and `self.{name} = ...` after the `if` or loop")
             writes.append(StateWrite(module, name, output_tree(value, fetch)))
             old = (buffers if where is module._buffers else attrs).get(name, _MISSING)
             if old is _MISSING:

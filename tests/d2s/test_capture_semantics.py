@@ -619,3 +619,55 @@ def test_setting_requires_grad_of_a_non_leaf_is_eagers_error():
         computed_without_grad(torch.ones(2, requires_grad=True))
     with pytest.raises(RuntimeError, match="only change requires_grad flags of leaf variables"):
         d2s.declarative(computed_without_grad)(torch.ones(2, requires_grad=True))
+
+
+# -- module attributes assigned in a tensor `if`: refused by name (was an internal ProgramError) --
+
+class CountsInBranch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.count = torch.zeros(())
+
+    def forward(self, x):
+        if x.sum() > 0:
+            self.count = self.count + 1
+        return x * self.count
+
+
+class GrowsBufferInBranch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("pe", torch.arange(8.0))
+
+    def forward(self, x):
+        if max(x) >= self.pe.shape[0]:
+            self.register_buffer("pe", torch.arange(20.0))
+        return self.pe[x]
+
+
+class CountsAfterBranch(nn.Module):
+    """The rewrite the message asks for: a local name in the branch."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = torch.zeros(())
+
+    def forward(self, x):
+        count = self.count
+        if x.sum() > 0:
+            count = count + 1
+        self.count = count
+        return x * self.count
+
+
+@pytest.mark.parametrize("make, x, name", [(CountsInBranch, torch.ones(2), "count"),
+                                           (GrowsBufferInBranch, torch.arange(4), "pe")])
+def test_module_attribute_assigned_in_a_tensor_branch_is_refused_by_name(make, x, name):
+    with pytest.raises(d2s.ConversionError, match=f"`{name}` of {make.__name__} is assigned inside an `if`"):
+        d2s.declarative(make())(x)
+
+
+def test_the_rewrite_with_a_local_name_runs_like_eager():
+    eager, static = CountsAfterBranch(), d2s.declarative(CountsAfterBranch())
+    for x in (torch.ones(2), -torch.ones(2), torch.ones(2)):
+        assert torch.equal(static(x), eager(x))
