@@ -246,9 +246,10 @@ def compare_gradients(eager_model, static_model, args, kwargs, optimize):
     for (name, a), (_, b) in zip(eager_model.named_parameters(), static_model.named_parameters()):
         if (a.grad is None) != (b.grad is None):
             return f"differ: {name} has a gradient on one side only"
-        if a.grad is None or torch.equal(a.grad, b.grad):
+        ga, gb = (g.to_dense() if g is not None and g.is_sparse else g for g in (a.grad, b.grad))
+        if ga is None or torch.equal(ga, gb):
             continue
-        if not torch.allclose(a.grad, b.grad, atol=TOL, rtol=TOL, equal_nan=True):
+        if not torch.allclose(ga, gb, atol=TOL, rtol=TOL, equal_nan=True):
             return f"differ: {name}"
         verdict = "close"
     return verdict

@@ -15,11 +15,13 @@ persistable Variables bound to the very same tensor object, so optimizer
 steps and in-place buffer updates stay shared with the module.
 """
 
+import functools
 import inspect
 import linecache
 import os
 import re
 import sys
+import threading
 
 import numpy as np
 import torch
@@ -553,10 +555,46 @@ def dispatch(fn, args, kwargs):
 
 class CaptureMode(TorchFunctionMode):
     """Active while a declarative function is traced: every torch call goes
-    through `dispatch`."""
+    through `dispatch`. It also lets torch's own Python helpers that accept
+    only real tensors take graph tensors (`_HELPERS`) while it is active."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         return dispatch(func, args, kwargs or {})
+
+    def __enter__(self):
+        with _helpers_lock:
+            if _helpers_depth[0] == 0:
+                for owner, name, make in _HELPERS:
+                    setattr(owner, name, make(getattr(owner, name)))
+            _helpers_depth[0] += 1
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            with _helpers_lock:
+                _helpers_depth[0] -= 1
+                if _helpers_depth[0] == 0:
+                    for owner, name, make in _HELPERS:
+                        setattr(owner, name, getattr(owner, name).__wrapped__)
+
+
+def _none_or_dtype(original):
+    # `isinstance(mask, torch.Tensor)` or a RuntimeError: nn.MultiheadAttention
+    # with an `attn_mask` or `key_padding_mask` asks it of its masks.
+    @functools.wraps(original)
+    def none_or_dtype(input):
+        return input.dtype if isinstance(input, Variable) else original(input)
+    return none_or_dtype
+
+
+# torch helpers (owner, name, wrapper) that check `isinstance(x, torch.Tensor)`
+# where a graph tensor must pass; the wrappers answer as for a real tensor of
+# the Variable's dtype and call the original for anything else.
+_HELPERS = [(torch.nn.functional, "_none_or_dtype", _none_or_dtype)]
+_helpers_lock = threading.RLock()
+_helpers_depth = [0]
 
 
 def _torch_function(func, args, kwargs):

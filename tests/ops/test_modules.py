@@ -143,3 +143,29 @@ def test_module_constructed_inside_capture_mode():
             # Variables; that is refused with an error naming the initialiser.
             with pytest.raises(ConversionError, match="kaiming_uniform_"):
                 torch.nn.Linear(4, 2)(x)
+
+
+@pytest.mark.parametrize("mask", ["float attn_mask", "bool attn_mask", "key_padding_mask", "both"])
+def test_multihead_attention_with_masks(mask):
+    """nn.MultiheadAttention asks `F._none_or_dtype(mask)`, which accepts only
+    real tensors: while capturing it also takes graph tensors (and is torch's
+    own function again afterwards)."""
+    import d2s
+    import torch.nn.functional as F
+    original = F._none_or_dtype
+    torch.manual_seed(0)
+    attn = torch.nn.MultiheadAttention(6, 2, batch_first=True)
+    causal = torch.tril(torch.ones(3, 3))
+    padding = torch.tensor([[False, False, True], [False, False, False]])
+
+    def f(x, causal, padding):
+        masks = {"float attn_mask": dict(attn_mask=causal.log()), "bool attn_mask": dict(attn_mask=causal == 0),
+                 "key_padding_mask": dict(key_padding_mask=padding),
+                 "both": dict(attn_mask=causal == 0, key_padding_mask=padding)}[mask]
+        out, weights = attn(x, x, x, **masks)
+        return out, weights
+
+    x = torch.randn(2, 3, 6)
+    got, want = d2s.declarative(f)(x, causal, padding), f(x, causal, padding)
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    assert F._none_or_dtype is original
