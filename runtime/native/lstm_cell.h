@@ -79,13 +79,45 @@ Tensor mm_mat2_grad(const Tensor& grad, const Tensor& mat1, at::IntArrayRef size
   return mat1.t().conj().mm(grad);
 }
 
+// What eager's AddmmBackward0 keeps of one `addmm(bias, mat1, weight.t())`,
+// and only when it keeps it: mat1 when the weight needs a gradient, mat2
+// (weight.t()) when mat1 does, and the sizes/strides its formulas test.
+struct Addmm {
+  SavedVariable mat1, mat2;
+  std::vector<int64_t> mat1_sizes, mat1_strides, mat2_sizes, mat2_strides;
+
+  void save(const Tensor& input, const Tensor& weight_t, bool input_req, bool weight_req) {
+    if (weight_req) mat1 = SavedVariable(input, false);
+    if (input_req) {
+      mat2 = SavedVariable(weight_t, false);
+      mat1_sizes = input.sizes().vec();
+      mat1_strides = input.strides().vec();
+    }
+    mat2_sizes = weight_t.sizes().vec();
+    mat2_strides = weight_t.strides().vec();
+  }
+
+  // The input's gradient. `recomputed_t`: under create_graph, the weight's
+  // t() with history (the saved one, made under no_grad, has none, and the
+  // next order must reach the weight through it); the saved one is
+  // unpacked either way, for eager's version check.
+  Tensor input_grad(const Tensor& grad, const Tensor& recomputed_t) const {
+    Tensor t = mat2.unpack();
+    return mm_mat1_grad(grad, recomputed_t.defined() ? recomputed_t : t, mat1_sizes, mat1_strides);
+  }
+
+  // The weight's gradient (TBackward0 of mm_mat2_backward's).
+  Tensor weight_grad(const Tensor& grad) const {
+    return mm_mat2_grad(grad, mat1.unpack(), mat2_sizes, mat2_strides).t();
+  }
+};
+
 // What the gradient formulas read besides the saved inputs.
 struct Intermediates {
   Tensor gates;                // addmm(b_hh, hx, w_hh.t()).add_(addmm(b_ih, x, w_ih.t())), activated in place
   std::array<Tensor, 4> gate;  // its chunks after activation: ingate, forgetgate, cellgate, outgate
   Tensor tanh_cy;
-  Tensor w_ih_t, w_hh_t;       // recomputed only: the weights' t() with history (the saved ones, made under
-                               // no_grad, have none, and the next order must reach the weights through them)
+  Tensor w_ih_t, w_hh_t;       // recomputed only: the weights' t() with history (Addmm::input_grad)
 };
 
 // The composite's calls, in its order (at::linear of a 2-d input with a bias
@@ -112,12 +144,11 @@ Intermediates cell_ops(const Tensor& x, const Tensor& hx, const Tensor& cx, cons
 
 // One call's state, shared by its two nodes.
 struct State {
-  // What eager's nodes save, and only when they save it: addmm keeps mat1
-  // when mat2 needs a gradient and mat2 when mat1 does; `forgetgate * cx`
-  // keeps cx when the gates need one. Version-checked at backward, as eager.
-  SavedVariable x_, hx_, cx_, w_ih_t_, w_hh_t_;
-  std::vector<int64_t> x_sizes, x_strides, hx_sizes, hx_strides;
-  std::vector<int64_t> w_ih_t_sizes, w_ih_t_strides, w_hh_t_sizes, w_hh_t_strides;
+  // What eager's nodes save, and only when they save it (version-checked
+  // at backward, as eager): the two addmm's, and cx, which `forgetgate * cx`
+  // keeps when the gates need a gradient.
+  Addmm ih, hh;
+  SavedVariable cx_;
   Intermediates saved;         // made under no_grad at the call (nothing outside can write them)
   bool gates_req = false;      // the gates carry gradient (x, hx, a weight or a bias does)
   // Double backward: the inputs and their versions at the call, and the
@@ -127,8 +158,10 @@ struct State {
   std::optional<Intermediates> recomputed;
   bool released = false;
 
+  std::array<SavedVariable*, 5> saved_variables() { return {&ih.mat1, &ih.mat2, &hh.mat1, &hh.mat2, &cx_}; }
+
   void release() {
-    for (SavedVariable* v : {&x_, &hx_, &cx_, &w_ih_t_, &w_hh_t_}) v->reset_data();
+    for (SavedVariable* v : saved_variables()) v->reset_data();
     saved = Intermediates();
     for (auto& t : inputs) t.reset();
     recomputed.reset();
@@ -142,7 +175,7 @@ struct State {
     if (!torch::autograd::GradMode::is_enabled()) return saved;
     if (!recomputed) {
       static const char* names[N_INPUTS] = {"input", "hx", "cx", "w_ih", "w_hh", "b_ih", "b_hh"};
-      for (SavedVariable* v : {&x_, &hx_, &cx_, &w_ih_t_, &w_hh_t_}) v->unpack();  // eager's version errors first
+      for (SavedVariable* v : saved_variables()) v->unpack();  // eager's version errors first
       for (int k = 0; k < N_INPUTS; ++k) {
         TORCH_CHECK(inputs[k]._version() == versions[k],
                     "d2s: double backward (create_graph=True) through lstm_cell recomputes the cell from its "
@@ -200,15 +233,11 @@ struct CyBackward : public torch::autograd::Node {
     // The two addmm (AddmmBackward0) and the weights' t() (TBackward0). A
     // bias gets the [batch, 4*hidden] gradient, which the engine reduces to
     // the bias's shape exactly as it does for eager's addmm.
-    auto weight_t = [&](const SavedVariable& saved, const Tensor& recomputed) {
-      Tensor t = saved.unpack();  // eager's version check either way
-      return recomputed.defined() ? recomputed : t;
-    };
-    if (wants(X)) out[X] = mm_mat1_grad(grad_gates, weight_t(st->w_ih_t_, m.w_ih_t), st->x_sizes, st->x_strides);
-    if (wants(W_IH)) out[W_IH] = mm_mat2_grad(grad_gates, st->x_.unpack(), st->w_ih_t_sizes, st->w_ih_t_strides).t();
+    if (wants(X)) out[X] = st->ih.input_grad(grad_gates, m.w_ih_t);
+    if (wants(W_IH)) out[W_IH] = st->ih.weight_grad(grad_gates);
     if (wants(B_IH)) out[B_IH] = grad_gates;
-    if (wants(HX)) out[HX] = mm_mat1_grad(grad_gates, weight_t(st->w_hh_t_, m.w_hh_t), st->hx_sizes, st->hx_strides);
-    if (wants(W_HH)) out[W_HH] = mm_mat2_grad(grad_gates, st->hx_.unpack(), st->w_hh_t_sizes, st->w_hh_t_strides).t();
+    if (wants(HX)) out[HX] = st->hh.input_grad(grad_gates, m.w_hh_t);
+    if (wants(W_HH)) out[W_HH] = st->hh.weight_grad(grad_gates);
     if (wants(B_HH)) out[B_HH] = grad_gates;
     return out;
   }
@@ -314,22 +343,8 @@ bool exact_lstm_cell(const Tensor& x, const Tensor& hx, const Tensor& cx, const 
   }
   auto req = [&](int k) { return in[k]->requires_grad(); };
   st->gates_req = req(X) || req(HX) || req(W_IH) || req(W_HH) || req(B_IH) || req(B_HH);
-  if (req(W_IH)) st->x_ = SavedVariable(x, false);
-  if (req(X)) {
-    st->w_ih_t_ = SavedVariable(w_ih_t, false);
-    st->x_sizes = x.sizes().vec();
-    st->x_strides = x.strides().vec();
-  }
-  st->w_ih_t_sizes = w_ih_t.sizes().vec();
-  st->w_ih_t_strides = w_ih_t.strides().vec();
-  if (req(W_HH)) st->hx_ = SavedVariable(hx, false);
-  if (req(HX)) {
-    st->w_hh_t_ = SavedVariable(w_hh_t, false);
-    st->hx_sizes = hx.sizes().vec();
-    st->hx_strides = hx.strides().vec();
-  }
-  st->w_hh_t_sizes = w_hh_t.sizes().vec();
-  st->w_hh_t_strides = w_hh_t.strides().vec();
+  st->ih.save(x, w_ih_t, req(X), req(W_IH));
+  st->hh.save(hx, w_hh_t, req(HX), req(W_HH));
   if (st->gates_req) st->cx_ = SavedVariable(cx, false);
   for (int k = 0; k < N_INPUTS; ++k) {
     st->inputs[k] = *in[k];
