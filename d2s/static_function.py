@@ -324,17 +324,21 @@ def _output_tree(value, fetch, numbers=False):
     return ("const", value)
 
 
-def _layout_guard(feeds, tensors):
-    """ConcreteProgram.layout for a trace that read strides; refused when
-    the trace could not know the layout it read (a non-contiguous feed whose
-    sizes vary: tracing takes such feeds as contiguous)."""
-    layout = tuple(v.strides for v in feeds)
+def _layout_guard(feeds, tensors, origin):
+    """ConcreteProgram.layout for a trace that read strides (first at
+    `origin`, the user's (file, line, text) or None); refused when the trace
+    could not know the layout it read (a non-contiguous feed whose sizes
+    vary: tracing takes such feeds as contiguous)."""
+    layout = tuple(getattr(v, "strides", None) for v in feeds)  # none set: sizes vary (see _build)
     if not _layout_matches(layout, tensors):
-        name = next(v.name for v, t in zip(feeds, tensors) if v.strides is None and not t.is_contiguous())
-        raise ConversionError(
-            f"this function reads strides (`x.stride()`, `is_contiguous()`, or of views of its inputs), and the "
-            f"feed '{name}' is not contiguous while its sizes vary (InputSpec None dimensions): pass it "
-            "contiguous (`.contiguous()`), or give it static sizes")
+        name = next(v.name for v, s, t in zip(feeds, layout, tensors) if s is None and not t.is_contiguous())
+        message = (f"this reads strides (`x.stride()`, `is_contiguous()`, of its inputs or of tensors made from "
+                   f"them), and the input '{name}' is not contiguous while its sizes vary (InputSpec None "
+                   "dimensions): pass it contiguous (`.contiguous()`), or give it static sizes")
+        if origin is None:
+            raise ConversionError(message)
+        filename, lineno, line = origin
+        raise ConversionError(f"{message}\n    {line}" if line else message, filename, lineno)
     return layout
 
 
@@ -534,13 +538,16 @@ class StaticFunction:
         concrete = self.program_cache.get(key)
         if concrete is None:
             concrete = self._build(key, args, kwargs)
-        if concrete.layout is not None and not _layout_matches(concrete.layout, tensors):
-            concrete = self._for_layout(key, args, kwargs, tensors)
+        if concrete.layout is not None:
+            concrete = self._for_layout(concrete, key, args, kwargs, tensors)
         return concrete, tensors
 
-    def _for_layout(self, key, args, kwargs, tensors):
-        """The program for feeds of these strides, when the one under `key`
-        read other strides: cached under `key` with the strides added."""
+    def _for_layout(self, concrete, key, args, kwargs, tensors):
+        """`concrete`, a program that read its feeds' strides, when these
+        feeds have them; else the program for these strides, cached under
+        `key` with the strides added."""
+        if _layout_matches(concrete.layout, tensors):
+            return concrete
         key = (("layout",) + tuple(tuple(t.stride()) for t in tensors),) + key  # the last two parts stay last
         return self.program_cache.get(key) or self._build(key, args, kwargs)
 
@@ -596,8 +603,8 @@ class StaticFunction:
         concrete = cache._programs.get(key)  # ProgramCache.get, inlined on the hit path
         if concrete is None or concrete is not cache._recent:
             concrete = cache.get(key) or self._build(key, args, kwargs)
-        if concrete.layout is not None and not _layout_matches(concrete.layout, tensors):
-            concrete = self._for_layout(key, args, kwargs, tensors)
+        if concrete.layout is not None:
+            concrete = self._for_layout(concrete, key, args, kwargs, tensors)
         translator._last = cache.last = concrete
         return concrete.run(tensors)
 
@@ -672,7 +679,8 @@ class StaticFunction:
                 reads += module_state.global_reads(self._converted_functions(), tr.lifted,
                                                    {r.var_name for r in reads})
                 self._refuse_global_state(main)
-                layout = _layout_guard(feeds, [t for _, t in leaves]) if tr.reads_layout else None
+                layout = _layout_guard(feeds, [t for _, t in leaves], tr.layout_read_at) if tr.reads_layout \
+                    else None
                 if layout is not None:
                     # Checks at the program's start, which travel with a saved program.
                     block = main.global_block()

@@ -702,7 +702,9 @@ def _strides(var):
     else a contiguous layout (constants, feeds whose sizes vary). The trace
     then depends on the feeds' layout: the program is kept for feeds of
     these strides only (ConcreteProgram.layout)."""
-    tracer.current().reads_layout = True
+    tr = tracer.current()
+    if not tr.reads_layout:
+        tr.reads_layout, tr.layout_read_at = True, user_origin()
     known = getattr(var, "strides", None)
     return known if known is not None else contiguous_strides(_known_shape(var, "stride"))
 

@@ -76,6 +76,7 @@ class Tracer:
         self.expanding = set()  # Python-level torch functions whose body is being captured
         self.examples = {}      # feed name -> the tensor of the call being traced (ops/examples.py)
         self.reads_layout = False  # the trace read strides (`x.stride()`, `is_contiguous()`): see _strides
+        self.layout_read_at = None  # where it first did: the user's (file, line, text)
         self._shapes = None     # ops.symbolic.Shapes, made on the first dynamic dimension
         self._token = None
         self._cold = None       # cold_start.dynamo_free while the trace is active

@@ -671,3 +671,23 @@ def test_the_rewrite_with_a_local_name_runs_like_eager():
     eager, static = CountsAfterBranch(), d2s.declarative(CountsAfterBranch())
     for x in (torch.ones(2), -torch.ones(2), torch.ones(2)):
         assert torch.equal(static(x), eager(x))
+
+
+def row_stride_scaled(x):
+    r = x[0]
+    return x * r.stride()[0]  # a stride of a tensor made from a feed whose sizes vary
+
+
+def test_strides_read_from_a_feed_whose_sizes_vary():
+    """The trace takes such a feed as contiguous: contiguous inputs of every
+    size share its program; a non-contiguous one is refused at the line that
+    read strides (was an AttributeError inside d2s)."""
+    static = d2s.declarative(row_stride_scaled, input_spec=[d2s.InputSpec([None, 4])])
+    for n in (3, 5):
+        x = torch.randn(n, 4)
+        assert torch.equal(static(x), row_stride_scaled(x))
+    assert len(static.program_cache) == 1
+    fresh = d2s.declarative(row_stride_scaled, input_spec=[d2s.InputSpec([None, 4])])
+    with pytest.raises(d2s.ConversionError, match="input 'x' is not contiguous while its sizes vary") as info:
+        fresh(torch.randn(4, 3).t())
+    assert info.value.filename == __file__ and "r.stride()" in str(info.value)
