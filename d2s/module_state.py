@@ -31,24 +31,25 @@ from runtime.errors import ConversionError
 from runtime.ir import Variable
 
 
+def _variables(value):
+    """The Variables in `value` (nested lists, tuples and dicts)."""
+    if isinstance(value, Variable):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _variables(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _variables(item)
+
+
 def _holds_variable(value):
-    if isinstance(value, Variable):
-        return True
-    if isinstance(value, (list, tuple)):
-        return any(_holds_variable(v) for v in value)
-    if isinstance(value, dict):
-        return any(_holds_variable(v) for v in value.values())
-    return False
+    return next(_variables(value), None) is not None
 
 
-def _block_variables(value):
-    if isinstance(value, Variable):
-        return [value] if value.block.idx != 0 else []
-    if isinstance(value, (list, tuple)):
-        return [v for item in value for v in _block_variables(item)]
-    if isinstance(value, dict):
-        return [v for item in value.values() for v in _block_variables(item)]
-    return []
+def _made_in_a_block(value):
+    """Whether a Variable in `value` was made in a branch or loop body."""
+    return any(v.block.idx != 0 for v in _variables(value))
 
 
 def _slots(module):
@@ -88,11 +89,11 @@ def collect(before, lifted, output_tree, fetch):
         for where, name, value in _slots(module):
             if not _holds_variable(value):
                 continue
-            if _block_variables(value):
+            if _made_in_a_block(value):
                 # Made in a branch or loop body, it exists only there: the
                 # program could not read it after the `if` or loop.
                 if isinstance(value, dict) and name.startswith("_"):  # `_buffers`: name the buffer
-                    name = next(k for k, v in value.items() if _block_variables(v))
+                    name = next(k for k, v in value.items() if _made_in_a_block(v))
                 raise ConversionError(
                     f"`{name}` of {type(module).__name__} is assigned inside an `if` or loop on a tensor, and "
                     "d2s carries local names out of those, not module attributes: assign a local name there "
