@@ -143,3 +143,30 @@ def rounds_to_digits(x):
 def test_round_with_digits_is_refused_at_the_line():
     with pytest.raises(d2s.ConversionError, match=r"round\(\) with ndigits of this value, a Python number"):
         d2s.declarative(rounds_to_digits)(torch.ones(3))
+
+
+def counts_and_reads(x, n):
+    """A counter a tensor loop carries and numbers read from tensors, returned."""
+    steps = 0
+    total = 0.0
+    for t in range(n):
+        steps += 1
+        total = total + x[t].sum().item()
+    return x * 2, steps, [total, int(x.argmax())], {"positive": bool(x.sum() > 0)}
+
+
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_returned_numbers_are_python_numbers_on_every_path(n):
+    """What the function returns holds them as eager's Python numbers (they
+    were 0-d tensors), whether the loop ran no, one or several trips, with
+    one program for every trip count."""
+    static = d2s.declarative(counts_and_reads)
+    for k in (n, 3 - n, n):
+        x = torch.arange(12.0).view(4, 3) - 5
+        got, want = static(x, torch.tensor(k)), counts_and_reads(x, torch.tensor(k))
+        assert torch.equal(got[0], want[0])
+        assert [type(v) for v in (got[1], *got[2], got[3]["positive"])] == \
+            [type(v) for v in (want[1], *want[2], want[3]["positive"])]
+        assert got[1:] == want[1:]
+    assert len(static.program_cache) == 1
+    assert any(op.type == "while" for op in static.concrete_program.main_program.global_block().ops)
