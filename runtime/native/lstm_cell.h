@@ -1,4 +1,4 @@
-// torch.lstm_cell with one autograd node and eager's gradients, bit for bit.
+// torch.lstm_cell with two autograd nodes and eager's gradients, bit for bit.
 // Included by segment.cpp (one translation unit, one library).
 //
 // On CPU, at::lstm_cell is a composite of 15 ATen calls (two addmm through
@@ -268,13 +268,12 @@ bool plain(const Tensor& t, at::ScalarType dtype) {
   return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == dtype &&
          !t.is_inference() && !t.is_conj() && !t.is_neg() && !t._is_zerotensor() &&
          !t.unsafeGetTensorImpl()->is_wrapped_number() && !t._fw_grad(/*level=*/0).defined() &&
-         t.key_set().has_backend(c10::BackendComponent::CPUBit) &&
          !t.key_set().has_any(c10::DispatchKeySet({c10::DispatchKey::FuncTorchBatched,
                                                    c10::DispatchKey::FuncTorchGradWrapper,
                                                    c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
 }
 
-// Whether this call may take the one-node path (see the file's comment).
+// Whether this call may take the two-node path (see the file's comment).
 bool eligible(const std::array<const Tensor*, N_INPUTS>& in) {
   if (!torch::autograd::GradMode::is_enabled() || torch::autograd::AnomalyMode::is_enabled()) return false;
   if (!at::SavedTensorDefaultHooks::get_tls_state().stack.empty()) return false;

@@ -298,7 +298,7 @@ void run_one(std::vector<at::Tensor>& regs, const Instr& in, bool keep_all = fal
     case OP_lstm_cell: {
       auto hx = f.TL(1);
       at::Tensor hy, cy;
-      // With grad on: one autograd node, eager's gradients (lstm_cell.h).
+      // With grad on: two autograd nodes, eager's gradients (lstm_cell.h).
       if (hx.size() != 2 || !d2s_lstm::exact_lstm_cell(f.T(0), hx[0], hx[1], f.T(2), f.T(3), f.OT(4), f.OT(5), hy, cy)) {
         std::tie(hy, cy) = at::lstm_cell(f.T(0), hx, f.T(2), f.T(3), f.OT(4), f.OT(5));
       }

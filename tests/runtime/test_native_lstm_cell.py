@@ -1,9 +1,9 @@
-"""torch.lstm_cell as one autograd node (runtime/native/lstm_cell.h): values
+"""torch.lstm_cell as two autograd nodes (runtime/native/lstm_cell.h): values
 and gradients bit for bit equal to eager's on every path (zero, one and
 several steps of a tensor loop, every subset of inputs requiring grad, odd
 sizes, column-major and transposed operands, outputs read several times),
 eager's errors (in-place writes, a second backward), and eager's per-op path
-wherever the one node could not reproduce it exactly."""
+wherever the two nodes could not reproduce it exactly."""
 
 import itertools
 import os
@@ -90,7 +90,7 @@ def test_odd_sizes_and_dtypes(batch, inp, hidden, dtype):
     _assert_same(static_steps, _inputs(batch, inp, hidden, dtype=dtype), 3, (True,) * 7)
 
 
-def test_one_program_holds_the_loop_and_takes_the_one_node_path():
+def test_one_program_holds_the_loop_and_takes_the_two_node_path():
     tensors = [t.requires_grad_() for t in _inputs(2, 3, 4)]
     static_steps(tensors[0], torch.tensor(2), *tensors[1:])
     program = static_steps.concrete_program
@@ -219,7 +219,7 @@ def _one(tensors):
 
 
 @pytest.mark.parametrize("context", ["saved_tensor_hooks", "anomaly", "no_grad", "aliased_state", "no_bias"])
-def test_per_op_path_where_one_node_cannot_be_exact(context):
+def test_per_op_path_where_two_nodes_cannot_be_exact(context):
     tensors = [t.requires_grad_() for t in _inputs(2, 3, 4)]
     if context == "aliased_state":
         tensors[2] = tensors[1]
