@@ -24,6 +24,7 @@ import torch
 from ops.capture import CaptureMode, dispatch, graph_condition, lift, stands_for_number
 from ops import tracer
 from ops.framework import check_strides as fw_check_strides, scalar_copy as fw_scalar_copy
+from ops.storage_address import StorageAddress
 from ops.tracer import Tracer
 from runtime import _debug
 from runtime import runner
@@ -317,6 +318,8 @@ def _output_tree(value, fetch, numbers=False):
     if isinstance(value, torch.Tensor):
         fetch.append(lift(value))
         return ("fetch", len(fetch) - 1)
+    if isinstance(value, StorageAddress):
+        value.refuse_returned()  # an address exists only while a program runs
     if isinstance(value, (list, tuple)):
         return (type(value), [_output_tree(v, fetch, numbers) for v in value])
     if isinstance(value, dict):
@@ -978,7 +981,15 @@ class ProgramTranslator:
         """(main_program, startup_program, inputs, outputs) for these arguments."""
         concrete = self._static(fn).get_concrete_program(*args, **kwargs)
         self._last = concrete
-        return concrete.main_program, concrete.startup_program, concrete.inputs, concrete.outputs
+        outputs = concrete.outputs
+        if any(isinstance(leaf, _SYMBOLIC) for leaf in torch.utils._pytree.tree_leaves(outputs)):
+            # A returned size (`y.shape[0]` after a growing loop) is a SymInt
+            # while tracing; the program computes it into a fetched variable.
+            try:
+                outputs = _fetchable(concrete.out_tree, concrete.fetch_vars)
+            except _Unknown:
+                pass
+        return concrete.main_program, concrete.startup_program, concrete.inputs, outputs
 
     def save_inference_model(self, dirname, feed=None, fetch=None):
         """Save the program of the latest declarative call; `feed`/`fetch`
@@ -991,6 +1002,29 @@ class ProgramTranslator:
         outputs = select_by_index(concrete.fetch_vars, fetch, "fetch", "the latest call has {n} output(s)")
         save_inference_model(dirname, [v.name for v in inputs], outputs, Executor(),
                              main_program=concrete.main_program)
+
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _fetchable(tree, fetch):
+    """The returned structure `tree` (see `_output_tree`) with the fetched
+    variables in place; _Unknown for a structure this does not know."""
+    tag, body = tree
+    if tag in ("fetch", "number"):
+        return fetch[body]
+    if tag == "const":
+        return body
+    if tag is dict:
+        return {key: _fetchable(value, fetch) for key, value in body.items()}
+    if tag in (list, tuple) or isinstance(tag, type) and issubclass(tag, tuple) and hasattr(tag, "_fields"):
+        items = [_fetchable(item, fetch) for item in body]
+        return tag(*items) if hasattr(tag, "_fields") else tag(items)
+    raise _Unknown
+
+
+class _Unknown(Exception):
+    """A returned structure `_fetchable` does not know."""
 
 
 def select_by_index(items, indices, what, count):
