@@ -299,6 +299,13 @@ def _replace_tensors(value, feeds):
     return value
 
 
+def _mode_of(instance, args, kwargs):
+    """The `training` mode a program is traced in: that of the module it is
+    the forward of, else of the first module passed in; None without one."""
+    module = next((v for v in (instance, *args, *kwargs.values()) if isinstance(v, torch.nn.Module)), None)
+    return None if module is None else "train" if module.training else "eval"
+
+
 def _output_tree(value, fetch, numbers=False):
     """The returned structure with ('fetch', i) for each Variable.
     `numbers` (the function's return value): a Variable standing for a
@@ -649,6 +656,7 @@ class StaticFunction:
             leaves = arg_leaves + list(_tensor_leaves(kwargs, "kwargs"))
             if leaves:
                 main.device = leaves[0][1].device
+            main.mode = _mode_of(self._instance, args, kwargs)
             specs = self._input_spec or []
             arg_names = self._feed_names()
             feeds = []

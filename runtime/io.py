@@ -28,6 +28,7 @@ import torch
 from .errors import ModelFormatError, ProgramError
 from .executor import resolve_persistables
 from .ir import Variable, default_main_program
+from .modes import mode_from_ops
 from .optable import get_op_def
 from . import output_tree
 from .format_rules import check_name, check_size, current_limits, escape
@@ -73,7 +74,8 @@ def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_
     """
     del executor  # values are resolved from the program's bindings / the global scope
     program = main_program if main_program is not None else default_main_program()
-    save_model(dirname, (program, feeded_var_names, target_vars))
+    # The mode it was traced in, else (built under program_guard) what its ops say.
+    save_model(dirname, (program, feeded_var_names, target_vars), mode=program.mode or mode_from_ops(program))
 
 
 def save_model(dirname, main, mode=None, alternate=None, state=None):
@@ -408,6 +410,7 @@ def load_inference_model(dirname, executor, limits=None):
     device = getattr(getattr(executor, "place", None), "device", None)
     model = read_model(dirname, device, limits)
     program = model.program
+    program.mode = model.mode
     for name, value in model.params.items():
         program.bind(name, value)
     if device is not None:
