@@ -10,7 +10,7 @@ import re
 import torch
 
 from ops.autograd_function import has_live_ops, inline_for_save
-from runtime import modes, output_tree, runner
+from runtime import foreign_tracers, modes, output_tree, runner
 from runtime.executor import Executor
 from runtime.io import read_model, save_model
 from runtime.ir import torch_dtype
@@ -323,6 +323,14 @@ class TranslatedLayer(torch.nn.Module):
         return super().train(mode)
 
     def forward(self, *inputs):
+        if foreign_tracers.active():  # torch.jit.trace, torch.export, torch.compile
+            return foreign_tracers.call(self._forward, inputs, {}, "a loaded d2s model (TranslatedLayer)", inputs)
+        return self._forward(*inputs)
+
+    def __prepare_scriptable__(self):  # torch.jit.script asks each module this first
+        raise foreign_tracers.ForeignTraceError(foreign_tracers.SCRIPT_MESSAGE)
+
+    def _forward(self, *inputs):
         if len(inputs) != len(self.feed_names):
             raise TypeError(f"this model takes {len(self.feed_names)} inputs ({', '.join(self.feed_names)}), "
                             f"got {len(inputs)}")

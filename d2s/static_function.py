@@ -26,7 +26,7 @@ from ops import tracer
 from ops.framework import check_strides as fw_check_strides, scalar_copy as fw_scalar_copy
 from ops.storage_address import StorageAddress
 from ops.tracer import Tracer
-from runtime import _debug
+from runtime import _debug, foreign_tracers
 from runtime import runner
 from runtime.executor import Executor
 from runtime.errors import ConversionError
@@ -401,6 +401,9 @@ class StaticFunction:
             self._signature = inspect.signature(function)
         except (TypeError, ValueError):
             self._signature = None
+        if instance is not None and self._signature is not None and self._signature.parameters:
+            # What `inspect.signature(module.forward)` says (torch.export binds inputs by it): no `self`.
+            self.__signature__ = self._signature.replace(parameters=list(self._signature.parameters.values())[1:])
         positional = [p for p in (self._signature.parameters.values() if self._signature else ())
                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         self._n_positional = len(positional) - (1 if instance is not None else 0)
@@ -562,6 +565,9 @@ class StaticFunction:
         return self.program_cache.get(key) or self._build(key, args, kwargs)
 
     def __call__(self, *args, **kwargs):
+        if foreign_tracers.active():  # torch.jit.trace, torch.export, torch.compile (runtime/foreign_tracers.py)
+            return foreign_tracers.call(self, args, kwargs, f"the declarative function {self.__qualname__!r}",
+                                        [t for _, t in _tensor_leaves((args, kwargs), "args")])
         translator = ProgramTranslator._instance or ProgramTranslator()
         if not translator.enable_to_static:
             return self.dygraph_function(*args, **kwargs)
@@ -626,6 +632,21 @@ class StaticFunction:
             hints.setdefault(tensor_id, name)
         with CaptureMode(), torch.enable_grad():
             return _converted(self._function)(*self._full_args(args), **kwargs)
+
+    # torch.jit.script: it asks a function to prepare for scripting, and
+    # reads `_torchscript_modifier` of a module's forward before compiling it.
+    def __prepare_scriptable__(self):
+        raise foreign_tracers.ForeignTraceError(foreign_tracers.SCRIPT_MESSAGE)
+
+    @property
+    def _torchscript_modifier(self):
+        raise foreign_tracers.ForeignTraceError(foreign_tracers.SCRIPT_MESSAGE)
+
+    @property
+    def __code__(self):
+        # An AttributeError as before (`getattr(f, "__code__", None)` is None),
+        # with a message for torch.export, which reads a forward's `__code__` first.
+        raise AttributeError(foreign_tracers.NO_CODE_MESSAGE)
 
     def __repr__(self):
         owner = f" of {type(self._instance).__name__}" if self._instance is not None else ""
