@@ -139,3 +139,23 @@ def test_a_harmless_dispatch_mode_still_runs_the_program(objects):
     with FlopCounterMode(display=False):
         assert torch.equal(fn(NEG), branchy(NEG))
         assert torch.equal(fn(POS), branchy(POS))
+
+
+def _static_graph():
+    """A program built with the static API: y = x * 2 if x.sum() > 0 else x - 1."""
+    main = d2s.Program()
+    with d2s.program_guard(main):
+        x = d2s.data("x", [None, 4])
+        y = d2s.cond(x.sum() > 0, lambda: x * 2, lambda: x - 1)
+    assert "cond" in [op.type for op in main.global_block().ops]
+    exe = d2s.Executor(d2s.CPUPlace())
+    return lambda t: exe.run(main, feed={"x": t}, fetch_list=[y], return_numpy=False)[0]
+
+
+def test_executor_run_refuses_jit_trace_and_runs_under_torch_compile():
+    run = _static_graph()
+    with pytest.raises(RuntimeError, match=r"torch\.jit\.trace .* is recording Executor\.run of a d2s program"):
+        torch.jit.trace(run, (POS,))
+    compiled = torch.compile(run)
+    for x in (POS, NEG):
+        assert torch.equal(compiled(x), branchy(x))
