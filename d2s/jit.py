@@ -175,7 +175,7 @@ def save(layer_or_function, path, input_spec=None):
         return
     static = _static_of(layer_or_function, input_spec)
     modules = _modules_of(static)
-    mode = None
+    mode, same = None, False
     static, examples, concrete = concrete_to_save(static, input_spec, "jit.save")
     both_modes = examples is not None
     inline = has_live_ops(concrete.main_program)
@@ -188,11 +188,11 @@ def save(layer_or_function, path, input_spec=None):
             if both_modes:
                 other = _part(_concrete_in_mode(static, examples, modules, mode == "eval"))
                 if _same_program(main, other):
-                    mode = None  # one program serves both modes
+                    same = True  # one program serves both modes, whatever its ops
                 else:
                     alternate = other
     state = _module_state(static._instance) if isinstance(static._instance, torch.nn.Module) else None
-    save_model(path, main, mode=mode, alternate=alternate, state=state)
+    save_model(path, main, mode=mode, alternate=alternate, state=state, both_modes=same)
 
 
 class _State(torch.nn.Module):
@@ -210,7 +210,7 @@ class TranslatedLayer(torch.nn.Module):
     an error, never the other mode's program run silently."""
 
     def __init__(self, program, feed_names, fetch_vars, mode=None, alternate=None, state=None, outputs=None,
-                 state_updates=()):
+                 state_updates=(), both_modes=False):
         super().__init__()
         # `outputs`: what a call returns around the fetches (runtime/output_tree.py);
         # None for models saved by save_inference_model: the fetches themselves.
@@ -219,10 +219,10 @@ class TranslatedLayer(torch.nn.Module):
         self._mode_ops = sorted({op.type for op, _ in modes.mode_ops(program)})
         if mode is None and alternate is None:
             mode = modes.mode_from_ops(program)  # saved without a mode: what its ops say, if they agree
-        if self._mode_ops or alternate is not None:
+        if (self._mode_ops and not both_modes) or alternate is not None:
             self._programs = {mode: main}  # mode None: ops that disagree, neither mode known
         else:
-            self._programs = {"train": main, "eval": main}  # no op differs between the modes
+            self._programs = {"train": main, "eval": main}  # traced the same in both, or no op differs
         if alternate is not None:
             block = alternate.program.global_block()
             self._programs[alternate.mode] = (alternate.program, list(alternate.feed_names),
@@ -359,7 +359,8 @@ class TranslatedLayer(torch.nn.Module):
         other = self._programs.get("eval" if mode == "train" else "train")
         if mode is not None and other is not None and other is not main:
             alternate = other
-        save_model(path, main, mode=mode, alternate=alternate, state=_module_state(self))
+        save_model(path, main, mode=mode, alternate=alternate, state=_module_state(self),
+                   both_modes=other is main)
 
     def __repr__(self):
         block = self.program.global_block()
@@ -389,4 +390,4 @@ def load(path):
     block = model.program.global_block()
     return TranslatedLayer(model.program, model.feed_names, [block.vars[n] for n in model.fetch_names],
                            mode=model.mode, alternate=model.alternate, state=state, outputs=model.outputs,
-                           state_updates=model.state_updates)
+                           state_updates=model.state_updates, both_modes=model.both_modes)

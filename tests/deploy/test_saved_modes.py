@@ -151,3 +151,34 @@ def test_a_file_saved_without_a_mode_takes_the_mode_its_ops_say(tmp_path):
     assert not loaded.training
     with pytest.raises(RuntimeError, match="cannot switch this loaded model to train mode"):
         loaded.train()
+
+
+class StatsFree(nn.Module):
+    """Instance norm without running statistics: an op with a mode argument
+    (`use_input_stats`) whose value is the same in both modes."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.InstanceNorm1d(4)
+
+    def forward(self, x):
+        h = self.norm(x)
+        if h.sum() > 0:
+            h = h + 1
+        return h
+
+
+def test_a_program_traced_the_same_in_both_modes_serves_both(tmp_path):
+    model = StatsFree().eval()
+    d2s.jit.save(d2s.declarative(model), str(tmp_path / "m"), input_spec=[d2s.InputSpec([None, 4, 5])])
+    doc = json.loads(open(tmp_path / "m" / "program.json").read())
+    assert doc["mode"] == "eval" and doc["both_modes"] is True and "alternate" not in doc
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    assert modes.mode_ops(loaded.program) and not loaded.training  # the ops alone would not tell
+    x = torch.randn(2, 4, 5)
+    for mode in (True, False):
+        loaded.train(mode)
+        model.train(mode)
+        torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=0)
+    d2s.jit.save(loaded, str(tmp_path / "again"))  # a loaded layer saves what it knows
+    assert json.loads(open(tmp_path / "again" / "program.json").read())["both_modes"] is True

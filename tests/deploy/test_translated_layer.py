@@ -110,7 +110,7 @@ def test_state_dicts_move_both_ways(tmp_path):
 def test_a_model_without_mode_dependent_layers_saves_one_program_for_both(tmp_path):
     loaded = _saved(tmp_path, Plain(), "train")
     doc = json.loads((tmp_path / "m" / "program.json").read_text())
-    assert "mode" not in doc and "alternate" not in doc
+    assert doc["mode"] == "train" and doc["both_modes"] is True and "alternate" not in doc  # one program
     x = torch.randn(3, 6)
     out = loaded(x)
     torch.testing.assert_close(loaded.eval()(x), out)
