@@ -24,8 +24,9 @@ import torch
 from ops.capture import CaptureMode, dispatch, graph_condition, lift, stands_for_number
 from ops import tracer
 from ops.framework import check_strides as fw_check_strides, scalar_copy as fw_scalar_copy
+from ops.storage_address import StorageAddress
 from ops.tracer import Tracer
-from runtime import _debug
+from runtime import _debug, foreign_tracers
 from runtime import runner
 from runtime.executor import Executor
 from runtime.errors import ConversionError
@@ -298,6 +299,13 @@ def _replace_tensors(value, feeds):
     return value
 
 
+def _mode_of(instance, args, kwargs):
+    """The `training` mode a program is traced in: that of the module it is
+    the forward of, else of the first module passed in; None without one."""
+    module = next((v for v in (instance, *args, *kwargs.values()) if isinstance(v, torch.nn.Module)), None)
+    return None if module is None else "train" if module.training else "eval"
+
+
 def _output_tree(value, fetch, numbers=False):
     """The returned structure with ('fetch', i) for each Variable.
     `numbers` (the function's return value): a Variable standing for a
@@ -317,6 +325,8 @@ def _output_tree(value, fetch, numbers=False):
     if isinstance(value, torch.Tensor):
         fetch.append(lift(value))
         return ("fetch", len(fetch) - 1)
+    if isinstance(value, StorageAddress):
+        value.refuse_returned()  # an address exists only while a program runs
     if isinstance(value, (list, tuple)):
         return (type(value), [_output_tree(v, fetch, numbers) for v in value])
     if isinstance(value, dict):
@@ -391,6 +401,9 @@ class StaticFunction:
             self._signature = inspect.signature(function)
         except (TypeError, ValueError):
             self._signature = None
+        if instance is not None and self._signature is not None and self._signature.parameters:
+            # What `inspect.signature(module.forward)` says (torch.export binds inputs by it): no `self`.
+            self.__signature__ = self._signature.replace(parameters=list(self._signature.parameters.values())[1:])
         positional = [p for p in (self._signature.parameters.values() if self._signature else ())
                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         self._n_positional = len(positional) - (1 if instance is not None else 0)
@@ -552,6 +565,9 @@ class StaticFunction:
         return self.program_cache.get(key) or self._build(key, args, kwargs)
 
     def __call__(self, *args, **kwargs):
+        if foreign_tracers.active():  # torch.jit.trace, torch.export, torch.compile (runtime/foreign_tracers.py)
+            return foreign_tracers.call(self, args, kwargs, f"the declarative function {self.__qualname__!r}",
+                                        [t for _, t in _tensor_leaves((args, kwargs), "args")])
         translator = ProgramTranslator._instance or ProgramTranslator()
         if not translator.enable_to_static:
             return self.dygraph_function(*args, **kwargs)
@@ -617,6 +633,21 @@ class StaticFunction:
         with CaptureMode(), torch.enable_grad():
             return _converted(self._function)(*self._full_args(args), **kwargs)
 
+    # torch.jit.script: it asks a function to prepare for scripting, and
+    # reads `_torchscript_modifier` of a module's forward before compiling it.
+    def __prepare_scriptable__(self):
+        raise foreign_tracers.ForeignTraceError(foreign_tracers.SCRIPT_MESSAGE)
+
+    @property
+    def _torchscript_modifier(self):
+        raise foreign_tracers.ForeignTraceError(foreign_tracers.SCRIPT_MESSAGE)
+
+    @property
+    def __code__(self):
+        # An AttributeError as before (`getattr(f, "__code__", None)` is None),
+        # with a message for torch.export, which reads a forward's `__code__` first.
+        raise AttributeError(foreign_tracers.NO_CODE_MESSAGE)
+
     def __repr__(self):
         owner = f" of {type(self._instance).__name__}" if self._instance is not None else ""
         specs = f", input_spec={self._input_spec}" if self._input_spec else ""
@@ -646,6 +677,7 @@ class StaticFunction:
             leaves = arg_leaves + list(_tensor_leaves(kwargs, "kwargs"))
             if leaves:
                 main.device = leaves[0][1].device
+            main.mode = _mode_of(self._instance, args, kwargs)
             specs = self._input_spec or []
             arg_names = self._feed_names()
             feeds = []
@@ -978,7 +1010,15 @@ class ProgramTranslator:
         """(main_program, startup_program, inputs, outputs) for these arguments."""
         concrete = self._static(fn).get_concrete_program(*args, **kwargs)
         self._last = concrete
-        return concrete.main_program, concrete.startup_program, concrete.inputs, concrete.outputs
+        outputs = concrete.outputs
+        if any(isinstance(leaf, _SYMBOLIC) for leaf in torch.utils._pytree.tree_leaves(outputs)):
+            # A returned size (`y.shape[0]` after a growing loop) is a SymInt
+            # while tracing; the program computes it into a fetched variable.
+            try:
+                outputs = _fetchable(concrete.out_tree, concrete.fetch_vars)
+            except _Unknown:
+                pass
+        return concrete.main_program, concrete.startup_program, concrete.inputs, outputs
 
     def save_inference_model(self, dirname, feed=None, fetch=None):
         """Save the program of the latest declarative call; `feed`/`fetch`
@@ -991,6 +1031,29 @@ class ProgramTranslator:
         outputs = select_by_index(concrete.fetch_vars, fetch, "fetch", "the latest call has {n} output(s)")
         save_inference_model(dirname, [v.name for v in inputs], outputs, Executor(),
                              main_program=concrete.main_program)
+
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _fetchable(tree, fetch):
+    """The returned structure `tree` (see `_output_tree`) with the fetched
+    variables in place; _Unknown for a structure this does not know."""
+    tag, body = tree
+    if tag in ("fetch", "number"):
+        return fetch[body]
+    if tag == "const":
+        return body
+    if tag is dict:
+        return {key: _fetchable(value, fetch) for key, value in body.items()}
+    if tag in (list, tuple) or isinstance(tag, type) and issubclass(tag, tuple) and hasattr(tag, "_fields"):
+        items = [_fetchable(item, fetch) for item in body]
+        return tag(*items) if hasattr(tag, "_fields") else tag(items)
+    raise _Unknown
+
+
+class _Unknown(Exception):
+    """A returned structure `_fetchable` does not know."""
 
 
 def select_by_index(items, indices, what, count):
