@@ -21,19 +21,20 @@ import weakref
 
 import torch
 
-from ops.capture import CaptureMode, dispatch, graph_condition, lift, stands_for_number
+from ops.capture import CaptureMode
 from ops import tracer
-from ops.framework import check_strides as fw_check_strides, scalar_copy as fw_scalar_copy
+from ops.framework import check_strides as fw_check_strides
 from ops.tracer import Tracer
 from runtime import _debug
 from runtime import runner
 from runtime.executor import Executor
 from runtime.errors import ConversionError
-from runtime.ir import SCALAR, Program, Variable, dtype_name, program_guard, torch_dtype
+from runtime.ir import Program, Variable, dtype_name, program_guard, torch_dtype
 from runtime.output_tree import rebuild
 from runtime.passes import check_level
 
 from . import module_watch
+from .output_types import output_tree as _output_tree
 
 from . import module_state
 from .operators.calls import module_call_entry
@@ -296,32 +297,6 @@ def _replace_tensors(value, feeds):
     if isinstance(value, dict):
         return {k: _replace_tensors(v, feeds) for k, v in value.items()}
     return value
-
-
-def _output_tree(value, fetch, numbers=False):
-    """The returned structure with ('fetch', i) for each Variable.
-    `numbers` (the function's return value): a Variable standing for a
-    Python number (`t.item()`, `int(t)`, a carried counter) is ('number', i),
-    given back as the Python number eager returns."""
-    value = graph_condition(value)  # a returned run-time size: fetched as a Python number
-    if isinstance(value, Variable):
-        if any(v is value for v in fetch):
-            # Returned twice (`return y, y`): the second is a view of the
-            # first under a name of its own, so the fetch list never repeats
-            # a name and a saved program returns both.
-            value = fw_scalar_copy(value) if value.kind == SCALAR else \
-                dispatch(torch.Tensor.view_as, (value, value), {})
-        fetch.append(value)
-        number = numbers and value.kind != SCALAR and stands_for_number(value)
-        return ("number" if number else "fetch", len(fetch) - 1)
-    if isinstance(value, torch.Tensor):
-        fetch.append(lift(value))
-        return ("fetch", len(fetch) - 1)
-    if isinstance(value, (list, tuple)):
-        return (type(value), [_output_tree(v, fetch, numbers) for v in value])
-    if isinstance(value, dict):
-        return (dict, {k: _output_tree(v, fetch, numbers) for k, v in value.items()})
-    return ("const", value)
 
 
 def _layout_guard(feeds, tensors, origin):
