@@ -23,17 +23,17 @@ import torch
 
 from ops.capture import CaptureMode
 from ops import tracer
-from ops.framework import check_strides as fw_check_strides
+from ops.framework import check_dims as fw_check_dims, check_strides as fw_check_strides
 from ops.tracer import Tracer
 from runtime import _debug
 from runtime import runner
 from runtime.executor import Executor
-from runtime.errors import ConversionError
+from runtime.errors import ConversionError, DecisionFailed
 from runtime.ir import Program, Variable, dtype_name, program_guard, torch_dtype
 from runtime.output_tree import rebuild
 from runtime.passes import check_level
 
-from . import module_watch
+from . import decisions, module_watch
 from .output_types import output_tree as _output_tree
 
 from . import module_state
@@ -108,6 +108,7 @@ class ConcreteProgram:
         # Nothing to do around the call but pass the parameters (the hit
         # path in StaticFunction.__call__ then calls the function itself).
         self._plain = not self.state_reads and not self.state_writes and layout is None
+        self.decisions = None  # the decisions.Group of the programs sharing its cache key, once there are more
 
     def run(self, tensors):
         program = self.main_program
@@ -125,6 +126,8 @@ class ConcreteProgram:
                 results = entry.fn(*tensors, *self._params, *self._transposes(entry))
             else:
                 results = entry.fn(*tensors, *self._params)
+        except DecisionFailed:
+            raise  # as it is: the declarative call converts again (d2s/decisions.py)
         except Exception as exc:  # noqa: BLE001 - re-raised naming the failing op
             runner.reraise(entry, exc)
         if self.state_writes:
@@ -562,11 +565,16 @@ class StaticFunction:
                             and entry is not None and not entry.derived:
                         try:
                             results = entry.fn(*args, *concrete._params)
+                        except DecisionFailed as exc:
+                            return decisions.rerun(self, key, concrete, args, kwargs, args, exc)
                         except Exception as exc:  # noqa: BLE001 - re-raised naming the failing op
                             runner.reraise(entry, exc)
                         return results[0] if concrete._single else rebuild(concrete.out_tree, results)
                     if concrete.layout is None:
-                        return concrete.run(args)
+                        try:
+                            return concrete.run(args)
+                        except DecisionFailed as exc:
+                            return decisions.rerun(self, key, concrete, args, kwargs, args, exc)
         if kwargs or len(args) != self._n_positional:
             args, kwargs = self._normalize(args, kwargs)
         if self._specs:
@@ -581,7 +589,10 @@ class StaticFunction:
         if concrete.layout is not None:
             concrete = self._for_layout(concrete, key, args, kwargs, tensors)
         translator._last = cache.last = concrete
-        return concrete.run(tensors)
+        try:
+            return concrete.run(tensors)
+        except DecisionFailed as exc:
+            return decisions.rerun(self, key, concrete, args, kwargs, tensors, exc)
 
     def _inline(self, args, kwargs):
         """Called on Variables (static code inside program_guard): run the
@@ -613,7 +624,11 @@ class StaticFunction:
             params = params[1:]
         return params
 
-    def _build(self, key, args, kwargs):
+    def _build(self, key, args, kwargs, exact=False):
+        """The program for these arguments, cached under `key`. `exact`
+        (converting again after a failed decision, d2s/decisions.py): a
+        dynamic dimension of size 0 or 1 is traced as that size, not as 2,
+        and checked when the program runs."""
         with self._lock:
             converted = _converted(self._function)
             main, startup = Program(), Program()
@@ -634,6 +649,8 @@ class StaticFunction:
                     name = spec.name if spec is not None and spec.name else _feed_name(path, arg_names)
                     name = name if name not in main.global_block().vars else main.unique_name(name)
                     shape = spec.shape if spec is not None else tuple(t.shape)
+                    fixed = [(i, n) for i, (d, n) in enumerate(zip(shape, t.shape)) if exact and d == -1 and n < 2]
+                    shape = tuple(n if (i, n) in fixed else d for i, (d, n) in enumerate(zip(shape, t.shape)))
                     var = main.global_block().create_var(name=name, shape=shape, dtype=t.dtype, is_data=True,
                                                          stop_gradient=not t.requires_grad)
                     tr.symbolize(var, hints=tuple(t.shape))  # example sizes decide what tracing assumes
@@ -641,6 +658,8 @@ class StaticFunction:
                         var.strides = tuple(t.stride())  # and its layout (ops/capture.py _strides)
                     tr.examples[name] = t  # and example values the numbers read from it (int(t))
                     feeds.append(var)
+                    if fixed:
+                        fw_check_dims(var, fixed)
                 sym_args = _replace_tensors(tuple(args), list(feeds))
                 sym_kwargs = _replace_tensors(dict(kwargs), list(feeds[len(arg_leaves):]))
                 # Trace with autograd on whatever the caller's mode: only a

@@ -370,7 +370,9 @@ def record(opdef, fn, args, kwargs):
         # Eager never runs a branch or loop body these inputs skip; d2s traces them all.
         where = "" if block.parent_idx < 0 else (
             " (d2s traces every branch and loop body, also one that these inputs never run)")
-        raise error_at_user_line(f"`{opdef.type}` fails on inputs ({shapes}): {exc}{where}") from None
+        error = error_at_user_line(f"`{opdef.type}` fails on inputs ({shapes}): {exc}{where}")
+        error.kernel_failed = True  # on a side of a tensor `if` these inputs skip: see control_flow.decide_failed_side
+        raise error from None
     numbers = wrapped_numbers.number_inputs(refs.inputs, stands_for_number)
     if numbers and wrapped_numbers.can_differ(refs.inputs, numbers):
         meta = _as_eager_numbers(opdef, fn, args_tree, kwargs_tree, refs, numbers, meta, tr)
