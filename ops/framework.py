@@ -267,6 +267,22 @@ def decision_failed(message, origin=None):
     _append("decision_failed", [], (message,), {}, [], None, origin=origin)
 
 
+def _check_bool_kernel(x, expected, what):
+    if bool(x) != expected:
+        raise DecisionFailed(f"this program was converted for inputs where {what} is {expected}; these "
+                             f"inputs make it {not expected}: convert again for such inputs")
+
+
+# A Python bool a kernel argument needs, decided while tracing (ops/capture.py
+# _decide_bools).
+register(OpDef("check_bool", kernel=_check_bool_kernel, extra={"side_effect": True}))
+
+
+def check_bool(x, expected, what):
+    """Raise DecisionFailed when the program runs and `bool(x) != expected`."""
+    _append("check_bool", [_as_var(x)], (InputRef(0), bool(expected), what), {}, [], None)
+
+
 def _check_dims_kernel(x, dims, name):
     for i, size in dims:
         if x.shape[i] != size:

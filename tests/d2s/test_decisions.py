@@ -1,11 +1,13 @@
 """Decisions a program checks when it runs, and converting again when a run
 breaks one (d2s/decisions.py; DESIGN, Semantics 3 and 8; issue 22 classes
-2 and 5, issue 21's size assumptions):
+2, 4 and 5, issue 21's size assumptions):
 
 - a tensor `if` whose sides give values no output holds on both (None and a
   tensor: transformers' mask helpers) is converted for the side taken;
 - a Python `if` on a run-time size whose other side cannot be traced (a
   view valid only for length 1) likewise;
+- a symbolic comparison reaching a torch argument that takes only a Python
+  bool (`is_causal=q_len > 1`) is decided and checked;
 - an InputSpec program whose size assumptions (`s0 == s1` for a broadcast,
   `s0 // s1 != 0` for a reshape) fail is converted again.
 
@@ -16,6 +18,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import d2s
 from d2s import static_function
@@ -97,6 +100,35 @@ def test_size_branch_specialises_and_converts_the_other_side(lengths):
     assert len(general) == 1 and "decision_failed" in _ops(general[0].main_program)
     one = [c for c in programs if c not in general][0]
     assert "check_dims" in _ops(one.main_program)  # converted for length 1, and checks it
+
+
+# -- class 4: a symbolic comparison as a torch bool argument ------------------------------------------
+
+def causal(q):
+    return F.scaled_dot_product_attention(q, q, q, is_causal=q.shape[2] > 1)
+
+
+def causal_from_tensor(q, flag):
+    return F.scaled_dot_product_attention(q, q, q, is_causal=bool(flag.any()))
+
+
+@pytest.mark.parametrize("lengths", [[3, 1, 5], [1, 3, 1]])
+def test_symbolic_bool_argument_is_decided_and_checked(lengths):
+    static = d2s.declarative(causal, input_spec=[d2s.InputSpec([1, 2, None, 4])])
+    for n in lengths:
+        q = torch.randn(1, 2, n, 4)
+        assert torch.equal(static(q), causal(q))
+    assert len(static.program_cache) == 2  # causal for n > 1, not for n == 1
+    assert any("check_sizes" in _ops(c.main_program) for c in static.program_cache)
+
+
+def test_bool_from_a_tensor_as_argument_is_decided_and_checked():
+    static = d2s.declarative(causal_from_tensor)
+    q = torch.randn(1, 2, 3, 4)
+    for flag in (torch.ones(2), torch.zeros(2), torch.ones(2)):
+        assert torch.equal(static(q, flag), causal_from_tensor(q, flag))
+    programs = list(static.program_cache)
+    assert len(programs) == 2 and all("check_bool" in _ops(c.main_program) for c in programs)
 
 
 # -- issue 21: size assumptions of an InputSpec program ---------------------------------------------
