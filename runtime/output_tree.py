@@ -41,6 +41,7 @@ the dict of its items when it has some, else the dict of its attributes.
 """
 
 import collections
+import inspect
 import keyword
 import math
 import sys
@@ -237,7 +238,7 @@ def _loaded_class(name, kind):
     if kind == "pytree":
         return cls if cls in pytree.SUPPORTED_NODES else None
     plain_new = cls.__new__ in (object.__new__, dict.__new__, collections.OrderedDict.__new__)
-    if not plain_new or any("__del__" in vars(c) for c in cls.__mro__[:-1]):
+    if not plain_new or inspect.isabstract(cls) or any("__del__" in vars(c) for c in cls.__mro__[:-1]):
         return None
     return cls
 

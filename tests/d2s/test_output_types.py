@@ -189,3 +189,46 @@ def test_saved_model_gives_plain_data_without_the_defining_module(tmp_path, kind
     kind_name, keys, layer = json.loads(result.stdout.strip().splitlines()[-1])
     assert [kind_name, keys] == list(PLAIN[kind])
     assert layer == ("dict" if kind == "cache" else None)
+
+
+def _with_outputs(directory, outputs):
+    path = os.path.join(directory, "program.json")
+    with open(path) as f:
+        doc = json.load(f)
+    assert "outputs" in doc
+    doc["outputs"] = outputs
+    with open(path, "w") as f:
+        json.dump(doc, f)
+
+
+def _object(name, attrs):
+    return {"object": name, "attrs": attrs, "items": None, "complete": True}
+
+
+@pytest.mark.parametrize("name", [
+    "subprocess.Popen",  # imported, but has __del__: never made from a file
+    "os.system",         # not a class
+    "collections.abc.Callable",
+    "no_such_module.Cls",
+])
+def test_a_loaded_type_name_outside_the_rules_gives_plain_data(tmp_path, name):
+    import subprocess  # noqa: F401 - imported, as in a process that uses it
+    d2s.jit.save(Model("dataclass"), str(tmp_path / "m"), input_spec=[d2s.InputSpec([None])])
+    _with_outputs(tmp_path / "m", _object(name, [["args", {"fetch": 0}]]))
+    out = d2s.jit.load(str(tmp_path / "m"))(torch.ones(2))
+    assert type(out) is dict and list(out) == ["args"] and type(out["args"]) is torch.Tensor
+
+
+@pytest.mark.parametrize("node", [
+    _object("not a name!", []),
+    _object("x.Y", [["a"]]),
+    {"pytree": "x.Y", "keys": ["a"], "items": []},
+    {"object": "x.Y", "attrs": [], "items": None},
+    {"device": 3},
+])
+def test_a_malformed_output_node_is_refused_at_load(tmp_path, node):
+    from runtime.errors import ModelFormatError
+    d2s.jit.save(Model("dataclass"), str(tmp_path / "m"), input_spec=[d2s.InputSpec([None])])
+    _with_outputs(tmp_path / "m", node)
+    with pytest.raises(ModelFormatError):
+        d2s.jit.load(str(tmp_path / "m"))
