@@ -90,6 +90,12 @@ def _leaf(value, fetch, numbers):
     return ("number" if number else "fetch", len(fetch) - 1)
 
 
+def holds_variable(value):
+    """Whether a graph Variable is reachable from `value` (containers and
+    object attributes; not modules)."""
+    return _holds_variable(value, 0, set())
+
+
 def _slots(cls):
     return any(getattr(c, "__slots__", ()) for c in cls.__mro__[:-1] if c not in (dict, list, tuple))
 

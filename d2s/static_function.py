@@ -33,8 +33,8 @@ from runtime.ir import Program, Variable, dtype_name, program_guard, torch_dtype
 from runtime.output_tree import rebuild
 from runtime.passes import check_level
 
-from . import decisions, module_watch
-from .output_types import output_tree as _output_tree
+from . import decisions, input_trees, module_watch
+from .output_types import holds_variable, output_tree as _output_tree
 
 from . import module_state
 from .operators.calls import module_call_entry
@@ -254,7 +254,7 @@ class _SymbolicArguments(Exception):
 
 # -- argument flattening --------------------------------------------------------------
 
-def _flatten_args(value, specs, tensors):
+def _flatten_args(value, specs, tensors, depth=0):
     """A hashable key for `value`, collecting its tensors (in order) into
     `tensors`. (`specs` is unused: InputSpecs apply to whole arguments, see
     `StaticFunction._spec_key`.) This runs on every call: it builds nothing
@@ -264,13 +264,20 @@ def _flatten_args(value, specs, tensors):
         # torch.Size hashes and compares as the tuple of its sizes.
         return ("tensor", value.shape, value.dtype, value.device, value.requires_grad)
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__,) + tuple(_flatten_args(v, specs, tensors) for v in value)
-    if isinstance(value, dict):
-        return ("dict",) + tuple((k, _flatten_args(v, specs, tensors)) for k, v in value.items())
+        return (type(value).__name__,) + tuple(_flatten_args(v, specs, tensors, depth + 1) for v in value)
+    if type(value) is dict:
+        return ("dict",) + tuple((k, _flatten_args(v, specs, tensors, depth + 1)) for k, v in value.items())
     if isinstance(value, torch.nn.Module):
         return ("module", id(value))
     if isinstance(value, Variable):
         raise _SymbolicArguments
+    n = input_trees.node(value, depth)  # a ModelOutput, a dataclass, a cache holding tensors
+    if n is not None:
+        return ("node", n.cls, n.structure) + tuple(_flatten_args(v, specs, tensors, depth + 1)
+                                                    for _, v in n.children)
+    if isinstance(value, dict):  # a dict subclass holding no tensor
+        return ("dict", type(value)) + tuple((k, _flatten_args(v, specs, tensors, depth + 1))
+                                             for k, v in value.items())
     try:
         hash(value)
         return ("value", type(value).__name__, value)
@@ -278,28 +285,47 @@ def _flatten_args(value, specs, tensors):
         return ("object", id(value))
 
 
-def _tensor_leaves(value, path):
+def _tensor_leaves(value, path, depth=0):
     """(where, tensor) for each tensor of `value` ("args[0]", "kwargs['h']"),
     in the order `_flatten_args` collects them; used to name feeds."""
     if isinstance(value, torch.Tensor):
         yield path, value
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
-            yield from _tensor_leaves(v, f"{path}[{i}]")
-    elif isinstance(value, dict):
+            yield from _tensor_leaves(v, f"{path}[{i}]", depth + 1)
+    elif type(value) is dict:
         for k, v in value.items():
-            yield from _tensor_leaves(v, f"{path}[{k!r}]")
+            yield from _tensor_leaves(v, f"{path}[{k!r}]", depth + 1)
+    elif not isinstance(value, (torch.nn.Module, Variable)):
+        n = input_trees.node(value, depth)
+        for label, v in n.children if n is not None else ():
+            yield from _tensor_leaves(v, path + label, depth + 1)
 
 
-def _replace_tensors(value, feeds):
+def _replace_tensors(value, feeds, path="", made=None, depth=0):
+    """`value` with its tensors replaced by `feeds` (in `_tensor_leaves`
+    order); a user type holding tensors becomes a copy holding them
+    (d2s/input_trees.py), recorded in `made`."""
     if isinstance(value, torch.Tensor):
         return feeds.pop(0)
     if isinstance(value, (list, tuple)):
-        items = [_replace_tensors(v, feeds) for v in value]
+        items = [_replace_tensors(v, feeds, f"{path}[{i}]", made, depth + 1) for i, v in enumerate(value)]
         return type(value)(items) if not hasattr(value, "_fields") else type(value)(*items)
-    if isinstance(value, dict):
-        return {k: _replace_tensors(v, feeds) for k, v in value.items()}
-    return value
+    if type(value) is dict:
+        return {k: _replace_tensors(v, feeds, f"{path}[{k!r}]", made, depth + 1) for k, v in value.items()}
+    if isinstance(value, (torch.nn.Module, Variable)):
+        return value
+    n = input_trees.node(value, depth)
+    if n is None:
+        return value
+    children = [_replace_tensors(v, feeds, path + label, made, depth + 1) for label, v in n.children]
+    return input_trees.copy_with(n, children, path, made if made is not None else [])
+
+
+def _python_object(value):
+    """An argument the trace may have written graph values into (an empty
+    cache it filled): not a tensor, a module, a number or a string."""
+    return not isinstance(value, (torch.Tensor, torch.nn.Module, Variable, int, float, str, type(None)))
 
 
 def _layout_guard(feeds, tensors, origin):
@@ -660,12 +686,27 @@ class StaticFunction:
                     feeds.append(var)
                     if fixed:
                         fw_check_dims(var, fixed)
-                sym_args = _replace_tensors(tuple(args), list(feeds))
-                sym_kwargs = _replace_tensors(dict(kwargs), list(feeds[len(arg_leaves):]))
+                state = input_trees.record_state([v for v in (*args, *kwargs.values()) if _python_object(v)])
+                made, remaining = [], list(feeds)  # taken in `leaves` order: the arguments, then kwargs
+                sym_args = tuple(_replace_tensors(v, remaining, arg_names[i] if i < len(arg_names) else
+                                                  f"args[{i}]", made) for i, v in enumerate(args))
+                sym_kwargs = {k: _replace_tensors(v, remaining, k, made) for k, v in kwargs.items()}
                 # Trace with autograd on whatever the caller's mode: only a
                 # `no_grad` block inside the function marks ops gradient-free.
                 with CaptureMode(), torch.enable_grad():
                     out = converted(*self._full_args(sym_args), **sym_kwargs)
+                changed = input_trees.changed_argument(made) or next(
+                    ((name, type(v).__name__) for name, v in zip(arg_names + [f"args[{i}]" for i in range(
+                        len(arg_names), len(args))], args) if _python_object(v) and holds_variable(v)), None) \
+                    or next(((k, type(v).__name__) for k, v in kwargs.items()
+                             if _python_object(v) and holds_variable(v)), None)
+                if changed is not None:
+                    input_trees.restore(state)
+                    raise ConversionError(
+                        f"{self._function.__qualname__} changes its argument `{changed[0]}` (a {changed[1]}) in "
+                        "place: a program cannot change the caller's object when it runs, and d2s gives the "
+                        "trace a copy; return the changed value instead (a cache passed in and updated in "
+                        "place, transformers' past_key_values, is not carried yet)")
                 fetch = []
                 out_tree = _output_tree(out, fetch, numbers=True)
                 state_fetch = []

@@ -232,3 +232,50 @@ def test_a_malformed_output_node_is_refused_at_load(tmp_path, node):
     _with_outputs(tmp_path / "m", node)
     with pytest.raises(ModelFormatError):
         d2s.jit.load(str(tmp_path / "m"))
+
+
+# -- the same types as arguments ---------------------------------------------------------
+
+def reads(x, value):
+    if x.sum() > 0:
+        y = x * 2
+    else:
+        y = x - 1
+    return y + _tensors(value)[0], type(value).__name__
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_arguments_of_user_types_are_fed_not_frozen(kind):
+    # Their tensors are feeds: a new object or new tensors in the same object
+    # give that call's values (they were constants of the first program).
+    static = d2s.declarative(reads)
+    value = _make(kind, torch.ones(3), torch.zeros(3))
+    for x in (torch.ones(3), -torch.ones(3)):
+        for scale in (1.0, 5.0):
+            value = _make(kind, torch.full((3,), scale), torch.zeros(3))
+            got, want = static(x, value), reads(x, value)
+            assert got[1] == want[1] == type(value).__name__ and torch.equal(got[0], want[0])
+    assert len(static.program_cache) == 1
+    assert "cond" in [op.type for op in static.concrete_program.main_program.global_block().ops]
+
+
+def grows(x, cache):
+    cache.update(x, x)
+    return x * 2
+
+
+def _filled():
+    cache = Cache()
+    cache.update(torch.ones(2), torch.ones(2))
+    return cache
+
+
+@pytest.mark.parametrize("make, where", [(Cache, "cache"), (_filled, "cache.layers")])
+def test_an_argument_changed_in_place_is_refused_by_name(make, where):
+    # Eager adds to the caller's cache; a program cannot (and must not leave
+    # the trace's graph values in it).
+    cache = make()
+    before = list(cache.layers)
+    with pytest.raises(ConversionError, match=f"changes its argument `{where}`"):
+        d2s.declarative(grows)(torch.ones(2), cache)
+    assert [type(layer.keys) for layer in cache.layers] == [torch.Tensor] * len(before)
