@@ -14,6 +14,8 @@ so a function that changes such an argument (`cache.update(k, v)` adds to
 the cache the caller passed) is refused by name: `changed_argument`.
 """
 
+import collections
+
 import torch
 import torch.utils._pytree as pytree
 
@@ -21,9 +23,9 @@ _MAX_DEPTH = 16
 
 
 class Node:
-    """One argument value with children: its kind ("pytree" or "object"),
-    a hashable description of its structure, the children (label, value),
-    and how to make a new one from new children."""
+    """One argument value with children: its class, a hashable description
+    of its structure (its kind, "pytree" or "object", first), the children
+    (label, value), and how to make a new one from new children."""
 
     __slots__ = ("cls", "structure", "children", "rebuild")
 
@@ -67,7 +69,6 @@ def node(value, depth=0):
 
 
 def _setitem(obj):
-    import collections
     # Not the class's own __setitem__ (ModelOutput's also sets attributes).
     return collections.OrderedDict.__setitem__ if isinstance(obj, collections.OrderedDict) else dict.__setitem__
 
