@@ -14,7 +14,7 @@ import torch
 
 from ops import control_flow as cf
 from ops import framework as fw
-from ops.capture import INTERNAL_DIRS, error_at_user_line, is_symbolic_value
+from ops.capture import INTERNAL_DIRS, error_at_user_line, is_symbolic_value, user_origin
 from runtime.ir import Variable
 
 Undefined = cf.Undefined
@@ -148,6 +148,15 @@ def convert_load(value):
     helpers left ``Undefined`` raises the same ``UnboundLocalError``."""
     if isinstance(value, Undefined):
         value.unbound()
+    ran = getattr(value, "unbound_unless", None) if isinstance(value, Variable) else None
+    if ran is not None:
+        # First assigned in a graph loop: unbound after a run of zero trips.
+        name = value.unbound_unless_name
+        def unbound():
+            fw.raise_(UnboundLocalError(f"cannot access local variable '{name}' where it is not associated "
+                                        "with a value"), origin=user_origin())
+            return cf.Unreachable(name)
+        cf.cond(ran, lambda: (), unbound)
     return value
 
 
