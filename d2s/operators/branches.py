@@ -13,9 +13,10 @@ from ops.capture import error_at_user_line
 from runtime.errors import ConversionError
 from runtime.ir import TENSOR_ARRAY
 
-from .effects import Effects, EffectsChanged, is_missing, merge_slots
+from .effects import Effects, EffectsChanged, is_missing, known_slots, merge_slots, remember_slots
 from .raising import raising_as_op
-from .state import State, Undefined, describe, flatten, is_var, loop_init, refill, refuse_list_aliases, unflatten
+from .state import (State, Undefined, describe, flatten, is_var, loop_init, maybe_unbound, refill, refuse_list_aliases,
+                    unflatten)
 
 
 def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), return_flags=(), lines=(),
@@ -69,7 +70,7 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     # Other Python objects the branches reach (`res["a"][0] = 2`, `foo.c = y`):
     # each slot a branch writes is one more output, set after the op.
     effects = Effects((true_fn, false_fn), covered={id(obj) for obj, _ in before[1]})
-    slots = []
+    slots = known_slots(effects, true_fn.__code__)
     while True:
         mark = tr.mark()
         outs = tuple(outputs) + tuple(extra)
@@ -110,20 +111,39 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
         break
     st.restore(before)
     effects.restore()
+    remember_slots(true_fn.__code__, slots)
     if isinstance(merged, cf.Unreachable):  # both branches raise: nothing after the `if` runs
         return st.get()
     leaves = iter(merged)
     merged = [unflatten(leaves, spec) for spec in specs.get("true", specs.get("false"))]
     for slot, spec in zip(slots, slot_specs.get("true", slot_specs.get("false", ()))):
         slot.set(unflatten(leaves, spec))
+    old = dict(zip(state, before[0]))
+    for k, name in enumerate(outs):
+        if name in old and maybe_unbound(old[name]):
+            _keep_unbound_flag(name, old[name], [values[k] for values in seen.values()], merged, k)
     # A list or dict both branches changed in place (rather than rebinding its name) is
     # changed in place here too: other names bound to it see the change, as in eager.
-    old = dict(zip(state, before[0]))
     for k, name in enumerate(outs):
         if name in old and all(values[k] is old[name] for values in seen.values()):
             merged[k] = refill(old[name], merged[k])
     st.set(merged, outs)
     return st.get()
+
+
+def _keep_unbound_flag(name, old, sides, merged, k):
+    """A name that may be unbound (first assigned in a graph loop) stays that
+    value, with its flag, where no branch assigns it; where every branch
+    that reaches the merge does, it is bound. Assigned on one path only, the
+    program would need a flag per path: refused."""
+    kept = [v is old for v in sides]
+    if all(kept):
+        merged[k] = old
+    elif any(kept):
+        raise error_at_user_line(
+            f"{name!r} is first assigned inside an earlier loop over a tensor, so it may be unbound here, and "
+            "this `if` on a tensor assigns it on one path only; d2s follows whether such a name is bound through "
+            "reads and one loop only: assign it before the loop")
 
 
 _LOCAL = threading.local()

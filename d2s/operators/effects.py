@@ -24,9 +24,11 @@ are left to the helpers' own merge; modules' attributes to
 
 import collections
 import types
+import weakref
 
 import torch
 
+from ops import tracer
 from runtime.ir import Variable
 
 _MISSING = object()
@@ -148,6 +150,27 @@ class Effects:
                 for key, value in old.items():
                     if now.get(key, _MISSING) is not value:
                         setattr(obj, key, value)
+
+
+# The slots each construct (by its generated function's code) wrote when it was
+# last traced, per trace: an enclosing branch or loop traces it again (each side,
+# each retry), and starting from them spares it a retry of its own each time
+# (nested `if`s writing one attribute would otherwise be traced 2**depth times).
+_KNOWN = weakref.WeakKeyDictionary()
+
+
+def known_slots(effects, code):
+    """The slots the construct of `code` wrote last time in this trace that
+    the objects of `effects` still hold (an unwritten slot carried is its
+    own value on every path: harmless)."""
+    reachable = {id(obj) for _, obj, _, _ in effects.saved}
+    slots = _KNOWN.get(tracer.current(), {}).get(code, ())
+    return [s for s in slots if id(s.obj) in reachable and not is_missing(s.get())]
+
+
+def remember_slots(code, slots):
+    if slots:
+        _KNOWN.setdefault(tracer.current(), {})[code] = slots
 
 
 def is_missing(value):

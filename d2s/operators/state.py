@@ -142,14 +142,21 @@ def refill(old, new):
     return new
 
 
+def maybe_unbound(value):
+    """Whether `value` is a name's value first assigned in a graph loop (its
+    flag says whether a run bound it)."""
+    # (vars(): a tensor array's attribute lookup refuses names it does not know)
+    return isinstance(value, Variable) and vars(value).get("unbound_unless") is not None
+
+
 def convert_load(value):
     """A read of a variable that may be unbound. Equivalent Python: ``return
     value`` (Python itself raises for a truly unbound name); a value the
     helpers left ``Undefined`` raises the same ``UnboundLocalError``."""
     if isinstance(value, Undefined):
         value.unbound()
-    ran = getattr(value, "unbound_unless", None) if isinstance(value, Variable) else None
-    if ran is not None:
+    if maybe_unbound(value):
+        ran = value.unbound_unless
         # First assigned in a graph loop: unbound after a run of zero trips.
         name = value.unbound_unless_name
         def unbound():

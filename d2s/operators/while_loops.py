@@ -8,10 +8,11 @@ from ops.capture import error_at_user_line
 from runtime.ir import Variable
 
 from .branches import convert_ifelse
-from .effects import Effects, EffectsChanged, is_missing, merge_slots
+from .effects import Effects, EffectsChanged, is_missing, known_slots, merge_slots, remember_slots
 from .for_loops import PythonItemsInGraphLoop, convert_for_test
 from .raising import raising_as_op
-from .state import State, Undefined, describe, flatten, is_var, loop_init, refill, refuse_list_aliases, unflatten
+from .state import (State, Undefined, describe, flatten, is_var, loop_init, maybe_unbound, refill, refuse_list_aliases,
+                    unflatten)
 
 
 def convert_while(test, body, names, return_names=(), counter=None):
@@ -46,10 +47,12 @@ def convert_while(test, body, names, return_names=(), counter=None):
     # Other Python objects the body reaches (`foo.c = i`, `res["a"][0] = i`):
     # each slot it writes is one more loop variable, set after the op.
     effects = Effects((test, body), covered={id(obj) for obj, _ in snapshot[1]})
-    slots = []
+    slots = known_slots(effects, body.__code__)
     while True:
         try:
-            return _graph_loop(test, body, names, return_names, st, effects, slots)
+            result = _graph_loop(test, body, names, return_names, st, effects, slots)
+            remember_slots(body.__code__, slots)
+            return result
         except EffectsChanged as retry:
             slots = retry.slots
         except PythonItemsInGraphLoop:
@@ -154,13 +157,20 @@ def _graph_loop(test, body, names, return_names, st, effects, slots):
                   for _ in (flatten(v, lists=False)[0] if spec is not None else [v])]
     leaf_names += [slot.name for slot, v in zip(slots, slot_start) for _ in flatten(v)[0]]
     refuse_list_aliases(names, start)
+    for name, value in zip(names, start):
+        if maybe_unbound(value):
+            raise error_at_user_line(
+                f"{name!r} is first assigned inside an earlier loop over a tensor, so it may be unbound here, and "
+                "this loop over a tensor assigns it again; d2s follows whether such a name is bound through reads "
+                "and one loop only: assign it before the first loop")
     init = [loop_init(v) for v in pack(start)]
     # A name the body first assigns (`for row in x: v = row * 2`) is defined
     # after the loop when the loop ran: a flag carried with it says so, and a
     # read after zero trips raises UnboundLocalError (see `convert_load`).
     maybe = [n for n, v in zip(names, start) if isinstance(v, Undefined) and n not in return_names]
     if maybe:
-        cond_fn, body_fn, init = _with_ran_flag(cond_fn, body_fn, init)
+        maybe_leaves = [(leaf_names.index(n), n) for n in maybe]  # (an undefined start is one leaf)
+        cond_fn, body_fn, init = _with_ran_flag(cond_fn, body_fn, init, maybe_leaves)
         leaf_names.append(_RAN)
     final = cf.while_loop(cond_fn, body_fn, init, names=tuple(leaf_names), return_names=tuple(return_names),
                           maybe_undefined=tuple(maybe))
@@ -177,13 +187,23 @@ def _graph_loop(test, body, names, return_names, st, effects, slots):
 _RAN = "loop_ran"
 
 
-def _with_ran_flag(cond_fn, body_fn, init):
+def _with_ran_flag(cond_fn, body_fn, init, maybe_leaves):
     """The loop functions with one more loop variable, False before the loop
-    and True after any trip."""
+    and True after any trip. Inside them the names first assigned in the
+    body (`maybe_leaves`: (leaf index, name)) are unbound on the first trip:
+    a read checks the flag (the body assigns them on every trip or on none:
+    `convert_ifelse` refuses an assignment on one path only)."""
+    def mark(leaves):
+        for i, name in maybe_leaves:
+            if isinstance(leaves[i], Variable):
+                leaves[i].unbound_unless, leaves[i].unbound_unless_name = leaves[-1], name
+
     def cond_with_flag(*leaves):
+        mark(leaves)
         return cond_fn(*leaves[:-1])
 
     def body_with_flag(*leaves):
+        mark(leaves)
         return list(body_fn(*leaves[:-1])) + [True]
 
     return cond_with_flag, body_with_flag, init + [loop_init(False)]

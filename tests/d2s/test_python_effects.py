@@ -132,6 +132,29 @@ def first_assigned_read_under_if(x):
     return x.sum()
 
 
+def first_assigned_read_in_both_branches(x):
+    for row in x:
+        v = row * 2
+    if x.sum() > 0:
+        y = v + 1
+    else:
+        y = v - 1
+    return y
+
+
+def first_assigned_after_a_loop_with_break_else(x, n):
+    for _row in x:
+        if x.sum() > 0:
+            break
+    else:
+        return x
+    i = 0
+    while i < n:
+        i += 1
+        v = x + i
+    return v
+
+
 def raise_in_loop_body(x):
     for _row in x:
         raise ValueError("no rows expected")
@@ -188,6 +211,8 @@ CASES = [
     (first_assigned_in_for, [(ROWS0,), (ROWS1,), (ROWS3,)], "while"),
     (first_assigned_in_while, [(V3, N0), (V3, N1), (V3, N3)], "while"),
     (first_assigned_read_under_if, [(ROWS0,), (ROWS1,), (ROWS3,)], "while"),
+    (first_assigned_read_in_both_branches, [(ROWS0,), (ROWS1,), (-ROWS3,), (ROWS3,)], "cond"),
+    (first_assigned_after_a_loop_with_break_else, [(V3, N0), (V3, N1), (V3, N3), (-V3, N0)], "while"),
     (raise_in_loop_body, [(ROWS0,), (ROWS1,), (ROWS3,)], "while"),
     (assert_in_loop_body, [(ROWS0,), (ROWS1,), (ROWS3,)], "while"),
     (index_error_in_loop_body, [(ROWS0,), (ROWS1,), (ROWS3,)], "while"),
@@ -246,6 +271,22 @@ def string_per_branch(x):
     return x, s
 
 
+def first_assigned_in_a_loop_nested_in_a_loop(x):
+    for row in x:
+        for _e in row:
+            v = row * 2
+        x = x + v.sum()
+    return x
+
+
+def first_assigned_then_assigned_on_one_path(x):
+    for row in x:
+        v = row * 2
+    if x.sum() > 0:
+        v = x[0] + 1
+    return v
+
+
 def mixed_tuple_by_a_tensor_int(x):
     c = (1, 2.5)
     return x * c[int(x.sum() > 0)]
@@ -265,6 +306,10 @@ def list_grows_in_loop(x):
                         r"the loop"),
     (string_per_branch, r"'s' is a Python str that differs between the branches \('pos' and 'neg'\) of the `if` on "
                         r"a tensor at this line"),
+    (first_assigned_in_a_loop_nested_in_a_loop, r"'v' is first assigned inside an earlier loop over a tensor, so it "
+                                                r"may be unbound here, and this loop over a tensor assigns it again"),
+    (first_assigned_then_assigned_on_one_path, r"'v' is first assigned inside an earlier loop over a tensor, so it may "
+                                               r"be unbound here, and this `if` on a tensor assigns it on one path only"),
     (mixed_tuple_by_a_tensor_int, r"a Python tuple indexed by an int known only when the program runs must hold "
                                   r"numbers of one type or tensors of one dtype and rank"),
     (list_grows_in_loop, r"'box.c' is a list of 0 before the loop but a list of 1 after one iteration"),
