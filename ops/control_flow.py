@@ -237,9 +237,16 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines
                 f"{label} is a tensor in the {tensor} branch ({_line(lines, name, tensor)}) but None in the "
                 f"{none} branch ({_line(lines, name, none)}) of the `if` on a tensor at this line; give it a "
                 "tensor value in both branches")
+        if type(a) is type(b):
+            shown = f" ({_short(a)} and {_short(b)})" if isinstance(a, (str, bytes)) else ""
+            raise _unmergeable(
+                f"{label} is a Python {type(a).__name__} that differs between the branches{shown} of the `if` "
+                "on a tensor at this line; a program carries only tensors and numbers out of a tensor `if`: "
+                "give it one value on both paths, or compute a tensor (an index, a code) in the branches and "
+                "pick the Python value after the program runs")
         raise _unmergeable(
-            f"{label} is a Python {type(a).__name__} in one branch and a {type(b).__name__} in the other "
-            "branch of an `if` on a tensor; only tensors and numbers can differ between branches")
+            f"{label} is a Python {type(a).__name__} in the true branch but a {type(b).__name__} in the false "
+            "branch of the `if` on a tensor at this line; only tensors and numbers can differ between branches")
     ref = a if isinstance(a, (Variable, torch.Tensor)) else b if isinstance(b, (Variable, torch.Tensor)) else None
     dtype = ref.dtype if ref is not None else None
     with tr.block_guard(tblock):
@@ -277,6 +284,11 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines
     if varying:  # a number on one path, a tensor on the other
         out.number_or_tensor = varying
     return out, (va.name, vb.name)
+
+
+def _short(value):
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _merge_arrays(label, va, vb, tr, names, i):
@@ -532,7 +544,7 @@ def _is_loop_carried(value):
     return isinstance(value, (Variable, torch.Tensor, int, float, bool, list) + SYMBOLIC_TYPES) and not isinstance(value, Undefined)
 
 
-def while_loop(cond_fn, body_fn, loop_vars, names=None, return_names=()):
+def while_loop(cond_fn, body_fn, loop_vars, names=None, return_names=(), maybe_undefined=()):
     """`while cond_fn(*vs): vs = body_fn(*vs)`, returning the final values; a
     graph `while` op as soon as the condition is a Variable.
 
@@ -540,7 +552,9 @@ def while_loop(cond_fn, body_fn, loop_vars, names=None, return_names=()):
     tensor arrays; a loop variable whose shape changes between iterations
     gets -1 in the changing dimensions (the body is traced again); a dtype
     change is a ConversionError naming the variable. `body_fn` must be
-    re-runnable from its arguments.
+    re-runnable from its arguments. Names in `return_names` and
+    `maybe_undefined` may start undefined (a zeros placeholder until the
+    body assigns them; the caller tells a run whether it did).
     """
     values = list(loop_vars)
     tr = tracer.current()
@@ -552,7 +566,7 @@ def while_loop(cond_fn, body_fn, loop_vars, names=None, return_names=()):
             # This evaluation only told us the loop is a graph loop: the
             # `while` op computes its condition in its own block.
             tr.rollback(mark)
-            return _graph_while(cond_fn, body_fn, values, names, return_names)
+            return _graph_while(cond_fn, body_fn, values, names, return_names, maybe_undefined)
         if isinstance(c, torch.Tensor):
             c = bool(c)
         if not c:
@@ -562,7 +576,7 @@ def while_loop(cond_fn, body_fn, loop_vars, names=None, return_names=()):
             raise ConversionError(f"while_loop body returned {len(values)} values for {len(loop_vars)} loop variables")
 
 
-def _graph_while(cond_fn, body_fn, values, names, return_names):
+def _graph_while(cond_fn, body_fn, values, names, return_names, maybe_undefined=()):
     tr = tracer.current()
     program = tr.program
     parent = tr.block
@@ -572,7 +586,7 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
     for i, v in enumerate(values):
         if isinstance(v, Undefined):
             name = names[i] if names and i < len(names) else None
-            specs.append(None if name in return_names else "undefined")
+            specs.append(None if name in return_names or name in maybe_undefined else "undefined")
         elif _is_loop_carried(v):
             specs.append(_Spec(v, _label(names, i, return_names)))
         else:
@@ -619,7 +633,7 @@ def _graph_while(cond_fn, body_fn, values, names, return_names):
                 with tr.block_guard(body):
                     probe = _as_var(v)
                 specs[i] = _Spec(probe, label)
-                specs[i].shape = tuple(1 if d == -1 else d for d in probe.dims)
+                specs[i].shape = tuple(d if isinstance(d, int) and d != -1 else 1 for d in probe.dims)  # 1: a placeholder's size
                 changed = True
                 continue
             if isinstance(v, Undefined) or v is None:

@@ -117,7 +117,12 @@ class _Definedness:
                 self.reads(s.iter, defined)
                 inside = defined | _bound(s.target)
             self.block(s.body, inside)
-            return self.block(s.orelse, defined) if s.orelse else defined
+            if not s.orelse:
+                return defined
+            after_else = self.block(s.orelse, defined)
+            # A `break` skips the `else` (which may return): what the loop
+            # guarantees there is what was defined before it.
+            return after_else & defined if _breaks(s.body) else after_else
         if isinstance(s, (gast.With, gast.AsyncWith)):
             for item in s.items:
                 self.reads(item.context_expr, defined)
@@ -145,6 +150,18 @@ class _Definedness:
             if not _is_target(child):
                 self.reads(child, defined)
         return defined | activity.analyze(s).bound
+
+
+def _breaks(stmts):
+    """Whether `stmts` hold a `break` of their own loop (not of a nested one)."""
+    stack = list(stmts)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, gast.Break):
+            return True
+        if not isinstance(n, (gast.While, gast.For, gast.AsyncFor) + _NESTED):
+            stack.extend(gast.iter_child_nodes(n))
+    return False
 
 
 def _bound(node):

@@ -19,6 +19,8 @@ docstring states the semantics as the equivalent Python.
 - ``augassign``    ``x += v``
 - ``list_append``  ``x.append(v)``
 - ``rng``          the CPU generator's state (``get/set_rng_state``, ``fork_rng``) as ops
+- ``subscripts``   ``seq[i]`` of a Python tuple or list by a run-time int
+- ``effects``      writes to Python objects in tensor branches and loop bodies
 - ``calls``        which code gets converted (``convert_call``, ``convert_method``)
 
 Generated code reaches this package through one closure cell and calls the
@@ -33,12 +35,13 @@ from .list_append import convert_list_append
 from .logical import convert_compare_chain, convert_logical_and, convert_logical_not, convert_logical_or
 from .py_builtins import convert_assert, convert_cast, convert_isinstance, convert_len, convert_print, convert_shape
 from .state import Undefined, convert_load
+from .subscripts import convert_getitem
 from .while_loops import convert_while
 
 __all__ = [
     "Undefined", "convert_assert", "convert_augassign", "convert_call", "convert_cast", "convert_compare_chain",
     "convert_enumerate",
-    "convert_for_iter", "convert_for_next", "convert_for_test", "convert_ifelse", "convert_ifexp",
+    "convert_for_iter", "convert_for_next", "convert_for_test", "convert_getitem", "convert_ifelse", "convert_ifexp",
     "convert_isinstance", "convert_len", "convert_list_append", "convert_load", "convert_logical_and",
     "convert_logical_not", "convert_logical_or", "convert_method", "convert_print", "convert_range",
     "convert_shape", "convert_while", "convert_zip",

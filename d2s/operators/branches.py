@@ -13,8 +13,10 @@ from ops.capture import error_at_user_line
 from runtime.errors import ConversionError
 from runtime.ir import TENSOR_ARRAY
 
+from .effects import Effects, EffectsChanged, is_missing, known_slots, merge_slots, remember_slots
 from .raising import raising_as_op
-from .state import State, Undefined, describe, flatten, is_var, loop_init, refill, refuse_list_aliases, unflatten
+from .state import (State, Undefined, describe, flatten, is_var, loop_init, maybe_unbound, refill, refuse_list_aliases,
+                    unflatten)
 
 
 def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), return_flags=(), lines=(),
@@ -65,16 +67,28 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     # is an output too, unless the branches leave it different shapes (then it is
     # dropped: one program cannot hold both, and its own name is not read again).
     extra = [n for n, v in zip(state, before[0]) if n not in outputs and type(v) in (list, dict)]
+    # Other Python objects the branches reach (`res["a"][0] = 2`, `foo.c = y`):
+    # each slot a branch writes is one more output, set after the op.
+    effects = Effects((true_fn, false_fn), covered={id(obj) for obj, _ in before[1]})
+    slots = known_slots(effects, true_fn.__code__)
     while True:
         mark = tr.mark()
         outs = tuple(outputs) + tuple(extra)
         seen, specs, leaf_names, tensor_lists = {}, {}, [], {}
+        slot_specs, written = {}, []
         branches = [_branch(st, before, fn, side, outs, arrays, seen, specs, leaf_names,
-                            return_names, return_flags, jump, jump_flags, extra, exited, tensor_lists)
+                            return_names, return_flags, jump, jump_flags, extra, exited, tensor_lists,
+                            (effects, slots, slot_specs, written))
                     for fn, side, exited in ((true_fn, "true", exits[0]), (false_fn, "false", exits[1]))]
         try:
             merged = cf.cond(pred, *branches, names=leaf_names, return_names=tuple(return_names),
                              lines=dict(zip(outputs, lines or ())), jump=jump and jump[:2])
+        except EffectsChanged as retry:
+            tr.rollback(mark)
+            st.restore(before)
+            effects.restore()
+            slots = retry.slots
+            continue
         except _AsArrays as retry:
             tr.rollback(mark)
             old = dict(zip(state, before[0]))
@@ -96,18 +110,40 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
             continue
         break
     st.restore(before)
+    effects.restore()
+    remember_slots(true_fn.__code__, slots)
     if isinstance(merged, cf.Unreachable):  # both branches raise: nothing after the `if` runs
         return st.get()
     leaves = iter(merged)
     merged = [unflatten(leaves, spec) for spec in specs.get("true", specs.get("false"))]
+    for slot, spec in zip(slots, slot_specs.get("true", slot_specs.get("false", ()))):
+        slot.set(unflatten(leaves, spec))
+    old = dict(zip(state, before[0]))
+    for k, name in enumerate(outs):
+        if name in old and maybe_unbound(old[name]):
+            _keep_unbound_flag(name, old[name], [values[k] for values in seen.values()], merged, k)
     # A list or dict both branches changed in place (rather than rebinding its name) is
     # changed in place here too: other names bound to it see the change, as in eager.
-    old = dict(zip(state, before[0]))
     for k, name in enumerate(outs):
         if name in old and all(values[k] is old[name] for values in seen.values()):
             merged[k] = refill(old[name], merged[k])
     st.set(merged, outs)
     return st.get()
+
+
+def _keep_unbound_flag(name, old, sides, merged, k):
+    """A name that may be unbound (first assigned in a graph loop) stays that
+    value, with its flag, where no branch assigns it; where every branch
+    that reaches the merge does, it is bound. Assigned on one path only, the
+    program would need a flag per path: refused."""
+    kept = [v is old for v in sides]
+    if all(kept):
+        merged[k] = old
+    elif any(kept):
+        raise error_at_user_line(
+            f"{name!r} is first assigned inside an earlier loop over a tensor, so it may be unbound here, and "
+            "this `if` on a tensor assigns it on one path only; d2s follows whether such a name is bound through "
+            "reads and one loop only: assign it before the loop")
 
 
 _LOCAL = threading.local()
@@ -156,19 +192,32 @@ def _mark_exit(code):
 
 
 def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, return_names, return_flags,
-            jump=None, jump_flags=(), extra=(), exited=False, tensor_lists=None):
+            jump=None, jump_flags=(), extra=(), exited=False, tensor_lists=None, python_effects=None):
     """The function `cf.cond` traces for one side: run the branch from the
     state `before`, then return its outputs flattened (tuples and lists are
     flattened: the op merges their elements), except the outputs in `arrays`,
     which are tensor arrays. A value no later use can see (the branch
     returned, or it is the return value and undefined) is `Unreachable`; a
-    branch that raises yields one `Unreachable` for all its values."""
+    branch that raises yields one `Unreachable` for all its values.
+    `python_effects` is ``(effects, slots, slot_specs, written)``: the
+    objects' slots carried as outputs after the named ones (each side's
+    flattening specs go to `slot_specs`); a slot written that is not among
+    `slots` has both sides traced again with it (``EffectsChanged``)."""
+    effects, slots, slot_specs, written = python_effects
+
     def run():
         nonlocal exited
         st.restore(before)
+        effects.restore()
         with _exit_scope(fn) as entry:
             result = raising_as_op(fn)()
         exited = entry[1] or exited
+        if not isinstance(result, cf.Unreachable):  # a side that raises leaves nothing behind
+            written.extend(effects.written())
+        if side == "false":
+            found = merge_slots(slots, written)
+            if len(found) > len(slots):
+                raise EffectsChanged(found)
         if isinstance(result, cf.Unreachable):
             return cf.Unreachable(side)
         seen[side] = values = st.get(outputs)
@@ -202,6 +251,23 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
             specs[side].append(spec)
             if side == "true" or "true" not in specs:
                 leaf_names.extend([outputs[k]] * len(flat))
+        slot_specs[side] = []
+        for slot in slots:
+            value = slot.get()
+            if is_missing(value):
+                raise error_at_user_line(
+                    f"{slot.name!r} is set in a branch of the `if` on a tensor at this line but has no value on "
+                    "the other path; set it before the `if` (or in both branches)")
+            flat, spec = flatten(value)
+            leaves += flat
+            slot_specs[side].append(spec)
+            if side == "true" or "true" not in specs:
+                leaf_names.extend([slot.name] * len(flat))
+            if side == "false" and "true" in slot_specs and slot_specs["true"][len(slot_specs[side]) - 1] != spec:
+                raise error_at_user_line(
+                    f"{slot.name!r} is a {describe(slot_specs['true'][len(slot_specs[side]) - 1])} in the true "
+                    f"branch but a {describe(spec)} in the false branch of the `if` on a tensor at this line; "
+                    "a Python list, tuple or dict cannot change its length or keys under a tensor condition")
         if side == "false":
             grown = _lists_of_tensors_that_differ(tensor_lists, specs, arrays)
             if grown:

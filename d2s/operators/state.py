@@ -14,7 +14,7 @@ import torch
 
 from ops import control_flow as cf
 from ops import framework as fw
-from ops.capture import INTERNAL_DIRS, error_at_user_line, is_symbolic_value
+from ops.capture import INTERNAL_DIRS, error_at_user_line, is_symbolic_value, user_origin
 from runtime.ir import Variable
 
 Undefined = cf.Undefined
@@ -142,12 +142,28 @@ def refill(old, new):
     return new
 
 
+def maybe_unbound(value):
+    """Whether `value` is a name's value first assigned in a graph loop (its
+    flag says whether a run bound it)."""
+    # (vars(): a tensor array's attribute lookup refuses names it does not know)
+    return isinstance(value, Variable) and vars(value).get("unbound_unless") is not None
+
+
 def convert_load(value):
     """A read of a variable that may be unbound. Equivalent Python: ``return
     value`` (Python itself raises for a truly unbound name); a value the
     helpers left ``Undefined`` raises the same ``UnboundLocalError``."""
     if isinstance(value, Undefined):
         value.unbound()
+    if maybe_unbound(value):
+        ran = value.unbound_unless
+        # First assigned in a graph loop: unbound after a run of zero trips.
+        name = value.unbound_unless_name
+        def unbound():
+            fw.raise_(UnboundLocalError(f"cannot access local variable '{name}' where it is not associated "
+                                        "with a value"), origin=user_origin())
+            return cf.Unreachable(name)
+        cf.cond(ran, lambda: (), unbound)
     return value
 
 

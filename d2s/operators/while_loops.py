@@ -5,10 +5,14 @@ op as soon as it is a graph tensor.
 from ops import control_flow as cf
 from ops import tracer
 from ops.capture import error_at_user_line
+from runtime.ir import Variable
 
 from .branches import convert_ifelse
+from .effects import Effects, EffectsChanged, is_missing, known_slots, merge_slots, remember_slots
 from .for_loops import PythonItemsInGraphLoop, convert_for_test
-from .state import State, describe, flatten, is_var, loop_init, refill, refuse_list_aliases, unflatten
+from .raising import raising_as_op
+from .state import (State, Undefined, describe, flatten, is_var, loop_init, maybe_unbound, refill, refuse_list_aliases,
+                    unflatten)
 
 
 def convert_while(test, body, names, return_names=(), counter=None):
@@ -40,12 +44,25 @@ def convert_while(test, body, names, return_names=(), counter=None):
         body()
 
     snapshot = st.snapshot()
-    try:
-        return _graph_loop(test, body, names, return_names, st)
-    except PythonItemsInGraphLoop:
+    # Other Python objects the body reaches (`foo.c = i`, `res["a"][0] = i`):
+    # each slot it writes is one more loop variable, set after the op.
+    effects = Effects((test, body), covered={id(obj) for obj, _ in snapshot[1]})
+    slots = known_slots(effects, body.__code__)
+    while True:
+        try:
+            result = _graph_loop(test, body, names, return_names, st, effects, slots)
+            remember_slots(body.__code__, slots)
+            return result
+        except EffectsChanged as retry:
+            slots = retry.slots
+        except PythonItemsInGraphLoop:
+            tr.rollback(mark)
+            st.restore(snapshot)
+            effects.restore()
+            return _guarded(test, body, names, return_names, counter, st)
         tr.rollback(mark)
         st.restore(snapshot)
-        return _guarded(test, body, names, return_names, counter, st)
+        effects.restore()
 
 
 def _guarded(test, body, names, return_names, counter, st):
@@ -75,19 +92,33 @@ def _guarded(test, body, names, return_names, counter, st):
     return st.get()
 
 
-def _graph_loop(test, body, names, return_names, st):
-    """The ``while`` op over the loop variables ``names``."""
+def _graph_loop(test, body, names, return_names, st, effects, slots):
+    """The ``while`` op over the loop variables ``names``, then the object
+    ``slots`` of ``effects`` (see ``effects.py``), each as its leaves."""
     # A dict or tuple the loop carries is carried as its leaves (a dict changed
     # in place stays the same dict, as in eager); its keys and length must stay.
     start = st.get()
     layout = [flatten(v, lists=False)[1] if type(v) in (dict, tuple) else None for v in start]
+    slot_start = [slot.get() for slot in slots]
+    for slot, value in zip(slots, slot_start):
+        if is_missing(value):
+            raise error_at_user_line(
+                f"{slot.name!r} is first set inside this loop on a tensor; a loop variable needs a value before "
+                "the loop: set it before the loop")
+    slot_layout = [flatten(v)[1] for v in slot_start]
 
     def unpack(leaves):
         it = iter(leaves)
-        return [next(it) if spec is None else refill(old, unflatten(it, spec))
-                for old, spec in zip(start, layout)]
+        values = [next(it) if spec is None else refill(old, unflatten(it, spec))
+                  for old, spec in zip(start, layout)]
+        for slot, spec in zip(slots, slot_layout):
+            slot.set(unflatten(it, spec))
+        return values
 
     def pack(values):
+        found = merge_slots(slots, effects.written())
+        if len(found) > len(slots):
+            raise EffectsChanged(found)
         leaves = []
         for name, value, spec in zip(names, values, layout):
             if spec is None:
@@ -100,6 +131,14 @@ def _graph_loop(test, body, names, return_names, st):
                     "one iteration; a loop over a tensor condition cannot change the length or keys of a "
                     "Python tuple or dict: build it before the loop with every entry it will have")
             leaves += flat
+        for slot, spec in zip(slots, slot_layout):
+            flat, now = flatten(slot.get())
+            if now != spec:
+                raise error_at_user_line(
+                    f"{slot.name!r} is a {describe(spec)} before the loop but a {describe(now)} after one "
+                    "iteration; a loop over a tensor condition cannot change the length or keys of a Python "
+                    "list, tuple or dict it does not carry by name: build it before the loop with every entry")
+            leaves += flat
         return leaves
 
     def cond_fn(*leaves):
@@ -108,13 +147,63 @@ def _graph_loop(test, body, names, return_names, st):
 
     def body_fn(*leaves):
         st.set(unpack(leaves))
-        body()
+        if isinstance(raising_as_op(body)(), cf.Unreachable):
+            # The body raises on every path (`raise`, `[1, 2, 3][4]`): a `raise`
+            # op that a run reaches only when it takes a trip; no trip ends.
+            return list(leaves)
         return pack(st.get())
 
     leaf_names = [n for n, v, spec in zip(names, start, layout)
                   for _ in (flatten(v, lists=False)[0] if spec is not None else [v])]
+    leaf_names += [slot.name for slot, v in zip(slots, slot_start) for _ in flatten(v)[0]]
     refuse_list_aliases(names, start)
+    for name, value in zip(names, start):
+        if maybe_unbound(value):
+            raise error_at_user_line(
+                f"{name!r} is first assigned inside an earlier loop over a tensor, so it may be unbound here, and "
+                "this loop over a tensor assigns it again; d2s follows whether such a name is bound through reads "
+                "and one loop only: assign it before the first loop")
     init = [loop_init(v) for v in pack(start)]
-    final = cf.while_loop(cond_fn, body_fn, init, names=tuple(leaf_names), return_names=tuple(return_names))
+    # A name the body first assigns (`for row in x: v = row * 2`) is defined
+    # after the loop when the loop ran: a flag carried with it says so, and a
+    # read after zero trips raises UnboundLocalError (see `convert_load`).
+    maybe = [n for n, v in zip(names, start) if isinstance(v, Undefined) and n not in return_names]
+    if maybe:
+        maybe_leaves = [(leaf_names.index(n), n) for n in maybe]  # (an undefined start is one leaf)
+        cond_fn, body_fn, init = _with_ran_flag(cond_fn, body_fn, init, maybe_leaves)
+        leaf_names.append(_RAN)
+    final = cf.while_loop(cond_fn, body_fn, init, names=tuple(leaf_names), return_names=tuple(return_names),
+                          maybe_undefined=tuple(maybe))
+    effects.restore()
+    if maybe:
+        final, ran = final[:-1], final[-1]
     st.set(unpack(final))
+    for name, value in zip(names, st.get()):
+        if name in maybe and isinstance(value, Variable):
+            value.unbound_unless, value.unbound_unless_name = ran, name
     return st.get()
+
+
+_RAN = "loop_ran"
+
+
+def _with_ran_flag(cond_fn, body_fn, init, maybe_leaves):
+    """The loop functions with one more loop variable, False before the loop
+    and True after any trip. Inside them the names first assigned in the
+    body (`maybe_leaves`: (leaf index, name)) are unbound on the first trip:
+    a read checks the flag (the body assigns them on every trip or on none:
+    `convert_ifelse` refuses an assignment on one path only)."""
+    def mark(leaves):
+        for i, name in maybe_leaves:
+            if isinstance(leaves[i], Variable):
+                leaves[i].unbound_unless, leaves[i].unbound_unless_name = leaves[-1], name
+
+    def cond_with_flag(*leaves):
+        mark(leaves)
+        return cond_fn(*leaves[:-1])
+
+    def body_with_flag(*leaves):
+        mark(leaves)
+        return list(body_fn(*leaves[:-1])) + [True]
+
+    return cond_with_flag, body_with_flag, init + [loop_init(False)]

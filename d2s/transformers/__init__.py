@@ -22,7 +22,9 @@ matters and is part of the design:
 13. ListAppend    ``x.append(v)`` -> ``convert_list_append`` (after 7-8, whose
                   analyses see ``x.append`` as modifying ``x``)
 14. Shape         ``x.shape`` -> ``convert_shape(x)``
-15. Call          ``f(...)`` -> ``convert_call(f)(...)`` (last: it must not wrap the
+15. Subscripts    ``seq[i]`` by a computed index -> ``convert_getitem(seq, i)`` (a tuple
+                  indexed by a run-time int)
+16. Call          ``f(...)`` -> ``convert_call(f)(...)`` (last: it must not wrap the
                   helper calls earlier passes generate, and it must see every call)
 
 ``run(tree, ctx, stop_after=n)`` runs the first ``n`` passes (``set_code_level``).
@@ -41,6 +43,7 @@ from .list_append import ListAppend
 from .logical import Logical
 from .returns import Return
 from .shape import Shape
+from .subscripts import Subscripts
 from .undefined import UndefinedLoads
 from .unsupported import Unsupported
 from .while_loops import WhileLoop
@@ -60,6 +63,7 @@ PIPELINE = [
     AugAssign,
     ListAppend,
     Shape,
+    Subscripts,
     Call,
 ]
 

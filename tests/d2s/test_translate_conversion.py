@@ -308,14 +308,6 @@ def dtype_changes(x, n):
     return s
 
 
-def first_assigned_in_loop(x, n):
-    i = 0
-    while i < n:
-        z = x * i
-        i += 1
-    return z
-
-
 def a_generator(x):
     yield x
 
@@ -337,11 +329,6 @@ def returns_tensor_or_none(x):
 def sum_as_list(x):
     total = x.sum()
     return total.tolist()
-
-
-def index_by_tensor(x):
-    k = x.sum().long()
-    return [1, 2, 3][k]
 
 
 def pop_from_tensor_array(x, n):
@@ -493,8 +480,6 @@ def _returned_rows(x, n):
      ["'y' is assigned in the true branch (line {y}) but not in the false branch", "assign it before the if"]),
     (dtype_changes, (torch.ones(3), torch.tensor(3)), "while i < n",
      ["loop variable 's' has dtype int64 before the loop but float32"]),
-    (first_assigned_in_loop, (torch.ones(3), torch.tensor(3)), "while i < n",
-     ["'z'", "must be defined before the loop"]),
     (a_generator, (torch.ones(3),), "yield x", ["generators (`yield`) are not supported"]),
     (rebinds_global, (torch.ones(3),), "global G", ["rebinding global 'G'"]),
     # The user's variable, not the program's name for it (`tmp_3`, `ys_2`).
@@ -502,7 +487,6 @@ def _returned_rows(x, n):
     (assigned_after_a_tensor_break, (torch.ones(3),), " break\n",
      ["'j' is assigned at line {j}, after the `break` at line {brk} that a tensor decides", "before the loop"]),
     (sum_as_list, (torch.ones(3),), "total.tolist()", ["the value of tensor `total` is known only"]),
-    (index_by_tensor, (torch.ones(3),), "[1, 2, 3][k]", ["tensor `k`", "as an index"]),
     # Eager sees a float on the first trip and a tensor after: no one answer (was: a tensor on every trip).
     (isinstance_of_a_number_a_loop_makes_a_tensor, (torch.ones(3),), "isinstance(s, float)",
      ["'s' is a Python number on some paths and a tensor on others", "`isinstance` has no one answer"]),

@@ -20,7 +20,9 @@ control flow of their own, locals first assigned in every arm of an ``if``
 (or in the arms that do not return/break/continue) and read after it, `int()`/`float()` of tensors, `len`/`.shape`,
 `assert`s that hold and `raise`/`assert` checks that fail on some inputs,
 `zip`, a dict changed in place and a tuple rebuilt, `any`/`all`/`max`/`min`
-of tensors, `or` as a value, keyword arguments.
+of tensors, `or` as a value, keyword arguments, attributes of a local object
+and items of containers in containers written in place, names first assigned
+in a loop body and read after the loop, loop bodies that always raise.
 
 `generate(seed)` is deterministic: the same seed gives the same program on
 every machine. The tree keeps what the runner and the minimiser need: which
@@ -50,9 +52,18 @@ STATE = {
     "ok": ("ok = (x > 0).any()", None),  # a condition kept in a variable; only tests read it
     "dd": ("dd = {'u': x * 1.0, 'c': 0}", "dd['u'] + dd['c']"),  # a dict changed in place
     "h": ("h = (x * 1.0, x * 0.5)", "h[0] * h[1]"),  # a tuple rebuilt
+    "ob": ("ob = Obj(x * 1.0)", "ob.v + ob.n"),  # attributes of a local object written in place
+    "nest": ("nest = {'l': [x * 0.5, 0], 'd': {'w': x * 1.0}}",  # containers in containers
+             "nest['l'][0] + nest['l'][1] + nest['d']['w']"),
 }
 
 HELPERS = '''
+class Obj:
+    def __init__(self, v):
+        self.v = v
+        self.n = 0
+
+
 def mix(u, v):
     if u.sum() > v.sum():
         return u - v * 0.5
@@ -138,6 +149,16 @@ CONTAINERS = ["dd['u'] = dd['u'] + a", "dd['c'] = dd['c'] + 1", "h = (h[1], h[0]
               "a = a + h[0] - dd['u']", "dd['u'] = torch.tanh(dd['u'] + h[1])"]
 LISTS = ["ys.append(a * {s})", "zs.append(b)", "a = a + torch.stack(ys).mean(0)", "k = k + len(zs)",
          "b = b + torch.cat(ys).view(-1, 3).sum(0) * {s}", "ws.append(a + b)", "k = k + len(ws) - len(zs)"]
+# Writes to an object's attributes and to items of containers in containers (no name rebound).
+OBJECTS = ["ob.v = ob.v + a", "ob.n = ob.n + 1", "ob.v = torch.tanh(ob.v) * {s}", "a = a + ob.v",
+           "nest['l'][0] = nest['l'][0] + b", "nest['l'][1] = nest['l'][1] + 1",
+           "nest['d']['w'] = nest['d']['w'] * {s} + a", "b = b + nest['d']['w'] * {s}"]
+# A name first assigned in a loop's body and read after the loop (unbound after zero trips).
+LOOP_LOCAL_VALUES = ["a * {s}", "b + {c}", "torch.tanh(a) + t"]
+LOOP_LOCAL_USES = ["a = a + {v}", "t = t + {v}.sum()"]
+# A loop body that raises on every trip it takes (raised when a run takes a trip).
+LOOP_RAISES = ["raise ValueError('fuzz: the loop ran')", "assert False, 'fuzz: the loop ran'",
+               "k = k + [1, 2, 3][k + 9]"]
 GROW = ["g = torch.cat([g, a[:1]])", "t = t + g.sum()"]
 # A local first assigned in the arms of an `if` and read right after it: defined on every path
 # that reaches the read (an arm that returns, breaks or continues need not define it).
@@ -334,7 +355,7 @@ class _Generator:
         lists = LISTS  # (appended under a tensor `if` too: a tensor array)
         groups = [("assign", ASSIGNS, 5), ("python", PY_ASSIGNS, 3), ("ternary_tensor", TERNARY, 2),
                   ("list", lists, 2), ("grow", GROW, 1), ("call", CALLS, 1), ("container", CONTAINERS, 1),
-                  ("check", CHECKS, 1)]
+                  ("check", CHECKS, 1), ("object", OBJECTS, 2)]
         if not self.grad:
             groups += [("aug", AUG, 2), ("inplace", INPLACE, 1), ("alias", ALIASES, 1)]
         if targets:
@@ -369,6 +390,8 @@ class _Generator:
                     stmts.append(self.local_in_arms(stmts[-1]))
             elif what == "loop":
                 stmts.append(self.loop(depth, targets, branch))
+                if stmts[-1].tensor and r.random() < 0.25:
+                    stmts.append(self.loop_local(stmts[-1]))
             else:
                 exit_ = Simple(what, "return" if what == "return" else what)
                 if r.random() < 0.7:  # usually guarded, as users write it
@@ -466,8 +489,26 @@ class _Generator:
             kind in ("while_and", "while_effect") and not header.startswith(f"while {init[0].split()[0]} < 0 "))
         # Appends in a tensor loop make a tensor array, whatever encloses the loop.
         body = self.block(depth + 1, True, targets + new_targets, branch and not tensor)
+        if tensor and r.random() < 0.08:
+            body.append(Simple("check", r.choice(LOOP_RAISES)))
         orelse = self.block(depth + 1, False, targets, branch) if r.random() < 0.15 else []
         return Loop(kind, init, header, step, body, orelse, tensor)
+
+    def loop_local(self, loop):
+        """Define a fresh local in `loop`'s body (first assigned there) and
+        return the statement after the loop that reads it: eager raises
+        UnboundLocalError when the loop made no trip."""
+        v = self.fresh("v")
+        # Before the body's first exit: an assignment after it is dead code
+        # (Python then has no binding for the name at all).
+        # (Not with a body that raises on every trip: docs/syntax_and_limitations.md.)
+        exits = [i for i, stmt in enumerate(loop.body)
+                 if isinstance(stmt, Simple) and stmt.kind in ("return", "break", "continue", "check")]
+        if any(isinstance(stmt, Simple) and stmt.text in LOOP_RAISES for stmt in loop.body):
+            return Simple("local", "pass")
+        loop.body.insert(self.rng.randint(0, exits[0] if exits else len(loop.body)),
+                         Simple("local", self.fill(f"{v} = {self.rng.choice(LOOP_LOCAL_VALUES)}")))
+        return Simple("local", self.fill(self.rng.choice(LOOP_LOCAL_USES), v=v))
 
 
 _TENSOR_NAMES = re.compile(r"\b(a|b|t|x|ok|acc|row\d+|e\d+)\b")

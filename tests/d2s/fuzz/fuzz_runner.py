@@ -137,8 +137,10 @@ def eager_run(fn, args, filename=None):
         sys.settrace(cov)
     try:
         result = fn(*args)
-    except (ValueError, AssertionError) as exc:
-        if not str(exc).startswith("fuzz:"):
+    except (ValueError, AssertionError, IndexError, UnboundLocalError) as exc:
+        # The generated checks, loop bodies that raise, and a name first assigned
+        # in a loop read after zero trips.
+        if not (str(exc).startswith("fuzz:") or isinstance(exc, (IndexError, UnboundLocalError))):
             raise
         result = Raised(exc)
     finally:

@@ -1,0 +1,202 @@
+"""Python objects a tensor-dependent branch or loop body writes in place.
+
+Under a tensor condition both branches are traced, and a loop body is
+traced for every trip at once, but a run takes one path. A write the body
+makes to a Python object it reaches (an item of a list or dict, an
+attribute of a local object, in containers of containers) happens while
+tracing, on every path. ``Effects`` remembers what the objects the
+generated functions reach held before the construct, finds the places
+(*slots*) a trace wrote, and puts the objects back; the helpers then carry
+each written slot as one more output of the ``cond`` op (or one more loop
+variable of the ``while`` op) and store the op's result in it afterwards,
+so that the object holds what eager code would leave in it, per path.
+Values the op cannot merge (a Python string differing per path) are refused
+by ``cond``/``while_loop`` naming the slot (``res['a'][0]``, ``foo.c``).
+
+Before (traced): ``res = {"a": [1]}; if t: res["a"][0] = 2 else: res["a"][0] = 3``
+                 -> ``{"a": [3]}`` on every path (both writes ran)
+After:           ``res["a"][0]`` is the ``cond``'s output: 2 or 3 per run.
+
+Lists and dicts that the construct carries by name (``State.snapshot``)
+are left to the helpers' own merge; modules' attributes to
+``d2s/module_state.py``.
+"""
+
+import collections
+import types
+import weakref
+
+import torch
+
+from ops import tracer
+from runtime.ir import Variable
+
+_MISSING = object()
+_MAX_OBJECTS = 2000  # a walk this large is a model's whole state, not a container the code builds
+_MAX_DEPTH = 6
+_OPAQUE = (type, types.ModuleType, types.BuiltinFunctionType, types.MethodType, torch.nn.Module,
+           torch.Tensor, Variable, str, bytes, int, float, complex, bool, range, type(None))
+
+
+class EffectsChanged(Exception):
+    """Trace the construct again carrying these slots (found written by the last trace)."""
+
+    def __init__(self, slots):
+        super().__init__(len(slots))
+        self.slots = slots
+
+
+class Slot:
+    """One place of a Python object: ``obj[key]`` of a dict, ``obj.key`` of an
+    object, or the whole contents of a list (``key`` None; a list written by
+    index or grown is one value)."""
+
+    def __init__(self, obj, kind, key, name):
+        self.obj, self.kind, self.key, self.name = obj, kind, key, name
+
+    @property
+    def ident(self):
+        return (id(self.obj), self.kind, self.key)
+
+    def get(self):
+        if self.kind == "list":
+            return list(self.obj)
+        if self.kind == "dict":
+            return self.obj.get(self.key, _MISSING)
+        return vars(self.obj).get(self.key, _MISSING)
+
+    def set(self, value):
+        if self.kind == "list":
+            self.obj[:] = value
+        elif value is _MISSING:
+            if self.kind == "dict":
+                self.obj.pop(self.key, None)
+            elif self.key in vars(self.obj):
+                delattr(self.obj, self.key)
+        elif self.kind == "dict":
+            self.obj[self.key] = value
+        else:
+            setattr(self.obj, self.key, value)
+
+
+class Effects:
+    """The contents, before a branch or loop, of the lists, dicts and plain
+    objects reachable from the closure cells of its generated ``functions``
+    (the user's names they read or write); ``covered`` holds the ids of the
+    containers the caller restores itself."""
+
+    def __init__(self, functions, covered=()):
+        self.saved = []  # (kind, object, copy of its contents, user name)
+        seen = set(covered)
+        todo = collections.deque()
+        for fn in functions:
+            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+                try:
+                    todo.append((cell.cell_contents, name, 0))
+                except ValueError:  # an unbound name
+                    pass
+        while todo and len(self.saved) < _MAX_OBJECTS:
+            value, name, depth = todo.popleft()
+            if id(value) in seen or depth > _MAX_DEPTH or isinstance(value, _OPAQUE):
+                continue
+            seen.add(id(value))
+            if type(value) is list:
+                self.saved.append(("list", value, list(value), name))
+                todo += [(v, f"{name}[{i}]", depth + 1) for i, v in enumerate(value)]
+            elif type(value) is dict:
+                self.saved.append(("dict", value, dict(value), name))
+                todo += [(v, f"{name}[{k!r}]", depth + 1) for k, v in value.items()]
+            elif type(value) is tuple:
+                todo += [(v, f"{name}[{i}]", depth + 1) for i, v in enumerate(value)]
+            elif isinstance(value, types.FunctionType):
+                # A helper closure the body calls may write what it closes over.
+                todo += [(c.cell_contents, n, depth + 1)
+                         for n, c in zip(value.__code__.co_freevars, value.__closure__ or ()) if _bound(c)]
+            elif _plain_object(value):
+                attrs = vars(value)
+                self.saved.append(("attr", value, dict(attrs), name))
+                todo += [(v, f"{name}.{k}", depth + 1) for k, v in attrs.items()]
+
+    def written(self):
+        """The slots whose value differs from before (by identity)."""
+        slots = []
+        for kind, obj, old, name in self.saved:
+            if kind == "list":
+                if len(obj) != len(old) or any(a is not b for a, b in zip(obj, old)):
+                    slots.append(Slot(obj, "list", None, name))
+                continue
+            now = obj if kind == "dict" else vars(obj)
+            for key in list(now) + [k for k in old if k not in now]:
+                if now.get(key, _MISSING) is not old.get(key, _MISSING):
+                    slots.append(Slot(obj, kind, key, f"{name}[{key!r}]" if kind == "dict" else f"{name}.{key}"))
+        return slots
+
+    def restore(self):
+        """Put every object back as it was (only what changed is touched)."""
+        for kind, obj, old, _ in self.saved:
+            if kind == "list":
+                if len(obj) != len(old) or any(a is not b for a, b in zip(obj, old)):
+                    obj[:] = old
+                continue
+            now = obj if kind == "dict" else vars(obj)
+            if now.keys() == old.keys() and all(now[k] is v for k, v in old.items()):
+                continue
+            if kind == "dict":
+                obj.clear()
+                obj.update(old)
+            else:
+                for key in [k for k in now if k not in old]:
+                    delattr(obj, key)
+                for key, value in old.items():
+                    if now.get(key, _MISSING) is not value:
+                        setattr(obj, key, value)
+
+
+# The slots each construct (by its generated function's code) wrote when it was
+# last traced, per trace: an enclosing branch or loop traces it again (each side,
+# each retry), and starting from them spares it a retry of its own each time
+# (nested `if`s writing one attribute would otherwise be traced 2**depth times).
+_KNOWN = weakref.WeakKeyDictionary()
+
+
+def known_slots(effects, code):
+    """The slots the construct of `code` wrote last time in this trace that
+    the objects of `effects` still hold (an unwritten slot carried is its
+    own value on every path: harmless)."""
+    reachable = {id(obj) for _, obj, _, _ in effects.saved}
+    slots = _KNOWN.get(tracer.current(), {}).get(code, ())
+    return [s for s in slots if id(s.obj) in reachable and not is_missing(s.get())]
+
+
+def remember_slots(code, slots):
+    if slots:
+        _KNOWN.setdefault(tracer.current(), {})[code] = slots
+
+
+def is_missing(value):
+    """Whether a slot's value is "no such item or attribute"."""
+    return value is _MISSING
+
+
+def merge_slots(known, found):
+    """``known`` plus the slots of ``found`` it lacks, in a stable order."""
+    idents = {s.ident for s in known}
+    return list(known) + [s for s in found if s.ident not in idents and not idents.add(s.ident)]
+
+
+def _bound(cell):
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _plain_object(value):
+    """An instance of a user's class whose attributes live in its ``__dict__``
+    (not a module, function, tensor or object of a library)."""
+    package = (type(value).__module__ or "").split(".")[0]
+    return hasattr(value, "__dict__") and not callable(value) and package not in _LIBRARIES
+
+
+_LIBRARIES = frozenset({"builtins", "torch", "numpy", "d2s", "ops", "runtime", "functools", "collections"})
