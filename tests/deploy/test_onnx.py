@@ -175,20 +175,22 @@ def test_type_promotion_follows_torch(tmp_path):
     _check(session, [ids, x], _mixed_dtypes.dygraph_function(ids, x))
 
 
-def test_an_op_without_a_lowering_names_the_op_and_the_line(tmp_path):
+def test_an_op_torch_onnx_cannot_translate_names_the_op_and_the_line(tmp_path):
     @d2s.declarative
-    def uses_cumsum(x):
-        return torch.cumsum(x, 0)  # no ONNX lowering for this op
+    def uses_cummax(x):
+        y = torch.relu(x)
+        return torch.cummax(y, 0)[0]  # torch.onnx has no ONNX function for aten.cummax
 
-    with pytest.raises(d2s.onnx.ExportError, match=r"cannot export op 'torch.cumsum' to ONNX: no ONNX lowering "
-                                                   r"for this op .*test_onnx.py\", line \d+: return torch.cumsum"):
-        d2s.onnx.export(uses_cumsum, str(tmp_path / "m.onnx"), input_spec=[d2s.InputSpec([None])])
+    with pytest.raises(d2s.onnx.ExportError, match=r"cannot export op 'torch.cummax' to ONNX: torch.onnx has no "
+                                                   r"ONNX function for aten.cummax.*test_onnx.py\", line \d+: "
+                                                   r"return torch.cummax"):
+        d2s.onnx.export(uses_cummax, str(tmp_path / "m.onnx"), input_spec=[d2s.InputSpec([None])])
     assert not (tmp_path / "m.onnx").exists()
 
 
 def test_dropout_in_training_mode_is_refused(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).train()
-    with pytest.raises(d2s.onnx.ExportError, match="dropout in training mode is random; export the model in eval"):
+    with pytest.raises(d2s.onnx.ExportError, match="'torch.nn.functional.dropout' to ONNX: it draws random numbers.*export the model in eval mode"):
         d2s.onnx.export(d2s.declarative(model), str(tmp_path / "m.onnx"), input_spec=[d2s.InputSpec([None, 4])])
 
 
