@@ -28,6 +28,7 @@ definition a fresh name.
 import itertools
 
 from .ir import TENSOR_ARRAY, torch_dtype
+from .replay import op_reads
 
 
 class OnnxExportError(ValueError):
@@ -38,17 +39,6 @@ class OnnxExportError(ValueError):
 # torch.onnx translates to opset 18 and later.
 DEFAULT_OPSET = 18
 SUPPORTED_OPSETS = range(18, 22)
-
-
-def _op_reads(op):
-    """The names `op` and its sub-blocks read, size checks left out (not exported)."""
-    if op.type == "check_sizes":
-        return set()
-    names = set(op.input_names) if not op.sub_blocks() else set(op.input("Cond") + op.input("Init"))
-    for sub in op.sub_blocks():
-        for inner in sub.ops:
-            names |= _op_reads(inner)
-    return names
 
 
 def _span(ops):
@@ -132,7 +122,7 @@ class Lowering:
         after the block (a sub-block's outputs, the fetches)."""
         reads_after = [set(keep)]
         for op in reversed(block.ops):
-            reads_after.append(reads_after[-1] | _op_reads(op))
+            reads_after.append(reads_after[-1] | op_reads(op))
         reads_after.reverse()  # reads_after[i]: names ops[i:] and the block's readers read
         run = []
         for i, op in enumerate(block.ops):

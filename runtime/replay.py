@@ -31,6 +31,18 @@ def reads_and_writes(ops):
     return list(reads), list(writes)
 
 
+def op_reads(op):
+    """The names `op` and its sub-blocks read, size checks left out (not exported)."""
+    if op.type == "check_sizes":
+        return set()
+    names = set(op.input_names) if not op.sub_blocks() else set(op.input("Cond") + op.input("Init"))
+    for sub in op.sub_blocks():
+        for inner in sub.ops:
+            names |= op_reads(inner)
+    return names
+
+
+
 def region_function(block, ops, inputs, outputs, trace_hook=None):
     """A CompiledBlock whose `fn(*values of inputs)` returns the tuple of
     values of `outputs`, running `ops` (ops of `block`, none with a
