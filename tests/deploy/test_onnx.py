@@ -201,10 +201,86 @@ def test_export_onnx_command(tmp_path, capsys):
     d2s.jit.save(d2s.declarative(copy.deepcopy(eager)), str(tmp_path / "saved"),
                  input_spec=[d2s.InputSpec([None, 8])])
     assert main(["export-onnx", str(tmp_path / "saved"), str(tmp_path / "q.onnx")]) == 0
-    assert "wrote" in capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    # A line per stage: large models take a while.
+    assert lines[0].startswith("loading ") and lines[1].startswith("program: ")
+    assert any(line.startswith("exported ops ") and line.endswith("with torch.onnx") for line in lines)
+    assert lines[-2].startswith("checking the ONNX model") and lines[-1].startswith("wrote ")
     session = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])
     x = torch.randn(3, 8)
     with torch.no_grad():
         _check(session, [x], eager(x))
     assert main(["export-onnx", str(tmp_path / "nowhere"), str(tmp_path / "x.onnx")]) == 2
     assert capsys.readouterr().err.startswith("error: invalid model: ")
+
+
+class _Blocks(torch.nn.Module):
+    """The ops the first real models (timm, transformers) stopped at when
+    d2s had its own op table: in-place relu, hardswish, silu, transpose,
+    permute, expand, arange; behind a data-dependent branch."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = torch.nn.functional.relu(self.conv(x), inplace=True)
+        y = torch.nn.functional.hardswish(y) + torch.nn.functional.silu(y)
+        tokens = y.flatten(2).transpose(1, 2)                    # [batch, h*w, 8]
+        positions = torch.arange(tokens.shape[1]).float()[None, :, None]
+        tokens = self.proj(tokens) + positions.expand(tokens.shape[0], -1, 8)
+        if x.mean() > 0:
+            tokens = tokens.permute(0, 2, 1)
+        else:
+            tokens = -tokens.permute(0, 2, 1)
+        return tokens
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+def test_ops_of_real_models_go_through_torch_onnx(tmp_path, batch):
+    torch.manual_seed(4)
+    eager = _Blocks().eval()
+    model, session = _export(eager, [d2s.InputSpec([None, 3, None, 6])], tmp_path)
+    assert "If" in _op_types(model.graph)
+    branches = set()
+    for x in (torch.randn(batch, 3, 4, 6) + 1, torch.randn(batch, 3, 5, 6) - 2):
+        with torch.no_grad():
+            branches.add(bool(x.mean() > 0))
+            _check(session, [x], eager(x))
+    assert len(branches) == 2
+
+
+@d2s.declarative
+def _collect(x, n):
+    rows = []
+    i = 0
+    while i < n:
+        rows.append(x * i)
+        i += 1
+    return torch.stack(rows, 1)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_a_list_collecting_loop(tmp_path, n):
+    path = str(tmp_path / "c.onnx")
+    model = d2s.onnx.export(_collect, path, input_spec=[d2s.InputSpec([None, 3]), d2s.InputSpec([], "int64")])
+    assert {"Loop", "SequenceInsert", "ConcatFromSequence"} <= _op_types(model.graph)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for batch in (1, 4):
+        x = torch.randn(batch, 3)
+        _check(session, [x, np.array(n)], _collect.dygraph_function(x, torch.tensor(n)))
+
+
+def test_a_saved_decoder_through_the_command_line(tmp_path, capsys):
+    from d2s.__main__ import main
+    torch.manual_seed(1)
+    eager = GreedyDecoder(eos=1).eval()
+    d2s.jit.save(d2s.declarative(copy.deepcopy(eager)), str(tmp_path / "saved"),
+                 input_spec=[d2s.InputSpec([None, 32]), d2s.InputSpec([], "int64")])
+    assert main(["export-onnx", str(tmp_path / "saved"), str(tmp_path / "d.onnx")]) == 0
+    session = ort.InferenceSession(str(tmp_path / "d.onnx"), providers=["CPUExecutionProvider"])
+    h = torch.randn(2, 32)
+    with torch.no_grad():
+        tokens, n = eager(h, torch.tensor(4))
+    _check(session, [h, np.array(4)], [tokens, torch.tensor(n)])
