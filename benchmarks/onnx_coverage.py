@@ -2,6 +2,8 @@
 
     python benchmarks/onnx_coverage.py PATH [--sample N] [--seed S] [--jobs J] [--timeout T]
                                        [--files NAME ...] [--no-zoo] [--no-paritybench] [--json OUT]
+                                       [--log OUT.jsonl]
+    python benchmarks/onnx_coverage.py --from-log OUT.jsonl
 
 PATH is a checkout of github.com/jansel/pytorch-jit-paritybench (fetched,
 never copied here); its files are sampled as by benchmarks/paritybench.py
@@ -280,10 +282,18 @@ def main(argv=None):
     p.add_argument("--no-zoo", action="store_true")
     p.add_argument("--no-paritybench", action="store_true")
     p.add_argument("--json", help="write every result to this file")
+    p.add_argument("--log", help="append each target's results to this JSON-lines file as it finishes")
+    p.add_argument("--from-log", help="print the report of a --log file (of a run stopped early) and exit")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
         return worker(a.worker, a.timeout)
+    if a.from_log:
+        with open(a.from_log) as f:
+            logged = [json.loads(line) for line in f if line.strip()]
+        for title in dict.fromkeys(r["group"] for r in logged):
+            report(title, [r for r in logged if r["group"] == title])
+        return 0
     groups = {}
     if a.path and not a.no_paritybench:
         names = a.files or pb.sample_files(a.path, a.sample, a.seed)
@@ -293,9 +303,17 @@ def main(argv=None):
         groups["transformers"] = [n for n in zoo_names if n.startswith("transformers:")]
         groups["timm"] = [n for n in zoo_names if n.startswith("timm:")]
     everything = {}
+
+    def run(title, target):
+        results = [dict(r, group=title) for r in run_target(target, a.timeout)]
+        if a.log:
+            with open(a.log, "a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in results)
+        return results
+
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
         for title, targets in groups.items():
-            everything[title] = [r for rs in pool.map(lambda t: run_target(t, a.timeout), targets) for r in rs]
+            everything[title] = [r for rs in pool.map(lambda t: run(title, t), targets) for r in rs]
             report(title, everything[title])
     if a.json:
         with open(a.json, "w") as f:

@@ -14,7 +14,8 @@ Refused rather than exported approximately:
     specialises to the example size (the region would be right for one
     size only);
   - a region whose trace needs a range assumption on a size beyond what
-    every run satisfies.
+    every run satisfies;
+  - a region that draws random numbers (dropout in training mode).
 """
 
 import re
@@ -70,12 +71,46 @@ def _example_size(dim, sizes):
     if isinstance(dim, int) and dim >= 0:
         return dim, False
     expr = sympy.sympify(dim if isinstance(dim, str) else f"_unknown{len(sizes)}")
+    return _evaluate(expr, sizes), True
+
+
+def _evaluate(expr, sizes):
+    """`expr` at the example sizes (new symbols get new sizes)."""
     for symbol in sorted(expr.free_symbols, key=str):
         if str(symbol) not in sizes:
             sizes[str(symbol)] = _EXAMPLE_SIZES[len(sizes) % len(_EXAMPLE_SIZES)] + 100 * (
                 len(sizes) // len(_EXAMPLE_SIZES))
-    value = expr.subs({sympy.Symbol(k): v for k, v in sizes.items()})
-    return int(value), True
+    return int(expr.subs({sympy.Symbol(k): v for k, v in sizes.items()}))
+
+
+_SCALAR_OPS = {"operator.add": lambda a, b: a + b, "operator.sub": lambda a, b: a - b,
+               "operator.mul": lambda a, b: a * b, "operator.floordiv": lambda a, b: a // b,
+               "builtins.max": sympy.Max, "builtins.min": sympy.Min}
+
+
+def scalar_expr(var):
+    """A program's integer SCALAR as an expression of its dimension symbols
+    (`size(x, 0)` of an x of dims [s0, 8] is s0; `2 * size(...)`, ...), or
+    None: so that its example value agrees with the example tensors."""
+    from .attrs import InputRef
+    block, op = var.block, None
+    while block is not None and op is None:
+        op = next((o for o in block.ops if var.name in o.output_names), None)
+        block = block.parent
+    if op is None or (op.type != "size" and op.type not in _SCALAR_OPS):
+        return None
+    args = []
+    for arg in op.attrs.get("args", ()):
+        if isinstance(arg, InputRef):
+            source = op.block.find_var(op.input("X")[arg.index])
+            arg = source if op.type == "size" and not args else scalar_expr(source)
+            if arg is None:
+                return None
+        args.append(arg)
+    if op.type == "size":
+        dim = args[0].dims[args[1]] if len(args) == 2 and isinstance(args[1], int) else None
+        return None if dim is None or dim == -1 else sympy.sympify(dim)
+    return _SCALAR_OPS[op.type](*args)
 
 
 def example_inputs(variables):
@@ -87,7 +122,8 @@ def example_inputs(variables):
     for var in variables:
         if var.kind == SCALAR:
             if var.dtype_name == "int64":
-                values.append(5)
+                expr = scalar_expr(var)
+                values.append(5 if expr is None else _evaluate(sympy.sympify(expr), sizes))
                 dynamic.append(Dim.DYNAMIC)
             else:  # refused by export_region: a trace holds other numbers as constants
                 values.append(None)

@@ -284,3 +284,23 @@ def test_a_saved_decoder_through_the_command_line(tmp_path, capsys):
     with torch.no_grad():
         tokens, n = eager(h, torch.tensor(4))
     _check(session, [h, np.array(4)], [tokens, torch.tensor(n)])
+
+
+@d2s.declarative
+def _batch_inside_loop(x, n):
+    batch = x.shape[0]  # a size read before the loop, used inside it
+    h = torch.zeros(batch, 3)
+    i = 0
+    while i < n:
+        h = h + torch.ones(batch, 3) * x
+        i += 1
+    return h
+
+
+@pytest.mark.parametrize("batch, n", [(1, 0), (4, 1), (6, 3)])
+def test_a_size_used_inside_a_loop_keeps_the_batch_dynamic(tmp_path, batch, n):
+    path = str(tmp_path / "b.onnx")
+    d2s.onnx.export(_batch_inside_loop, path, input_spec=[d2s.InputSpec([None, 3]), d2s.InputSpec([], "int64")])
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    x = torch.randn(batch, 3)
+    _check(session, [x, np.array(n)], _batch_inside_loop.dygraph_function(x, torch.tensor(n)))
