@@ -19,6 +19,10 @@ eager at rtol 1e-4, atol 1e-5:
 
     pass       exported, and onnxruntime matches eager
     mismatch   exported, but the values differ (the worst outcome)
+    rounding   the values differ, but eager float32 itself misses eager
+               float64 by more than the tolerance and the ONNX outputs by no
+               more than eight times as much (an ill-conditioned model:
+               activations of 1e8 and more); counted apart, not as a pass
     error      the exporter refused or failed, or onnxruntime could not run it
 
 Prints the counts per exporter, the models only one of them exports, and
@@ -46,7 +50,8 @@ RTOL, ATOL = 1e-4, 1e-5
 # -- one model ------------------------------------------------------------------------------------
 
 def _compare(session, args, expected):
-    """'pass' or 'mismatch' of an onnxruntime session fed the tensor leaves of `args`."""
+    """('pass' or 'mismatch', outputs) of an onnxruntime session fed the
+    tensor leaves of `args`."""
     import numpy as np
     feeds = [t.detach().numpy() for t in pb.tensor_leaves(args)]
     inputs = session.get_inputs()
@@ -58,8 +63,31 @@ def _compare(session, args, expected):
         raise RuntimeError(f"the ONNX model gives {len(got)} outputs for {len(want)} tensors")
     for g, w in zip(got, want):
         if g.shape != w.shape or not np.allclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=True):
-            return "mismatch"
-    return "pass"
+            return "mismatch", got
+    return "pass", got
+
+
+def _rounding_only(model, args, kwargs, expected, got):
+    """Whether a mismatch is float32 rounding of an ill-conditioned model:
+    eager float32 itself misses the float64 result by more than the
+    tolerance, and the ONNX outputs miss it by no more than eight times as
+    much (two float32 summation orders; plus 1e-6 of the output's scale). (The model is converted to float64 in place: call this last.)"""
+    import numpy as np
+    import torch
+    to64 = lambda v: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v  # noqa: E731
+    with torch.no_grad():
+        pb.reset_rng()
+        reference = model.double()(*[to64(a) for a in args], **{k: to64(v) for k, v in kwargs.items()})
+    for g, w, r in zip(got, pb.tensor_leaves(expected), pb.tensor_leaves(reference)):
+        w, r = w.detach().numpy(), r.detach().numpy()
+        if g.shape != w.shape or not np.issubdtype(g.dtype, np.floating):
+            return False
+        eager_error, onnx_error = np.abs(w - r).max(initial=0), np.abs(g - r).max(initial=0)
+        if np.allclose(g, w, rtol=RTOL, atol=ATOL):
+            continue
+        if np.allclose(w, r, rtol=RTOL, atol=ATOL) or onnx_error > 8 * eager_error + 1e-6 * np.abs(r).max(initial=0):
+            return False
+    return True
 
 
 def _session(path):
@@ -101,15 +129,23 @@ def run_model(model, args, kwargs):
         except Exception as exc:  # noqa: BLE001 - the test does not pass under d2s: left out
             return dict(result, d2s_run=pb.cause(exc))
         result["d2s_run"] = "pass"
+        outputs = {}
         with tempfile.TemporaryDirectory() as tmp:
             for name, export in (("d2s", lambda p: _d2s_onnx(static, p)),
                                  ("torch.onnx", lambda p: _torch_onnx(fresh[1], args, kwargs, p))):
                 try:
                     session = export(os.path.join(tmp, name + ".onnx"))
-                    result[name] = _compare(session, (args, kwargs), expected)
+                    result[name], outputs[name] = _compare(session, (args, kwargs), expected)
                 except Exception as exc:  # noqa: BLE001 - a failure is a result to report
                     result[name] = "error"
                     result[name + "_cause"] = _onnx_cause(exc)
+        for name, got in outputs.items():
+            if result[name] == "mismatch":
+                try:
+                    if _rounding_only(model, args, kwargs, expected, got):
+                        result[name] = "rounding"
+                except Exception:  # noqa: BLE001 - no float64 reference: it stays a mismatch
+                    pass
     return result
 
 
@@ -254,7 +290,7 @@ def report(title, results):
     for exporter in ("d2s", "torch.onnx"):
         counts = collections.Counter(r.get(exporter, "error") for r in tested)
         print(f"  {exporter:11s} pass {counts['pass']:4d}   mismatch {counts['mismatch']:4d}   "
-              f"error {counts['error']:4d}")
+              f"rounding {counts['rounding']:4d}   error {counts['error']:4d}")
     only = collections.Counter()
     for r in tested:
         if (r.get("d2s") == "pass") != (r.get("torch.onnx") == "pass"):
@@ -266,9 +302,10 @@ def report(title, results):
             print(f"  {exporter} errors, ranked:")
             for text, n in causes.most_common(12):
                 print(f"    {n:4d}  {text}")
-        wrong = [f"{r['target']}:{r['case']}" for r in tested if r.get(exporter) == "mismatch"]
-        if wrong:
-            print(f"  {exporter} MISMATCHES: {', '.join(wrong)}")
+        for status in ("mismatch", "rounding"):
+            cases = [f"{r['target']}:{r['case']}" for r in tested if r.get(exporter) == status]
+            if cases:
+                print(f"  {exporter} {status.upper()}: {', '.join(cases)}")
 
 
 def main(argv=None):
