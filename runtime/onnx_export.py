@@ -350,13 +350,17 @@ def program_to_onnx(program, feed_names, fetch_names, params, opset_version=None
             initializers.append(numpy_helper.from_array(tensor.numpy(), var.name))
     lowering.block(graph, block, keep=fetch_names)
     outputs = []
+    named = set()
     for fetch in fetch_names:
         var = block.vars[fetch]
         value = graph.read(fetch)
-        if value != fetch:  # equal only for a fetched feed or parameter, already a graph value
-            graph.nodes.append(helper.make_node("Identity", [value], [fetch]))
+        # A value returned twice is two outputs: the second gets a name of its own.
+        name = fetch if fetch not in named else lowering.fresh(fetch)
+        named.add(name)
+        if value != name:  # equal only for a fetched feed or parameter, already a graph value
+            graph.nodes.append(helper.make_node("Identity", [value], [name]))
         dims = [f"{fetch}_dim{j}" if d == -1 else d for j, d in enumerate(var.shape)]
-        outputs.append(helper.make_tensor_value_info(fetch, elem_type(var.dtype_name), dims))
+        outputs.append(helper.make_tensor_value_info(name, elem_type(var.dtype_name), dims))
     domains = {d: v for d, v in lowering.opsets if d}
     opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in sorted(domains.items())]
     model = helper.make_model(helper.make_graph(graph.nodes, name, inputs, outputs, initializers),

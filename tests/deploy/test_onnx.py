@@ -304,3 +304,18 @@ def test_a_size_used_inside_a_loop_keeps_the_batch_dynamic(tmp_path, batch, n):
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     x = torch.randn(batch, 3)
     _check(session, [x, np.array(n)], _batch_inside_loop.dygraph_function(x, torch.tensor(n)))
+
+
+@d2s.declarative
+def _twice(x):
+    y = torch.relu(x)
+    return y, y, x, x
+
+
+def test_a_value_returned_twice_is_two_outputs(tmp_path):
+    path = str(tmp_path / "t.onnx")
+    model = d2s.onnx.export(_twice, path, input_spec=[d2s.InputSpec([None, 3])])
+    assert len({o.name for o in model.graph.output}) == 4
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    x = torch.randn(2, 3)
+    _check(session, [x], _twice.dygraph_function(x))
