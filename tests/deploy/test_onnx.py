@@ -319,3 +319,16 @@ def test_a_value_returned_twice_is_two_outputs(tmp_path):
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     x = torch.randn(2, 3)
     _check(session, [x], _twice.dygraph_function(x))
+
+
+@d2s.declarative
+def _write_through_a_view(x):
+    row = x[0]
+    if x.sum() > 0:
+        row.add_(1)  # eager: x changes too
+    return x
+
+
+def test_an_in_place_write_to_a_view_across_a_branch_is_refused(tmp_path):
+    with pytest.raises(d2s.onnx.ExportError, match=r"'torch.Tensor.add_' .*shares memory with a view"):
+        d2s.onnx.export(_write_through_a_view, str(tmp_path / "v.onnx"), input_spec=[d2s.InputSpec([None, 3])])
