@@ -1,7 +1,7 @@
 """ONNX coverage: d2s.onnx.export and torch.onnx.export(dynamo=True) side by side.
 
     python benchmarks/onnx_coverage.py PATH [--sample N] [--seed S] [--jobs J] [--timeout T]
-                                       [--files NAME ...] [--no-zoo] [--no-paritybench] [--json OUT]
+                                       [--files NAME ...] [--no-zoo | --zoo PART] [--no-paritybench] [--json OUT]
                                        [--log OUT.jsonl]
     python benchmarks/onnx_coverage.py --from-log OUT.jsonl
 
@@ -317,6 +317,7 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--timeout", type=int, default=120, help="seconds per test case")
     p.add_argument("--no-zoo", action="store_true")
+    p.add_argument("--zoo", choices=["transformers", "timm"], help="only this part of the zoo")
     p.add_argument("--no-paritybench", action="store_true")
     p.add_argument("--json", help="write every result to this file")
     p.add_argument("--log", help="append each target's results to this JSON-lines file as it finishes")
@@ -337,8 +338,9 @@ def main(argv=None):
         groups["ParityBench"] = [os.path.join(a.path, "generated", n) for n in names]
     if not a.no_zoo:
         zoo_names = zoo()
-        groups["transformers"] = [n for n in zoo_names if n.startswith("transformers:")]
-        groups["timm"] = [n for n in zoo_names if n.startswith("timm:")]
+        for part in ("transformers", "timm"):
+            if a.zoo in (None, part):
+                groups[part] = [n for n in zoo_names if n.startswith(part + ":")]
     everything = {}
 
     def run(title, target):
