@@ -28,7 +28,7 @@ definition a fresh name.
 import itertools
 
 from .ir import TENSOR_ARRAY, torch_dtype
-from .replay import op_reads
+from .replay import AliasingError, check_aliasing, op_reads
 
 
 class OnnxExportError(ValueError):
@@ -39,14 +39,6 @@ class OnnxExportError(ValueError):
 # torch.onnx translates to opset 18 and later.
 DEFAULT_OPSET = 18
 SUPPORTED_OPSETS = range(18, 22)
-
-
-# Tensor methods and torch functions whose result may share memory with their input.
-_VIEW_METHODS = {"view", "view_as", "__getitem__", "transpose", "permute", "t", "T", "mT", "narrow", "select",
-                 "expand", "expand_as", "squeeze", "unsqueeze", "flatten", "unflatten", "reshape", "reshape_as",
-                 "chunk", "split", "tensor_split", "unbind", "diagonal", "as_strided", "detach", "unfold",
-                 "movedim", "moveaxis", "swapaxes", "swapdims", "real", "imag", "view_as_real", "view_as_complex",
-                 "contiguous", "alias", "indices", "values"}
 
 
 def _span(ops):
@@ -115,7 +107,6 @@ class Lowering:
         self.used = set()
         self.opsets = set()  # (domain, version) of the regions torch.onnx exported
         self.regions = {}  # (block, first op, ...) -> the ONNX model torch.onnx made of the region
-        self._views = None  # names that are, or have, views (in-place writes to them are refused)
         self.progress = None
 
     def fresh(self, hint):
@@ -154,7 +145,10 @@ class Lowering:
         from .optable import get_op_def
         from .replay import failing_op, reads_and_writes, region_function
         reads, writes = reads_and_writes(ops)
-        self._check_aliasing(ops, set(reads) & set(writes))
+        try:
+            check_aliasing(self.program, ops, set(reads) & set(writes))
+        except AliasingError as e:
+            raise op_error(e.op, str(e)) from None
         outputs = [n for n in writes if n in live]
         if not outputs:
             return  # nothing read later (a size check alone: not exported, see docs/deployment.md)
@@ -185,27 +179,6 @@ class Lowering:
         values = splice(graph.nodes, model, [graph.read(n) for n in reads], self.fresh)
         for name, value in zip(outputs, values):
             graph.define(name, value)
-
-    def _check_aliasing(self, ops, written_inputs):
-        """Refuse an in-place write to a tensor from outside the region that
-        a view may share (a view made of it, or it a view of another): the
-        write would reach the other tensor in eager, but regions exchange
-        values, not memory."""
-        if not written_inputs:
-            return
-        if self._views is None:
-            self._views = set()
-            for b in self.program.blocks:
-                for op in b.ops:
-                    if op.type.rsplit(".", 1)[-1] in _VIEW_METHODS:
-                        self._views.update(op.input("X")[:1] + op.output("Out"))
-        for op in ops:
-            if op.input("X") and op.input("X")[0] in written_inputs & self._views:
-                from .optable import get_op_def
-                if get_op_def(op.type).mutates:
-                    raise op_error(op, f"it writes {op.input('X')[0]!r} in place, which shares memory with a "
-                                   "view, across a branch or loop; ONNX values cannot alias: write "
-                                   "`x = x.op(...)` instead of `x.op_(...)`")
 
     def structured(self, graph, block, op):
         """A control-flow op, or an op on tensor arrays (runtime/onnx_ops.py)."""

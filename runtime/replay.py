@@ -81,3 +81,39 @@ def failing_op(compiled, error):
             tb = tb.tb_next
         error = error.__cause__ or error.__context__
     return found
+
+
+# Tensor methods and torch functions whose result may share memory with their input.
+_VIEW_METHODS = {"view", "view_as", "__getitem__", "transpose", "permute", "t", "T", "mT", "narrow", "select",
+                 "expand", "expand_as", "squeeze", "unsqueeze", "flatten", "unflatten", "reshape", "reshape_as",
+                 "chunk", "split", "tensor_split", "unbind", "diagonal", "as_strided", "detach", "unfold",
+                 "movedim", "moveaxis", "swapaxes", "swapdims", "real", "imag", "view_as_real", "view_as_complex",
+                 "contiguous", "alias", "indices", "values"}
+
+
+class AliasingError(ValueError):
+    """`op` writes in place a tensor from outside its region that a view may share."""
+
+    def __init__(self, message, op):
+        super().__init__(message)
+        self.op = op
+
+
+def check_aliasing(program, ops, written_inputs):
+    """Refuse an in-place write to a tensor from outside the region that a
+    view may share (a view was made of it, or it is one): the write would
+    reach the other tensor in eager, but regions exchange values, not
+    memory."""
+    if not written_inputs:
+        return
+    views = set()
+    for block in program.blocks:
+        for op in block.ops:
+            if op.type.rsplit(".", 1)[-1] in _VIEW_METHODS:
+                views.update(op.input("X")[:1] + op.output("Out"))
+    for op in ops:
+        name = (op.input("X") or [None])[0]
+        if name in written_inputs and name in views and get_op_def(op.type).mutates:
+            raise AliasingError(f"it writes {name!r} in place, which shares memory with a view, across a "
+                                "branch or loop; exported values cannot alias: write `x = x.op(...)` instead "
+                                "of `x.op_(...)`", op)

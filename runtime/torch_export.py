@@ -17,7 +17,7 @@ import torch
 from .ir import TENSOR_ARRAY
 from .optable import get_op_def
 from .onnx_regions import example_inputs
-from .replay import op_reads, reads_and_writes, region_function
+from .replay import AliasingError, check_aliasing, op_reads, reads_and_writes, region_function
 
 
 class TorchExportError(ValueError):
@@ -83,8 +83,13 @@ class ProgramModule(torch.nn.Module):
             if not ops:
                 return
             reads, writes = reads_and_writes(ops)
+            try:
+                check_aliasing(self.program, ops, set(reads) & set(writes))
+            except AliasingError as e:
+                raise TorchExportError(f"op {e.op.type!r}: {e}{_where(e.op)}") from None
             outputs = [n for n in writes if n in live]
-            fn = region_function(block, ops, reads, outputs).fn
+            fn = _copying_inputs(region_function(block, ops, reads, outputs).fn,
+                                 [i for i, n in enumerate(reads) if n in writes])
             if reads or any(get_op_def(op.type).random for op in ops):
                 steps.append(("region", reads, outputs, fn))
                 return
@@ -207,6 +212,20 @@ class ProgramModule(torch.nn.Module):
         (a branch yielding a loop variable or a constant unchanged)."""
         seen = {id(v) for v in given} | {id(b) for b in self.buffers()}
         return tuple(r.clone() if isinstance(r, torch.Tensor) and id(r) in seen else r for r in results)
+
+
+def _copying_inputs(fn, written):
+    """`fn` working on copies of the arguments at `written` (which it writes
+    in place): the ExportedProgram then mutates none of its inputs."""
+    if not written:
+        return fn
+
+    def run(*args):
+        args = list(args)
+        for i in written:
+            args[i] = args[i].clone()
+        return fn(*args)
+    return run
 
 
 def _choose(pred, t, f):

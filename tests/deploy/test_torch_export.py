@@ -167,3 +167,16 @@ def _grows(x, n):
 def test_growing_loop_state_is_refused_with_the_reason():
     with pytest.raises(d2s.ExportError, match=r"loop variable 'out\w*' changes shape between trips .*while_loop"):
         d2s.export(_grows, input_spec=[d2s.InputSpec([None, 3]), d2s.InputSpec([], "int64")])
+
+
+@d2s.declarative
+def _write_through_a_view(x):
+    row = x[0]
+    if x.sum() > 0:
+        row.add_(1)  # eager: x changes too
+    return x
+
+
+def test_an_in_place_write_to_a_view_across_a_branch_is_refused():
+    with pytest.raises(d2s.ExportError, match=r"'torch.Tensor.add_': it writes .*shares memory with a view"):
+        d2s.export(_write_through_a_view, input_spec=[d2s.InputSpec([None, 3])])
