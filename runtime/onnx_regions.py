@@ -193,11 +193,21 @@ def _check_deterministic(exported, marker):
     random ops cannot draw the numbers torch's generator draws."""
     for node in exported.graph.nodes:
         tags = getattr(node.target, "tags", ())
-        if "dropout" in str(node.target) and len(node.args) > 2 and node.args[2] is False:
-            continue  # dropout(input, p, train=False): the identity
-        if node.op == "call_function" and torch.Tag.nondeterministic_seeded in tags:
+        if node.op == "call_function" and torch.Tag.nondeterministic_seeded in tags and not _draws_nothing(node):
             raise RegionError(f"it draws random numbers ({node.target}), which an ONNX model cannot draw as "
                               "torch does; for dropout, export the model in eval mode", marker.op_of(node))
+
+
+def _draws_nothing(node):
+    """Whether a call of an op that may draw (dropout, lstm, gru) is made with
+    `train=False` or a dropout probability of 0, so that it draws nothing."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return False
+    values = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
+    values.update({a.name: v for a, v in zip(schema.arguments, node.args)})
+    values.update(node.kwargs)
+    return values.get("train") is False or values.get("dropout", values.get("p")) == 0
 
 
 def _translation_error(error, exported, marker):

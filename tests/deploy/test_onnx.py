@@ -332,3 +332,16 @@ def _write_through_a_view(x):
 def test_an_in_place_write_to_a_view_across_a_branch_is_refused(tmp_path):
     with pytest.raises(d2s.onnx.ExportError, match=r"'torch.Tensor.add_' .*shares memory with a view"):
         d2s.onnx.export(_write_through_a_view, str(tmp_path / "v.onnx"), input_spec=[d2s.InputSpec([None, 3])])
+
+
+@pytest.mark.parametrize("rnn", [torch.nn.LSTM, torch.nn.GRU])
+def test_a_multi_layer_rnn_with_dropout_in_eval_mode(tmp_path, rnn):
+    torch.manual_seed(5)
+    eager = rnn(4, 8, num_layers=2, dropout=0.3, batch_first=True).eval()  # aten ops that may draw, but not in eval
+    # A dynamic batch; the sequence length is fixed: torch.export unrolls
+    # aten.lstm over time steps (a dynamic length is refused, not guessed).
+    _, session = _export(eager, [d2s.InputSpec([None, 6, 4])], tmp_path)
+    for shape in ((1, 6, 4), (5, 6, 4)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            _check(session, [x], torch.utils._pytree.tree_leaves(eager(x)))  # LSTM: out, (h, c)
