@@ -360,8 +360,10 @@ def program_to_onnx(program, feed_names, fetch_names, params, opset_version=None
     for fetch in fetch_names:
         var = block.vars[fetch]
         value = graph.read(fetch)
-        # A value returned twice is two outputs: the second gets a name of its own.
-        name = fetch if fetch not in named else lowering.fresh(fetch)
+        # A value returned twice is two outputs: the second gets a name of its
+        # own; so does a feed written in place (its name is the input's).
+        written_feed = fetch in feed_names and value != fetch
+        name = fetch if fetch not in named and not written_feed else lowering.fresh(fetch)
         named.add(name)
         if value != name:  # equal only for a fetched feed or parameter, already a graph value
             graph.nodes.append(helper.make_node("Identity", [value], [name]))

@@ -101,15 +101,16 @@ class AliasingError(ValueError):
 
 def check_aliasing(program, ops, written_inputs):
     """Refuse an in-place write to a tensor from outside the region that a
-    view may share (a view was made of it, or it is one): the write would
-    reach the other tensor in eager, but regions exchange values, not
-    memory."""
+    view made outside the region may share (a view was made of it, or it is
+    one): the write would reach the other tensor in eager, but regions
+    exchange values, not memory. (Views inside the region are traced with
+    the write, and come out right.)"""
     if not written_inputs:
         return
-    views = set()
+    views, inside = set(), {id(op) for op in ops}
     for block in program.blocks:
         for op in block.ops:
-            if op.type.rsplit(".", 1)[-1] in _VIEW_METHODS:
+            if id(op) not in inside and op.type.rsplit(".", 1)[-1] in _VIEW_METHODS:
                 views.update(op.input("X")[:1] + op.output("Out"))
     for op in ops:
         name = (op.input("X") or [None])[0]

@@ -345,3 +345,18 @@ def test_a_multi_layer_rnn_with_dropout_in_eval_mode(tmp_path, rnn):
         x = torch.randn(*shape)
         with torch.no_grad():
             _check(session, [x], torch.utils._pytree.tree_leaves(eager(x)))  # LSTM: out, (h, c)
+
+
+@d2s.declarative
+def _clip_in_place(boxes):
+    boxes = boxes.clamp_(min=0)  # writes the input, then views of it, all in one region
+    boxes[:, 0] = boxes[:, 0].clamp(max=3)
+    return boxes
+
+
+def test_in_place_writes_and_views_within_one_region(tmp_path):
+    path = str(tmp_path / "clip.onnx")
+    d2s.onnx.export(_clip_in_place, path, input_spec=[d2s.InputSpec([None, 4])])
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    x = torch.randn(5, 4) * 5
+    _check(session, [x], _clip_in_place.dygraph_function(x.clone()))
