@@ -199,15 +199,16 @@ def _check_deterministic(exported, marker):
 
 
 def _draws_nothing(node):
-    """Whether a call of an op that may draw (dropout, lstm, gru) is made with
-    `train=False` or a dropout probability of 0, so that it draws nothing."""
+    """Whether a call of an op that may draw (dropout, lstm, gru,
+    scaled_dot_product_attention) is made with `train=False` or a dropout
+    probability of 0, so that it draws nothing."""
     schema = getattr(node.target, "_schema", None)
     if schema is None:
         return False
     values = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
     values.update({a.name: v for a, v in zip(schema.arguments, node.args)})
     values.update(node.kwargs)
-    return values.get("train") is False or values.get("dropout", values.get("p")) == 0
+    return values.get("train") is False or any(values.get(k) == 0 for k in ("dropout", "p", "dropout_p"))
 
 
 def _translation_error(error, exported, marker):

@@ -360,3 +360,16 @@ def test_in_place_writes_and_views_within_one_region(tmp_path):
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     x = torch.randn(5, 4) * 5
     _check(session, [x], _clip_in_place.dygraph_function(x.clone()))
+
+
+@d2s.declarative
+def _attention(q, k, v):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v)  # dropout_p=0: draws nothing
+
+
+def test_scaled_dot_product_attention_without_dropout(tmp_path):
+    path = str(tmp_path / "a.onnx")
+    d2s.onnx.export(_attention, path, input_spec=[d2s.InputSpec([None, 2, 5, 8])] * 3)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    q, k, v = (torch.randn(3, 2, 5, 8) for _ in range(3))
+    _check(session, [q, k, v], _attention.dygraph_function(q, k, v))
