@@ -20,6 +20,7 @@ from runtime._debug import set_verbosity
 from . import jit, onnx, optimizer
 from .graph import Graph
 from .static_function import InputSpec, ProgramTranslator, StaticFunction, declarative, to_static
+from .torch_export import ExportError, export
 from .tracing import TracedLayer
 
 __version__ = "0.1.0"
@@ -45,9 +46,9 @@ def set_code_level(level=100):
 
 
 __all__ = [
-    "CPUPlace", "CUDAPlace", "ConversionError", "Executor", "Graph", "InputSpec", "ModelFormatError", "Program",
+    "CPUPlace", "CUDAPlace", "ConversionError", "Executor", "ExportError", "Graph", "InputSpec", "ModelFormatError", "Program",
     "ProgramTranslator", "Scope", "StaticFunction", "TracedLayer", "cond", "data", "declarative",
-    "default_main_program", "default_startup_program", "global_scope", "load_inference_model",
+    "default_main_program", "default_startup_program", "export", "global_scope", "load_inference_model",
     "optimizer", "program_guard", "save_inference_model", "set_code_level", "set_verbosity", "to_static",
     "while_loop",
 ]

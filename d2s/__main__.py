@@ -224,8 +224,9 @@ def export_onnx(dirname, output, opset=None, out=None):
     except ImportError:
         raise UsageError('export-onnx needs the onnx package: pip install "d2s[onnx]"') from None
     from d2s.onnx import ExportError, export
+    print(f"loading {dirname}", file=out, flush=True)
     try:
-        export(dirname, output, opset_version=opset)
+        export(dirname, output, opset_version=opset, progress=lambda m: print(m, file=out, flush=True))
     except ExportError as exc:
         raise UsageError(str(exc)) from None
     print(f"wrote {output}", file=out)
@@ -253,7 +254,7 @@ def _parser():
     onnx = commands.add_parser("export-onnx", help="write a saved model as an ONNX model")
     onnx.add_argument("dir", help="directory written by save_inference_model")
     onnx.add_argument("output", help="the .onnx file to write")
-    onnx.add_argument("--opset", type=int, default=None, help="ONNX opset version (default 17)")
+    onnx.add_argument("--opset", type=int, default=None, help="ONNX opset version (default 18)")
     show = commands.add_parser("show", help="draw a saved model's program with Graphviz")
     show.add_argument("dir", help="directory written by save_inference_model")
     show.add_argument("-o", "--output", metavar="FILE", help="out.svg / .png / .pdf (needs Graphviz) or .dot; "

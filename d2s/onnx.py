@@ -1,5 +1,6 @@
 """`d2s.onnx.export`: a d2s program as an ONNX model, control flow included
-(`cond` -> If, `while` -> Loop). Needs the `onnx` package
+(`cond` -> If, `while` -> Loop, every other op through torch.onnx's own
+ATen-to-ONNX library). Needs `onnx` and `onnxscript`
 (`pip install "d2s[onnx]"`).
 
     d2s.onnx.export(model, "model.onnx", input_spec=[d2s.InputSpec([None, 8])])
@@ -48,7 +49,7 @@ def _resolve(obj, input_spec):
     raise TypeError(f"d2s.onnx.export cannot export a {type(obj).__name__}")
 
 
-def export(obj, f, input_spec=None, opset_version=None):
+def export(obj, f, input_spec=None, opset_version=None, progress=None):
     """Write `obj` as an ONNX model to `f` (a path or a binary file object)
     and return the `onnx.ModelProto`.
 
@@ -58,14 +59,20 @@ def export(obj, f, input_spec=None, opset_version=None):
     initializers. The model passes `onnx.checker.check_model(full_check=True)`
     before it is written. An op without an ONNX lowering raises
     `d2s.onnx.ExportError` naming the op and the line that created it.
+    `progress(message)`, if given, hears of each stage (the command line
+    prints them: large models take a while).
     """
     try:
         import onnx
     except ImportError:
         raise ImportError('d2s.onnx.export needs the onnx package: pip install "d2s[onnx]"') from None
+    say = progress or (lambda message: None)
     with torch.no_grad():
         program, feeds, fetches, params = _resolve(obj, input_spec)
-        model = program_to_onnx(program, feeds, fetches, params, opset_version)
+        say(f"program: {sum(len(b.ops) for b in program.blocks)} ops in {len(program.blocks)} blocks, "
+            f"{len(params)} parameters")
+        model = program_to_onnx(program, feeds, fetches, params, opset_version, progress=progress)
+    say(f"checking the ONNX model ({len(model.graph.node)} nodes in the main graph)")
     onnx.checker.check_model(model, full_check=True)
     if isinstance(f, (str, os.PathLike)):
         onnx.save(model, os.fspath(f))

@@ -1,5 +1,6 @@
-"""Lowering a Program to ONNX: `cond` -> If, `while` -> Loop, every other op
-through the table of `runtime/onnx_ops.py`.
+"""Lowering a Program to ONNX: `cond` -> If, `while` -> Loop, tensor arrays
+-> sequences (`runtime/onnx_ops.py`), every run of other ops between them
+through torch's own exporter (`runtime/onnx_regions.py`).
 
     feeds          graph inputs; dimensions of -1 become symbolic dims ("x_dim0")
     parameters     initializers (the values the program is bound to)
@@ -20,12 +21,14 @@ lowers the cond block twice for a loop; so the lowering keeps an
 environment from variable names to ONNX value names and gives each new
 definition a fresh name.
 
-`onnx` is imported only here and only when exporting (the `d2s[onnx]` extra).
+`onnx` and torch.onnx (with `onnxscript`) are imported only when exporting
+(the `d2s[onnx]` extra).
 """
 
 import itertools
 
-from .ir import TENSOR_ARRAY
+from .ir import TENSOR_ARRAY, torch_dtype
+from .replay import AliasingError, check_aliasing, op_reads
 
 
 class OnnxExportError(ValueError):
@@ -33,8 +36,15 @@ class OnnxExportError(ValueError):
     and the user's line that created it."""
 
 
-DEFAULT_OPSET = 17
-SUPPORTED_OPSETS = range(17, 21)
+# torch.onnx translates to opset 18 and later.
+DEFAULT_OPSET = 18
+SUPPORTED_OPSETS = range(18, 22)
+
+
+def _span(ops):
+    lines = [op.origin[1] for op in ops if op.origin]
+    where = f" (lines {min(lines)}-{max(lines)} of {ops[0].origin[0]})" if lines else ""
+    return f"{ops[0].type!r} .. {ops[-1].type!r}{where}"
 
 
 def _origin(op):
@@ -70,6 +80,15 @@ class Graph:
         array = np.array(value, dtype=_NUMPY[dtype])
         return self.node("Constant", [], name_hint="c", value=numpy_helper.from_array(array))
 
+    def const_tensor(self, value, dtype):
+        """A Constant holding `value` (a tensor, or a Python number of d2s dtype `dtype`)."""
+        import torch
+        from onnx import numpy_helper
+        if not isinstance(value, torch.Tensor):
+            value = torch.tensor(value, dtype=torch_dtype(dtype))
+        array = numpy_helper.from_array(value.detach().cpu().contiguous().numpy())
+        return self.node("Constant", [], name_hint="c", value=array)
+
     def read(self, name):
         return self.env.get(name, name)
 
@@ -86,6 +105,9 @@ class Lowering:
         self.lowerings = LOWERINGS
         self._names = itertools.count()
         self.used = set()
+        self.opsets = set()  # (domain, version) of the regions torch.onnx exported
+        self.regions = {}  # (block, first op, ...) -> the ONNX model torch.onnx made of the region
+        self.progress = None
 
     def fresh(self, hint):
         while True:
@@ -95,25 +117,88 @@ class Lowering:
                 return name
 
     # -- blocks --------------------------------------------------------------------
-    def block(self, graph, block):
-        for op in block.ops:
-            if op.type == "cond":
-                self.cond(graph, block, op)
-            elif op.type == "while":
-                self.loop(graph, block, op)
+    def block(self, graph, block, keep=()):
+        """Lower the ops of `block` into `graph`; `keep`: the names read
+        after the block (a sub-block's outputs, the fetches)."""
+        reads_after = [set(keep)]
+        for op in reversed(block.ops):
+            reads_after.append(reads_after[-1] | op_reads(op))
+        reads_after.reverse()  # reads_after[i]: names ops[i:] and the block's readers read
+        run = []
+        for i, op in enumerate(block.ops):
+            if op.type == "check_sizes":
+                continue  # not exported: ONNX has no assertion (docs/deployment.md)
+            if op.type in ("cond", "while") or self._on_arrays(op, block):
+                self.region(graph, block, run, reads_after[i])
+                run = []
+                self.structured(graph, block, op)
             else:
-                lower = self.lowerings.get(op.type)
-                if lower is None:
-                    raise op_error(op, "no ONNX lowering for this op (runtime/onnx_ops.py lists the ops that have one)")
-                results = lower(graph, op, block)
-                outs = op.output("Out")
-                if results is None:
-                    continue
-                results = list(results) if isinstance(results, (list, tuple)) else [results]
-                if len(results) != len(outs):
-                    raise op_error(op, f"the lowering made {len(results)} values for {len(outs)} outputs")
-                for name, value in zip(outs, results):
-                    graph.define(name, value)
+                run.append(op)
+        self.region(graph, block, run, reads_after[-1])
+
+    def _on_arrays(self, op, block):
+        return any(block.find_var(n).kind == TENSOR_ARRAY for n in op.input_names + op.output_names)
+
+    def region(self, graph, block, ops, live):
+        """Straight-line `ops` through torch's exporter (runtime/onnx_regions.py)."""
+        from .onnx_regions import OpMarker, RegionError, export_region, splice
+        from .optable import get_op_def
+        from .replay import failing_op, reads_and_writes, region_function
+        reads, writes = reads_and_writes(ops)
+        try:
+            check_aliasing(self.program, ops, set(reads) & set(writes))
+        except AliasingError as e:
+            raise op_error(e.op, str(e)) from None
+        outputs = [n for n in writes if n in live]
+        if not outputs:
+            return  # nothing read later (a size check alone: not exported, see docs/deployment.md)
+        marker = OpMarker()
+        compiled = region_function(block, ops, reads, outputs, marker)
+        if not reads and not any(get_op_def(op.type).random for op in ops):
+            # Constants (fill_constant, torch.zeros(3)): their values, computed once.
+            for name, value in zip(outputs, region_function(block, ops, reads, outputs).fn()):
+                graph.define(name, graph.const_tensor(value, block.find_var(name).dtype_name))
+            return
+        # A loop's condition block is lowered twice (first test, end of the body): traced once.
+        key = (block.idx, id(ops[0]), len(ops), tuple(outputs))
+        model = self.regions.get(key)
+        if model is None:
+            mutates = any(get_op_def(op.type).mutates for op in ops)
+            try:
+                model = export_region(compiled.fn, [block.find_var(n) for n in reads],
+                                      [block.find_var(n) for n in outputs], mutates, self.opset, marker)
+            except RegionError as e:
+                op = e.op or failing_op(compiled, e)
+                if op is not None:
+                    raise op_error(op, str(e)) from e
+                raise OnnxExportError(f"cannot export the ops {_span(ops)} to ONNX: {e}") from e
+            self.regions[key] = model
+            if self.progress is not None:
+                self.progress(f"exported ops {_span(ops)} ({len(ops)} ops) with torch.onnx")
+        self.opsets.update((o.domain, o.version) for o in model.opset_import)
+        values = splice(graph.nodes, model, [graph.read(n) for n in reads], self.fresh)
+        for name, value in zip(outputs, values):
+            graph.define(name, value)
+
+    def structured(self, graph, block, op):
+        """A control-flow op, or an op on tensor arrays (runtime/onnx_ops.py)."""
+        if op.type == "cond":
+            return self.cond(graph, block, op)
+        if op.type == "while":
+            return self.loop(graph, block, op)
+        lower = self.lowerings.get(op.type)
+        if lower is None:
+            raise op_error(op, "no ONNX lowering for this op on tensor arrays (runtime/onnx_ops.py lists "
+                           "the ones that have one)")
+        results = lower(graph, op, block)
+        outs = op.output("Out")
+        if results is None:
+            return
+        results = list(results) if isinstance(results, (list, tuple)) else [results]
+        if len(results) != len(outs):
+            raise op_error(op, f"the lowering made {len(results)} values for {len(outs)} outputs")
+        for name, value in zip(outs, results):
+            graph.define(name, value)
 
     def value_info(self, name, var):
         from onnx import helper
@@ -130,7 +215,7 @@ class Lowering:
         graph = Graph(self, parent.env)
         if enter is not None:
             enter(graph)
-        self.block(graph, block)
+        self.block(graph, block, keep=[n for n, _ in outputs])
         if leave is not None:
             leave(graph)
         out_infos = []
@@ -149,6 +234,8 @@ class Lowering:
             sub = op.attrs[f"{side}_block"]
             names = op.attrs[f"{side}_outs"]
             branches.append(self.subgraph(graph, sub, list(zip(names, out_vars)), f"{side}_block_{sub.idx}"))
+        if not outs:
+            return  # nothing comes out (ONNX wants an If to yield something); the branches were still checked
         results = graph.node("If", [graph.read(op.input("Cond")[0])], n_out=len(outs), name_hint="if",
                              then_branch=branches[0], else_branch=branches[1])
         for name, value in zip(outs, results if len(outs) != 1 else [results]):
@@ -163,7 +250,7 @@ class Lowering:
         first = Graph(self, graph.env)
         for name, init in zip(loop_vars, op.input("Init")):
             first.define(name, graph.read(init))
-        self.block(first, cond_block)
+        self.block(first, cond_block, keep=[cond_out])
         graph.nodes += first.nodes
         start = first.read(cond_out)
 
@@ -184,7 +271,7 @@ class Lowering:
             new = {name: g.read(out) for name, out in zip(loop_vars, body_outs)}
             for name, value in new.items():
                 g.define(name, value)
-            self.block(g, cond_block)
+            self.block(g, cond_block, keep=[cond_out])
 
         outputs = [(cond_out, cond_block.find_var(cond_out))] + [
             (out, var) for out, (_, var) in zip(body_outs, carried)]
@@ -240,9 +327,11 @@ def elem_type(dtype_name):
     return _ELEM[dtype_name]
 
 
-def program_to_onnx(program, feed_names, fetch_names, params, opset_version=None, name="d2s_program"):
+def program_to_onnx(program, feed_names, fetch_names, params, opset_version=None, name="d2s_program",
+                    progress=None):
     """An onnx.ModelProto computing `fetch_names` from `feed_names`;
-    `params` maps each persistable variable the program reads to its tensor."""
+    `params` maps each persistable variable the program reads to its tensor.
+    `progress(message)`, if given, is told of each region torch.onnx exports."""
     from onnx import helper, numpy_helper
 
     opset = DEFAULT_OPSET if opset_version is None else opset_version
@@ -250,6 +339,7 @@ def program_to_onnx(program, feed_names, fetch_names, params, opset_version=None
         raise OnnxExportError(f"opset_version {opset} is not supported; use one of "
                               f"{SUPPORTED_OPSETS.start}..{SUPPORTED_OPSETS.stop - 1}")
     lowering = Lowering(program, opset)
+    lowering.progress = progress
     block = program.global_block()
     lowering.used |= {v.name for b in program.blocks for v in b.vars.values()}
     graph = Graph(lowering, {})
@@ -264,16 +354,23 @@ def program_to_onnx(program, feed_names, fetch_names, params, opset_version=None
         if var.name in read:
             tensor = params[var.name].detach().cpu().contiguous()
             initializers.append(numpy_helper.from_array(tensor.numpy(), var.name))
-    lowering.block(graph, block)
+    lowering.block(graph, block, keep=fetch_names)
     outputs = []
+    named = set()
     for fetch in fetch_names:
         var = block.vars[fetch]
         value = graph.read(fetch)
-        if value != fetch:  # equal only for a fetched feed or parameter, already a graph value
-            graph.nodes.append(helper.make_node("Identity", [value], [fetch]))
+        # A value returned twice is two outputs: the second gets a name of its
+        # own; so does a feed written in place (its name is the input's).
+        written_feed = fetch in feed_names and value != fetch
+        name = fetch if fetch not in named and not written_feed else lowering.fresh(fetch)
+        named.add(name)
+        if value != name:  # equal only for a fetched feed or parameter, already a graph value
+            graph.nodes.append(helper.make_node("Identity", [value], [name]))
         dims = [f"{fetch}_dim{j}" if d == -1 else d for j, d in enumerate(var.shape)]
-        outputs.append(helper.make_tensor_value_info(fetch, elem_type(var.dtype_name), dims))
-    opsets = [helper.make_opsetid("", opset)]
+        outputs.append(helper.make_tensor_value_info(name, elem_type(var.dtype_name), dims))
+    domains = {d: v for d, v in lowering.opsets if d}
+    opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in sorted(domains.items())]
     model = helper.make_model(helper.make_graph(graph.nodes, name, inputs, outputs, initializers),
                               opset_imports=opsets, producer_name="d2s")
     # The oldest IR version the opset allows, so that runtimes older than

@@ -1,0 +1,120 @@
+"""A run of straight-line ops of a block as a plain Python function of its
+inputs, calling the ops' own kernels (the executor's code generator on a
+one-block program holding just those ops).
+
+torch's tracers (`torch.export`, `make_fx`) can then see the ATen calls the
+kernels make: `runtime/onnx_regions.py` exports such a function with
+torch.onnx, `runtime/torch_export.py` stitches them into an
+ExportedProgram with `torch.cond` / `while_loop`.
+
+    compiled = region_function(block, ops, ["x", "w"], ["y"])
+    (y,) = compiled.fn(x, w)
+"""
+
+from .codegen import compile_program
+from .ir import TENSOR_ARRAY, Program
+from .optable import get_op_def
+
+
+def reads_and_writes(ops):
+    """(names the ops read before writing them, names they write), each in
+    first-seen order. A mutating op writes its first input."""
+    reads, writes = {}, {}
+    for op in ops:
+        for name in op.input_names:
+            if name not in writes:
+                reads.setdefault(name)
+        if get_op_def(op.type).mutates and op.input("X"):
+            writes.setdefault(op.input("X")[0])
+        for name in op.output_names:
+            writes.setdefault(name)
+    return list(reads), list(writes)
+
+
+def op_reads(op):
+    """The names `op` and its sub-blocks read, size checks left out (not exported)."""
+    if op.type == "check_sizes":
+        return set()
+    names = set(op.input_names) if not op.sub_blocks() else set(op.input("Cond") + op.input("Init"))
+    for sub in op.sub_blocks():
+        for inner in sub.ops:
+            names |= op_reads(inner)
+    return names
+
+
+
+def region_function(block, ops, inputs, outputs, trace_hook=None):
+    """A CompiledBlock whose `fn(*values of inputs)` returns the tuple of
+    values of `outputs`, running `ops` (ops of `block`, none with a
+    sub-block) in order; `trace_hook(op)`, if given, is called before each op."""
+    program = Program()
+    target = program.global_block()
+    names = set(inputs) | set(outputs)
+    for op in ops:
+        if op.sub_blocks():
+            raise ValueError(f"op {op.type!r} has a sub-block; a region holds straight-line ops only")
+        names.update(op.input_names)
+        names.update(op.output_names)
+    for name in sorted(names):
+        var = block.find_var(name)
+        if var.kind == TENSOR_ARRAY:
+            raise ValueError(f"variable {name!r} is a tensor array; a region holds tensors and numbers only")
+        # Every variable is a plain local: parameters come in as arguments.
+        copy = target.create_var(name, shape=var.dims, dtype=var.dtype_name, kind=var.kind,
+                                 stop_gradient=var.stop_gradient)
+        copy.is_data = name in inputs
+    for op in ops:
+        target.append_op(op.type, op.inputs, op.outputs, op.attrs, op.origin)
+    return compile_program(program, list(inputs), list(outputs), get_op_def, trace_hook=trace_hook)
+
+
+def failing_op(compiled, error):
+    """The op of `compiled` (from `region_function`) whose line `error`'s
+    traceback passes through last, or None."""
+    found, seen = None, set()
+    while error is not None and id(error) not in seen:  # torch wraps errors: follow the chain
+        seen.add(id(error))
+        tb = error.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code is compiled.fn.__code__:
+                found = compiled.line_ops.get(tb.tb_lineno, found)
+            tb = tb.tb_next
+        error = error.__cause__ or error.__context__
+    return found
+
+
+# Tensor methods and torch functions whose result may share memory with their input.
+_VIEW_METHODS = {"view", "view_as", "__getitem__", "transpose", "permute", "t", "T", "mT", "narrow", "select",
+                 "expand", "expand_as", "squeeze", "unsqueeze", "flatten", "unflatten", "reshape", "reshape_as",
+                 "chunk", "split", "tensor_split", "unbind", "diagonal", "as_strided", "detach", "unfold",
+                 "movedim", "moveaxis", "swapaxes", "swapdims", "real", "imag", "view_as_real", "view_as_complex",
+                 "contiguous", "alias", "indices", "values"}
+
+
+class AliasingError(ValueError):
+    """`op` writes in place a tensor from outside its region that a view may share."""
+
+    def __init__(self, message, op):
+        super().__init__(message)
+        self.op = op
+
+
+def check_aliasing(program, ops, written_inputs):
+    """Refuse an in-place write to a tensor from outside the region that a
+    view made outside the region may share (a view was made of it, or it is
+    one): the write would reach the other tensor in eager, but regions
+    exchange values, not memory. (Views inside the region are traced with
+    the write, and come out right.)"""
+    if not written_inputs:
+        return
+    views, inside = set(), {id(op) for op in ops}
+    for block in program.blocks:
+        for op in block.ops:
+            if id(op) not in inside and op.type.rsplit(".", 1)[-1] in _VIEW_METHODS:
+                views.update(op.input("X")[:1] + op.output("Out"))
+    for op in ops:
+        name = (op.input("X") or [None])[0]
+        if name in written_inputs and name in views and get_op_def(op.type).mutates:
+            raise AliasingError(f"it writes {name!r} in place, which shares memory with a view, across a "
+                                "branch or loop; exported values cannot alias: write `x = x.op(...)` instead "
+                                "of `x.op_(...)`", op)

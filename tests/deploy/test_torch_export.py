@@ -1,0 +1,182 @@
+"""`d2s.export`: a program as a torch.export.ExportedProgram with
+`torch.cond` / `while_loop`. Its `.module()` and `torch.onnx.export` of it
+match eager PyTorch on inputs taking every branch and trip count (the
+quickstart model, a GRU decoder with `break` whose loop state keeps its
+shape); tensor arrays and growing loop state are refused with the reason."""
+
+import copy
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import d2s
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+from models import GreedyDecoder  # noqa: E402
+
+
+def _quickstart_model():
+    spec = importlib.util.spec_from_file_location("quickstart", os.path.join(ROOT, "examples", "quickstart.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.GatedRefiner()
+
+
+class ScoringDecoder(nn.Module):
+    """GRU greedy decoding that keeps fixed-shape state: the hidden state,
+    the last token, a per-sequence score and a step count; stops at
+    `max_len` or, with `break`, once every sequence has produced `eos`."""
+
+    def __init__(self, vocab=20, hidden=16, eos=1):
+        super().__init__()
+        self.eos = eos
+        self.embed = nn.Embedding(vocab, hidden)
+        self.cell = nn.GRUCell(hidden, hidden)
+        self.out = nn.Linear(hidden, vocab)
+
+    def forward(self, h, max_len):
+        token = torch.zeros(h.shape[0], dtype=torch.long)
+        done = torch.zeros(h.shape[0], dtype=torch.bool)
+        score = torch.zeros(h.shape[0])
+        step = 0
+        while step < max_len:
+            h = self.cell(self.embed(token), h)
+            logp = torch.log_softmax(self.out(h), -1)
+            token = logp.argmax(-1)
+            score = score + logp.max(-1).values * (~done).float()
+            done = done | (token == self.eos)
+            step += 1
+            if done.all():
+                break
+        return h, score, step
+
+
+def _ops(graph_module):
+    """The call targets in the exported graph and its subgraphs."""
+    names = set()
+    for module in graph_module.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            names |= {n.target for n in module.graph.nodes if n.op == "call_function"}
+    return names
+
+
+def _onnx_session(exported):
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    program = torch.onnx.export(exported, dynamo=True, verbose=False)
+    return ort.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _same(got, want):
+    got = got if isinstance(got, (list, tuple)) else [got]
+    want = want if isinstance(want, (list, tuple)) else [want]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        w = torch.as_tensor(w)
+        g = torch.as_tensor(np.asarray(g))
+        assert g.shape == w.shape and g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("refine_bias", [None, 3.0])  # 3.0: the state stays large, the loop runs 4 trips
+def test_quickstart_round_trip_every_branch_and_trip_count(refine_bias):
+    torch.manual_seed(0)
+    eager = _quickstart_model().eval()
+    if refine_bias is not None:
+        with torch.no_grad():
+            eager.refine.bias.fill_(refine_bias)
+    exported = d2s.export(d2s.declarative(copy.deepcopy(eager)), input_spec=[d2s.InputSpec([None, 8])])
+    assert isinstance(exported, torch.export.ExportedProgram)
+    assert {torch.ops.higher_order.cond, torch.ops.higher_order.while_loop} <= _ops(exported.graph_module)
+    module, session = exported.module(), _onnx_session(exported)
+    trips, branches = set(), set()
+    for x in [torch.randn(4, 8) * 3, torch.randn(4, 8) * 0.05, -torch.ones(4, 8), torch.ones(1, 8) * 0.01,
+              torch.randn(7, 8)]:
+        h = torch.tanh(eager.encode(x))
+        steps = 0
+        while h.abs().mean() > 0.2 and steps < 4:
+            h, steps = 0.5 * torch.tanh(eager.refine(h)), steps + 1
+        trips.add(steps)
+        branches.add(bool(h.mean() > 0))
+        with torch.no_grad():
+            want = eager(x)
+            _same(module(x), want)
+        _same(session.run(None, {session.get_inputs()[0].name: x.numpy()}), want)
+    if refine_bias is None:
+        assert trips >= {0, 1} and branches == {True, False}
+    else:
+        assert trips >= {0, 4}
+
+
+@pytest.fixture(scope="module")
+def decoder():
+    torch.manual_seed(1)
+    eager = ScoringDecoder().eval()
+    spec = [d2s.InputSpec([None, 16]), d2s.InputSpec([], "int64")]
+    exported = d2s.export(d2s.declarative(copy.deepcopy(eager)), input_spec=spec)
+    return eager, exported, exported.module(), _onnx_session(exported)
+
+
+@pytest.mark.parametrize("eos_bias, max_len, batch, steps", [
+    (-5.0, 0, 3, 0),     # no trip
+    (-5.0, 1, 1, 1),     # one trip, batch of one
+    (-5.0, 6, 3, 6),     # runs to max_len
+    (50.0, 6, 5, 1),     # every sequence emits eos at once: break after the first trip
+])
+def test_gru_decoder_round_trip_with_break(decoder, eos_bias, max_len, batch, steps):
+    eager, exported, _, _ = decoder
+    with torch.no_grad():
+        eager.out.bias[1] = eos_bias
+        # The exported program holds the parameters as buffers: set the same bias there.
+        for name, buf in exported.named_buffers():
+            if name.endswith("out_bias"):
+                buf[1] = eos_bias
+    module, session = exported.module(), _onnx_session(exported)
+    h = torch.randn(batch, 16)
+    with torch.no_grad():
+        want = eager(h, torch.tensor(max_len))
+        assert want[2] == steps
+        want = (want[0], want[1], torch.tensor(want[2]))
+        _same(module(h, torch.tensor(max_len)), want)
+    names = [i.name for i in session.get_inputs()]
+    _same(session.run(None, dict(zip(names, [h.numpy(), np.array(max_len)]))), want)
+
+
+def test_tensor_arrays_are_refused_with_the_reason():
+    spec = [d2s.InputSpec([None, 32]), d2s.InputSpec([], "int64")]
+    with pytest.raises(d2s.ExportError, match=r"tensor array \(a list appended in a loop\).*d2s.onnx.export"):
+        d2s.export(d2s.declarative(GreedyDecoder().eval()), input_spec=spec)
+
+
+@d2s.declarative
+def _grows(x, n):
+    out = x
+    i = 0
+    while i < n:
+        out = torch.cat([out, x], 0)
+        i += 1
+    return out
+
+
+def test_growing_loop_state_is_refused_with_the_reason():
+    with pytest.raises(d2s.ExportError, match=r"loop variable 'out\w*' changes shape between trips .*while_loop"):
+        d2s.export(_grows, input_spec=[d2s.InputSpec([None, 3]), d2s.InputSpec([], "int64")])
+
+
+@d2s.declarative
+def _write_through_a_view(x):
+    row = x[0]
+    if x.sum() > 0:
+        row.add_(1)  # eager: x changes too
+    return x
+
+
+def test_an_in_place_write_to_a_view_across_a_branch_is_refused():
+    with pytest.raises(d2s.ExportError, match=r"'torch.Tensor.add_': it writes .*shares memory with a view"):
+        d2s.export(_write_through_a_view, input_spec=[d2s.InputSpec([None, 3])])
