@@ -438,6 +438,25 @@ class StaticFunction:
         full = bound.args[1:] if self._instance is not None else bound.args
         return tuple(full), dict(bound.kwargs)
 
+    def _as_called(self, args, kwargs, form):
+        """Normalized arguments (`_normalize`) handed over as the caller
+        passed them: `form` is (number of positional arguments, keyword
+        names) of the call; defaults the caller left out stay out. Wrappers
+        read their arguments by how they came (transformers'
+        `merge_with_config_defaults` adds `use_cache=` unless it came as a
+        keyword: bound positionally, the function got it twice)."""
+        if form is None or self._signature is None:
+            return args, kwargs
+        n, keys = form
+        names = self._feed_names()
+        params = self._signature.parameters
+        named = dict(kwargs)
+        for i in range(n, len(args)):
+            if i >= len(names) or params[names[i]].kind is inspect.Parameter.VAR_POSITIONAL:
+                return args, kwargs  # *args: only positions can carry them
+            named[names[i]] = args[i]
+        return tuple(args[:n]), {k: named[k] for k in keys}
+
     def cache_key(self, args, kwargs, translator=None):
         """(key, tensors): runs on every call, so it builds nothing but the
         key: one flat tuple (hashed and compared without nesting), whose
@@ -532,24 +551,25 @@ class StaticFunction:
 
     def _lookup(self, args, kwargs):
         """(the concrete program for these arguments, their tensors), built on a miss."""
+        form = (len(args), tuple(kwargs))
         args, kwargs = self._normalize(args, kwargs)
         args = self._spec_args(args)
         key, tensors = self.cache_key(args, kwargs)
         concrete = self.program_cache.get(key)
         if concrete is None:
-            concrete = self._build(key, args, kwargs)
+            concrete = self._build(key, args, kwargs, form)
         if concrete.layout is not None:
-            concrete = self._for_layout(concrete, key, args, kwargs, tensors)
+            concrete = self._for_layout(concrete, key, args, kwargs, tensors, form)
         return concrete, tensors
 
-    def _for_layout(self, concrete, key, args, kwargs, tensors):
+    def _for_layout(self, concrete, key, args, kwargs, tensors, form=None):
         """`concrete`, a program that read its feeds' strides, when these
         feeds have them; else the program for these strides, cached under
         `key` with the strides added."""
         if _layout_matches(concrete.layout, tensors):
             return concrete
         key = (("layout",) + tuple(tuple(t.stride()) for t in tensors),) + key  # the last two parts stay last
-        return self.program_cache.get(key) or self._build(key, args, kwargs)
+        return self.program_cache.get(key) or self._build(key, args, kwargs, form)
 
     def __call__(self, *args, **kwargs):
         translator = ProgramTranslator._instance or ProgramTranslator()
@@ -592,6 +612,7 @@ class StaticFunction:
                         return results[0] if concrete._single else rebuild(concrete.out_tree, results)
                     if concrete.layout is None:
                         return concrete.run(args)
+        called, form = (args, kwargs), (len(args), tuple(kwargs))
         if kwargs or len(args) != self._n_positional:
             args, kwargs = self._normalize(args, kwargs)
         if self._specs:
@@ -599,12 +620,12 @@ class StaticFunction:
         try:
             key, tensors = self.cache_key(args, kwargs, translator)
         except _SymbolicArguments:
-            return self._inline(args, kwargs)
+            return self._inline(*called)
         concrete = cache._programs.get(key)  # ProgramCache.get, inlined on the hit path
         if concrete is None or concrete is not cache._recent:
-            concrete = cache.get(key) or self._build(key, args, kwargs)
+            concrete = cache.get(key) or self._build(key, args, kwargs, form)
         if concrete.layout is not None:
-            concrete = self._for_layout(concrete, key, args, kwargs, tensors)
+            concrete = self._for_layout(concrete, key, args, kwargs, tensors, form)
         translator._last = cache.last = concrete
         return concrete.run(tensors)
 
@@ -638,7 +659,7 @@ class StaticFunction:
             params = params[1:]
         return params
 
-    def _build(self, key, args, kwargs):
+    def _build(self, key, args, kwargs, form=None):
         with self._lock:
             converted = _converted(self._function)
             main, startup = Program(), Program()
@@ -670,6 +691,7 @@ class StaticFunction:
                 sym_kwargs = _replace_tensors(dict(kwargs), list(feeds[len(arg_leaves):]))
                 # Trace with autograd on whatever the caller's mode: only a
                 # `no_grad` block inside the function marks ops gradient-free.
+                sym_args, sym_kwargs = self._as_called(sym_args, sym_kwargs, form)
                 with CaptureMode(), torch.enable_grad():
                     out = converted(*self._full_args(sym_args), **sym_kwargs)
                 fetch = []
