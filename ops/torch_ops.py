@@ -183,6 +183,8 @@ PYTHON_LEVEL = (
     ("torch.Tensor", "unflatten"),
     # Private native functions torch's own nn code calls (nn.utils.weight_norm).
     ("torch", "_weight_norm"),
+    # A mixture of experts' grouped matmul (transformers' Mixtral, Qwen-MoE).
+    ("torch", "_grouped_mm"),
 )
 # Tensor properties whose value is a tensor; the others (shape, dtype,
 # device, requires_grad, ...) are metadata.
