@@ -710,3 +710,31 @@ def test_dataclass_post_init_runs_converted(kind):
     assert "cond" in [op.type for op in program.global_block().ops]
     made = operators.calls.convert_call(kind)(torch.ones(2, 4))
     assert type(made) is kind and "__post_init__" not in vars(made)
+
+
+FUTURE_ANNOTATIONS = '''
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import Tensor  # never imported at run time
+
+
+def scale(x, factor):
+    def apply(t: Tensor, k: float) -> Tensor:  # annotations are strings: never evaluated
+        return t * k
+    if x.sum() > 0:
+        return apply(x, factor)
+    return apply(x, -factor)
+'''
+
+
+def test_nested_def_under_future_annotations_keeps_annotations_unevaluated(tmp_path, monkeypatch):
+    (tmp_path / "future_case.py").write_text(FUTURE_ANNOTATIONS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import future_case
+    static = d2s.declarative(future_case.scale)
+    for x in (torch.randn(3) + 3, -torch.randn(3) - 3):
+        assert torch.equal(static(x, 2.0), future_case.scale(x, 2.0))
+    assert "cond" in [op.type for op in static.concrete_program.main_program.global_block().ops]
