@@ -152,11 +152,32 @@ ZOO = [
 ]
 
 
+def hide_broken_torchvision():
+    """transformers imports torchvision when it is installed, and a build
+    that does not load with this torch (a CUDA wheel beside a CPU torch:
+    "operator torchvision::nms does not exist") fails every model. Hidden,
+    transformers runs without it; timm needs it and says why it failed.
+    Returns the error, or None when torchvision loads (or is absent)."""
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - RuntimeError/OSError from its native ops
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]
+        sys.modules["torchvision"] = None  # find_spec answers None: "not installed"
+        return f"torchvision is installed but does not load ({cause(exc)})"
+    return None
+
+
 def build(entry):
     """The model in eval mode, seeded: every process builds the same weights."""
     import torch
     torch.manual_seed(0)
+    broken = hide_broken_torchvision()
     if entry.family == "timm":
+        if broken:
+            raise RuntimeError(f"timm needs torchvision: {broken}")
         import timm
         model = timm.create_model(entry.target, pretrained=False, **entry.config)
     else:
