@@ -183,13 +183,6 @@ def _same_shape_at(fn, args, kwargs, inputs, shapes, factory, result, sizes):
     size, are what the symbolic result says for that point (a meta run)."""
     point = {s: int(v) for s, v in shapes.env.backed_var_to_val.items()}
     point.update(sizes)
-    # Symbols tracing found equal to one of them (`s3 == s1` of a broadcast) move with it.
-    for other, value in shapes.env.replacements.items():
-        if other not in sizes and set(sizes) & set(getattr(value, "free_symbols", ())):
-            try:
-                point[other] = int(value.xreplace(point))
-            except (TypeError, ValueError):
-                pass
 
     def at(d):
         # `_expr`: the symbol itself, not what a guard of this very op replaced it with.

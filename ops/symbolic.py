@@ -370,7 +370,7 @@ class Shapes:
                 if len(syms) > 1:  # and all at once (`s0*s1 != 1` breaks only there)
                     breaking += [p for p in (dict.fromkeys(syms, v) for v in (0, 1, 2, 3))
                                  if _holds(expr, hints, p) is False][:2]
-                if breaking and all(same_shape_at(p) for p in breaking):
+                if breaking and all(same_shape_at(self._with_equals(p, syms)) for p in breaking):
                     for sym in syms:
                         self.env.var_to_range[sym] = ranges[sym]
                     self.env._update_version_counter()
@@ -378,6 +378,20 @@ class Shapes:
             kept.append(guard)
         if len(kept) != len(guards):
             guards[:] = kept
+
+    def _with_equals(self, point, fixed):
+        """`point` with the symbols tracing found equal to its own (`s3 ==
+        s1` of a broadcast, either way round) at the same sizes, except
+        those in `fixed` (the guard's own: probing `s0 == s1` must break it).
+        Those equalities stay checks of their own."""
+        out = dict(point)
+        for sym, size in point.items():
+            for other, value in self.env.replacements.items():
+                if other is sym and getattr(value, "is_Symbol", False) and value not in fixed:
+                    out.setdefault(value, size)
+                elif value == sym and other not in fixed:
+                    out.setdefault(other, size)
+        return out
 
     def new_guards(self):
         """(check, message) for each guard ShapeEnv has recorded since the
