@@ -10,7 +10,7 @@ import re
 import torch
 
 from ops.autograd_function import has_live_ops, inline_for_save
-from runtime import output_tree, runner
+from runtime import foreign_tracers, modes, output_tree, runner
 from runtime.executor import Executor
 from runtime.io import read_model, save_model
 from runtime.ir import torch_dtype
@@ -189,7 +189,7 @@ def save(layer_or_function, path, input_spec=None):
         return
     static = _static_of(layer_or_function, input_spec)
     modules = _modules_of(static)
-    mode = None
+    mode, same = None, False
     static, examples, concrete = concrete_to_save(static, input_spec, "jit.save")
     both_modes = examples is not None
     inline = has_live_ops(concrete.main_program)
@@ -202,11 +202,11 @@ def save(layer_or_function, path, input_spec=None):
             if both_modes:
                 other = _part(_concrete_in_mode(static, examples, modules, mode == "eval"))
                 if _same_program(main, other):
-                    mode = None  # one program serves both modes
+                    same = True  # one program serves both modes, whatever its ops
                 else:
                     alternate = other
     state = _module_state(static._instance) if isinstance(static._instance, torch.nn.Module) else None
-    save_model(path, main, mode=mode, alternate=alternate, state=state)
+    save_model(path, main, mode=mode, alternate=alternate, state=state, both_modes=same)
 
 
 class _State(torch.nn.Module):
@@ -224,13 +224,19 @@ class TranslatedLayer(torch.nn.Module):
     an error, never the other mode's program run silently."""
 
     def __init__(self, program, feed_names, fetch_vars, mode=None, alternate=None, state=None, outputs=None,
-                 state_updates=()):
+                 state_updates=(), both_modes=False):
         super().__init__()
         # `outputs`: what a call returns around the fetches (runtime/output_tree.py);
         # None for models saved by save_inference_model: the fetches themselves.
         # `state_updates`: (persistable name, fetch index), module state carried to the next call.
         main = (program, list(feed_names), list(fetch_vars), outputs, tuple(state_updates))
-        self._programs = {"train": main, "eval": main} if mode is None else {mode: main}
+        self._mode_ops = sorted({op.type for op, _ in modes.mode_ops(program)})
+        if mode is None and alternate is None:
+            mode = modes.mode_from_ops(program)  # saved without a mode: what its ops say, if they agree
+        if (self._mode_ops and not both_modes) or alternate is not None:
+            self._programs = {mode: main}  # mode None: ops that disagree, neither mode known
+        else:
+            self._programs = {"train": main, "eval": main}  # traced the same in both, or no op differs
         if alternate is not None:
             block = alternate.program.global_block()
             self._programs[alternate.mode] = (alternate.program, list(alternate.feed_names),
@@ -320,14 +326,25 @@ class TranslatedLayer(torch.nn.Module):
     def train(self, mode=True):
         key = "train" if mode else "eval"
         if key not in self._programs:
+            built = (f"was built in {self._saved_mode} mode" if self._saved_mode else
+                     "was saved without its mode, and its ops do not agree on one")
             raise RuntimeError(
-                f"this model was saved in {self._saved_mode} mode only, so it has no {key}-mode program "
-                "(dropout and batch norm differ between the two); save it with "
-                "d2s.jit.save(module, path, input_spec=[...]) to record both modes")
+                f"cannot switch this loaded model to {key} mode: its program {built} and holds ops that differ "
+                f"between the modes ({', '.join(self._mode_ops)}), and no {key}-mode program was saved (running "
+                f"this one would silently compute what {self._saved_mode or 'its'} mode computes); save it with "
+                "d2s.jit.save(module, path, input_spec=[...]), which records both modes")
         self.program, self.feed_names, self.fetch_vars, self._outputs, self._updates = self._programs[key]
         return super().train(mode)
 
     def forward(self, *inputs):
+        if foreign_tracers.active():  # torch.jit.trace, torch.export, torch.compile
+            return foreign_tracers.call(self._forward, inputs, {}, "a loaded d2s model (TranslatedLayer)", inputs)
+        return self._forward(*inputs)
+
+    def __prepare_scriptable__(self):  # torch.jit.script asks each module this first
+        raise foreign_tracers.ForeignTraceError(foreign_tracers.SCRIPT_MESSAGE)
+
+    def _forward(self, *inputs):
         if len(inputs) != len(self.feed_names):
             raise TypeError(f"this model takes {len(self.feed_names)} inputs ({', '.join(self.feed_names)}), "
                             f"got {len(inputs)}")
@@ -351,15 +368,13 @@ class TranslatedLayer(torch.nn.Module):
     # -- saving and printing ----------------------------------------------------------------
     def _save(self, path):
         self._bind_slots()  # after .to(), load_state_dict, carried state: not what was bound at load
-        modes = [m for m in ("eval", "train") if m in self._programs]
-        if self._programs.get("train") is self._programs.get("eval"):
-            mode, alternate = None, None
-            main = self._programs["eval"]
-        else:
-            mode = modes[0]
-            main = self._programs[mode]
-            alternate = self._programs[modes[1]] if len(modes) == 2 else None
-        save_model(path, main, mode=mode, alternate=alternate, state=_module_state(self))
+        mode, alternate = self._saved_mode, None
+        main = self._programs.get(mode) or next(iter(self._programs.values()))
+        other = self._programs.get("eval" if mode == "train" else "train")
+        if mode is not None and other is not None and other is not main:
+            alternate = other
+        save_model(path, main, mode=mode, alternate=alternate, state=_module_state(self),
+                   both_modes=other is main)
 
     def __repr__(self):
         block = self.program.global_block()
@@ -368,7 +383,8 @@ class TranslatedLayer(torch.nn.Module):
         fetches = ", ".join(show(v) for v in self.fetch_vars)
         n_params = sum(p.numel() for p in self.parameters())
         n_tensors = len(list(self.parameters())) + len(list(self.buffers()))
-        modes = "train and eval" if len(self._programs) == 2 else f"{self._saved_mode} only"
+        modes = ("train and eval" if len(self._programs) == 2 and set(self._programs) == {"train", "eval"}
+                 else f"{self._saved_mode or 'mode unknown'} only")
         return (f"TranslatedLayer(\n  feeds: {feeds}\n  fetches: {fetches}\n"
                 f"  parameters: {n_params:,} elements; {n_tensors} tensors in all\n"
                 f"  mode: {'train' if self.training else 'eval'} (programs: {modes})\n)")
@@ -388,4 +404,4 @@ def load(path):
     block = model.program.global_block()
     return TranslatedLayer(model.program, model.feed_names, [block.vars[n] for n in model.fetch_names],
                            mode=model.mode, alternate=model.alternate, state=state, outputs=model.outputs,
-                           state_updates=model.state_updates)
+                           state_updates=model.state_updates, both_modes=model.both_modes)

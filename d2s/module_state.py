@@ -27,6 +27,7 @@ import weakref
 
 import torch
 
+from runtime import output_tree
 from runtime.errors import ConversionError
 from runtime.ir import Variable
 
@@ -214,8 +215,7 @@ def _fetch_leaves(tree):
         return [tree]
     if tag in ("const", "number"):  # (state writes never make "number": see static_function._output_tree)
         return []
-    items = body.values() if tag is dict else body
-    return [leaf for item in items for leaf in _fetch_leaves(item)]
+    return [leaf for item in output_tree.children(tree) for leaf in _fetch_leaves(item)]
 
 
 def apply_writes(writes, results, rebuild):

@@ -21,19 +21,20 @@ import weakref
 
 import torch
 
-from ops.capture import CaptureMode, dispatch, graph_condition, lift, stands_for_number
+from ops.capture import CaptureMode
 from ops import tracer
-from ops.framework import check_strides as fw_check_strides, scalar_copy as fw_scalar_copy
+from ops.framework import check_dims as fw_check_dims, check_strides as fw_check_strides
 from ops.tracer import Tracer
-from runtime import _debug
+from runtime import _debug, foreign_tracers
 from runtime import runner
 from runtime.executor import Executor
-from runtime.errors import ConversionError
-from runtime.ir import SCALAR, Program, Variable, dtype_name, program_guard, torch_dtype
+from runtime.errors import ConversionError, DecisionFailed
+from runtime.ir import Program, Variable, dtype_name, program_guard, torch_dtype
 from runtime.output_tree import rebuild
 from runtime.passes import check_level
 
-from . import module_watch
+from . import decisions, input_trees, module_watch
+from .output_types import holds_variable, output_tree as _output_tree
 
 from . import module_state
 from .operators.calls import module_call_entry
@@ -107,6 +108,7 @@ class ConcreteProgram:
         # Nothing to do around the call but pass the parameters (the hit
         # path in StaticFunction.__call__ then calls the function itself).
         self._plain = not self.state_reads and not self.state_writes and layout is None
+        self.decisions = None  # the decisions.Group of the programs sharing its cache key, once there are more
 
     def run(self, tensors):
         program = self.main_program
@@ -124,6 +126,8 @@ class ConcreteProgram:
                 results = entry.fn(*tensors, *self._params, *self._transposes(entry))
             else:
                 results = entry.fn(*tensors, *self._params)
+        except DecisionFailed:
+            raise  # as it is: the declarative call converts again (d2s/decisions.py)
         except Exception as exc:  # noqa: BLE001 - re-raised naming the failing op
             runner.reraise(entry, exc)
         if self.state_writes:
@@ -250,7 +254,7 @@ class _SymbolicArguments(Exception):
 
 # -- argument flattening --------------------------------------------------------------
 
-def _flatten_args(value, specs, tensors):
+def _flatten_args(value, specs, tensors, depth=0):
     """A hashable key for `value`, collecting its tensors (in order) into
     `tensors`. (`specs` is unused: InputSpecs apply to whole arguments, see
     `StaticFunction._spec_key`.) This runs on every call: it builds nothing
@@ -260,13 +264,20 @@ def _flatten_args(value, specs, tensors):
         # torch.Size hashes and compares as the tuple of its sizes.
         return ("tensor", value.shape, value.dtype, value.device, value.requires_grad)
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__,) + tuple(_flatten_args(v, specs, tensors) for v in value)
-    if isinstance(value, dict):
-        return ("dict",) + tuple((k, _flatten_args(v, specs, tensors)) for k, v in value.items())
+        return (type(value).__name__,) + tuple(_flatten_args(v, specs, tensors, depth + 1) for v in value)
+    if type(value) is dict:
+        return ("dict",) + tuple((k, _flatten_args(v, specs, tensors, depth + 1)) for k, v in value.items())
     if isinstance(value, torch.nn.Module):
         return ("module", id(value))
     if isinstance(value, Variable):
         raise _SymbolicArguments
+    n = input_trees.node(value, depth)  # a ModelOutput, a dataclass, a cache holding tensors
+    if n is not None:
+        return ("node", n.cls, n.structure) + tuple(_flatten_args(v, specs, tensors, depth + 1)
+                                                    for _, v in n.children)
+    if isinstance(value, dict):  # a dict subclass holding no tensor
+        return ("dict", type(value)) + tuple((k, _flatten_args(v, specs, tensors, depth + 1))
+                                             for k, v in value.items())
     try:
         hash(value)
         return ("value", type(value).__name__, value)
@@ -274,54 +285,54 @@ def _flatten_args(value, specs, tensors):
         return ("object", id(value))
 
 
-def _tensor_leaves(value, path):
+def _tensor_leaves(value, path, depth=0):
     """(where, tensor) for each tensor of `value` ("args[0]", "kwargs['h']"),
     in the order `_flatten_args` collects them; used to name feeds."""
     if isinstance(value, torch.Tensor):
         yield path, value
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
-            yield from _tensor_leaves(v, f"{path}[{i}]")
-    elif isinstance(value, dict):
+            yield from _tensor_leaves(v, f"{path}[{i}]", depth + 1)
+    elif type(value) is dict:
         for k, v in value.items():
-            yield from _tensor_leaves(v, f"{path}[{k!r}]")
+            yield from _tensor_leaves(v, f"{path}[{k!r}]", depth + 1)
+    elif not isinstance(value, (torch.nn.Module, Variable)):
+        n = input_trees.node(value, depth)
+        for label, v in n.children if n is not None else ():
+            yield from _tensor_leaves(v, path + label, depth + 1)
 
 
-def _replace_tensors(value, feeds):
+def _replace_tensors(value, feeds, path="", made=None, depth=0):
+    """`value` with its tensors replaced by `feeds` (in `_tensor_leaves`
+    order); a user type holding tensors becomes a copy holding them
+    (d2s/input_trees.py), recorded in `made`."""
     if isinstance(value, torch.Tensor):
         return feeds.pop(0)
     if isinstance(value, (list, tuple)):
-        items = [_replace_tensors(v, feeds) for v in value]
+        items = [_replace_tensors(v, feeds, f"{path}[{i}]", made, depth + 1) for i, v in enumerate(value)]
         return type(value)(items) if not hasattr(value, "_fields") else type(value)(*items)
-    if isinstance(value, dict):
-        return {k: _replace_tensors(v, feeds) for k, v in value.items()}
-    return value
+    if type(value) is dict:
+        return {k: _replace_tensors(v, feeds, f"{path}[{k!r}]", made, depth + 1) for k, v in value.items()}
+    if isinstance(value, (torch.nn.Module, Variable)):
+        return value
+    n = input_trees.node(value, depth)
+    if n is None:
+        return value
+    children = [_replace_tensors(v, feeds, path + label, made, depth + 1) for label, v in n.children]
+    return input_trees.copy_with(n, children, path, made if made is not None else [])
 
 
-def _output_tree(value, fetch, numbers=False):
-    """The returned structure with ('fetch', i) for each Variable.
-    `numbers` (the function's return value): a Variable standing for a
-    Python number (`t.item()`, `int(t)`, a carried counter) is ('number', i),
-    given back as the Python number eager returns."""
-    value = graph_condition(value)  # a returned run-time size: fetched as a Python number
-    if isinstance(value, Variable):
-        if any(v is value for v in fetch):
-            # Returned twice (`return y, y`): the second is a view of the
-            # first under a name of its own, so the fetch list never repeats
-            # a name and a saved program returns both.
-            value = fw_scalar_copy(value) if value.kind == SCALAR else \
-                dispatch(torch.Tensor.view_as, (value, value), {})
-        fetch.append(value)
-        number = numbers and value.kind != SCALAR and stands_for_number(value)
-        return ("number" if number else "fetch", len(fetch) - 1)
-    if isinstance(value, torch.Tensor):
-        fetch.append(lift(value))
-        return ("fetch", len(fetch) - 1)
-    if isinstance(value, (list, tuple)):
-        return (type(value), [_output_tree(v, fetch, numbers) for v in value])
-    if isinstance(value, dict):
-        return (dict, {k: _output_tree(v, fetch, numbers) for k, v in value.items()})
-    return ("const", value)
+def _mode_of(instance, args, kwargs):
+    """The `training` mode a program is traced in: that of the module it is
+    the forward of, else of the first module passed in; None without one."""
+    module = next((v for v in (instance, *args, *kwargs.values()) if isinstance(v, torch.nn.Module)), None)
+    return None if module is None else "train" if module.training else "eval"
+
+
+def _python_object(value):
+    """An argument the trace may have written graph values into (an empty
+    cache it filled): not a tensor, a module, a number or a string."""
+    return not isinstance(value, (torch.Tensor, torch.nn.Module, Variable, int, float, str, type(None)))
 
 
 def _layout_guard(feeds, tensors, origin):
@@ -391,6 +402,9 @@ class StaticFunction:
             self._signature = inspect.signature(function)
         except (TypeError, ValueError):
             self._signature = None
+        if instance is not None and self._signature is not None and self._signature.parameters:
+            # What `inspect.signature(module.forward)` says (torch.export binds inputs by it): no `self`.
+            self.__signature__ = self._signature.replace(parameters=list(self._signature.parameters.values())[1:])
         positional = [p for p in (self._signature.parameters.values() if self._signature else ())
                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         self._n_positional = len(positional) - (1 if instance is not None else 0)
@@ -557,7 +571,7 @@ class StaticFunction:
         key, tensors = self.cache_key(args, kwargs)
         concrete = self.program_cache.get(key)
         if concrete is None:
-            concrete = self._build(key, args, kwargs, form)
+            concrete = self._build(key, args, kwargs, form=form)
         if concrete.layout is not None:
             concrete = self._for_layout(concrete, key, args, kwargs, tensors, form)
         return concrete, tensors
@@ -569,9 +583,12 @@ class StaticFunction:
         if _layout_matches(concrete.layout, tensors):
             return concrete
         key = (("layout",) + tuple(tuple(t.stride()) for t in tensors),) + key  # the last two parts stay last
-        return self.program_cache.get(key) or self._build(key, args, kwargs, form)
+        return self.program_cache.get(key) or self._build(key, args, kwargs, form=form)
 
     def __call__(self, *args, **kwargs):
+        if foreign_tracers.active():  # torch.jit.trace, torch.export, torch.compile (runtime/foreign_tracers.py)
+            return foreign_tracers.call(self, args, kwargs, f"the declarative function {self.__qualname__!r}",
+                                        [t for _, t in _tensor_leaves((args, kwargs), "args")])
         translator = ProgramTranslator._instance or ProgramTranslator()
         if not translator.enable_to_static:
             return self.dygraph_function(*args, **kwargs)
@@ -607,11 +624,16 @@ class StaticFunction:
                             and entry is not None and not entry.derived:
                         try:
                             results = entry.fn(*args, *concrete._params)
+                        except DecisionFailed as exc:
+                            return decisions.rerun(self, key, concrete, args, kwargs, args, exc)
                         except Exception as exc:  # noqa: BLE001 - re-raised naming the failing op
                             runner.reraise(entry, exc)
                         return results[0] if concrete._single else rebuild(concrete.out_tree, results)
                     if concrete.layout is None:
-                        return concrete.run(args)
+                        try:
+                            return concrete.run(args)
+                        except DecisionFailed as exc:
+                            return decisions.rerun(self, key, concrete, args, kwargs, args, exc)
         called, form = (args, kwargs), (len(args), tuple(kwargs))
         if kwargs or len(args) != self._n_positional:
             args, kwargs = self._normalize(args, kwargs)
@@ -623,11 +645,14 @@ class StaticFunction:
             return self._inline(*called)
         concrete = cache._programs.get(key)  # ProgramCache.get, inlined on the hit path
         if concrete is None or concrete is not cache._recent:
-            concrete = cache.get(key) or self._build(key, args, kwargs, form)
+            concrete = cache.get(key) or self._build(key, args, kwargs, form=form)
         if concrete.layout is not None:
             concrete = self._for_layout(concrete, key, args, kwargs, tensors, form)
         translator._last = cache.last = concrete
-        return concrete.run(tensors)
+        try:
+            return concrete.run(tensors)
+        except DecisionFailed as exc:
+            return decisions.rerun(self, key, concrete, args, kwargs, tensors, exc, form)
 
     def _inline(self, args, kwargs):
         """Called on Variables (static code inside program_guard): run the
@@ -637,6 +662,21 @@ class StaticFunction:
             hints.setdefault(tensor_id, name)
         with CaptureMode(), torch.enable_grad():
             return _converted(self._function)(*self._full_args(args), **kwargs)
+
+    # torch.jit.script: it asks a function to prepare for scripting, and
+    # reads `_torchscript_modifier` of a module's forward before compiling it.
+    def __prepare_scriptable__(self):
+        raise foreign_tracers.ForeignTraceError(foreign_tracers.SCRIPT_MESSAGE)
+
+    @property
+    def _torchscript_modifier(self):
+        raise foreign_tracers.ForeignTraceError(foreign_tracers.SCRIPT_MESSAGE)
+
+    @property
+    def __code__(self):
+        # An AttributeError as before (`getattr(f, "__code__", None)` is None),
+        # with a message for torch.export, which reads a forward's `__code__` first.
+        raise AttributeError(foreign_tracers.NO_CODE_MESSAGE)
 
     def __repr__(self):
         owner = f" of {type(self._instance).__name__}" if self._instance is not None else ""
@@ -659,7 +699,12 @@ class StaticFunction:
             params = params[1:]
         return params
 
-    def _build(self, key, args, kwargs, form=None):
+    def _build(self, key, args, kwargs, exact=False, form=None):
+        """The program for these arguments, cached under `key`. `exact`
+        (converting again after a failed decision, d2s/decisions.py): a
+        dynamic dimension of size 0 or 1 is traced as that size, not as 2,
+        and checked when the program runs. `form`: how the caller passed
+        the arguments (`_as_called`)."""
         with self._lock:
             converted = _converted(self._function)
             main, startup = Program(), Program()
@@ -667,6 +712,7 @@ class StaticFunction:
             leaves = arg_leaves + list(_tensor_leaves(kwargs, "kwargs"))
             if leaves:
                 main.device = leaves[0][1].device
+            main.mode = _mode_of(self._instance, args, kwargs)
             specs = self._input_spec or []
             arg_names = self._feed_names()
             feeds = []
@@ -680,6 +726,8 @@ class StaticFunction:
                     name = spec.name if spec is not None and spec.name else _feed_name(path, arg_names)
                     name = name if name not in main.global_block().vars else main.unique_name(name)
                     shape = spec.shape if spec is not None else tuple(t.shape)
+                    fixed = [(i, n) for i, (d, n) in enumerate(zip(shape, t.shape)) if exact and d == -1 and n < 2]
+                    shape = tuple(n if (i, n) in fixed else d for i, (d, n) in enumerate(zip(shape, t.shape)))
                     var = main.global_block().create_var(name=name, shape=shape, dtype=t.dtype, is_data=True,
                                                          stop_gradient=not t.requires_grad)
                     tr.symbolize(var, hints=tuple(t.shape))  # example sizes decide what tracing assumes
@@ -687,13 +735,30 @@ class StaticFunction:
                         var.strides = tuple(t.stride())  # and its layout (ops/capture.py _strides)
                     tr.examples[name] = t  # and example values the numbers read from it (int(t))
                     feeds.append(var)
-                sym_args = _replace_tensors(tuple(args), list(feeds))
-                sym_kwargs = _replace_tensors(dict(kwargs), list(feeds[len(arg_leaves):]))
+                    if fixed:
+                        fw_check_dims(var, fixed)
+                state = input_trees.record_state([v for v in (*args, *kwargs.values()) if _python_object(v)])
+                made, remaining = [], list(feeds)  # taken in `leaves` order: the arguments, then kwargs
+                sym_args = tuple(_replace_tensors(v, remaining, arg_names[i] if i < len(arg_names) else
+                                                  f"args[{i}]", made) for i, v in enumerate(args))
+                sym_kwargs = {k: _replace_tensors(v, remaining, k, made) for k, v in kwargs.items()}
                 # Trace with autograd on whatever the caller's mode: only a
                 # `no_grad` block inside the function marks ops gradient-free.
                 sym_args, sym_kwargs = self._as_called(sym_args, sym_kwargs, form)
                 with CaptureMode(), torch.enable_grad():
                     out = converted(*self._full_args(sym_args), **sym_kwargs)
+                changed = input_trees.changed_argument(made) or next(
+                    ((name, type(v).__name__) for name, v in zip(arg_names + [f"args[{i}]" for i in range(
+                        len(arg_names), len(args))], args) if _python_object(v) and holds_variable(v)), None) \
+                    or next(((k, type(v).__name__) for k, v in kwargs.items()
+                             if _python_object(v) and holds_variable(v)), None)
+                if changed is not None:
+                    input_trees.restore(state)
+                    raise ConversionError(
+                        f"{self._function.__qualname__} changes its argument `{changed[0]}` (a {changed[1]}) in "
+                        "place: a program cannot change the caller's object when it runs, and d2s gives the "
+                        "trace a copy; return the changed value instead (a cache passed in and updated in "
+                        "place, transformers' past_key_values, is not carried yet)")
                 fetch = []
                 out_tree = _output_tree(out, fetch, numbers=True)
                 state_fetch = []
@@ -1000,7 +1065,15 @@ class ProgramTranslator:
         """(main_program, startup_program, inputs, outputs) for these arguments."""
         concrete = self._static(fn).get_concrete_program(*args, **kwargs)
         self._last = concrete
-        return concrete.main_program, concrete.startup_program, concrete.inputs, concrete.outputs
+        outputs = concrete.outputs
+        if any(isinstance(leaf, _SYMBOLIC) for leaf in torch.utils._pytree.tree_leaves(outputs)):
+            # A returned size (`y.shape[0]` after a growing loop) is a SymInt
+            # while tracing; the program computes it into a fetched variable.
+            try:
+                outputs = _fetchable(concrete.out_tree, concrete.fetch_vars)
+            except _Unknown:
+                pass
+        return concrete.main_program, concrete.startup_program, concrete.inputs, outputs
 
     def save_inference_model(self, dirname, feed=None, fetch=None):
         """Save the program of the latest declarative call; `feed`/`fetch`
@@ -1013,6 +1086,29 @@ class ProgramTranslator:
         outputs = select_by_index(concrete.fetch_vars, fetch, "fetch", "the latest call has {n} output(s)")
         save_inference_model(dirname, [v.name for v in inputs], outputs, Executor(),
                              main_program=concrete.main_program)
+
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _fetchable(tree, fetch):
+    """The returned structure `tree` (see `_output_tree`) with the fetched
+    variables in place; _Unknown for a structure this does not know."""
+    tag, body = tree
+    if tag in ("fetch", "number"):
+        return fetch[body]
+    if tag == "const":
+        return body
+    if tag is dict:
+        return {key: _fetchable(value, fetch) for key, value in body.items()}
+    if tag in (list, tuple) or isinstance(tag, type) and issubclass(tag, tuple) and hasattr(tag, "_fields"):
+        items = [_fetchable(item, fetch) for item in body]
+        return tag(*items) if hasattr(tag, "_fields") else tag(items)
+    raise _Unknown
+
+
+class _Unknown(Exception):
+    """A returned structure `_fetchable` does not know."""
 
 
 def select_by_index(items, indices, what, count):

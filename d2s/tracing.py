@@ -6,6 +6,7 @@ cannot be recorded this way (it would freeze the branch taken), so it is an
 error that points at the line: decorate such a forward with `@declarative`.
 """
 
+import torch
 
 from ops.capture import CaptureMode
 from ops.tracer import Tracer
@@ -32,6 +33,8 @@ class TracedLayer:
         hints = {id(t): n for n, t in list(layer.named_parameters()) + list(layer.named_buffers())}
         if inputs:
             program.device = inputs[0].device
+        if isinstance(layer, torch.nn.Module):
+            program.mode = "train" if layer.training else "eval"
         with program_guard(program, Program()), Tracer(program, hints):
             feeds = [program.global_block().create_var(name=f"input_{i}", shape=tuple(t.shape), dtype=t.dtype,
                                                        is_data=True, stop_gradient=True)

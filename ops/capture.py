@@ -281,6 +281,40 @@ def _has_python_number(meta):
 _SIZE_OR_DATA = {"torch.Tensor.new"}
 
 
+def decide_bools(args, kwargs, what):
+    """(args, kwargs, changed): each SymBool (a comparison of run-time sizes)
+    and each 0-d bool Variable standing for a Python bool among the
+    arguments replaced by the Python bool it is for the inputs being traced.
+    For a torch function whose argument parser takes only a Python bool
+    there (`is_causal=q_len > 1`): the program is converted for that value
+    and checks it when it runs (a SymBool through a size guard, a Variable
+    through `check_bool`); a run that breaks it converts again
+    (d2s/decisions.py). A value the trace cannot tell is refused by name."""
+    from .framework import check_bool
+    changed = []
+
+    def decide(v):
+        if isinstance(v, torch.SymBool):
+            changed.append(v)
+            return bool(v)  # torch's guard on the size hints: a check_sizes op
+        if isinstance(v, Variable) and v.shape == () and v.dtype == torch.bool and stands_for_number(v):
+            value = tracer.current().example_int(v, None)
+            if value is None:
+                raise error_at_user_line(
+                    f"`{what}` takes a Python bool, and {user_name(v, 'value')} is computed from tensor values "
+                    "d2s cannot tell while converting; pass a bool that does not depend on tensor values")
+            check_bool(v, bool(value), f"a bool argument of `{what}`")
+            changed.append(v)
+            return bool(value)
+        if type(v) in (list, tuple):
+            return type(v)(decide(x) for x in v)
+        return v
+
+    args = tuple(decide(a) for a in args)
+    kwargs = {k: decide(v) for k, v in kwargs.items()}
+    return args, kwargs, bool(changed)
+
+
 def _as_python_ints(args, tr):
     """`args` with each 0-d integer Variable that stands for a Python int
     (`int(t)`) replaced by that int, computed when the program runs: what
@@ -365,12 +399,20 @@ def record(opdef, fn, args, kwargs):
             raise error_at_user_line(f"`{opdef.type}`: {exc.message}") from None
         raise
     except Exception as exc:  # noqa: BLE001 - the kernel's own complaint, at the user's line
+        if isinstance(exc, TypeError) and "must be bool, not" in str(exc):
+            # A Python bool in eager (`is_causal=bool(flag.any())`) that d2s
+            # carries as a 0-d tensor: decided for these inputs and checked.
+            args, kwargs, changed = decide_bools(args, kwargs, opdef.type)
+            if changed:
+                return record(opdef, fn, args, kwargs)
         shapes = ", ".join(f"{name}: {v.dtype_name}[{', '.join(map(str, v.dims))}]"
                            for name, v in zip(_user_names(refs.inputs), refs.inputs))
         # Eager never runs a branch or loop body these inputs skip; d2s traces them all.
         where = "" if block.parent_idx < 0 else (
             " (d2s traces every branch and loop body, also one that these inputs never run)")
-        raise error_at_user_line(f"`{opdef.type}` fails on inputs ({shapes}): {exc}{where}") from None
+        error = error_at_user_line(f"`{opdef.type}` fails on inputs ({shapes}): {exc}{where}")
+        error.kernel_failed = True  # on a side of a tensor `if` these inputs skip: see control_flow.decide_failed_side
+        raise error from None
     numbers = wrapped_numbers.number_inputs(refs.inputs, stands_for_number)
     if numbers and wrapped_numbers.can_differ(refs.inputs, numbers):
         meta = _as_eager_numbers(opdef, fn, args_tree, kwargs_tree, refs, numbers, meta, tr)

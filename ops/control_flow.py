@@ -19,6 +19,8 @@ iterations actually taken.
 """
 
 import ast
+import contextlib
+import os
 
 import math
 
@@ -174,7 +176,7 @@ register(OpDef("cond", emit=_emit_cond, inputs=("Cond", "X"), outputs=("Out",),
                attrs=("true_block", "false_block", "true_outs", "false_outs")))
 
 
-def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines, jump=None):
+def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines, jump=None, strict=False):
     """The parent-level value for output i given each branch's value, plus
     the names each branch yields (None when no op output is needed)."""
     label = _label(names, i, return_names)
@@ -215,8 +217,11 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines
         return a, None
     if name in return_names and (a is None) != (b is None) and _tensor_like(b if a is None else a):
         # `return None` (often the implicit one after an `if`/`elif` chain) on
-        # one path, a tensor on the other: a program has one output type, so
-        # the None path raises when a run takes it; the other path runs as eager.
+        # one path, a tensor on the other: a program has one output type.
+        # `cond` converts the path the example inputs take (see `_specialise`);
+        # where it cannot tell which, the None path raises when a run takes it.
+        if strict:
+            raise _Unmergeable("None on one path, a tensor on the other")
         none_block = tblock if a is None else fblock
         with tr.block_guard(none_block):
             framework.raise_(RuntimeError(
@@ -228,11 +233,11 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines
     if a is None or b is None or not (_tensor_like(a) and _tensor_like(b)):
         if a is None or b is None:
             none, tensor = ("true", "false") if a is None else ("false", "true")
-            raise error_at_user_line(
+            raise _unmergeable(
                 f"{label} is a tensor in the {tensor} branch ({_line(lines, name, tensor)}) but None in the "
                 f"{none} branch ({_line(lines, name, none)}) of the `if` on a tensor at this line; give it a "
                 "tensor value in both branches")
-        raise error_at_user_line(
+        raise _unmergeable(
             f"{label} is a Python {type(a).__name__} in one branch and a {type(b).__name__} in the other "
             "branch of an `if` on a tensor; only tensors and numbers can differ between branches")
     ref = a if isinstance(a, (Variable, torch.Tensor)) else b if isinstance(b, (Variable, torch.Tensor)) else None
@@ -317,10 +322,10 @@ def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=
     parent = tr.block
     origin = user_origin()
     tblock = tr.new_block()
-    with tr.block_guard(tblock):
+    with tr.block_guard(tblock), _side(tr, pred, True):
         t_out = true_fn()
     fblock = tr.new_block()
-    with tr.block_guard(fblock):
+    with tr.block_guard(fblock), _side(tr, pred, False):
         f_out = false_fn()
     t_leaves, t_spec = _flatten(t_out)
     f_leaves, f_spec = _flatten(f_out)
@@ -328,22 +333,145 @@ def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=
         t_leaves, t_spec = [t_out] * len(f_leaves), f_spec
     if isinstance(f_out, Unreachable):
         f_leaves, f_spec = [f_out] * len(t_leaves), t_spec
-    if t_spec != f_spec:
-        raise error_at_user_line(
-            f"the branches of an `if` on a tensor return different structures ({t_spec} vs {f_spec})")
+    mark = tr.mark()
+    try:
+        if t_spec != f_spec:
+            raise _unmergeable(
+                f"the branches of an `if` on a tensor return different structures ({t_spec} vs {f_spec})")
+        spec, merged, outs, t_names, f_names = _merge(t_leaves, f_leaves, t_spec, tblock, fblock, tr,
+                                                      names, return_names, lines, jump, strict=True)
+    except _Unmergeable as exc:
+        # Values no program output can hold on both paths: convert the path
+        # these inputs take, and make the other one a decision check.
+        taken = _example_side(tr, pred)
+        tr.rollback(mark)
+        if taken is None:
+            if exc.args[0] != _NONE_PATH:
+                raise ConversionError(exc.message, exc.filename, exc.lineno) from None
+            # Which path these inputs take is unknown: the tensor path, the None path raising.
+            spec, merged, outs, t_names, f_names = _merge(t_leaves, f_leaves, t_spec, tblock, fblock, tr,
+                                                          names, return_names, lines, jump)
+        else:
+            dead = _specialise(tblock, fblock, taken, origin, "their values cannot be merged")
+            live_leaves, spec = (t_leaves, t_spec) if taken else (f_leaves, f_spec)
+            leaves = [dead] * len(live_leaves)
+            spec, merged, outs, t_names, f_names = _merge(
+                *((live_leaves, leaves) if taken else (leaves, live_leaves)), spec, tblock, fblock, tr,
+                names, return_names, lines, jump)
+    inputs = [n for n in _outer_reads([tblock, fblock]) if n != pred.name]
+    parent.append_op("cond", inputs={"Cond": [pred], "X": inputs}, outputs={"Out": outs},
+                     attrs={"true_block": tblock, "false_block": fblock,
+                            "true_outs": t_names, "false_outs": f_names}, origin=origin)
+    return _unflatten(merged, spec)
+
+
+def _merge(t_leaves, f_leaves, spec, tblock, fblock, tr, names, return_names, lines, jump, strict=False):
     merged, outs, t_names, f_names = [], [], [], []
     for i, (a, b) in enumerate(zip(t_leaves, f_leaves)):
-        value, yielded = _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines, jump)
+        value, yielded = _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines, jump,
+                                              strict)
         merged.append(value)
         if yielded is not None:
             outs.append(value)
             t_names.append(yielded[0])
             f_names.append(yielded[1])
-    inputs = [n for n in _outer_reads([tblock, fblock]) if n != pred.name]
-    parent.append_op("cond", inputs={"Cond": [pred], "X": inputs}, outputs={"Out": outs},
-                     attrs={"true_block": tblock, "false_block": fblock,
-                            "true_outs": t_names, "false_outs": f_names}, origin=origin)
-    return _unflatten(merged, t_spec)
+    return spec, merged, outs, t_names, f_names
+
+
+# -- branches converted for one side ---------------------------------------------------
+# A branch whose values cannot be merged with the other's (None and a
+# tensor, different structures), or whose tracing fails (a reshape valid
+# only for the sizes that take it), is converted for the side the example
+# inputs take. The other side becomes a `decision_failed` op: a run that
+# reaches it makes the declarative call convert again for its inputs, which
+# take that side (d2s/decisions.py); a saved program refuses such inputs.
+
+_NONE_PATH = "None on one path, a tensor on the other"
+
+
+class _Unmergeable(ConversionError):
+    """Branch values no program output can hold on both paths."""
+
+
+def _unmergeable(message):
+    err = error_at_user_line(message)
+    return _Unmergeable(err.message, err.filename, err.lineno)
+
+
+def _example_side(tr, pred):
+    """True/False: the side of `pred` the inputs being traced take; None
+    when replaying the ops that compute it cannot tell."""
+    value = tr.example_int(pred, None)
+    return None if value is None else bool(value)
+
+
+@contextlib.contextmanager
+def _side(tr, pred, side):
+    tr.sides.append((pred, side))
+    try:
+        yield
+    finally:
+        tr.sides.pop()
+
+
+def decide_failed_side(exc):
+    """For an exception raised inside torch or d2s while a side of a tensor
+    `if` was traced (a kernel refusing sizes that side never runs with, as
+    `view(b, h, 1, d)` under `if q_len == 1` with a symbolic q_len): when the
+    example inputs do not take this side (or a side around it), the side
+    becomes a `decision_failed` op (converted again when a run takes it)
+    and this returns True. False for an error the user's code raised
+    itself, or on a side the inputs take: that error is what eager raises."""
+    tr = tracer.current()
+    if not tr.sides or not _raised_by_torch(exc):
+        return False
+    for pred, side in reversed(tr.sides):
+        if _example_side(tr, pred) is (not side):
+            origin = user_origin()
+            framework.decision_failed(
+                f"this program was converted for inputs that do not take this side of a tensor `if` (tracing "
+                f"it failed: {type(exc).__name__}: {str(exc)[:200]}); these inputs take it, which d2s "
+                "converts when a declarative call first takes it: a saved program holds only the sides its "
+                "example inputs took (save from inputs that take this side for a program of its own)",
+                origin=origin)
+            return True
+    return False
+
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+def _raised_by_torch(exc):
+    """Whether `exc` is torch refusing the sizes it was given: a kernel's
+    inference failing (ops/capture.py marks it), or an error raised inside
+    torch's own Python code. Not an error the user's code raised (a
+    `raise`, an `assert`, `[1, 2][4]`): that one is what eager raises on
+    that side, a `raise` op."""
+    if getattr(exc, "kernel_failed", False):
+        return True
+    tb, last = exc.__traceback__, None
+    while tb is not None:
+        last, tb = tb.tb_frame.f_code.co_filename, tb.tb_next
+    return last is not None and last.startswith(_TORCH_DIR)
+
+
+def _specialise(tblock, fblock, taken, origin, why):
+    """Empty the side not `taken` and make it one `decision_failed` op;
+    returns the Unreachable value its outputs are."""
+    dead = fblock if taken else tblock
+    where = f"{origin[0]}:{origin[1]}" if origin else "a tensor `if`"
+    line = f" (`{origin[2]}`)" if origin and origin[2] else ""
+    tr = tracer.current()
+    with tr.block_guard(dead):
+        framework.decision_failed(
+            f"this program was converted for inputs that take the {'true' if taken else 'false'} side of the "
+            f"`if` at {where}{line} ({why}); these inputs take the other side, which d2s converts when a "
+            "declarative call first takes it: a saved program holds only the sides its example inputs took "
+            "(save from inputs that take this side for a program of its own)", origin=origin)
+    # First in the block: what the side traced before it (up to where its
+    # tracing failed) never runs.
+    dead.ops.insert(0, dead.ops.pop())
+    return Unreachable("decided")
 
 
 # -- while ----------------------------------------------------------------------------

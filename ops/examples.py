@@ -88,6 +88,12 @@ class _Replay:
 
     def _run(self, op, index):
         self.budget -= 1
+        if op.type == "cond" and self.budget >= 0:
+            # The output of the side the example takes (a `return` flag, a
+            # value one side sets): what that side's block computed.
+            side = "true" if bool(self.value(op.block.find_var(op.input("Cond")[0]))) else "false"
+            block = op.attrs[f"{side}_block"]
+            return self.value(block.find_var(op.attrs[f"{side}_outs"][index]))
         if self.budget < 0 or op.sub_blocks() or not is_registered(op.type):
             raise _Unknown(op.type)
         opdef = get_op_def(op.type)

@@ -14,6 +14,7 @@ import operator
 import torch
 
 from runtime.attrs import InputRef, OutputRef
+from runtime.errors import DecisionFailed
 from runtime.ir import TENSOR_ARRAY, Variable, torch_dtype
 
 from . import tracer
@@ -237,13 +238,69 @@ def check_all_true(valid):
 # An assert op of its own type, so that saving a program pruned to some
 # fetches can drop the checks of sizes of inputs it no longer feeds.
 
-register(OpDef("check_sizes", kernel=_assert_kernel, extra={"side_effect": True, "size_check": True}))
+def _check_sizes_kernel(cond, message):
+    if not bool(cond):
+        raise DecisionFailed(message)
+
+
+register(OpDef("check_sizes", kernel=_check_sizes_kernel, extra={"side_effect": True, "size_check": True}))
 
 
 def check_sizes(cond, message):
     """Raise `AssertionError(message)` when the program runs and the
     run-time Python bool `cond` is false."""
     _append("check_sizes", [cond], (InputRef(0), message), {}, [], None)
+
+
+def _decision_failed_kernel(message):
+    raise DecisionFailed(message)
+
+
+# The first op of a branch d2s converted only as "not taken": its inputs
+# could not be merged with the other branch's, or tracing it failed, for
+# the inputs the program was converted from (ops/control_flow.py).
+register(OpDef("decision_failed", kernel=_decision_failed_kernel, extra={"side_effect": True}))
+
+
+def decision_failed(message, origin=None):
+    """Raise `DecisionFailed(message)` when the program reaches this op."""
+    _append("decision_failed", [], (message,), {}, [], None, origin=origin)
+
+
+def _check_bool_kernel(x, expected, what):
+    if bool(x) != expected:
+        raise DecisionFailed(f"this program was converted for inputs where {what} is {expected}; these "
+                             f"inputs make it {not expected}: convert again for such inputs")
+
+
+# A Python bool a kernel argument needs, decided while tracing (ops/capture.py
+# _decide_bools).
+register(OpDef("check_bool", kernel=_check_bool_kernel, extra={"side_effect": True}))
+
+
+def check_bool(x, expected, what):
+    """Raise DecisionFailed when the program runs and `bool(x) != expected`."""
+    _append("check_bool", [_as_var(x)], (InputRef(0), bool(expected), what), {}, [], None)
+
+
+def _check_dims_kernel(x, dims, name):
+    for i, size in dims:
+        if x.shape[i] != size:
+            raise DecisionFailed(
+                f"this program was converted for '{name}' of size {size} in dimension {i} (a size of 0 or 1 "
+                f"makes torch decide differently); got {x.shape[i]}: convert again for such inputs")
+
+
+# Sizes of 0 or 1 a conversion took as they are (d2s/decisions.py converts
+# again with the example's sizes when a run breaks what tracing assumed at
+# another size). Pruned like the size checks.
+register(OpDef("check_dims", kernel=_check_dims_kernel, extra={"side_effect": True, "size_check": True}))
+
+
+def check_dims(x, dims):
+    """Raise DecisionFailed when the program runs and `x.shape[i] != size`
+    for one of the (i, size) of `dims`."""
+    _append("check_dims", [x], (InputRef(0), tuple(tuple(d) for d in dims), x.name), {}, [], None)
 
 
 def _check_strides_kernel(x, strides, name):

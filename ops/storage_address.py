@@ -17,16 +17,20 @@ wrong. Every other use of the address (a number, a hash, arithmetic) is
 refused too.
 """
 
-from .capture import error_at_user_line, user_name
+from runtime.errors import ConversionError
+
+from .capture import error_at_user_line, user_name, user_origin
 
 
 class StorageAddress:
     """The data pointer of one graph tensor (`var`)."""
 
-    __slots__ = ("var",)
+    __slots__ = ("var", "origin", "name")
 
     def __init__(self, var):
         self.var = var
+        # Where `x.data_ptr()` was written, for the refusal of returning it.
+        self.origin, self.name = user_origin(), user_name(var)
 
     def __eq__(self, other):
         if isinstance(other, StorageAddress) and other.var is self.var:
@@ -43,6 +47,15 @@ class StorageAddress:
 
     def __repr__(self):
         return f"<data_ptr of {self.var.name}>"
+
+    def refuse_returned(self):
+        message = (f"`data_ptr()` of {self.name} is returned, but the address exists only while the program runs "
+                   "(each run's tensors have their own): return the tensor, and read `.data_ptr()` of the result "
+                   "outside the declarative function")
+        if self.origin is None:
+            raise ConversionError(message)
+        filename, lineno, line = self.origin
+        raise ConversionError(f"{message}\n    {line}" if line else message, filename, lineno)
 
 
 def _refuse(name):

@@ -75,6 +75,7 @@ class Tracer:
         self.lifted = {}        # id(tensor) -> name of its persistable Variable
         self.expanding = set()  # Python-level torch functions whose body is being captured
         self.examples = {}      # feed name -> the tensor of the call being traced (ops/examples.py)
+        self.sides = []         # (condition, side) of each tensor `if` side being traced, innermost last
         self.reads_layout = False  # the trace read strides (`x.stride()`, `is_contiguous()`): see _strides
         self.layout_read_at = None  # where it first did: the user's (file, line, text)
         self._shapes = None     # ops.symbolic.Shapes, made on the first dynamic dimension

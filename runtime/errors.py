@@ -32,3 +32,12 @@ class ProgramError(Exception):
 class OpRuntimeError(RuntimeError):
     """An op failed while a program ran; the message shows the op and the user
     line that created it."""
+
+
+class DecisionFailed(AssertionError):
+    """A decision the program was converted under does not hold for this run:
+    a size assumption (`check_sizes`) or the side of a branch d2s could
+    convert only for the inputs that take it (`decision_failed`). A
+    declarative call converts again for such inputs and keeps both programs
+    (d2s/decisions.py); a saved program, which holds one, raises it. An
+    AssertionError, as the size checks always raised."""

@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from . import _debug
+from . import _debug, foreign_tracers
 from . import native, passes
 from .codegen import compile_program
 from .runner import check_shape, convert_input, run_compiled  # noqa: F401 - run_compiled re-exported
@@ -124,6 +124,10 @@ class Executor:
 
     # -- running ------------------------------------------------------------------------
     def run(self, program=None, feed=None, fetch_list=None, scope=None, return_numpy=True):
+        if foreign_tracers.active():  # torch.jit.trace, torch.export, torch.compile (runtime/foreign_tracers.py)
+            return foreign_tracers.call(self.run, (program, feed, fetch_list, scope, return_numpy), {},
+                                        "Executor.run of a d2s program",
+                                        [v for v in (feed or {}).values() if isinstance(v, torch.Tensor)])
         program = program or default_main_program()
         if not isinstance(program, Program):
             raise TypeError(f"Executor.run expects a Program, got {type(program).__name__}")

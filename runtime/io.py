@@ -28,6 +28,7 @@ import torch
 from .errors import ModelFormatError, ProgramError
 from .executor import resolve_persistables
 from .ir import Variable, default_main_program
+from .modes import mode_from_ops
 from .optable import get_op_def
 from . import output_tree
 from .format_rules import check_name, check_size, current_limits, escape
@@ -38,17 +39,20 @@ PARAMS_FILE = "params.safetensors"
 FORMAT_NAME = "d2s.inference_model"
 
 SavedModel = namedtuple("SavedModel", "program feed_names fetch_names params format_version producer "
-                                     "mode alternate state outputs state_updates",
-                        defaults=(None, None, None, None, ()))
+                                     "mode alternate state outputs state_updates both_modes",
+                        defaults=(None, None, None, None, (), False))
 SavedModel.__doc__ = """A validated model directory, parameters not yet bound
 (`params`: name -> tensor). What `python -m d2s inspect` shows. `mode` is
-"train", "eval" or None (the program serves either); `alternate` is the
+"train" or "eval", the mode the program was traced in, or None (not
+recorded: a loaded layer takes what its ops say, runtime/modes.py); `alternate` is the
 program of the other mode, an `Alternate`, when it differs; `state` is
 {"parameters": [...], "buffers": [...]}, the saved module's state-dict keys
 in order, or None. `outputs` is what a call returns around the fetches
 (runtime/output_tree.py), or None: the fetches, one tensor or a tuple.
 `state_updates` are (persistable name, fetch index) pairs: after a run,
-the module state that persistable holds becomes that fetch's value."""
+the module state that persistable holds becomes that fetch's value.
+`both_modes`: the program was traced in both modes and came out the same,
+so it serves both whatever its ops (runtime/modes.py)."""
 
 Alternate = namedtuple("Alternate", "mode program feed_names fetch_names outputs state_updates",
                        defaults=(None, ()))
@@ -73,10 +77,11 @@ def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_
     """
     del executor  # values are resolved from the program's bindings / the global scope
     program = main_program if main_program is not None else default_main_program()
-    save_model(dirname, (program, feeded_var_names, target_vars))
+    # The mode it was traced in, else (built under program_guard) what its ops say.
+    save_model(dirname, (program, feeded_var_names, target_vars), mode=program.mode or mode_from_ops(program))
 
 
-def save_model(dirname, main, mode=None, alternate=None, state=None):
+def save_model(dirname, main, mode=None, alternate=None, state=None, both_modes=False):
     """`save_inference_model` for one program or a train/eval pair.
 
     `main` and `alternate` are (program, feeds, targets[, outputs[,
@@ -88,7 +93,8 @@ def save_model(dirname, main, mode=None, alternate=None, state=None):
     built in the other one. `state` is {"parameters": {name: tensor},
     "buffers": {name: tensor}}, a module's state in state-dict order, saved
     so that a loaded layer has the same state-dict keys even for entries the
-    programs do not read.
+    programs do not read. `both_modes`: `main` was traced in both modes and
+    came out the same (no `alternate` then).
     """
     params = {}
     doc = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "producer": producer_versions()}
@@ -97,6 +103,8 @@ def save_model(dirname, main, mode=None, alternate=None, state=None):
     doc.update(_saved_part(main, params))
     if alternate is not None:
         doc["alternate"] = {"mode": MODES[1 - MODES.index(mode)], **_saved_part(alternate, params)}
+    if both_modes:
+        doc["both_modes"] = True
     if state is not None:
         doc["state"] = {kind: list(values) for kind, values in state.items()}
         for values in state.values():
@@ -408,6 +416,7 @@ def load_inference_model(dirname, executor, limits=None):
     device = getattr(getattr(executor, "place", None), "device", None)
     model = read_model(dirname, device, limits)
     program = model.program
+    program.mode = model.mode
     for name, value in model.params.items():
         program.bind(name, value)
     if device is not None:
@@ -433,7 +442,7 @@ def read_model(dirname, device=None, limits=None):
     programs = [program] + ([alternate.program] if alternate else [])
     params = _read_params(params_path, programs, state, device)
     return SavedModel(program, feed_names, fetch_names, params, doc["format_version"], doc["producer"],
-                      mode, alternate, state, outputs, updates)
+                      mode, alternate, state, outputs, updates, doc.get("both_modes", False))
 
 
 def _reject_constant(name):
@@ -544,6 +553,8 @@ def _parse_modes_and_state(doc, where, limits):
             raise ModelFormatError(f"{where}: \"alternate\" must hold the program of the mode other than "
                                    f"\"mode\" ({mode!r:.20})")
         alternate = Alternate(alternate["mode"], *_parse_part(alternate, f"{where}: alternate", limits))
+    if doc.get("both_modes", False) not in (True, False) or doc.get("both_modes") and alternate is not None:
+        raise ModelFormatError(f"{where}: \"both_modes\" must be true or false, and false with an \"alternate\"")
     state = doc.get("state")
     if state is not None:
         if not isinstance(state, dict) or set(state) != {"parameters", "buffers"}:

@@ -363,6 +363,9 @@ class Program:
         # so optimizer updates and in-place buffer updates stay shared).
         self.bound = {}
         self.device = torch.device("cpu")
+        # The `training` mode ("train" / "eval") of the modules it was traced
+        # with, None when none; a saved model records it (runtime/modes.py).
+        self.mode = None
 
     # -- structure -----------------------------------------------------------
     def global_block(self):

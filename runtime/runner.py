@@ -7,10 +7,14 @@
   - a feed is a tensor, a numpy array or a Python number/nested list of
     numbers; anything else (a string, None, an object) is a TypeError that
     names the feed;
-  - dtype: a value whose dtype differs from the feed's is cast only when the
-    cast keeps its kind or widens it (bool -> integer -> floating ->
-    complex, numpy's "same_kind" rule): 2.7 fed to an int64 feed is a
-    TypeError naming the feed, never a silent truncation to 2;
+  - dtype: a tensor or numpy array whose dtype differs from the feed's is
+    cast only where numpy's "safe" rule allows (every value representable:
+    float32 -> float64, int32 -> int64, int16 -> float32; not float64 ->
+    float32, int64 -> float32); Python numbers and lists, which have no
+    dtype of their own (numpy's NEP 50 "weak" scalars), take the feed's when
+    the kind keeps or widens (bool -> integer -> floating -> complex): 2.7
+    fed to an int64 feed is a TypeError naming the feed, never a silent
+    truncation to 2;
   - shape: the rank and every static dimension must match (-1 in the
     feed's shape is any size), else a ValueError naming the feed.
 """
@@ -34,15 +38,34 @@ def _kind(dtype):
     return 1
 
 
-def safe_cast(src, dst):
-    """Whether a `src` tensor may be fed where `dst` is expected."""
+def same_kind_cast(src, dst):
+    """Whether a Python value of `src` may be fed where `dst` is expected."""
     return src == dst or _kind(src) <= _kind(dst)
+
+
+# bfloat16, which numpy lacks: 8 significant bits (int8 and uint8 fit).
+_BFLOAT16_FROM = {torch.bool, torch.uint8, torch.int8}
+_BFLOAT16_TO = {torch.float32, torch.float64, torch.complex64, torch.complex128}
+
+
+def safe_cast(src, dst):
+    """Whether a `src` tensor may be fed where `dst` is expected: numpy's
+    "safe" casting, every `src` value representable in `dst`."""
+    if src == dst:
+        return True
+    if torch.bfloat16 in (src, dst):
+        return src in _BFLOAT16_FROM if dst == torch.bfloat16 else dst in _BFLOAT16_TO
+    try:
+        return bool(np.can_cast(np.dtype(dtype_name(src)), np.dtype(dtype_name(dst)), "safe"))
+    except TypeError:  # a dtype numpy does not know: only the same one
+        return False
 
 
 def convert_input(value, name, dtype, shape, what="feed", device=None):
     """`value` as a tensor for the feed `name` of `dtype` and `shape`, by the
     policy above. Tensors of the right dtype are passed as they are."""
     label = f"{what} {name!r}"
+    weak = not isinstance(value, (torch.Tensor, np.ndarray, np.generic))  # a Python number or list
     if isinstance(value, torch.Tensor):
         tensor = value
     elif isinstance(value, (np.ndarray, np.generic, bool, int, float, complex, list, tuple)):
@@ -60,10 +83,14 @@ def convert_input(value, name, dtype, shape, what="feed", device=None):
     else:
         raise TypeError(f"{label} expects a tensor of {dtype_name(dtype)}, got {_describe(value)}")
     if tensor.dtype != dtype:
-        if not safe_cast(tensor.dtype, dtype):
+        if weak and not same_kind_cast(tensor.dtype, dtype):
             raise TypeError(f"{label} expects {dtype_name(dtype)}, got {dtype_name(tensor.dtype)}: casting would "
                             f"lose information (only casts that keep or widen the kind are made: bool -> int -> "
                             f"float -> complex); convert it explicitly")
+        if not weak and not safe_cast(tensor.dtype, dtype):
+            raise TypeError(f"{label} expects {dtype_name(dtype)}, got {dtype_name(tensor.dtype)}: numpy's 'safe' "
+                            f"casting rule refuses it (some values would change); convert it explicitly, e.g. "
+                            f"`.to(torch.{dtype_name(dtype)})`, if that is what you mean")
         tensor = tensor.to(dtype)
     check_shape(tensor, name, shape, what)
     if device is not None and tensor.device != device:

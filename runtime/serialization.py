@@ -26,13 +26,29 @@ from .errors import ModelFormatError
 from .format_rules import check_collisions, check_name, check_size, current_limits
 from .ir import SCALAR, TENSOR, TENSOR_ARRAY, Block, Program, dtype_name
 from .optable import empty_table_hint, get_op_def, is_registered
+from .signatures import CallError, check_call
 
 # 2: symbolic dimensions ("s0", "2*s0") in shapes; scalar variables.
 FORMAT_VERSION = 2
 
 _KINDS = (TENSOR, TENSOR_ARRAY, SCALAR)
-# The text of a symbolic dimension: symbols, integers, arithmetic, min/max.
+# The text of a symbolic dimension: symbols (s0, u1), integers, arithmetic
+# and the size functions sympy prints; never evaluated, but only this, so a
+# dimension cannot read "nan", "inf" or code.
 _SYMBOLIC_DIM = re.compile(r"[A-Za-z0-9_ +\-*/%(),]{1,200}")
+_DIM_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DIM_SYMBOL = re.compile(r"[a-z]{1,4}[0-9]{1,6}")
+_DIM_FUNCTIONS = frozenset("Max Min Abs floor ceiling Mod FloorDiv CeilDiv CleanDiv PythonMod IntTrueDiv "
+                           "FloorToInt CeilToInt TruncToInt ModularIndexing Identity".split())
+# Sizes of real tensors stay far below this; 2**62 elements is no model's.
+MAX_DIM = 2**40
+
+
+def _valid_dim(d):
+    if isinstance(d, str):
+        return bool(_SYMBOLIC_DIM.fullmatch(d)) and all(
+            _DIM_SYMBOL.fullmatch(w) or w in _DIM_FUNCTIONS for w in _DIM_WORD.findall(d))
+    return isinstance(d, int) and not isinstance(d, bool) and -1 <= d <= MAX_DIM
 
 
 # -- writing -------------------------------------------------------------------------
@@ -200,9 +216,8 @@ class _Validator:
                 _fail(where, "is declared twice")
             shape = _expect(var.get("shape"), (list,), where, "'shape'")
             for d in shape:
-                if not (_SYMBOLIC_DIM.fullmatch(d) if isinstance(d, str) else
-                        isinstance(d, int) and not isinstance(d, bool) and d >= -1):
-                    _fail(where, f"bad dimension {d!r} in shape {shape!r} (ints >= 0, -1 for unknown, "
+                if not _valid_dim(d):
+                    _fail(where, f"bad dimension {d!r:.40} in shape {shape!r:.80} (ints 0..2**40, -1 for unknown, "
                           "or a size expression such as \"2*s0\")")
             dtype = _expect(var.get("dtype"), (str,), where, "'dtype'")
             try:
@@ -249,6 +264,11 @@ class _Validator:
             if missing:
                 _fail(where, f"missing attribute(s) {missing}")
             _check_attr_schema(opdef, attrs, where)
+            if self.limits and opdef.kernel is not None and "args" in attrs:
+                try:  # a file's call must be one torch's signature takes (runtime/signatures.py)
+                    check_call(opdef.kernel, attrs["args"], attrs.get("kwargs", {}))
+                except CallError as exc:
+                    _fail(where, f"a call its torch signature does not take: {exc}")
             block.append_op(op_type, inputs, outputs, attrs, self._origin(op.get("origin"), where))
 
     def _slots(self, block, slots, allowed, where, what):

@@ -16,7 +16,7 @@ import torch
 
 from ops.autograd_function import is_function_apply, record_apply
 from ops import tracer
-from ops.capture import error_at_user_line, refuse_denied
+from ops.capture import decide_bools, error_at_user_line, refuse_denied
 from ops.optimizer_ops import record_optimizer_call
 from runtime.ir import Variable
 
@@ -109,6 +109,36 @@ def _tensor_method(fn):
 
 
 
+@functools.lru_cache(maxsize=None)
+def _takes_bools(fn):
+    """Whether `fn` is a torch C function with a `bool` parameter in its ATen schema."""
+    if not (getattr(fn, "__module__", None) or "").startswith("torch"):
+        return False
+    try:
+        schemas = torch._C._jit_get_schemas_for_operator(f"aten::{fn.__name__}")
+    except RuntimeError:
+        return False
+    return any(str(arg.type) == "bool" for schema in schemas for arg in schema.arguments)
+
+
+def _deciding_bools(fn):
+    """A torch C function whose argument parser refuses a run-time bool
+    (`is_causal=q_len > 1`, a SymBool or a 0-d bool graph tensor) before any
+    capture hook runs: called again with that bool decided for the inputs
+    being traced, and checked when the program runs (ops.capture.decide_bools)."""
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TypeError as exc:
+            if "must be bool, not" not in str(exc):
+                raise
+            args, kwargs, changed = decide_bools(args, kwargs, getattr(fn, "__name__", "a torch function"))
+            if not changed:
+                raise
+        return fn(*args, **kwargs)
+    return call
+
+
 def convert_call(fn):
     """The callable to call in place of ``fn``. Equivalent Python: ``return fn``.
 
@@ -134,6 +164,8 @@ def convert_call(fn):
         return functools.partial(_call_with_packed_sizes, fn)
     if isinstance(fn, _C_METHODS) and getattr(fn, "__objclass__", None) in _TENSOR_CLASSES:
         return _tensor_method(fn)
+    if isinstance(fn, types.BuiltinFunctionType) and _takes_bools(fn):
+        return _deciding_bools(fn)
     if isinstance(fn, functools.partial):  # the function it wraps is user code to convert too
         return functools.partial(convert_call(fn.func), *fn.args, **fn.keywords)
     if isinstance(fn, StaticFunction):

@@ -23,10 +23,17 @@ def raising_as_op(fn):
         mark = tr.mark()
         try:
             return fn()
-        except ConversionError:
+        except ConversionError as exc:
+            # A kernel refusing the sizes of a side these inputs skip:
+            # converted when a run takes it (ops/control_flow.decide_failed_side).
+            if getattr(exc, "kernel_failed", False):
+                tr.rollback(mark)
+                if cf.decide_failed_side(exc):
+                    return cf.Unreachable("branch")
             raise
         except Exception as exc:  # noqa: BLE001 - the user's error, raised when the branch runs
             tr.rollback(mark)
-            fw.raise_(exc)
+            if not cf.decide_failed_side(exc):  # (torch failing on a side these inputs do not take)
+                fw.raise_(exc)
             return cf.Unreachable("branch")
     return run

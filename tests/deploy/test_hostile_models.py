@@ -72,6 +72,27 @@ def _call_attr(key, value):
     return edit
 
 
+def _op_attr(op_type, key, value, index=None):
+    """Set attribute `key` of the first `op_type` op (or item `index` of it)."""
+    def edit(doc):
+        attrs = _ops(doc, op_type)[0]["attrs"]
+        if index is None:
+            attrs[key] = value
+        else:
+            attrs[key]["$tuple"][index] = value
+    return edit
+
+
+def _extra_arg(op_type, value):
+    return lambda doc: _ops(doc, op_type)[0]["attrs"]["args"]["$tuple"].append(value)
+
+
+def _dim(value):
+    def edit(doc):
+        _vars(doc)[0]["shape"][0] = value  # x: ["s0", 4]
+    return edit
+
+
 def _cond(fn):
     return lambda doc: fn(_ops(doc, "cond")[0], doc)
 
@@ -147,6 +168,9 @@ HOSTILE = {
     "producer with a newline": (lambda d: d["producer"].update(d2s="0.1\nfetches:"), "short printable"),
     "unknown mode": (lambda d: d.update(mode="os.system"), '"mode" must be "train" or "eval"'),
     "alternate of the same mode": (lambda d: _alternate(d, "eval", "eval"), "the mode other than"),
+    "both_modes not a bool": (lambda d: d.update(both_modes="yes"), '"both_modes" must be true or false'),
+    "both_modes with an alternate": (lambda d: (_alternate(d, "eval", "train"), d.update(both_modes=True)),
+                                     '"both_modes" must be true or false, and false with an "alternate"'),
     "alternate with a hostile op": (lambda d: _alternate(d, "eval", "train", op_type="os.system"),
                                     "alternate: invalid program: block 0, op 0: op type 'os.system'"),
     "state name with ../": (lambda d: d.update(state={"parameters": ["../x"], "buffers": []}),
@@ -167,6 +191,38 @@ HOSTILE = {
                                         "from a fetch of another dtype or shape"),
     "state update from a fetch it lacks": (lambda d: d.update(state_updates=[["fc.weight", 3]]),
                                            "is not a [name, fetch index] pair"),
+    # Calls checked against the kernel's torch signature (runtime/signatures.py).
+    "dtype holding a device": (_op_attr("fill_constant", "args", {"$device": "cpu"}, 1),
+                               "argument 'dtype' takes a dtype, got device(type='cpu')"),
+    "dtype holding a string": (_op_attr("fill_constant", "args", "float32", 1),
+                               "argument 'dtype' takes a dtype, got 'float32'"),
+    "dtype holding a layout": (_op_attr("fill_constant", "args", {"$layout": "strided"}, 1),
+                               "argument 'dtype' takes a dtype, got torch.strided"),
+    "a __class__ keyword": (_op_attr("torch.nn.functional.linear", "kwargs", {"__class__": 1}),
+                            "keyword '__class__' is not an argument of any torch function"),
+    "a keyword the function does not take": (
+        _op_attr("torch.nn.functional.linear", "kwargs", {"weights": {"$in": 1}}),
+        "keyword 'weights' is not an argument of this function (it takes bias, input, weight)"),
+    "too many positional arguments": (_extra_arg("torch.nn.functional.linear", 7),
+                                      "4 positional arguments, but this function takes 3"),
+    "a dtype where a tensor goes": (_op_attr("torch.nn.functional.linear", "args", {"$dtype": "float32"}, 2),
+                                    "argument 'bias' takes no dtype, got torch.float32"),
+    "a method's dtype keyword holding a string": (_op_attr("torch.Tensor.sum", "kwargs", {"dtype": "float64"}),
+                                                  "argument 'dtype' takes a dtype, got 'float64'"),
+    "a layout keyword holding a memory format": (
+        _op_attr("torch.Tensor.sum", "kwargs", {"layout": {"$memory_format": "channels_last"}}),
+        "argument 'layout' takes a layout, got torch.channels_last"),
+    "a d2s op called with an extra keyword": (_op_attr("fill_constant", "kwargs", {"device": "cpu"}),
+                                              "got an unexpected keyword argument 'device'"),
+    # Variable shapes: ints in 0..2**40, -1, or size expressions of symbols.
+    "a dimension 'nan'": (_dim("nan"), "bad dimension "),
+    "a dimension 'inf'": (_dim("inf"), "bad dimension "),
+    "a dimension '-inf'": (_dim("-inf"), "bad dimension "),
+    "a dimension of code": (_dim("__import__(os)"), "bad dimension "),
+    "a dimension naming a word": (_dim("s0 + batch"), "bad dimension "),
+    "a dimension of 2**62": (_dim(2**62), "bad dimension 4611686018427387904"),
+    "a dimension of -2": (_dim(-2), "bad dimension -2"),
+    "a float dimension": (_dim(2.5), "bad dimension 2.5"),
 }
 
 

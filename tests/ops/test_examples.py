@@ -54,13 +54,9 @@ def test_one_program_later_values_match_eager_or_fail_a_check():
     x = torch.arange(8.0)
     for values in ([1, 2], [2, 2], [0, 1]):  # the first builds the program; the others reuse it
         n = torch.tensor(values)
-        try:
-            got = fn(x, n)
-        except AssertionError as exc:  # a size check of the program, as documented
-            assert "converted for inputs where" in str(exc)
-            continue
-        torch.testing.assert_close(got, narrow_by(x, n), rtol=0, atol=0)
-    assert len(fn.program_cache) == 1
+        # or, where one breaks a size check of the program, convert again (d2s/decisions.py)
+        torch.testing.assert_close(fn(x, n), narrow_by(x, n), rtol=0, atol=0)
+    assert len(fn.program_cache) == 2
 
 
 def test_an_input_written_in_place_is_not_its_example():

@@ -81,8 +81,12 @@ def test_an_assumption_on_sizes_is_checked_when_the_program_runs():
     # a program input breaking that raises instead of computing something else.
     static = d2s.declarative(broadcast_add, input_spec=[d2s.InputSpec([None, 3]), d2s.InputSpec([None, 3])])
     _run_all(static, broadcast_add, [(torch.randn(4, 3), torch.randn(4, 3)), (torch.randn(2, 3), torch.randn(2, 3))])
+    first = static.concrete_program
+    x, y = torch.randn(4, 3), torch.randn(1, 3)
     with pytest.raises(AssertionError, match=r"s0 == s1 \(s0 = x.size\(0\), s1 = y.size\(0\)\)"):
-        static(torch.randn(4, 3), torch.randn(1, 3))
+        first.run([x, y])
+    # A declarative call converts again for such inputs (d2s/decisions.py).
+    assert torch.equal(static(x, y), broadcast_add(x, y)) and len(static.program_cache) == 2
 
 
 def size_control_flow(x):
@@ -121,8 +125,11 @@ def test_an_assumption_that_changes_a_shape_at_size_1_is_kept():
     # assumes it is not, and a batch of 1 must not silently get batch-4 semantics.
     static = d2s.declarative(squeeze_then_size, input_spec=[d2s.InputSpec([None, 3])])
     _run_all(static, squeeze_then_size, [(torch.randn(4, 3),), (torch.randn(2, 3),)])
+    first, x = static.concrete_program, torch.randn(1, 3)
     with pytest.raises(AssertionError, match=r"s0 != 1 \(s0 = x.size\(0\)\)"):
-        static(torch.randn(1, 3))
+        first.run([x])
+    got = static(x)  # converted again for batch 1
+    assert torch.equal(got, squeeze_then_size(x)) and len(static.program_cache) == 2
 
 
 def new_of_int(x, n):

@@ -75,7 +75,7 @@ def test_numpy_feed_is_not_mutated_by_in_place_op():
 def test_feed_dtype_is_converted_and_results_are_numpy_or_tensors():
     p, x, y = _mlp_program()
     exe = runtime.Executor()
-    out, = exe.run(p, feed={"x": np.ones((4, 3), np.float64)}, fetch_list=[y])
+    out, = exe.run(p, feed={"x": np.ones((4, 3), np.float16)}, fetch_list=[y])
     assert isinstance(out, np.ndarray) and out.dtype == np.float32 and out.shape == (4,)
     t, = exe.run(p, feed={"x": torch.ones(1, 3)}, fetch_list=[y], return_numpy=False)
     assert isinstance(t, torch.Tensor) and t.tolist() == [9.0]
@@ -96,7 +96,7 @@ def test_feed_errors(feed, match):
 def test_fetch_of_unknown_name_and_wrong_program_type():
     p, x, y = _mlp_program()
     with pytest.raises(ValueError, match="fetch target 'zzz'"):
-        runtime.Executor().run(p, feed={"x": np.ones((1, 3))}, fetch_list=["zzz"])
+        runtime.Executor().run(p, feed={"x": np.ones((1, 3), np.float32)}, fetch_list=["zzz"])
     with pytest.raises(TypeError):
         runtime.Executor().run("program")
 
@@ -118,21 +118,21 @@ def test_debug_level_3_prints_each_op(capfd):
     p, x, y = _mlp_program()
     _debug.set_verbosity(3)
     try:
-        runtime.Executor().run(p, feed={"x": np.ones((1, 3))}, fetch_list=[y])
+        runtime.Executor().run(p, feed={"x": np.ones((1, 3), np.float32)}, fetch_list=[y])
     finally:
         _debug.set_verbosity(None)
     err = capfd.readouterr().err
     runs = [l for l in err.splitlines() if l.startswith("[d2s] run ")]
     assert len(runs) == len(p.global_block().ops) == 4
     assert "torch.relu" in runs[1]
-    runtime.Executor().run(p, feed={"x": np.ones((1, 3))}, fetch_list=[y])
+    runtime.Executor().run(p, feed={"x": np.ones((1, 3), np.float32)}, fetch_list=[y])
     assert "[d2s] run" not in capfd.readouterr().err  # level 0 again: the untraced function
 
 
 def test_debug_env_variable(monkeypatch, capfd):
     p, x, y = _mlp_program()
     monkeypatch.setenv("D2S_DEBUG", "3")
-    runtime.Executor().run(p, feed={"x": np.ones((1, 3))}, fetch_list=[y])
+    runtime.Executor().run(p, feed={"x": np.ones((1, 3), np.float32)}, fetch_list=[y])
     assert capfd.readouterr().err.count("[d2s] run ") == 4
 
 
@@ -173,8 +173,8 @@ def test_cond_branch_shapes_merge_to_minus_one():
     p, out = _build(lambda x: ops.cond(x.sum() > 0, lambda: x, lambda: x[:1]), [4, 3])
     assert out.shape == (-1, 3)
     exe = runtime.Executor()
-    assert exe.run(p, feed={"x": np.ones((4, 3))}, fetch_list=[out])[0].shape == (4, 3)
-    assert exe.run(p, feed={"x": -np.ones((4, 3))}, fetch_list=[out])[0].shape == (1, 3)
+    assert exe.run(p, feed={"x": np.ones((4, 3), np.float32)}, fetch_list=[out])[0].shape == (4, 3)
+    assert exe.run(p, feed={"x": -np.ones((4, 3), np.float32)}, fetch_list=[out])[0].shape == (1, 3)
 
 
 def test_cond_dtype_mismatch_names_output():

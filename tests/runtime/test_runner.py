@@ -50,11 +50,27 @@ def test_executor_makes_safe_casts():
 
 
 @pytest.mark.parametrize("src, dst, ok", [
-    (torch.bool, torch.int64, True), (torch.int32, torch.float32, True), (torch.float64, torch.float32, True),
+    (torch.bool, torch.int64, True), (torch.int16, torch.float32, True), (torch.int32, torch.float64, True),
+    (torch.float32, torch.float64, True), (torch.float16, torch.float32, True), (torch.bfloat16, torch.float32, True),
+    (torch.uint8, torch.bfloat16, True), (torch.float32, torch.complex64, True),
+    # numpy's "safe" rule: some values would change
+    (torch.float64, torch.float32, False), (torch.int32, torch.float32, False), (torch.int64, torch.float32, False),
+    (torch.float16, torch.bfloat16, False), (torch.int64, torch.int32, False),
     (torch.float32, torch.int64, False), (torch.int64, torch.bool, False), (torch.complex64, torch.float64, False),
 ])
 def test_safe_cast_rule(src, dst, ok):
     assert safe_cast(src, dst) is ok
+    if torch.bfloat16 not in (src, dst):  # numpy's own rule, where numpy has the dtypes
+        assert np.can_cast(torch.empty(0, dtype=src).numpy().dtype, torch.empty(0, dtype=dst).numpy().dtype,
+                           "safe") is ok
+
+
+@pytest.mark.parametrize("value", [torch.ones(2, 3, dtype=torch.float64), np.ones((2, 3)),
+                                   torch.ones(2, 3, dtype=torch.int64)])
+def test_feeds_of_another_dtype_are_refused_naming_the_feed(value):
+    program, y, m = _program()
+    with pytest.raises(TypeError, match=r"feed 'x' expects float32, got (float64|int64): numpy's 'safe' casting"):
+        runtime.Executor().run(program, feed={"n": 1, "x": value}, fetch_list=[y])
 
 
 @pytest.mark.parametrize("args, error, message", [
@@ -71,7 +87,9 @@ def test_input_spec_is_matched_to_the_parameters(args, error, message):
 
 def test_input_spec_casts_safely_and_keeps_one_program():
     scaled.program_cache.clear()
-    assert scaled(torch.ones(2, 3, dtype=torch.float64)).dtype == torch.float32
+    assert scaled(torch.ones(2, 3, dtype=torch.float16)).dtype == torch.float32
+    with pytest.raises(TypeError, match=r"argument 'x' expects float32, got float64: numpy's 'safe' casting"):
+        scaled(torch.ones(2, 3, dtype=torch.float64))  # never computed in float32 silently
     assert torch.equal(scaled(np.ones((4, 3), np.float32)), torch.full((4, 3), 2.0))
     assert len(scaled.program_cache) == 1
     with pytest.raises(TypeError, match=r"argument 'idx' expects int64, got float32"):
@@ -83,7 +101,7 @@ def test_traced_layer_checks_its_inputs():
     model = Affine()
     _, traced = d2s.TracedLayer.trace(model, [torch.randn(4, 3)])
     x = torch.randn(4, 3)
-    assert torch.equal(traced(x.double()), model(x.double().float()))
+    assert torch.equal(traced(x.half()), model(x.half().float()))
     with pytest.raises(TypeError, match=r"expected 1 input\(s\) \(input_0\), got 2"):
         traced(x, x)
     with pytest.raises(ValueError, match=r"input 'input_0' expects shape \[4, 3\]"):
@@ -98,7 +116,9 @@ def test_translated_layer_checks_its_inputs(tmp_path):
     d2s.jit.save(static, str(tmp_path / "m"), input_spec=[d2s.InputSpec([None, 3])])
     loaded = d2s.jit.load(str(tmp_path / "m"))
     x = torch.randn(2, 3)
-    torch.testing.assert_close(loaded(x.double()), static(x))
+    torch.testing.assert_close(loaded(x.half()), static(x.half().float()))
+    with pytest.raises(TypeError, match=r"input 'x' expects float32, got float64: numpy's 'safe' casting"):
+        loaded(x.double())
     with pytest.raises(TypeError, match=r"input 'x' expects float32, got complex64"):
         loaded(x.to(torch.complex64))
     with pytest.raises(TypeError, match=r"input 'x' expects a tensor of float32, got None"):

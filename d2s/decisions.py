@@ -1,0 +1,154 @@
+"""Programs converted under decisions that a run may break.
+
+A program holds what tracing decided for the inputs it was converted from
+and checks it when it runs (DESIGN, Semantics 3 and 8):
+
+- size assumptions (`check_sizes` ops: `s0 != 1` for a `zip` over rows,
+  `(s0 % s1) != 0` for a reshape), and
+- the side of a tensor `if` d2s could convert only for inputs that take it
+  (`decision_failed` ops, ops/control_flow.py): the branches give values
+  no program output holds on both paths (`None` and a tensor), or tracing
+  the side never taken fails (`if q_len == 1:` holding a view valid only
+  for length 1).
+
+A run whose inputs break a decision raises `DecisionFailed`. The call then
+converts again for those inputs, as a failed guard in torch.compile
+recompiles, and keeps both programs under the same cache key: each key
+has a group of programs, the most recent one first in the cache, and a
+failure tries the others before converting again. Each program counts
+toward the many-programs warning. A saved program holds one of them and
+raises the DecisionFailed (naming the decision) for inputs it cannot serve.
+
+A failed run is run again only when nothing it did before the check can
+be seen: an in-place write to an input or a parameter, a random draw or a
+print before it would happen twice, so such a program refuses instead.
+"""
+
+from runtime import runner
+from runtime.errors import DecisionFailed
+from runtime.optable import get_op_def, is_registered
+
+
+class Group:
+    """The programs of one cache key, each converted under other decisions."""
+
+    __slots__ = ("programs",)
+
+    def __init__(self, first):
+        self.programs = [first]
+
+
+def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None):
+    """The result of the call whose run of `concrete` raised `failure`
+    (a DecisionFailed): another program of the key's group whose decisions
+    hold for these inputs, else one converted for them now (`form`: how the
+    caller passed the arguments, StaticFunction._as_called)."""
+    _refuse_repeated_effects(concrete, failure)
+    group = concrete.decisions or Group(concrete)
+    concrete.decisions = group
+    cache = static.program_cache
+    for other in group.programs:
+        if other is concrete or not _fits(other, tensors):
+            continue
+        try:
+            result = other.run(tensors)
+        except DecisionFailed as again:
+            _refuse_repeated_effects(other, again)
+            continue
+        _hold(cache, key, group)
+        cache.put(key, other)  # the most recent first: the next such call is a plain hit
+        cache.last = other
+        return result
+    _hold(cache, key, group)
+    fresh = static._build(key, args, kwargs, exact=True, form=form)
+    fresh.decisions = group
+    group.programs.append(fresh)
+    cache.last = fresh
+    return fresh.run(tensors)
+
+
+def _hold(cache, key, group):
+    """Every program of the group under a key of its own as well: they count
+    toward the many-programs warning, and the cache's size bound holds them."""
+    for i, program in enumerate(group.programs):
+        cache.put((("decided", i),) + key, program)
+
+
+def _fits(concrete, tensors):
+    """Whether the feeds' static sizes are these tensors' (a program
+    converted for a size of 1 checks it at its start; this skips the run)."""
+    return all(d == n for var, t in zip(concrete.inputs, tensors) if var.dims and len(var.dims) == t.dim()
+               for d, n in zip(var.dims, t.shape) if type(d) is int and d >= 0)
+
+
+def _refuse_repeated_effects(concrete, failure):
+    """Raise `failure` (naming why) when the failed run did something
+    observable before its check, which running again would repeat."""
+    op = None
+    for entry in (concrete.compiled, concrete._inference):
+        op = op or (entry is not None and runner._failing_op(entry, failure.__traceback__)) or None
+    if op is None:
+        raise failure
+    effect = _effect_before(op)
+    if effect is not None:
+        where = f" (created at {effect.origin[0]}:{effect.origin[1]})" if effect.origin else ""
+        raise RuntimeError(
+            f"{failure}\nd2s cannot convert again and rerun this call: before the check, the program ran "
+            f"`{effect.type}`{where}, which changes state a second run would change again (an in-place "
+            "write to an input or parameter, a random draw, a print); call it once with inputs that take this "
+            "path before any other, or move the decision before that op") from None
+
+
+def _effect_before(failing):
+    """An observable op the run executed before `failing`: in the global
+    block before the op that holds it, or anywhere in that op's blocks."""
+    top = failing
+    while top.block.parent_idx >= 0:
+        top = _holder(top)
+        if top is None:
+            return None
+    ops = top.block.ops
+    before = ops[:ops.index(top)] if top in ops else ops
+    candidates = list(_walk(before)) + [o for b in top.sub_blocks() for o in _walk(b.ops)]
+    return next((o for o in candidates if o is not failing and _observable(o)), None)
+
+
+def _holder(op):
+    """The op in the parent block whose sub-block holds `op`'s block."""
+    block = op.block
+    parent = block.program.blocks[block.parent_idx]
+    return next((o for o in parent.ops if block in o.sub_blocks()), None)
+
+
+def _walk(ops):
+    for op in ops:
+        yield op
+        for block in op.sub_blocks():
+            yield from _walk(block.ops)
+
+
+def _observable(op):
+    if op.type == "print":
+        return True
+    if not is_registered(op.type):
+        return False
+    opdef = get_op_def(op.type)
+    if opdef.random:
+        return True
+    if not opdef.mutates:
+        return False
+    program = op.block.program
+    for name in op.input_names:
+        var = _find(op.block, name)
+        if var is not None and (var.persistable or var.is_data or name in program.bound):
+            return True
+    return False
+
+
+def _find(block, name):
+    while True:
+        if name in block.vars:
+            return block.vars[name]
+        if block.parent_idx < 0:
+            return None
+        block = block.program.blocks[block.parent_idx]

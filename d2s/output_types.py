@@ -1,0 +1,132 @@
+"""What a traced function returned, as the tree `runtime/output_tree.py`
+rebuilds after each run: the user's own types around the fetched tensors.
+
+Eager code returns ModelOutputs, dataclasses, named tuples, dict subclasses
+and objects holding tensors (transformers' `DynamicCache`). A program must
+give back the same types holding the *run's* tensors: an object kept from
+tracing would hold the trace's Variables (a silent wrong value). So every
+value on the way to a Variable becomes a node rebuilt on each run:
+
+- tuples, lists (and their subclasses), named tuples, `torch.Size`, dicts:
+  as before;
+- a class registered with `torch.utils._pytree` (ModelOutput,
+  OrderedDict, defaultdict, ...): flattened and rebuilt by its own
+  registered functions;
+- any other object whose `__dict__` reaches a Variable (a dataclass, a
+  cache object, a dict subclass): a new instance with the same attributes
+  (and items), made as `copy.copy` makes one.
+
+A value that reaches no Variable stays the object itself (a constant). A
+value that holds a Variable where no node can reach it (`__slots__`, a set)
+is refused by name: returning it would hand out graph values.
+"""
+
+import types
+
+import torch
+import torch.utils._pytree as pytree
+
+from ops.capture import dispatch, graph_condition, lift, stands_for_number
+from ops.framework import scalar_copy
+from ops.storage_address import StorageAddress
+from runtime.errors import ConversionError
+from runtime.ir import SCALAR, Variable
+
+_MAX_DEPTH = 64
+_CODE = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType)
+
+
+def output_tree(value, fetch, numbers=False):
+    """The returned structure with ('fetch', i) for each Variable.
+    `numbers` (the function's return value): a Variable standing for a
+    Python number (`t.item()`, `int(t)`, a carried counter) is ('number', i),
+    given back as the Python number eager returns."""
+    return _tree(value, fetch, numbers, 0, ())
+
+
+def _tree(value, fetch, numbers, depth, path):
+    if depth > _MAX_DEPTH:
+        raise ConversionError(f"the returned value is nested deeper than {_MAX_DEPTH} levels ({_where(path)})")
+    value = graph_condition(value)  # a returned run-time size: fetched as a Python number
+    if isinstance(value, Variable):
+        return _leaf(value, fetch, numbers)
+    if isinstance(value, torch.Tensor):
+        fetch.append(lift(value))
+        return ("fetch", len(fetch) - 1)
+    if isinstance(value, StorageAddress):
+        value.refuse_returned()  # an address exists only while a program runs
+    if isinstance(value, (list, tuple)):
+        return (type(value), [_tree(v, fetch, numbers, depth + 1, path + (f"[{i}]",)) for i, v in enumerate(value)])
+    if type(value) in pytree.SUPPORTED_NODES and type(value) is not dict:
+        # Registered by its package (transformers' ModelOutputs) or by torch
+        # (OrderedDict, defaultdict, deque): that package's flatten and unflatten.
+        node = pytree.SUPPORTED_NODES[type(value)]
+        children, context = node.flatten_fn(value)
+        return ("pytree", (type(value), context, [_tree(c, fetch, numbers, depth + 1, path + (f"[{i}]",))
+                                                  for i, c in enumerate(children)]))
+    if type(value) is dict:
+        return (dict, {k: _tree(v, fetch, numbers, depth + 1, path + (f"[{k!r}]",)) for k, v in value.items()})
+    if not _holds_variable(value, depth, set()):
+        return ("const", value)
+    attrs = getattr(value, "__dict__", None)
+    if type(attrs) is not dict or _slots(type(value)) or isinstance(value, (torch.nn.Module, set, frozenset)):
+        raise ConversionError(
+            f"the returned value holds a tensor computed by the program inside a {type(value).__name__} "
+            f"({_where(path)}), which d2s cannot rebuild with each run's tensors; return tensors in tuples, "
+            "lists, dicts, named tuples, dataclasses or plain objects, or register the class with "
+            "torch.utils._pytree")
+    items = None
+    if isinstance(value, dict):
+        items = [(k, _tree(v, fetch, numbers, depth + 1, path + (f"[{k!r}]",))) for k, v in value.items()]
+    return ("object", (type(value), {k: _tree(v, fetch, numbers, depth + 1, path + (f".{k}",))
+                                      for k, v in attrs.items()}, items))
+
+
+def _leaf(value, fetch, numbers):
+    if any(v is value for v in fetch):
+        # Returned twice (`return y, y`): the second is a view of the
+        # first under a name of its own, so the fetch list never repeats
+        # a name and a saved program returns both.
+        value = scalar_copy(value) if value.kind == SCALAR else dispatch(torch.Tensor.view_as, (value, value), {})
+    fetch.append(value)
+    number = numbers and value.kind != SCALAR and stands_for_number(value)
+    return ("number" if number else "fetch", len(fetch) - 1)
+
+
+def holds_variable(value):
+    """Whether a graph Variable is reachable from `value` (containers and
+    object attributes; not modules)."""
+    return _holds_variable(value, 0, set())
+
+
+def _slots(cls):
+    return any(getattr(c, "__slots__", ()) for c in cls.__mro__[:-1] if c not in (dict, list, tuple))
+
+
+def _holds_variable(value, depth, seen):
+    """Whether a Variable is reachable from `value` through containers and
+    object attributes (modules, types and functions are not looked into)."""
+    if isinstance(value, Variable):
+        return True
+    if value is None or isinstance(value, (torch.Tensor, str, bytes, int, float, complex, type, torch.nn.Module)) \
+            or isinstance(value, _CODE) or depth > _MAX_DEPTH or id(value) in seen:
+        return False
+    seen.add(id(value))
+    if isinstance(value, dict):
+        if any(_holds_variable(v, depth + 1, seen) for v in value.values()):
+            return True
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        if any(_holds_variable(v, depth + 1, seen) for v in value):
+            return True
+    attrs = getattr(value, "__dict__", None)
+    if type(attrs) is dict and any(_holds_variable(v, depth + 1, seen) for v in attrs.values()):
+        return True
+    for cls in type(value).__mro__[:-1]:
+        for slot in getattr(cls, "__slots__", ()):
+            if isinstance(slot, str) and _holds_variable(getattr(value, slot, None), depth + 1, seen):
+                return True
+    return False
+
+
+def _where(path):
+    return "the returned value" + "".join(path)

@@ -1,0 +1,206 @@
+"""Decisions a program checks when it runs, and converting again when a run
+breaks one (d2s/decisions.py; DESIGN, Semantics 3 and 8; issue 22 classes
+2, 4 and 5, issue 21's size assumptions):
+
+- a tensor `if` whose sides give values no output holds on both (None and a
+  tensor: transformers' mask helpers) is converted for the side taken;
+- a Python `if` on a run-time size whose other side cannot be traced (a
+  view valid only for length 1) likewise;
+- a symbolic comparison reaching a torch argument that takes only a Python
+  bool (`is_causal=q_len > 1`) is decided and checked;
+- an InputSpec program whose size assumptions (`s0 == s1` for a broadcast,
+  `s0 // s1 != 0` for a reshape) fail is converted again.
+
+Each: eager == declarative on inputs taking every path, in both orders, the
+documented number of programs, each holding its checks."""
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import d2s
+from d2s import static_function
+from runtime.errors import DecisionFailed
+
+
+def _ops(program):
+    return [op.type for block in program.blocks for op in block.ops]
+
+
+# -- class 2: None on one side, a tensor on the other --------------------------------------------
+
+def mask_or_none(mask):
+    if mask.all():  # nothing masked: no mask at all (transformers' _ignore_causal_mask_sdpa & co.)
+        return None
+    return (1.0 - mask[:, None, :]) * -1e9
+
+
+def attend(x, mask):
+    m = mask_or_none(mask)
+    scores = x @ x.transpose(-1, -2)
+    if m is not None:
+        scores = scores + m
+    return scores.softmax(-1)
+
+
+def ternary(x, mask):
+    m = None if mask.all() else mask[:, None, :] * -1e9
+    return x if m is None else x + m
+
+
+FULL, PADDED = torch.ones(2, 3), torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+
+
+@pytest.mark.parametrize("fn", [attend, ternary])
+@pytest.mark.parametrize("masks", [[FULL, PADDED, FULL, PADDED], [PADDED, FULL, PADDED, FULL]])
+def test_none_or_tensor_converts_each_side_once(fn, masks):
+    static = d2s.declarative(fn)
+    x = torch.randn(2, 3, 3)
+    for mask in masks:
+        assert torch.equal(static(x, mask), fn(x, mask))
+    programs = list(static.program_cache)
+    assert len(programs) == 2  # one per side, both kept
+    for concrete in programs:
+        ops = _ops(concrete.main_program)
+        assert "cond" in ops and "decision_failed" in ops  # the other side: a check, not a trace
+
+
+def test_a_side_that_cannot_be_told_still_raises_as_before():
+    # The condition is random: which side the example takes is unknown, so the
+    # tensor side is converted and the None side raises when a run takes it.
+    @d2s.declarative
+    def f(x):
+        if torch.rand(()) > 2.0:
+            return None
+        return x + 1
+
+    assert torch.equal(f(torch.ones(2)), torch.full((2,), 2.0))
+
+
+# -- class 5: a Python `if` on a run-time size, the other side untraceable --------------------------
+
+def last_token(x):
+    b, n, d = x.shape
+    if n == 1:  # transformers' `q_length == 1`: a view valid only for one token
+        return x.view(b, d)[:, None, :] * 2
+    return x.cumsum(1)
+
+
+@pytest.mark.parametrize("lengths", [[3, 1, 5, 1], [1, 4, 1, 2]])
+def test_size_branch_specialises_and_converts_the_other_side(lengths):
+    static = d2s.declarative(last_token, input_spec=[d2s.InputSpec([2, None, 4])])
+    for n in lengths:
+        x = torch.randn(2, n, 4)
+        assert torch.equal(static(x), last_token(x))
+    programs = list(static.program_cache)
+    assert len(programs) == 2
+    general = [c for c in programs if "cond" in _ops(c.main_program)]
+    assert len(general) == 1 and "decision_failed" in _ops(general[0].main_program)
+    one = [c for c in programs if c not in general][0]
+    assert "check_dims" in _ops(one.main_program)  # converted for length 1, and checks it
+
+
+# -- class 4: a symbolic comparison as a torch bool argument ------------------------------------------
+
+def causal(q):
+    return F.scaled_dot_product_attention(q, q, q, is_causal=q.shape[2] > 1)
+
+
+def causal_from_tensor(q, flag):
+    return F.scaled_dot_product_attention(q, q, q, is_causal=bool(flag.any()))
+
+
+@pytest.mark.parametrize("lengths", [[3, 1, 5], [1, 3, 1]])
+def test_symbolic_bool_argument_is_decided_and_checked(lengths):
+    static = d2s.declarative(causal, input_spec=[d2s.InputSpec([1, 2, None, 4])])
+    for n in lengths:
+        q = torch.randn(1, 2, n, 4)
+        assert torch.equal(static(q), causal(q))
+    assert len(static.program_cache) == 2  # causal for n > 1, not for n == 1
+    assert any("check_sizes" in _ops(c.main_program) for c in static.program_cache)
+
+
+def test_bool_from_a_tensor_as_argument_is_decided_and_checked():
+    static = d2s.declarative(causal_from_tensor)
+    q = torch.randn(1, 2, 3, 4)
+    for flag in (torch.ones(2), torch.zeros(2), torch.ones(2)):
+        assert torch.equal(static(q, flag), causal_from_tensor(q, flag))
+    programs = list(static.program_cache)
+    assert len(programs) == 2 and all("check_bool" in _ops(c.main_program) for c in programs)
+
+
+# -- issue 21: size assumptions of an InputSpec program ---------------------------------------------
+
+def add(x, y):
+    return x + y
+
+
+def rows(x, n):
+    return x.reshape(-1, n.shape[0]).sum(1)
+
+
+@pytest.mark.parametrize("fn, cases, count", [
+    (add, [(3, 3), (1, 3), (4, 1), (5, 5)], 3),   # s0 == s1, then a broadcast from either side
+    (rows, [(6, 3), (0, 3), (8, 2), (0, 2)], 2),  # s0 // s1 != 0, then no rows at all
+])
+def test_failed_size_assumption_converts_again(fn, cases, count):
+    static = d2s.declarative(fn, input_spec=[d2s.InputSpec([None]), d2s.InputSpec([None])])
+    for a, b in cases:
+        x, y = torch.randn(a), torch.randn(b)
+        assert torch.equal(static(x, y), fn(x, y))
+    assert len(static.program_cache) == count
+    assert all("check_sizes" in _ops(c.main_program) or "check_dims" in _ops(c.main_program)
+               for c in static.program_cache)
+
+
+def test_converting_again_counts_toward_the_many_programs_warning(monkeypatch):
+    monkeypatch.setattr(static_function, "MANY_PROGRAMS", 2)
+    static = d2s.declarative(add, input_spec=[d2s.InputSpec([None]), d2s.InputSpec([None])])
+    static(torch.ones(3), torch.ones(3))
+    with pytest.warns(UserWarning, match="has built 2 programs"):
+        static(torch.ones(1), torch.ones(3))
+
+
+# -- what cannot be run again, and saved programs ------------------------------------------------
+
+class Normalized(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(3)
+
+    def forward(self, x, mask):
+        x = self.bn(x)  # training: updates the running statistics in place
+        m = None if mask.all() else mask * -1e9
+        return x if m is None else x + m
+
+
+def test_a_run_that_changed_state_before_its_check_is_refused_not_repeated():
+    model = d2s.declarative(Normalized())
+    x = torch.randn(4, 3)
+    model(x, torch.ones(4, 3))
+    before = model.bn.num_batches_tracked.clone()
+    with pytest.raises(RuntimeError, match="cannot convert again and rerun this call"):
+        model(x, torch.zeros(4, 3))
+    assert model.bn.num_batches_tracked == before + 1  # once, as the one eager call would
+    model.eval()  # nothing changes state: both sides convert
+    for mask in (torch.ones(4, 3), torch.zeros(4, 3)):
+        assert torch.equal(model(x, mask), Normalized.forward(model, x, mask))
+
+
+class Masked(torch.nn.Module):
+    def forward(self, x, mask):
+        return attend(x, mask)
+
+
+def test_saved_program_refuses_the_side_it_does_not_hold(tmp_path):
+    model = Masked()
+    x = torch.randn(2, 3, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d2s.jit.save(model, str(tmp_path / "m"), input_spec=[x, PADDED])
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    assert torch.equal(loaded(x, PADDED), attend(x, PADDED))
+    with pytest.raises(DecisionFailed, match="save from inputs that take this side"):
+        loaded(x, FULL)
