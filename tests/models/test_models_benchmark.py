@@ -17,11 +17,12 @@ _spec.loader.exec_module(bench)
 COLUMNS = ["d2s", "save"]
 # (model, column): the cause of a failure today (issue 22), else it passes.
 KNOWN = {
-    ("resnet", "d2s"): "class 1: the ModelOutput comes back as a plain dict",
+    ("resnet", "d2s"): None,
     ("resnet", "save"): None,
-    ("bert", "d2s"): "class 1: the ModelOutput comes back as a plain dict",
-    ("bert", "save"): "class 2: the padding mask's None-or-tensor path merges to fresh sizes, "
-                      "which sdpa cannot broadcast",
+    ("bert", "d2s"): "class 2: the unpadded call breaks the decision `if padding_mask is not None:` "
+                     "(masking_utils) and is refused instead of converted again",
+    ("bert", "save"): "classes 2/4: scaled_dot_product_attention refuses the traced mask and is_causal "
+                      "at dynamic sizes",
     ("resnet10t", "d2s"): None,
     ("resnet10t", "save"): None,
 }
@@ -33,6 +34,8 @@ def _usable(family):
     if importlib.util.find_spec(family) is None:
         return f"{family} is not installed (pip install -e .[bench])"
     if family == "timm":
+        if importlib.util.find_spec("torchvision") is None:
+            return "timm needs torchvision, which is not installed"
         broken = bench.hide_broken_torchvision()
         if broken:
             return f"timm needs torchvision: {broken}"
