@@ -18,6 +18,7 @@ To give the function exactly the free variables it needs, the converted
 per code object (compilation) and per function object (instantiation).
 """
 
+import __future__
 import sys
 import types
 import weakref
@@ -128,7 +129,11 @@ def _compile(fn):
     module = _factory(tree, ctx, code)
     origin.fill_missing(module)
     origin.shift(module, ctx.line_offset)
-    factory_code = compile(gast.gast_to_ast(module), ctx.filename, "exec", dont_inherit=True)
+    # The original's `from __future__ import annotations`: else a nested
+    # `def f(x: torch.Tensor)` evaluates its annotations, and a name imported
+    # only for type checking is a NameError (SegFormer).
+    flags = code.co_flags & __future__.annotations.compiler_flag
+    factory_code = compile(gast.gast_to_ast(module), ctx.filename, "exec", flags=flags, dont_inherit=True)
     inner = _find_code(factory_code, getattr(tree, "name", code.co_name))
     names = {"co_name": code.co_name}
     if hasattr(code, "co_qualname"):  # Python 3.11+: tracebacks show the qualified name

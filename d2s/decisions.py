@@ -38,10 +38,11 @@ class Group:
         self.programs = [first]
 
 
-def rerun(static, key, concrete, args, kwargs, tensors, failure):
+def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None):
     """The result of the call whose run of `concrete` raised `failure`
     (a DecisionFailed): another program of the key's group whose decisions
-    hold for these inputs, else one converted for them now."""
+    hold for these inputs, else one converted for them now (`form`: how the
+    caller passed the arguments, StaticFunction._as_called)."""
     _refuse_repeated_effects(concrete, failure)
     group = concrete.decisions or Group(concrete)
     concrete.decisions = group
@@ -59,7 +60,7 @@ def rerun(static, key, concrete, args, kwargs, tensors, failure):
         cache.last = other
         return result
     _hold(cache, key, group)
-    fresh = static._build(key, args, kwargs, exact=True)
+    fresh = static._build(key, args, kwargs, exact=True, form=form)
     fresh.decisions = group
     group.programs.append(fresh)
     cache.last = fresh

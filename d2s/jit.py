@@ -15,7 +15,7 @@ from runtime.executor import Executor
 from runtime.io import read_model, save_model
 from runtime.ir import torch_dtype
 
-from . import module_state
+from . import module_state, save_sizes
 from .graph import Graph
 from .static_function import InputSpec, StaticFunction, declarative
 
@@ -27,6 +27,18 @@ def _example(spec):
     if not isinstance(spec, InputSpec):
         raise TypeError(f"input_spec entries must be d2s.InputSpec or tensors, got {type(spec).__name__}")
     return torch.zeros([2 if d == -1 else d for d in spec.shape], dtype=torch_dtype(spec.dtype))
+
+
+def _examples(static, input_spec):
+    """Zeros tensors to trace `input_spec` with: example tensors as given,
+    `None` dimensions at the sizes of the user's latest call where it fits
+    (d2s/save_sizes.py), never a made-up 2 that changes the program."""
+    for s in input_spec:
+        if not isinstance(s, (InputSpec, torch.Tensor)):
+            raise TypeError(f"input_spec entries must be d2s.InputSpec or tensors, got {type(s).__name__}")
+    specs = [s if isinstance(s, InputSpec) else InputSpec.from_tensor(s) for s in input_spec]
+    sizes = save_sizes.example_sizes(static, specs)
+    return [s if isinstance(s, torch.Tensor) else save_sizes.example(s, n) for s, n in zip(input_spec, sizes)]
 
 
 def _static_of(layer_or_function, input_spec):
@@ -58,9 +70,11 @@ def concrete_to_save(static, input_spec, what):
                 f"(to {what} or to d2s.declarative)")
         return static, None, concrete
     specs = [s if isinstance(s, InputSpec) else InputSpec.from_tensor(s) for s in input_spec]
+    examples = _examples(static, input_spec)
     static = StaticFunction(static._function, specs, instance=static._instance)
-    examples = [_example(s) for s in input_spec]
-    return static, examples, static.get_concrete_program(*examples)
+    concrete = static.get_concrete_program(*examples)
+    save_sizes.refuse_pinned_sizes(concrete, specs, examples)
+    return static, examples, concrete
 
 
 def _with_functions_inlined(static, examples, concrete):

@@ -452,6 +452,25 @@ class StaticFunction:
         full = bound.args[1:] if self._instance is not None else bound.args
         return tuple(full), dict(bound.kwargs)
 
+    def _as_called(self, args, kwargs, form):
+        """Normalized arguments (`_normalize`) handed over as the caller
+        passed them: `form` is (number of positional arguments, keyword
+        names) of the call; defaults the caller left out stay out. Wrappers
+        read their arguments by how they came (transformers'
+        `merge_with_config_defaults` adds `use_cache=` unless it came as a
+        keyword: bound positionally, the function got it twice)."""
+        if form is None or self._signature is None:
+            return args, kwargs
+        n, keys = form
+        names = self._feed_names()
+        params = self._signature.parameters
+        named = dict(kwargs)
+        for i in range(n, len(args)):
+            if i >= len(names) or params[names[i]].kind is inspect.Parameter.VAR_POSITIONAL:
+                return args, kwargs  # *args: only positions can carry them
+            named[names[i]] = args[i]
+        return tuple(args[:n]), {k: named[k] for k in keys}
+
     def cache_key(self, args, kwargs, translator=None):
         """(key, tensors): runs on every call, so it builds nothing but the
         key: one flat tuple (hashed and compared without nesting), whose
@@ -546,24 +565,25 @@ class StaticFunction:
 
     def _lookup(self, args, kwargs):
         """(the concrete program for these arguments, their tensors), built on a miss."""
+        form = (len(args), tuple(kwargs))
         args, kwargs = self._normalize(args, kwargs)
         args = self._spec_args(args)
         key, tensors = self.cache_key(args, kwargs)
         concrete = self.program_cache.get(key)
         if concrete is None:
-            concrete = self._build(key, args, kwargs)
+            concrete = self._build(key, args, kwargs, form=form)
         if concrete.layout is not None:
-            concrete = self._for_layout(concrete, key, args, kwargs, tensors)
+            concrete = self._for_layout(concrete, key, args, kwargs, tensors, form)
         return concrete, tensors
 
-    def _for_layout(self, concrete, key, args, kwargs, tensors):
+    def _for_layout(self, concrete, key, args, kwargs, tensors, form=None):
         """`concrete`, a program that read its feeds' strides, when these
         feeds have them; else the program for these strides, cached under
         `key` with the strides added."""
         if _layout_matches(concrete.layout, tensors):
             return concrete
         key = (("layout",) + tuple(tuple(t.stride()) for t in tensors),) + key  # the last two parts stay last
-        return self.program_cache.get(key) or self._build(key, args, kwargs)
+        return self.program_cache.get(key) or self._build(key, args, kwargs, form=form)
 
     def __call__(self, *args, **kwargs):
         if foreign_tracers.active():  # torch.jit.trace, torch.export, torch.compile (runtime/foreign_tracers.py)
@@ -614,6 +634,7 @@ class StaticFunction:
                             return concrete.run(args)
                         except DecisionFailed as exc:
                             return decisions.rerun(self, key, concrete, args, kwargs, args, exc)
+        called, form = (args, kwargs), (len(args), tuple(kwargs))
         if kwargs or len(args) != self._n_positional:
             args, kwargs = self._normalize(args, kwargs)
         if self._specs:
@@ -621,17 +642,17 @@ class StaticFunction:
         try:
             key, tensors = self.cache_key(args, kwargs, translator)
         except _SymbolicArguments:
-            return self._inline(args, kwargs)
+            return self._inline(*called)
         concrete = cache._programs.get(key)  # ProgramCache.get, inlined on the hit path
         if concrete is None or concrete is not cache._recent:
-            concrete = cache.get(key) or self._build(key, args, kwargs)
+            concrete = cache.get(key) or self._build(key, args, kwargs, form=form)
         if concrete.layout is not None:
-            concrete = self._for_layout(concrete, key, args, kwargs, tensors)
+            concrete = self._for_layout(concrete, key, args, kwargs, tensors, form)
         translator._last = cache.last = concrete
         try:
             return concrete.run(tensors)
         except DecisionFailed as exc:
-            return decisions.rerun(self, key, concrete, args, kwargs, tensors, exc)
+            return decisions.rerun(self, key, concrete, args, kwargs, tensors, exc, form)
 
     def _inline(self, args, kwargs):
         """Called on Variables (static code inside program_guard): run the
@@ -678,11 +699,12 @@ class StaticFunction:
             params = params[1:]
         return params
 
-    def _build(self, key, args, kwargs, exact=False):
+    def _build(self, key, args, kwargs, exact=False, form=None):
         """The program for these arguments, cached under `key`. `exact`
         (converting again after a failed decision, d2s/decisions.py): a
         dynamic dimension of size 0 or 1 is traced as that size, not as 2,
-        and checked when the program runs."""
+        and checked when the program runs. `form`: how the caller passed
+        the arguments (`_as_called`)."""
         with self._lock:
             converted = _converted(self._function)
             main, startup = Program(), Program()
@@ -722,6 +744,7 @@ class StaticFunction:
                 sym_kwargs = {k: _replace_tensors(v, remaining, k, made) for k, v in kwargs.items()}
                 # Trace with autograd on whatever the caller's mode: only a
                 # `no_grad` block inside the function marks ops gradient-free.
+                sym_args, sym_kwargs = self._as_called(sym_args, sym_kwargs, form)
                 with CaptureMode(), torch.enable_grad():
                     out = converted(*self._full_args(sym_args), **sym_kwargs)
                 changed = input_trees.changed_argument(made) or next(

@@ -172,17 +172,17 @@ def _symbolic_runs(fn, args, kwargs, inputs, shapes, factory, as_int, meta):
         with shapes.active(meta):
             runs.append(_call(fn, args, kwargs, values, factory, "meta" if meta else None))
         if not arrays:
-            shapes.drop_shape_neutral_guards(start, ranges, lambda sym, size: _same_shape_at(
-                fn, args, kwargs, inputs, shapes, factory, runs[0], sym, size))
+            shapes.drop_shape_neutral_guards(start, ranges, lambda sizes: _same_shape_at(
+                fn, args, kwargs, inputs, shapes, factory, runs[0], sizes))
     return _merge_runs(runs, shapes, one_array=arrays == 1)
 
 
-def _same_shape_at(fn, args, kwargs, inputs, shapes, factory, result, sym, size):
-    """Whether the op's real output shapes, with symbol `sym` at `size` and
-    every other symbol at its example size, are what the symbolic result
-    says for that point (a meta run)."""
+def _same_shape_at(fn, args, kwargs, inputs, shapes, factory, result, sizes):
+    """Whether the op's real output shapes, with the symbols of `sizes`
+    ({symbol: size}) at those sizes and every other symbol at its example
+    size, are what the symbolic result says for that point (a meta run)."""
     point = {s: int(v) for s, v in shapes.env.backed_var_to_val.items()}
-    point[sym] = size
+    point.update(sizes)
 
     def at(d):
         # `_expr`: the symbol itself, not what a guard of this very op replaced it with.

@@ -349,27 +349,49 @@ class Shapes:
         the op's output shapes: torch's kernels also decide memory layout or
         overlap checks on sizes (`s0 != 1`, `s0 < 16`), which the real
         kernel re-decides when the program runs. A guard goes when
-        `same_shape_at(symbol, size)` holds at sizes that break it (0 and 1
-        first, then larger ones): the op's real output shapes there are what
-        the symbolic result says. The symbol's range is restored, so nothing
+        `same_shape_at({symbol: size, ...})` holds at sizes that break it (0
+        and 1 first, then larger ones; one symbol at a time, the others at
+        their example sizes, then all at once): the op's real output shapes
+        there are what the symbolic result says. The symbol's range is restored, so nothing
         later assumes the broken sizes away. Every other guard stays a check."""
         guards = self.env.guards
         kept = guards[:start]
         for guard in guards[start:]:
             expr = guard.expr
-            syms = list(expr.free_symbols)
-            if len(syms) == 1 and syms[0] in ranges:
-                sym = syms[0]
-                hint = int(self.env.backed_var_to_val.get(sym, 8))
-                breaking = [v for v in dict.fromkeys((0, 1, 2, 3, hint + 1, 16, 64, 2 * hint + 1, 1000))
-                            if _at(expr, sym, v) is False][:3]
-                if breaking and all(same_shape_at(sym, v) for v in breaking):
-                    self.env.var_to_range[sym] = ranges[sym]
+            syms = sorted(expr.free_symbols, key=str)
+            if syms and all(sym in ranges for sym in syms):
+                # Break it one symbol at a time, the others at their example
+                # sizes (`s0 != s0*s1` of a view: s1 = 1 breaks it).
+                hints = {sym: int(self.env.backed_var_to_val.get(sym, 8)) for sym in syms}
+                breaking = []
+                for sym in syms:
+                    sizes = dict.fromkeys((0, 1, 2, 3, hints[sym] + 1, 16, 64, 2 * hints[sym] + 1, 1000))
+                    breaking += [p for p in ({sym: v} for v in sizes) if _holds(expr, hints, p) is False][:3]
+                if len(syms) > 1:  # and all at once (`s0*s1 != 1` breaks only there)
+                    breaking += [p for p in (dict.fromkeys(syms, v) for v in (0, 1, 2, 3))
+                                 if _holds(expr, hints, p) is False][:2]
+                if breaking and all(same_shape_at(self._with_equals(p, syms)) for p in breaking):
+                    for sym in syms:
+                        self.env.var_to_range[sym] = ranges[sym]
                     self.env._update_version_counter()
                     continue
             kept.append(guard)
         if len(kept) != len(guards):
             guards[:] = kept
+
+    def _with_equals(self, point, fixed):
+        """`point` with the symbols tracing found equal to its own (`s3 ==
+        s1` of a broadcast, either way round) at the same sizes, except
+        those in `fixed` (the guard's own: probing `s0 == s1` must break it).
+        Those equalities stay checks of their own."""
+        out = dict(point)
+        for sym, size in point.items():
+            for other, value in self.env.replacements.items():
+                if other is sym and getattr(value, "is_Symbol", False) and value not in fixed:
+                    out.setdefault(value, size)
+                elif value == sym and other not in fixed:
+                    out.setdefault(other, size)
+        return out
 
     def new_guards(self):
         """(check, message) for each guard ShapeEnv has recorded since the
@@ -460,13 +482,21 @@ class _MetaItems(TorchDispatchMode):
 add_wrapper(_MetaItems.__dict__["__torch_dispatch__"])
 
 
-def _at(expr, sym, value):
-    """The truth of `expr` with `sym` = `value` (None when undefined)."""
+def _holds(expr, hints, point):
+    """The truth of `expr` at `point`, symbols not in it at their `hints`."""
+    out = expr
+    for sym, value in {**hints, **point}.items():
+        out = _substituted(out, sym, value)
+        if out is None:
+            return None
+    return True if out == sympy.true else False if out == sympy.false else None
+
+
+def _substituted(expr, sym, value):
     try:
-        out = expr.subs({sym: value})
+        return expr.subs({sym: value})
     except Exception:  # noqa: BLE001 - e.g. a division by zero
         return None
-    return True if out == sympy.true else False if out == sympy.false else None
 
 
 def _is_bool(expr):

@@ -253,6 +253,20 @@ RNG_STATE_OPS = {
 }
 
 
+def _grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """`torch._grouped_mm`, a mixture of experts' matmul (transformers'
+    Mixtral, Qwen-MoE). Its meta kernel is CUDA's (bfloat16 only), so shape
+    inference on meta or fake tensors gets the output from here; the real
+    kernel runs on real tensors (float32 on CPU)."""
+    if not (mat_a.is_meta or isinstance(mat_a, torch._subclasses.FakeTensor)):
+        return torch._grouped_mm(mat_a, mat_b, offs=offs, bias=bias, out_dtype=out_dtype)
+    if mat_a.dim() == 2:
+        size = [offs.size(0), mat_a.size(0), mat_b.size(1)] if mat_b.dim() == 2 else [mat_a.size(0), mat_b.size(-1)]
+    else:
+        size = [mat_a.size(1), mat_b.size(1)] if mat_b.dim() == 2 else [mat_a.size(0), mat_a.size(1), mat_b.size(-1)]
+    return mat_a.new_empty(size, dtype=out_dtype or mat_a.dtype)
+
+
 def python_level_op(fn):
     """The OpDef for a torch Python function that capture modes do not see
     (its body reads process state outside torch's dispatch), or None."""
@@ -266,6 +280,7 @@ def python_level_op(fn):
 def _register_python_level():
     for fn, opdef in RNG_STATE_OPS.items():
         register(opdef, fn)
+    register(OpDef("torch._grouped_mm", kernel=_grouped_mm), torch._grouped_mm)
     setter = _lookup("torch.Tensor", "data").__set__
     register(OpDef("torch.Tensor.data.__set__", kernel=_set_data, mutates=True), setter)
     for prefix, names in PYTHON_LEVEL:

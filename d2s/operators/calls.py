@@ -193,12 +193,49 @@ def convert_call(fn):
         return fn
     if isinstance(fn, torch.nn.Module) and _is_user_code(type(fn)):
         return _module_forward(fn)
+    if isinstance(fn, type) and _post_init_to_convert(fn) is not None:
+        return functools.partial(_construct_with_converted_post_init, fn)
     call = None if isinstance(fn, type) else inspect.getattr_static(type(fn), "__call__", None)
     if isinstance(call, types.FunctionType) and _convertible(call):
         # An instance of a user class with `__call__` (an activation object, a
         # cache): called as it is, its body would see graph tensors unconverted.
         return types.MethodType(conversion.convert_function(call), fn)
     return fn
+
+
+def _post_init_to_convert(cls):
+    """The user `__post_init__` of a dataclass, when constructing one should
+    run it converted: the dataclass's `__init__` is generated code (no
+    source, never converted), so its `__post_init__` would see graph tensors
+    unconverted (transformers' ModelOutput tests `is_tensor(first)` there, is
+    told no for a graph tensor and iterates it). None otherwise."""
+    import dataclasses
+    if not dataclasses.is_dataclass(cls) or type(cls).__call__ is not type.__call__:
+        return None
+    post_init = inspect.getattr_static(cls, "__post_init__", None)
+    if not isinstance(post_init, types.FunctionType) or not _convertible(post_init):
+        return None
+    return post_init
+
+
+def _construct_with_converted_post_init(cls, *args, **kwargs):
+    """``cls(*args, **kwargs)`` as type.__call__ makes it, with the instance's
+    own `__post_init__` (found before the class's) the converted one while
+    `__init__` runs; removed afterwards, so the object is eager's."""
+    from .. import conversion
+    obj = cls.__new__(cls, *args, **kwargs) if cls.__new__ is not object.__new__ else object.__new__(cls)
+    if not isinstance(obj, cls):
+        return obj
+    own = getattr(obj, "__dict__", None)
+    if own is None:  # __slots__: no per-instance override possible
+        cls.__init__(obj, *args, **kwargs)
+        return obj
+    own["__post_init__"] = types.MethodType(conversion.convert_function(_post_init_to_convert(cls)), obj)
+    try:
+        cls.__init__(obj, *args, **kwargs)
+    finally:
+        own.pop("__post_init__", None)
+    return obj
 
 
 # Builtins that call a function they are given: the function is converted,

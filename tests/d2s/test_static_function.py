@@ -2,6 +2,7 @@
 methods bound per instance, modules, enable(False), get_* inspection."""
 
 import copy
+import functools
 import io
 import pickle
 import warnings
@@ -263,3 +264,50 @@ def test_a_declarative_module_copies_and_pickles_with_programs_of_its_own(make, 
     assert not torch.equal(twin(xs[0]), original(xs[0]))
     if isinstance(twin, Gate):  # the copy's own program holds the tensor if
         assert "cond" in _ops(twin.forward.concrete_program.main_program)
+
+
+def _config_default(name, value):
+    """A wrapper that fills `name` from a config unless the caller passed it
+    as a keyword, as transformers' `merge_with_config_defaults` does (its
+    positional lookup is off by one under another wrapper, so a value bound
+    positionally reaches the function twice)."""
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(self, *args, **kwargs):
+            if kwargs.get(name) is None:
+                kwargs[name] = value
+            return fn(self, *args, **kwargs)
+        return wrapper
+    return decorate
+
+
+class ConfigDefaults(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    @_config_default("use_cache", True)
+    def forward(self, x, mask=None, use_cache=None, scale=1.0):
+        h = self.proj(x) * scale
+        if mask is not None:
+            h = h * mask
+        if h.sum() > 0:  # a tensor condition: the program holds a cond
+            h = h + 1
+        return h, use_cache
+
+
+@pytest.mark.parametrize("call", [
+    lambda m, x, mask: m(x, mask=mask),
+    lambda m, x, mask: m(x=x, mask=mask),
+    lambda m, x, mask: m(x, mask, scale=2.0),
+    lambda m, x, mask: m(x, mask=mask, use_cache=False),
+])
+def test_keyword_arguments_reach_the_function_as_the_caller_passed_them(call):
+    torch.manual_seed(0)
+    model = ConfigDefaults()
+    static = d2s.declarative(model)
+    mask = torch.ones(2, 4)
+    for x in (torch.randn(2, 4), -torch.randn(2, 4) - 3, torch.randn(2, 4) + 3):
+        expected, got = call(model, x, mask), call(static, x, mask)
+        assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
+    assert "cond" in _ops(static.forward.concrete_program.main_program)

@@ -1,6 +1,7 @@
 """convert_function: globals, closures, caching, methods, lambdas, source
 locations; and the ConversionErrors users see, naming variable, file and line."""
 
+import dataclasses
 import functools
 import inspect
 import re
@@ -635,3 +636,87 @@ def test_set_code_level_prints_code_after_that_many_passes(capsys):
         d2s.set_code_level(None)
     err = capsys.readouterr().err
     assert "[d2s] converted" in err and "if x.sum() > 0:" in err and "convert_ifelse" not in err
+
+
+@dataclasses.dataclass
+class Scaled:
+    """A result type whose __post_init__ does the work, as transformers'
+    ModelOutput does (it tests `is_tensor(first)` and else iterates it)."""
+    x: object
+    scale: float = 1.0
+
+    def __post_init__(self):
+        if isinstance(self.x, torch.Tensor):
+            y = self.x * self.scale
+        else:
+            y = torch.stack(list(self.x)) * self.scale
+        if y.sum() > 0:
+            y = y + 1
+        self.y = y
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenScaled:
+    x: torch.Tensor
+
+    def __post_init__(self):
+        y = self.x * 2
+        if y.sum() > 0:
+            y = y + 1
+        object.__setattr__(self, "y", y)
+
+
+class ReturnsScaled(torch.nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+
+    def forward(self, x):
+        if self.kind is Scaled:
+            return self.kind(x, scale=2.0).y
+        return self.kind(x).y
+
+
+@pytest.mark.parametrize("kind", [Scaled, FrozenScaled])
+def test_dataclass_post_init_runs_converted(kind):
+    """Made inside declarative code, a dataclass runs its __post_init__
+    converted: `isinstance(x, torch.Tensor)` holds for a graph tensor (it
+    iterated the graph tensor, refused for a dynamic size) and its tensor
+    `if` is a cond; the object is eager's, without the override."""
+    model = ReturnsScaled(kind)
+    static = d2s.declarative(model, input_spec=[d2s.InputSpec([None, 4])])
+    for x in (torch.randn(3, 4) + 3, -torch.randn(5, 4) - 3, torch.randn(1, 4) + 3):
+        assert torch.equal(static(x), model(x))
+    program = static.forward.concrete_program.main_program
+    assert len(static.forward.program_cache) == 1
+    assert "cond" in [op.type for op in program.global_block().ops]
+    made = operators.calls.convert_call(kind)(torch.ones(2, 4))
+    assert type(made) is kind and "__post_init__" not in vars(made)
+
+
+FUTURE_ANNOTATIONS = '''
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import Tensor  # never imported at run time
+
+
+def scale(x, factor):
+    def apply(t: Tensor, k: float) -> Tensor:  # annotations are strings: never evaluated
+        return t * k
+    if x.sum() > 0:
+        return apply(x, factor)
+    return apply(x, -factor)
+'''
+
+
+def test_nested_def_under_future_annotations_keeps_annotations_unevaluated(tmp_path, monkeypatch):
+    (tmp_path / "future_case.py").write_text(FUTURE_ANNOTATIONS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import future_case
+    static = d2s.declarative(future_case.scale)
+    for x in (torch.randn(3) + 3, -torch.randn(3) - 3):
+        assert torch.equal(static(x, 2.0), future_case.scale(x, 2.0))
+    assert "cond" in [op.type for op in static.concrete_program.main_program.global_block().ops]

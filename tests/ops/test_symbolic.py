@@ -158,3 +158,40 @@ def test_int_of_a_tensor_given_as_a_size_is_a_python_int(fn, inputs):
         assert got.shape == want.shape and got.dtype == want.dtype and torch.equal(got, want)
     ops = {op.type for op in static.concrete_program.main_program.global_block().ops}
     assert "builtins.int" in ops
+
+
+class MaskedAttention(torch.nn.Module):
+    """`view(B, N, heads, -1)` on two symbolic sizes and a padding mask
+    broadcast onto the scores, as BERT-style encoders write them."""
+
+    def __init__(self, dim=32, heads=4):
+        super().__init__()
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.out = torch.nn.Linear(dim, dim)
+        self.heads = heads
+
+    def forward(self, x, mask):
+        b, n, c = x.shape
+        q, k, v = (t.view(b, n, self.heads, -1).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        scores = q @ k.transpose(-1, -2) / 8 + (1.0 - mask[:, None, None, :].to(x.dtype)) * -1e9
+        return self.out((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, c))
+
+
+def test_layout_checks_on_several_sizes_leave_every_size_to_one_program(tmp_path):
+    """Torch decides memory layout on products of sizes (`s0 != s0*s1`,
+    `s0*s1 != 1`); those checks refused a batch or a length of 1 (one
+    token); the kernel re-decides them when the program runs, so they go,
+    as one-size ones do. A saved model serves every size."""
+    torch.manual_seed(0)
+    model = MaskedAttention().eval()
+    specs = [d2s.InputSpec([None, None, 32]), d2s.InputSpec([None, None], "int64")]
+    d2s.jit.save(model, str(tmp_path / "m"), input_spec=specs)
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    static = d2s.declarative(model, input_spec=specs)
+    for b, n in [(2, 8), (1, 1), (4, 1), (1, 7), (3, 5)]:
+        x = torch.randn(b, n, 32)
+        mask = torch.ones(b, n, dtype=torch.long)
+        mask[0, n - 1:] = 0 if n > 1 else 1
+        expected = model(x, mask)
+        assert torch.equal(loaded(x, mask), expected) and torch.equal(static(x, mask), expected)
+    assert len(static.forward.program_cache) == 1

@@ -237,3 +237,41 @@ def test_if_on_torch_equal_is_a_graph_branch():
     assert torch.equal(static(x, x + 1), f(x, x + 1))
     assert len(static.program_cache) == 1
     assert any(op.type == "cond" for op in static.concrete_program.main_program.global_block().ops)
+
+
+class GroupedExperts(nn.Module):
+    """A mixture of experts as transformers' Mixtral runs it: tokens sorted
+    by expert, one torch._grouped_mm over the groups, scattered back."""
+
+    def __init__(self, experts=4, dim=16, hidden=32):
+        super().__init__()
+        self.router = nn.Linear(dim, experts)
+        self.weight = nn.Parameter(torch.randn(experts, dim, hidden) / 4)
+        self.experts = experts
+
+    def forward(self, x):
+        expert = self.router(x).argmax(-1)
+        order = expert.argsort(stable=True)
+        offsets = torch.nn.functional.one_hot(expert, self.experts).sum(0).cumsum(0).to(torch.int32)
+        y = torch._grouped_mm(x[order], self.weight, offs=offsets)[order.argsort()]
+        if y.sum() > 0:
+            y = y * 2
+        return y
+
+
+@pytest.mark.parametrize("spec", [None, [d2s.InputSpec([None, 16])]])
+def test_grouped_mm_is_an_op(spec):
+    """Its meta kernel is CUDA's (bfloat16 only): float32 shapes come from d2s."""
+    torch.manual_seed(0)
+    model = GroupedExperts()
+    static = d2s.declarative(model, input_spec=spec)
+    taken = set()
+    for n in (7, 12, 3, 5, 9, 1) if spec else (7,) * 6:
+        x = torch.randn(n, 16)
+        expected = model(x)
+        taken.add(bool(expected.sum() > 0))
+        assert torch.equal(static(x), expected)
+    assert taken == {True, False}  # both branches of the cond
+    program = static.forward.concrete_program.main_program
+    ops = [op.type for op in program.global_block().ops]
+    assert "torch._grouped_mm" in ops and "cond" in ops and len(static.forward.program_cache) == 1

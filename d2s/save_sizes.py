@@ -1,0 +1,144 @@
+"""The sizes `jit.save` traces at for `None` dimensions, and the check that
+the saved program still takes real sizes there.
+
+Tracing decides what torch decides on sizes (a stride-2 convolution's
+output is 1 wide, an adaptive pool keeps it) and records each decision as a
+`check_sizes` op. Traced at a made-up size, those decisions are made-up
+ones: at 2, a 4x4/stride-4 stem refuses the trace, and a conv + batch norm
+saves the check `(...) == 1`, so the loaded model refuses every real image.
+So the sizes come from the user's own examples (the latest call of the
+function, when its inputs fit the InputSpecs), else from `DEFAULT_SIZES`;
+and a traced program whose checks fail at every larger size tried is
+refused with the check's text, never saved.
+"""
+
+import torch
+
+from runtime.ir import torch_dtype
+from runtime.optable import get_op_def, is_registered
+
+# A dynamic dimension with no example: the batch (dimension 0) at 2, the
+# smallest size torch does not specialise, every other one at 64 (a 32x
+# downsampling CNN still has 2x2 left; a sequence fits the usual position
+# tables). Examples from the user decide instead whenever there are any.
+DEFAULT_SIZES = (2, 64)
+# Sizes near and far from the traced size n at which the saved program
+# must accept some input: a check failing at all of them pins the
+# dimension to one size (half: a table of at most n positions passes).
+PROBES = (("half", lambda n: max(2, n // 2)), ("one more", lambda n: n + 1), ("twice", lambda n: 2 * n),
+          ("three times", lambda n: 3 * n))
+MAX_OPS = 256  # ops replayed for one check
+
+
+def example_sizes(static, specs):
+    """Per spec, the sizes to trace at: the latest call's where its input
+    matches the spec (rank, dtype, static sizes), else DEFAULT_SIZES."""
+    concrete = static.concrete_program
+    called = list(concrete.inputs) if concrete is not None else []
+    out = []
+    for i, spec in enumerate(specs):
+        seen = called[i].dims if i < len(called) and len(called) == len(specs) else None
+        if seen is not None and (len(seen) != len(spec.shape) or called[i].dtype_name != spec.dtype
+                                 or any(s != -1 and s != d for s, d in zip(spec.shape, seen))):
+            seen = None
+        out.append([d if d != -1 else (seen[k] if seen is not None and type(seen[k]) is int and seen[k] >= 2
+                                       else DEFAULT_SIZES[min(k, 1)])
+                    for k, d in enumerate(spec.shape)])
+    return out
+
+
+def example(spec, sizes):
+    return torch.zeros(sizes, dtype=torch_dtype(spec.dtype))
+
+
+def refuse_pinned_sizes(concrete, specs, examples):
+    """Raise ValueError when the size checks of `concrete` fail at every
+    probe (PROBES of the traced sizes in all dynamic dimensions at once): a
+    model saved so would refuse every input but the traced size. Checks the
+    replay cannot evaluate (sizes read from tensor data) are left to run
+    time."""
+    for var, spec, t in zip(concrete.inputs, specs, examples):
+        pinned = [k for k, (d, now) in enumerate(zip(spec.shape, var.dims)) if d == -1 and type(now) is int]
+        if pinned:  # torch decided the size (`x + table`): every other size is refused
+            raise ValueError(
+                f"cannot save with these None dimensions: traced at {list(t.shape)}, dimension "
+                f"{', '.join(map(str, pinned))} of input `{var.name}` can only be {var.dims[pinned[0]]} (the program "
+                f"takes {var.dtype_name}{list(var.dims)}), so the saved model would refuse real inputs of other "
+                "sizes; give the size in the InputSpec, or call the model on a real input before saving")
+    program = concrete.main_program
+    block = program.global_block()
+    checks = [op for op in block.ops if op.type == "check_sizes"]
+    if not checks or not any(-1 in s.shape for s in specs):
+        return
+    failing = None
+    for _, probe in PROBES:
+        feeds = {}
+        for var, spec, t in zip(concrete.inputs, specs, examples):
+            shape = [probe(n) if d == -1 else n for d, n in zip(spec.shape, t.shape)]
+            feeds[var.name] = torch.empty(shape, dtype=t.dtype, device="meta")
+        if all(f.shape == t.shape for f, t in zip(feeds.values(), examples)):
+            continue  # the traced sizes themselves (half of 2 is 2)
+        replay = _Replay(program, feeds)
+        failed = [op for op in checks if replay.holds(op) is False]
+        if not failed:
+            return
+        failing = failing or failed[0]
+    if failing is None:
+        return
+    message = failing.attrs["args"][1] if len(failing.attrs.get("args", ())) > 1 else "a size check"
+    raise ValueError(
+        f"cannot save with these None dimensions: traced at sizes {[list(t.shape) for t in examples]}, the program "
+        f"holds a check that fails at {', '.join(name for name, _ in PROBES)} those sizes, so the saved model "
+        f"would refuse real inputs: {message}. Call the model on a real input before saving (its sizes are traced), "
+        "or give the dimension's size in the InputSpec")
+
+
+class _Unknown(Exception):
+    pass
+
+
+class _Replay:
+    """Values of the size arithmetic of a program's global block, on meta
+    feeds: `size` ops and the Python operators on their results."""
+
+    def __init__(self, program, feeds):
+        self.program = program
+        self.values = dict(feeds)
+        self.writers = {}
+        for op in program.global_block().ops:
+            for name in op.output("Out"):
+                self.writers[name] = op
+        self.budget = MAX_OPS
+
+    def holds(self, check):
+        """True/False: the check at these sizes; None: not known here."""
+        from ops.infer import _call
+        try:
+            with torch._C.DisableTorchFunction(), torch.no_grad():
+                inputs = [self.value(n) for n in check.input("X")]
+                value = _call(lambda v, *_: v, check.attrs["args"], {}, inputs, False)
+        except Exception:  # noqa: BLE001 - anything the replay cannot do is checked at run time
+            return None
+        return bool(value) if isinstance(value, (bool, int)) else None
+
+    def value(self, name):
+        from ops.infer import _call
+        if name in self.values:
+            return self.values[name]
+        op = self.writers.get(name)
+        self.budget -= 1
+        if op is None or self.budget < 0 or op.sub_blocks() or not is_registered(op.type) \
+                or "args" not in op.attrs or op.attrs.get("out") is None:
+            raise _Unknown(name)
+        opdef = get_op_def(op.type)
+        if opdef.kernel is None or opdef.mutates or opdef.random:
+            raise _Unknown(name)
+        inputs = [self.value(n) for n in op.input("X")]
+        if any(isinstance(v, torch.Tensor) for v in inputs) and op.type != "size":
+            raise _Unknown(name)  # values read from tensor data: only sizes are known here
+        result = _call(opdef.kernel, op.attrs["args"], op.attrs.get("kwargs", {}), inputs, False)
+        outs = op.output("Out")
+        if len(outs) != 1:
+            raise _Unknown(name)
+        self.values[name] = result
+        return result

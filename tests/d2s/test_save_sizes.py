@@ -1,0 +1,126 @@
+"""jit.save with `None` dimensions traces at the user's sizes (the latest
+call's, else d2s/save_sizes.py's defaults), never at a made-up 2, and a
+program whose size checks would refuse every real input is not saved."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import d2s
+from d2s import save_sizes
+
+
+class Stem(nn.Module):
+    """A 4x4/stride-4 stem, a stride-2 conv + batch norm, a pool and an
+    interpolate: each refused or pinned to one size when traced at 2."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 4, stride=4)
+        self.down = nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.norm = nn.BatchNorm2d(8)
+        self.pool = nn.MaxPool2d(3, stride=2)
+
+    def forward(self, x):
+        h = self.pool(self.norm(self.down(self.stem(x))))
+        if h.mean() > 0:  # a tensor condition: the saved program holds a cond
+            h = h * 2
+        h = F.interpolate(h, scale_factor=2.0, mode="nearest")
+        return F.adaptive_avg_pool2d(h, 1).flatten(1)
+
+
+class PinnedWidth(nn.Module):
+    """Takes one width only: a table added as it is (no slice to the width)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.arange(64.0))
+
+    def forward(self, x):
+        return x + self.table
+
+
+class PositionTable(nn.Module):
+    """Takes any length up to 64: the table sliced to the length."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.arange(64.0))
+
+    def forward(self, x):
+        return x + self.table[: x.shape[1]]
+
+
+def _ops(program):
+    return [op.type for b in program.blocks for op in b.ops]
+
+
+@pytest.mark.parametrize("call_first", [False, True])
+def test_save_with_none_dims_serves_real_sizes(tmp_path, call_first):
+    torch.manual_seed(0)
+    model = Stem().eval()
+    if call_first:  # the latest call's sizes are traced
+        d2s.declarative(model)(torch.randn(1, 3, 48, 40))
+    d2s.jit.save(model, str(tmp_path / "m"), input_spec=[d2s.InputSpec([None, 3, None, None])])
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    assert "cond" in _ops(loaded.program)
+    for shape in [(2, 3, 64, 64), (1, 3, 96, 80), (3, 3, 128, 200)]:
+        for sign in (1, -1):
+            x = sign * torch.randn(shape).abs()
+            assert torch.equal(loaded(x), model(x))
+
+
+def test_sizes_come_from_the_latest_call_where_it_fits_the_spec():
+    model = Stem().eval()
+    static = d2s.declarative(model)
+    static(torch.randn(1, 3, 48, 40))
+    spec = d2s.InputSpec([None, 3, None, None])
+    # batch 1 is traced at 2 (torch would specialise a size of 1)
+    assert save_sizes.example_sizes(static.forward, [spec]) == [[2, 3, 48, 40]]
+    other = d2s.InputSpec([None, 4, None, None])  # does not fit the call: the defaults
+    assert save_sizes.example_sizes(static.forward, [other]) == [[2, 4, 64, 64]]
+
+
+def test_a_check_pinning_a_none_dimension_is_a_failed_save(tmp_path):
+    with pytest.raises(ValueError, match=r"would refuse real inputs"):
+        d2s.jit.save(PinnedWidth(), str(tmp_path / "m"), input_spec=[d2s.InputSpec([None, None])])
+    assert not (tmp_path / "m").exists()
+    # the width given as it is: saved, and the batch stays dynamic
+    d2s.jit.save(PinnedWidth(), str(tmp_path / "m"), input_spec=[d2s.InputSpec([None, 64])])
+    x = torch.randn(5, 64)
+    assert torch.equal(d2s.jit.load(str(tmp_path / "m"))(x), PinnedWidth()(x))
+
+
+def test_a_table_of_at_most_the_traced_size_saves(tmp_path):
+    d2s.jit.save(PositionTable(), str(tmp_path / "m"), input_spec=[d2s.InputSpec([None, None])])
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    for shape in [(1, 3), (4, 64), (2, 17)]:
+        x = torch.randn(shape)
+        assert torch.equal(loaded(x), PositionTable()(x))
+
+
+class ConvHead(nn.Module):
+    """A classifier head sized for the traced image: takes 2x2 images only."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.head(self.conv(x).flatten(1))
+
+
+def test_checks_failing_at_every_other_size_are_a_failed_save(tmp_path):
+    """Traced at the latest call's 2x2, the head's input size is checked
+    to be 4: true at 2x2 only, so saving with None sides is refused, naming
+    the check; with the sides given, the batch stays dynamic."""
+    model = ConvHead().eval()
+    d2s.declarative(model)(torch.randn(2, 3, 2, 2))
+    with pytest.raises(ValueError, match=r"would refuse real inputs: this program was converted for inputs where"):
+        d2s.jit.save(model, str(tmp_path / "m"), input_spec=[d2s.InputSpec([None, 3, None, None])])
+    assert not (tmp_path / "m").exists()
+    d2s.jit.save(model, str(tmp_path / "m"), input_spec=[d2s.InputSpec([None, 3, 2, 2])])
+    x = torch.randn(5, 3, 2, 2)
+    assert torch.equal(d2s.jit.load(str(tmp_path / "m"))(x), model(x))
