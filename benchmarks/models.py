@@ -153,21 +153,37 @@ ZOO = [
 
 
 def hide_broken_torchvision():
-    """transformers imports torchvision when it is installed, and a build
-    that does not load with this torch (a CUDA wheel beside a CPU torch:
-    "operator torchvision::nms does not exist") fails every model. Hidden,
-    transformers runs without it; timm needs it and says why it failed.
+    """transformers imports torchvision when it is installed, and timm needs
+    it. A build made for another torch (PyPI's CUDA wheel beside the local CPU
+    torch) fails on import, in `torchvision._meta_registrations`, which
+    registers fake kernels for native ops its extension could not load
+    ("operator torchvision::nms does not exist"). Without those registrations
+    its Python layers load (timm's FrozenBatchNorm2d, transforms), and no
+    model here calls a torchvision op. If even that fails, torchvision is
+    hidden so transformers runs without it; timm then says why it failed.
     Returns the error, or None when torchvision loads (or is absent)."""
+    import types
     try:
         import torchvision  # noqa: F401
+        return None
     except ImportError:
         return None
     except Exception as exc:  # noqa: BLE001 - RuntimeError/OSError from its native ops
-        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-            del sys.modules[name]
+        first = exc
+    _forget_torchvision()
+    sys.modules["torchvision._meta_registrations"] = types.ModuleType("torchvision._meta_registrations")
+    try:
+        import torchvision  # noqa: F401,F811
+        return None
+    except Exception:  # noqa: BLE001
+        _forget_torchvision()
         sys.modules["torchvision"] = None  # find_spec answers None: "not installed"
-        return f"torchvision is installed but does not load ({cause(exc)})"
-    return None
+        return f"torchvision is installed but does not load ({cause(first)})"
+
+
+def _forget_torchvision():
+    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        del sys.modules[name]
 
 
 def build(entry):
