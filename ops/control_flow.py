@@ -435,7 +435,7 @@ def decide_failed_side(exc):
     and this returns True. False for an error the user's code raised
     itself, or on a side the inputs take: that error is what eager raises."""
     tr = tracer.current()
-    if not tr.sides or not _raised_by_torch(exc):
+    if not tr.sides or not raised_by_torch(exc):
         return False
     for pred, side in reversed(tr.sides):
         if _example_side(tr, pred) is (not side):
@@ -453,7 +453,7 @@ def decide_failed_side(exc):
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
-def _raised_by_torch(exc):
+def raised_by_torch(exc):
     """Whether `exc` is torch refusing the sizes it was given: a kernel's
     inference failing (ops/capture.py marks it), or an error raised inside
     torch's own Python code. Not an error the user's code raised (a

@@ -32,8 +32,27 @@ def raising_as_op(fn):
                     return cf.Unreachable("branch")
             raise
         except Exception as exc:  # noqa: BLE001 - the user's error, raised when the branch runs
-            tr.rollback(mark)
-            if not cf.decide_failed_side(exc):  # (torch failing on a side these inputs do not take)
-                fw.raise_(exc)
+            if cf.raised_by_torch(exc) or not _complete(tr, mark):
+                tr.rollback(mark)
+                if cf.decide_failed_side(exc):  # (torch failing on a side these inputs do not take)
+                    return cf.Unreachable("branch")
+            # What ran before the error stays: eager runs it before raising,
+            # and it may raise first itself (an inner loop whose body raises)
+            # or write what the caller sees. Pure ops are dead code after it.
+            fw.raise_(exc)
             return cf.Unreachable("branch")
     return run
+
+
+def _complete(tr, mark):
+    """Whether what was recorded since `mark` is whole: recording is back in
+    the branch's block, and every block made since is a sub-block of a
+    recorded op (none left by a construct the error cut short)."""
+    if tr.block is not mark.block:
+        return False
+    blocks = tr.program.blocks
+    new = {b.idx for b in blocks[len(mark.blocks):]}
+    if not new:
+        return True
+    used = {sub.idx for b in blocks for op in b.ops for sub in op.sub_blocks()}
+    return new <= used

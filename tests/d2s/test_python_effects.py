@@ -334,3 +334,37 @@ def test_a_string_per_branch_is_one_program_per_side(signs):
     for concrete in programs:
         ops = [op.type for block in concrete.main_program.blocks for op in block.ops]
         assert "cond" in ops and "decision_failed" in ops
+
+
+def inner_loop_raises(x, m, n):
+    a = x * 1.0
+    for _ in range(n):
+        for _row in m:
+            raise ValueError("inner")
+        assert False, "outer"
+    return a
+
+
+def _outcome(fn, *args):
+    try:
+        return "ok", fn(*args)
+    except (ValueError, AssertionError) as exc:
+        return type(exc).__name__, str(exc).splitlines()[0]
+
+
+@pytest.mark.parametrize("order", [[1, 0], [0, 1]])
+def test_what_a_body_ran_before_its_error_still_runs(order):
+    # The outer body's `assert` fails on every trip; the inner loop before it
+    # raises first when m has rows. Tracing the outer body used to drop the
+    # inner loop with the assert's rollback: AssertionError where eager raises
+    # ValueError (found by the fuzzer).
+    static = d2s.declarative(inner_loop_raises)
+    m = torch.ones(2, 3)
+    for n in order:
+        want, got = _outcome(inner_loop_raises, V3, m, torch.tensor(n)), _outcome(static, V3, m, torch.tensor(n))
+        assert want[0] == got[0] == ("ValueError" if n else "ok")
+        assert (torch.equal(want[1], got[1]) if n == 0 else want[1] == got[1])
+    programs = list(static.program_cache)
+    assert len(programs) == 1
+    ops = [op.type for block in programs[0].main_program.blocks for op in block.ops]
+    assert ops.count("while") == 2  # the inner loop is kept inside the outer body
