@@ -7,7 +7,6 @@ tagger looping over a tensor length, the digits classifier at batch sizes
 directory, and through `python -m d2s export-onnx`."""
 
 import copy
-import importlib.util
 import os
 import sys
 
@@ -22,15 +21,9 @@ ort = pytest.importorskip("onnxruntime")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
+from quickstart import GatedRefiner  # noqa: E402
 from models import GreedyDecoder, LSTMTagger  # noqa: E402
 from mnist import MNIST  # noqa: E402
-
-
-def _quickstart_model():
-    spec = importlib.util.spec_from_file_location("quickstart", os.path.join(ROOT, "examples", "quickstart.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.GatedRefiner()
 
 
 def _export(eager, spec, tmp_path, how="module"):
@@ -70,7 +63,7 @@ def _check(session, feeds, expected):
 @pytest.mark.parametrize("how", ["module", "translated", "directory"])
 def test_quickstart_model_every_branch_and_trip_count(tmp_path, how):
     torch.manual_seed(0)
-    eager = _quickstart_model().eval()
+    eager = GatedRefiner().eval()
     model, session = _export(eager, [d2s.InputSpec([None, 8])], tmp_path, how)
     assert {"If", "Loop"} <= _op_types(model.graph)
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param  # a symbolic batch dimension
@@ -197,7 +190,7 @@ def test_dropout_in_training_mode_is_refused(tmp_path):
 def test_export_onnx_command(tmp_path, capsys):
     from d2s.__main__ import main
     torch.manual_seed(0)
-    eager = _quickstart_model().eval()
+    eager = GatedRefiner().eval()
     d2s.jit.save(d2s.declarative(copy.deepcopy(eager)), str(tmp_path / "saved"),
                  input_spec=[d2s.InputSpec([None, 8])])
     assert main(["export-onnx", str(tmp_path / "saved"), str(tmp_path / "q.onnx")]) == 0

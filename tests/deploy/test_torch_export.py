@@ -5,7 +5,6 @@ quickstart model, a GRU decoder with `break` whose loop state keeps its
 shape); tensor arrays and growing loop state are refused with the reason."""
 
 import copy
-import importlib.util
 import os
 import sys
 
@@ -18,14 +17,8 @@ import d2s
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
+from quickstart import GatedRefiner  # noqa: E402
 from models import GreedyDecoder  # noqa: E402
-
-
-def _quickstart_model():
-    spec = importlib.util.spec_from_file_location("quickstart", os.path.join(ROOT, "examples", "quickstart.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.GatedRefiner()
 
 
 class ScoringDecoder(nn.Module):
@@ -87,7 +80,7 @@ def _same(got, want):
 @pytest.mark.parametrize("refine_bias", [None, 3.0])  # 3.0: the state stays large, the loop runs 4 trips
 def test_quickstart_round_trip_every_branch_and_trip_count(refine_bias):
     torch.manual_seed(0)
-    eager = _quickstart_model().eval()
+    eager = GatedRefiner().eval()
     if refine_bias is not None:
         with torch.no_grad():
             eager.refine.bias.fill_(refine_bias)
