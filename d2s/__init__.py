@@ -19,7 +19,10 @@ from runtime._debug import set_verbosity
 
 from . import jit, onnx, optimizer
 from .graph import Graph
-from .static_function import InputSpec, ProgramTranslator, StaticFunction, declarative, to_static
+from .decorator import declarative, to_static
+from .input_spec import InputSpec
+from .static_function import StaticFunction
+from .translator import ProgramTranslator
 from .torch_export import ExportError, export
 from .tracing import TracedLayer
 

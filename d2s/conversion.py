@@ -31,6 +31,7 @@ from . import operators, transformers
 from .ast_tools import codegen, origin, parsing
 from .ast_tools.naming import Namer
 from .transformers.base import Context
+from .unwrap import unwrap
 
 _code_level = None
 _compiled = {}                                 # _code_key(original code) -> _Compiled (None: leave as is)
@@ -63,9 +64,7 @@ def convert_function(fn):
     """
     if isinstance(fn, types.MethodType):
         return types.MethodType(convert_function(fn.__func__), fn.__self__)
-    from .static_function import StaticFunction
-    if isinstance(fn, StaticFunction):  # our own decorator: convert what it wraps
-        fn = fn._function
+    fn = unwrap(fn)  # our own decorator: convert what it wraps
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"d2s converts Python functions, not {type(fn).__name__}")
     if is_converted(fn):
@@ -82,9 +81,7 @@ def get_code(fn, level=None):
     """The converted source of ``fn`` after the first ``level`` passes (all by default)."""
     if isinstance(fn, types.MethodType):
         fn = fn.__func__
-    from .static_function import StaticFunction
-    if isinstance(fn, StaticFunction):
-        fn = fn._function
+    fn = unwrap(fn)
     if level is None:
         compiled = _compile(fn)
         return compiled.source if compiled is not None else None

@@ -34,7 +34,8 @@ from ops.optimizer_ops import backward_steps
 from runtime import _debug
 from runtime.errors import ConversionError
 
-from .static_function import ProgramTranslator, StaticFunction
+from .static_function import StaticFunction
+from .translator import ProgramTranslator
 
 
 class Graph(torch.nn.Module):

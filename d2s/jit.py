@@ -17,7 +17,9 @@ from runtime.ir import torch_dtype
 
 from . import module_state, save_sizes
 from .graph import Graph
-from .static_function import InputSpec, StaticFunction, declarative
+from .decorator import declarative
+from .input_spec import InputSpec
+from .static_function import StaticFunction
 
 
 def _example(spec):

@@ -34,7 +34,8 @@ def _from_static(static, input_spec):
 def _resolve(obj, input_spec):
     """(program, feed names, fetch names, {parameter name: tensor}) of `obj`."""
     from .jit import TranslatedLayer
-    from .static_function import ProgramTranslator, StaticFunction
+    from .static_function import StaticFunction
+    from .translator import ProgramTranslator
     if isinstance(obj, (str, os.PathLike)):
         model = read_model(obj)
         return model.program, model.feed_names, model.fetch_names, model.params

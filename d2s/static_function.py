@@ -1,16 +1,15 @@
-"""`declarative`, `StaticFunction`, `InputSpec` and `ProgramTranslator`.
+"""`StaticFunction`: a function or method whose calls run as static programs.
 
-A StaticFunction wraps a function or method. A call looks up a
-`ConcreteProgram` by a cache key built from the arguments (tensor
-shape/dtype/device or the `InputSpec`, non-tensor values, the `training`
-flags of the modules involved). On a miss it converts the source (see
-`conversion.py`), runs the converted function on feed Variables under a fresh
-Program with op capture on, and compiles the result. On a hit it only calls
-the compiled program: no Python-level model code runs at all.
+A call looks up a `ConcreteProgram` (d2s/concrete_program.py) by a cache
+key built from the arguments (tensor shape/dtype/device or the `InputSpec`,
+non-tensor values, the `training` flags of the modules involved; see
+d2s/argument_trees.py and d2s/program_cache.py). On a miss it converts the
+source (see `conversion.py`), runs the converted function on feed
+Variables under a fresh Program with op capture on, and compiles the
+result. On a hit it only calls the compiled program: no Python-level model
+code runs at all. `declarative` (d2s/decorator.py) makes them.
 """
 
-import collections
-import copyreg
 import functools
 import inspect
 import re
@@ -27,353 +26,25 @@ from ops.framework import check_dims as fw_check_dims, check_strides as fw_check
 from ops.tracer import Tracer
 from runtime import _debug, foreign_tracers
 from runtime import runner
-from runtime.executor import Executor
 from runtime.errors import ConversionError, DecisionFailed
-from runtime.ir import Program, Variable, dtype_name, program_guard, torch_dtype
+from runtime.ir import Program, Variable, program_guard, torch_dtype
 from runtime.output_tree import rebuild
 from runtime.passes import check_level
 
-from . import decisions, input_trees, module_watch
+from . import conversion, decisions, input_trees, module_state, module_watch
+from .argument_trees import (SymbolicArguments, feed_name, flatten_args, mode_of, python_object,
+                             replace_tensors, tensor_leaves)
+from .concrete_program import ConcreteProgram
+from .layout_guard import layout_guard, layout_matches
 from .output_types import holds_variable, output_tree as _output_tree
-
-from . import module_state
-from .operators.calls import module_call_entry
+from .program_cache import Identities, ProgramCache, with_state_part
+from .translator_state import STATE
 
 MANY_PROGRAMS = 8
-# Programs one StaticFunction keeps (per bound instance) before evicting the
-# least recently used; `fn.program_cache.max_size = n` changes one cache.
-PROGRAM_CACHE_SIZE = 64
-
-
-class InputSpec:
-    """The shape/dtype of one tensor argument; `None` (or -1) dimensions stay
-    dynamic in the program, so one program serves every size there."""
-
-    def __init__(self, shape, dtype="float32", name=None):
-        self.shape = tuple(-1 if d is None else int(d) for d in shape)
-        self.dtype = dtype_name(dtype)
-        self.name = name
-
-    @classmethod
-    def from_tensor(cls, tensor, name=None):
-        return cls(tuple(tensor.shape), tensor.dtype, name)
-
-    def key(self):
-        return ("spec", self.shape, self.dtype)
-
-    def matches(self, tensor):
-        return (tensor.dim() == len(self.shape) and dtype_name(tensor.dtype) == self.dtype
-                and all(d in (-1, s) for d, s in zip(self.shape, tensor.shape)))
-
-    def __repr__(self):
-        return f"InputSpec(shape={list(self.shape)}, dtype={self.dtype!r}, name={self.name!r})"
-
-    def __eq__(self, other):
-        return isinstance(other, InputSpec) and (self.shape, self.dtype, self.name) == (other.shape, other.dtype, other.name)
-
-    __hash__ = None
-
-
-class ConcreteProgram:
-    """One traced program: its feeds (in argument order), its outputs (the
-    returned structure with Variables in it), and the compiled function."""
-
-    def __init__(self, main_program, startup_program, inputs, outputs, fetch_vars, out_tree, optimize="default",
-                 state=None, layout=None):
-        self.main_program = main_program
-        # The feeds' strides the trace read (`x.stride()`, `is_contiguous()`,
-        # strides of views of them): None when it read none; else per feed its
-        # strides, or None for "contiguous" (a feed whose sizes vary). A call
-        # whose feeds differ gets a program of its own (_layout_matches).
-        self.layout = layout
-        self.startup_program = startup_program
-        self.inputs = inputs
-        self.outputs = outputs
-        self.fetch_vars = fetch_vars
-        self.out_tree = out_tree
-        self.optimize = optimize
-        # Module state (d2s/module_state.py): extra fetches written back to
-        # module attributes after each run, attributes read at the start.
-        self.state_writes, self.state_reads, self.state_fetch = state or ([], [], [])
-        self.state_attrs, self.state_assumed = [], ()  # set by StaticFunction._build
-        self.compiled = Executor().compiled(main_program, [v.name for v in inputs],
-                                            [v.name for v in fetch_vars + self.state_fetch], optimize)
-        self._inference = None  # the CompiledBlock for calls with grad mode off, made on the first one
-        self._transposed_version = self._transposed_state = None
-        self._transposed_sources, self._transposed = [], []
-        self._params_version = None
-        self._params = ()
-        # A single returned tensor (the common case) needs no tree rebuild.
-        self._single = out_tree == ("fetch", 0) and not self.state_writes
-        # Nothing to do around the call but pass the parameters (the hit
-        # path in StaticFunction.__call__ then calls the function itself).
-        self._plain = not self.state_reads and not self.state_writes and layout is None
-        self.decisions = None  # the decisions.Group of the programs sharing its cache key, once there are more
-
-    def run(self, tensors):
-        program = self.main_program
-        if self.state_reads:
-            # The previous call's state is what the module attributes hold now.
-            module_state.refresh_reads(self.state_reads, program.bound)
-            self._params_version = None
-        if self._params_version != program._version:
-            # Bound tensors change only through Program.bind, which bumps the version.
-            self._params = [program.bound[n] for n in self.compiled.param_names]
-            self._params_version = program._version
-        entry = self.compiled if _grad_enabled() else (self._inference or self._compile_inference())
-        try:
-            if entry.derived:
-                results = entry.fn(*tensors, *self._params, *self._transposes(entry))
-            else:
-                results = entry.fn(*tensors, *self._params)
-        except DecisionFailed:
-            raise  # as it is: the declarative call converts again (d2s/decisions.py)
-        except Exception as exc:  # noqa: BLE001 - re-raised naming the failing op
-            runner.reraise(entry, exc)
-        if self.state_writes:
-            module_state.apply_writes(self.state_writes, results[len(self.fetch_vars):], rebuild)
-        return results[0] if self._single else rebuild(self.out_tree, results)
-
-
-    def _transposes(self, entry):
-        """The transposed weights `entry` takes after the parameters
-        (runtime/passes/pretranspose.py, fast level). They are views made
-        once and remade whenever a weight's tensor, storage, version or
-        `requires_grad`, or the grad/inference mode changed: a view made
-        under no_grad carries no gradient, one made from a swapped `.data`
-        reads the old storage."""
-        version = (entry, self.main_program._version)
-        if version != self._transposed_version:  # which tensors: new only through Program.bind
-            self._transposed_version = version
-            self._transposed_sources = [self.main_program.bound[n] for n in entry.derived]
-            self._transposed_state = None
-        sources = self._transposed_sources
-        # `_version`: after an in-place update of a weight (an optimizer
-        # step) autograd would rebuild the old view's gradient function as a
-        # slow generic `as_strided` one; a fresh `t()` costs less.
-        state = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
-                 [t.data_ptr() for t in sources], [t.requires_grad for t in sources],
-                 [t._version for t in sources])
-        if state != self._transposed_state:
-            self._transposed_state = state
-            self._transposed = [t.t() for t in sources]
-        return self._transposed
-
-    def _compile_inference(self):
-        """The variant run when grad mode is off: the same passes, then
-        in-place reuse of dead temporaries (runtime/passes/inplace.py)."""
-        entry = Executor().compiled(self.main_program, self.compiled.feed_names, self.compiled.fetch_names,
-                                    self.optimize, inference=True)
-        # Same parameters in the same order (the passes never change them).
-        self._inference = entry if entry.param_names == self.compiled.param_names else self.compiled
-        return self._inference
-
 
 _grad_enabled = torch.is_grad_enabled
 _Tensor = torch.Tensor
 _generation = module_watch._generation
-
-
-class ProgramCache:
-    """Concrete programs of one StaticFunction, by cache key, least recently
-    used first; past `max_size` programs (default `PROGRAM_CACHE_SIZE`) the
-    least recently used one is dropped."""
-
-    def __init__(self, max_size=None):
-        self._programs = collections.OrderedDict()
-        self.max_size = PROGRAM_CACHE_SIZE if max_size is None else max_size
-        self.last = None
-        self._recent = None  # the program at the end of `_programs`
-        self.state_attrs = []  # (module weakref, name) of module attributes the programs store
-
-    def __len__(self):
-        return len(self._distinct())
-
-    def __iter__(self):
-        return iter(self._distinct())
-
-    def _distinct(self):
-        # A program may be cached under two keys (StaticFunction._build: the
-        # key before and after module state joined the key).
-        return list({id(c): c for c in self._programs.values()}.values())
-
-    def get(self, key):
-        concrete = self._programs.get(key)
-        if concrete is not None and concrete is not self._recent:
-            # Already the most recently used: the common hit moves nothing.
-            self._programs.move_to_end(key)
-            self._recent = concrete
-        return concrete
-
-    def put(self, key, concrete):
-        self._programs[key] = concrete
-        self._recent = concrete
-        while len(self._programs) > max(1, self.max_size):
-            self._programs.popitem(last=False)
-
-    def clear(self):
-        """Drop every program (the next call builds anew)."""
-        self._programs.clear()
-        self.last = self._recent = None
-
-
-class _Identities:
-    """Objects (modules, parameters, buffers) as a key part. It holds them
-    weakly, so a cached key neither keeps a module alive nor matches a new
-    object that reuses a dead one's id. A StaticFunction interns these (one
-    object per set of identical objects, `StaticFunction._intern_tree`), so
-    the key hashes and compares it by identity, in C: no Python `__hash__`
-    or `__eq__` call on the hit path."""
-
-    __slots__ = ("_refs", "__weakref__")
-
-    def __init__(self, objects):
-        self._refs = tuple(map(_weak, objects))
-
-    def same(self, other):
-        """Whether both hold the same live objects, in the same order."""
-        if len(self._refs) != len(other._refs):
-            return False
-        for a, b in zip(self._refs, other._refs):
-            obj = a()
-            if obj is None or obj is not b():
-                return False
-        return True
-
-
-def _weak(obj):
-    try:
-        return weakref.ref(obj)
-    except TypeError:  # an object that takes no weak reference: held strongly
-        return lambda: obj
-
-
-class _SymbolicArguments(Exception):
-    """A Variable among the arguments: the caller is building a program."""
-
-
-# -- argument flattening --------------------------------------------------------------
-
-def _flatten_args(value, specs, tensors, depth=0):
-    """A hashable key for `value`, collecting its tensors (in order) into
-    `tensors`. (`specs` is unused: InputSpecs apply to whole arguments, see
-    `StaticFunction._spec_key`.) This runs on every call: it builds nothing
-    but the key."""
-    if isinstance(value, torch.Tensor):
-        tensors.append(value)
-        # torch.Size hashes and compares as the tuple of its sizes.
-        return ("tensor", value.shape, value.dtype, value.device, value.requires_grad)
-    if isinstance(value, (list, tuple)):
-        return (type(value).__name__,) + tuple(_flatten_args(v, specs, tensors, depth + 1) for v in value)
-    if type(value) is dict:
-        return ("dict",) + tuple((k, _flatten_args(v, specs, tensors, depth + 1)) for k, v in value.items())
-    if isinstance(value, torch.nn.Module):
-        return ("module", id(value))
-    if isinstance(value, Variable):
-        raise _SymbolicArguments
-    n = input_trees.node(value, depth)  # a ModelOutput, a dataclass, a cache holding tensors
-    if n is not None:
-        return ("node", n.cls, n.structure) + tuple(_flatten_args(v, specs, tensors, depth + 1)
-                                                    for _, v in n.children)
-    if isinstance(value, dict):  # a dict subclass holding no tensor
-        return ("dict", type(value)) + tuple((k, _flatten_args(v, specs, tensors, depth + 1))
-                                             for k, v in value.items())
-    try:
-        hash(value)
-        return ("value", type(value).__name__, value)
-    except TypeError:
-        return ("object", id(value))
-
-
-def _tensor_leaves(value, path, depth=0):
-    """(where, tensor) for each tensor of `value` ("args[0]", "kwargs['h']"),
-    in the order `_flatten_args` collects them; used to name feeds."""
-    if isinstance(value, torch.Tensor):
-        yield path, value
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            yield from _tensor_leaves(v, f"{path}[{i}]", depth + 1)
-    elif type(value) is dict:
-        for k, v in value.items():
-            yield from _tensor_leaves(v, f"{path}[{k!r}]", depth + 1)
-    elif not isinstance(value, (torch.nn.Module, Variable)):
-        n = input_trees.node(value, depth)
-        for label, v in n.children if n is not None else ():
-            yield from _tensor_leaves(v, path + label, depth + 1)
-
-
-def _replace_tensors(value, feeds, path="", made=None, depth=0):
-    """`value` with its tensors replaced by `feeds` (in `_tensor_leaves`
-    order); a user type holding tensors becomes a copy holding them
-    (d2s/input_trees.py), recorded in `made`."""
-    if isinstance(value, torch.Tensor):
-        return feeds.pop(0)
-    if isinstance(value, (list, tuple)):
-        items = [_replace_tensors(v, feeds, f"{path}[{i}]", made, depth + 1) for i, v in enumerate(value)]
-        return type(value)(items) if not hasattr(value, "_fields") else type(value)(*items)
-    if type(value) is dict:
-        return {k: _replace_tensors(v, feeds, f"{path}[{k!r}]", made, depth + 1) for k, v in value.items()}
-    if isinstance(value, (torch.nn.Module, Variable)):
-        return value
-    n = input_trees.node(value, depth)
-    if n is None:
-        return value
-    children = [_replace_tensors(v, feeds, path + label, made, depth + 1) for label, v in n.children]
-    return input_trees.copy_with(n, children, path, made if made is not None else [])
-
-
-def _mode_of(instance, args, kwargs):
-    """The `training` mode a program is traced in: that of the module it is
-    the forward of, else of the first module passed in; None without one."""
-    module = next((v for v in (instance, *args, *kwargs.values()) if isinstance(v, torch.nn.Module)), None)
-    return None if module is None else "train" if module.training else "eval"
-
-
-def _python_object(value):
-    """An argument the trace may have written graph values into (an empty
-    cache it filled): not a tensor, a module, a number or a string."""
-    return not isinstance(value, (torch.Tensor, torch.nn.Module, Variable, int, float, str, type(None)))
-
-
-def _layout_guard(feeds, tensors, origin):
-    """ConcreteProgram.layout for a trace that read strides (first at
-    `origin`, the user's (file, line, text) or None); refused when the trace
-    could not know the layout it read (a non-contiguous feed whose sizes
-    vary: tracing takes such feeds as contiguous)."""
-    layout = tuple(getattr(v, "strides", None) for v in feeds)  # none set: sizes vary (see _build)
-    if not _layout_matches(layout, tensors):
-        name = next(v.name for v, s, t in zip(feeds, layout, tensors) if s is None and not t.is_contiguous())
-        message = (f"this reads strides (`x.stride()`, `is_contiguous()`, of its inputs or of tensors made from "
-                   f"them), and the input '{name}' is not contiguous while its sizes vary (InputSpec None "
-                   "dimensions): pass it contiguous (`.contiguous()`), or give it static sizes")
-        if origin is None:
-            raise ConversionError(message)
-        filename, lineno, line = origin
-        raise ConversionError(f"{message}\n    {line}" if line else message, filename, lineno)
-    return layout
-
-
-def _layout_matches(layout, tensors):
-    for strides, t in zip(layout, tensors):
-        if strides is None:
-            if not t.is_contiguous():
-                return False
-        elif t.stride() != strides:
-            return False
-    return True
-
-
-def _with_state_part(key, state_part):
-    """A cache key (`StaticFunction.cache_key`: ..., training flags, module
-    state part, optimize level) with another module state part."""
-    return key[:-2] + (state_part, key[-1])
-
-
-# -- StaticFunction -------------------------------------------------------------------
-
-def _converted(fn):
-    from . import conversion
-    return conversion.convert_function(fn)
 
 
 class StaticFunction:
@@ -432,6 +103,10 @@ class StaticFunction:
             self._bound[instance] = bound
         return bound
 
+    def __d2s_unwrap__(self):
+        """The function this wraps (d2s/unwrap.py)."""
+        return self._function
+
     @property
     def dygraph_function(self):
         """The original Python function (bound when this is a method)."""
@@ -471,7 +146,7 @@ class StaticFunction:
             named[names[i]] = args[i]
         return tuple(args[:n]), {k: named[k] for k in keys}
 
-    def cache_key(self, args, kwargs, translator=None):
+    def cache_key(self, args, kwargs):
         """(key, tensors): runs on every call, so it builds nothing but the
         key: one flat tuple (hashed and compared without nesting), whose
         last item is the optimisation level."""
@@ -491,26 +166,26 @@ class StaticFunction:
                     if tensors is args:
                         tensors = list(args[:i])
                     stale = stale or isinstance(v, torch.nn.Module)
-                    parts.append(_flatten_args(v, None, tensors))
+                    parts.append(flatten_args(v, None, tensors))
         else:
             tensors = []
             stale = stale or any(isinstance(v, torch.nn.Module) for v in args)
             for i, v in enumerate(args):
                 spec = self._specs.get(i)
                 if spec is None:
-                    parts.append(_flatten_args(v, None, tensors))
+                    parts.append(flatten_args(v, None, tensors))
                 else:  # already checked and converted by _spec_args
                     tensors.append(v)
                     parts.append(spec.key() + (v.device.type,))
         if kwargs:
             stale = stale or any(isinstance(v, torch.nn.Module) for v in kwargs.values())
             tensors = list(tensors)
-            parts.append(_flatten_args(kwargs, None, tensors))
+            parts.append(flatten_args(kwargs, None, tensors))
         if stale:
             self._refresh_training_flags(args, kwargs)
         state_attrs = self.program_cache.state_attrs
         parts += (len(args), self._flags, module_state.key(state_attrs) if state_attrs else (),
-                  self._optimize or (translator or ProgramTranslator._instance or ProgramTranslator())._optimize)
+                  self._optimize or STATE.optimize)
         return tuple(parts), tensors
 
     def _spec_args(self, args):
@@ -541,7 +216,7 @@ class StaticFunction:
         self._flags_generation = module_watch._generation[0]
         modules = [m for v in (self._instance, *args, *kwargs.values())
                    if isinstance(v, torch.nn.Module) for m in v.modules()]
-        tree = _Identities(modules + [t for m in modules for d in (m._parameters, m._buffers)
+        tree = Identities(modules + [t for m in modules for d in (m._parameters, m._buffers)
                                       for t in d.values() if t is not None])
         tree = self._intern_tree(tree)
         # (count, bit mask, identities): the flags hashed and compared in
@@ -580,7 +255,7 @@ class StaticFunction:
         """`concrete`, a program that read its feeds' strides, when these
         feeds have them; else the program for these strides, cached under
         `key` with the strides added."""
-        if _layout_matches(concrete.layout, tensors):
+        if layout_matches(concrete.layout, tensors):
             return concrete
         key = (("layout",) + tuple(tuple(t.stride()) for t in tensors),) + key  # the last two parts stay last
         return self.program_cache.get(key) or self._build(key, args, kwargs, form=form)
@@ -588,8 +263,8 @@ class StaticFunction:
     def __call__(self, *args, **kwargs):
         if foreign_tracers.active():  # torch.jit.trace, torch.export, torch.compile (runtime/foreign_tracers.py)
             return foreign_tracers.call(self, args, kwargs, f"the declarative function {self.__qualname__!r}",
-                                        [t for _, t in _tensor_leaves((args, kwargs), "args")])
-        translator = ProgramTranslator._instance or ProgramTranslator()
+                                        [t for _, t in tensor_leaves((args, kwargs), "args")])
+        translator = STATE
         if not translator.enable_to_static:
             return self.dygraph_function(*args, **kwargs)
         cache = self.program_cache
@@ -602,7 +277,7 @@ class StaticFunction:
             if len(args) == 1:  # the most common signature, without the loop
                 v = args[0]
                 key = ((v.shape, v.dtype, v.device, v.requires_grad, 1, self._flags, (),
-                        self._optimize or translator._optimize) if type(v) is _Tensor else None)
+                        self._optimize or translator.optimize) if type(v) is _Tensor else None)
             else:
                 parts = []
                 for v in args:
@@ -611,12 +286,12 @@ class StaticFunction:
                         break
                     parts += (v.shape, v.dtype, v.device, v.requires_grad)
                 else:
-                    parts += (len(args), self._flags, (), self._optimize or translator._optimize)
+                    parts += (len(args), self._flags, (), self._optimize or translator.optimize)
                 key = parts and tuple(parts)
             if key is not None:
                 concrete = cache._programs.get(key)
                 if concrete is not None and concrete is cache._recent:
-                    translator._last = cache.last = concrete
+                    translator.last = cache.last = concrete
                     # ConcreteProgram.run's choice of function, when it needs nothing more than a call
                     # (with grad mode off: the in-place variant, once compiled, without transposes).
                     entry = concrete.compiled if _grad_enabled() else concrete._inference
@@ -640,15 +315,15 @@ class StaticFunction:
         if self._specs:
             args = self._spec_args(args)
         try:
-            key, tensors = self.cache_key(args, kwargs, translator)
-        except _SymbolicArguments:
+            key, tensors = self.cache_key(args, kwargs)
+        except SymbolicArguments:
             return self._inline(*called)
         concrete = cache._programs.get(key)  # ProgramCache.get, inlined on the hit path
         if concrete is None or concrete is not cache._recent:
             concrete = cache.get(key) or self._build(key, args, kwargs, form=form)
         if concrete.layout is not None:
             concrete = self._for_layout(concrete, key, args, kwargs, tensors, form)
-        translator._last = cache.last = concrete
+        translator.last = cache.last = concrete
         try:
             return concrete.run(tensors)
         except DecisionFailed as exc:
@@ -661,7 +336,7 @@ class StaticFunction:
         for tensor_id, name in self._name_hints(args).items():
             hints.setdefault(tensor_id, name)
         with CaptureMode(), torch.enable_grad():
-            return _converted(self._function)(*self._full_args(args), **kwargs)
+            return conversion.convert_function(self._function)(*self._full_args(args), **kwargs)
 
     # torch.jit.script: it asks a function to prepare for scripting, and
     # reads `_torchscript_modifier` of a module's forward before compiling it.
@@ -706,13 +381,13 @@ class StaticFunction:
         and checked when the program runs. `form`: how the caller passed
         the arguments (`_as_called`)."""
         with self._lock:
-            converted = _converted(self._function)
+            converted = conversion.convert_function(self._function)
             main, startup = Program(), Program()
-            arg_leaves = list(_tensor_leaves(tuple(args), "args"))
-            leaves = arg_leaves + list(_tensor_leaves(kwargs, "kwargs"))
+            arg_leaves = list(tensor_leaves(tuple(args), "args"))
+            leaves = arg_leaves + list(tensor_leaves(kwargs, "kwargs"))
             if leaves:
                 main.device = leaves[0][1].device
-            main.mode = _mode_of(self._instance, args, kwargs)
+            main.mode = mode_of(self._instance, args, kwargs)
             specs = self._input_spec or []
             arg_names = self._feed_names()
             feeds = []
@@ -723,7 +398,7 @@ class StaticFunction:
                 for i, (path, t) in enumerate(leaves):
                     m = re.match(r"args\[(\d+)\]$", path)
                     spec = specs[int(m.group(1))] if m and int(m.group(1)) < len(specs) else None
-                    name = spec.name if spec is not None and spec.name else _feed_name(path, arg_names)
+                    name = spec.name if spec is not None and spec.name else feed_name(path, arg_names)
                     name = name if name not in main.global_block().vars else main.unique_name(name)
                     shape = spec.shape if spec is not None else tuple(t.shape)
                     fixed = [(i, n) for i, (d, n) in enumerate(zip(shape, t.shape)) if exact and d == -1 and n < 2]
@@ -737,11 +412,11 @@ class StaticFunction:
                     feeds.append(var)
                     if fixed:
                         fw_check_dims(var, fixed)
-                state = input_trees.record_state([v for v in (*args, *kwargs.values()) if _python_object(v)])
+                state = input_trees.record_state([v for v in (*args, *kwargs.values()) if python_object(v)])
                 made, remaining = [], list(feeds)  # taken in `leaves` order: the arguments, then kwargs
-                sym_args = tuple(_replace_tensors(v, remaining, arg_names[i] if i < len(arg_names) else
+                sym_args = tuple(replace_tensors(v, remaining, arg_names[i] if i < len(arg_names) else
                                                   f"args[{i}]", made) for i, v in enumerate(args))
-                sym_kwargs = {k: _replace_tensors(v, remaining, k, made) for k, v in kwargs.items()}
+                sym_kwargs = {k: replace_tensors(v, remaining, k, made) for k, v in kwargs.items()}
                 # Trace with autograd on whatever the caller's mode: only a
                 # `no_grad` block inside the function marks ops gradient-free.
                 sym_args, sym_kwargs = self._as_called(sym_args, sym_kwargs, form)
@@ -749,9 +424,9 @@ class StaticFunction:
                     out = converted(*self._full_args(sym_args), **sym_kwargs)
                 changed = input_trees.changed_argument(made) or next(
                     ((name, type(v).__name__) for name, v in zip(arg_names + [f"args[{i}]" for i in range(
-                        len(arg_names), len(args))], args) if _python_object(v) and holds_variable(v)), None) \
+                        len(arg_names), len(args))], args) if python_object(v) and holds_variable(v)), None) \
                     or next(((k, type(v).__name__) for k, v in kwargs.items()
-                             if _python_object(v) and holds_variable(v)), None)
+                             if python_object(v) and holds_variable(v)), None)
                 if changed is not None:
                     input_trees.restore(state)
                     raise ConversionError(
@@ -766,7 +441,7 @@ class StaticFunction:
                 reads += module_state.global_reads(self._converted_functions(), tr.lifted,
                                                    {r.var_name for r in reads})
                 self._refuse_global_state(main)
-                layout = _layout_guard(feeds, [t for _, t in leaves], tr.layout_read_at) if tr.reads_layout \
+                layout = layout_guard(feeds, [t for _, t in leaves], tr.layout_read_at) if tr.reads_layout \
                     else None
                 if layout is not None:
                     # Checks at the program's start, which travel with a saved program.
@@ -786,7 +461,7 @@ class StaticFunction:
             if noted:
                 # The key of the next call with the module state as it is now
                 # (what this trace assumed) holds the state's kinds: the same program.
-                self.program_cache.put(_with_state_part(key, module_state.key(self.program_cache.state_attrs)),
+                self.program_cache.put(with_state_part(key, module_state.key(self.program_cache.state_attrs)),
                                        concrete)
             if len(self.program_cache) == MANY_PROGRAMS:
                 warnings.warn(
@@ -798,7 +473,6 @@ class StaticFunction:
             return concrete
 
     def _converted_functions(self):
-        from . import conversion
         return [self._function, *conversion._converted.keys()]
 
     def _refuse_global_state(self, main):
@@ -838,289 +512,3 @@ class StaticFunction:
                         hints.setdefault(id(t), f"{prefix}.{name}" if prefix else name)
         return hints
 
-
-def _feed_name(path, arg_names):
-    """'x' for the first positional argument named x, 'args_2_0' otherwise."""
-    m = re.match(r"args\[(\d+)\]$", path)
-    if m and int(m.group(1)) < len(arg_names):
-        return arg_names[int(m.group(1))]
-    m = re.match(r"kwargs\['(\w+)'\]$", path)
-    if m:
-        return m.group(1)
-    return re.sub(r"\W+", "_", path).strip("_")
-
-
-DATA_PARALLEL = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
-
-
-def data_parallel_message(wrapper):
-    name = type(wrapper).__name__
-    return (f"the {name} wrapper prepares each step's gradient synchronisation in Python around `forward`, "
-            f"which a program cannot repeat; wrap the other way round, {name}(d2s.declarative(model)), and "
-            "call it outside declarative code (see docs/distributed.md)")
-
-
-_CALLING_FORWARD = weakref.WeakKeyDictionary()
-_module_hooks = torch.nn.modules.module
-# torch mutates these dicts in place (register_module_forward_hook & co.) and
-# never rebinds them, so holding them is as good as reading the module's globals.
-_GLOBAL_HOOKS = (_module_hooks._global_forward_pre_hooks, _module_hooks._global_forward_hooks,
-                 _module_hooks._global_backward_pre_hooks, _module_hooks._global_backward_hooks)
-_tracing_state = torch._C._get_tracing_state
-
-
-def _declarative_module_call(self, *args, **kwargs):
-    """`module(x)` for a module whose `forward` is declarative: what
-    `nn.Module.__call__` does when there is nothing around `forward` to run
-    (no hook of the module's or global, no `module.compile()`, no
-    `torch.jit.trace` in progress), in one frame instead of three; anything
-    else goes through `nn.Module.__call__` itself. This is most of what a
-    cache hit costs on top of the program (~0.6 us saved per call)."""
-    d = self.__dict__
-    try:
-        forward = d["forward"]
-        if (d["_forward_pre_hooks"] or d["_forward_hooks"] or d["_backward_pre_hooks"] or d["_backward_hooks"]
-                or "_compiled_call_impl" in d):
-            forward = None
-    except KeyError:  # a module whose __init__ did not run nn.Module's
-        forward = None
-    g0, g1, g2, g3 = _GLOBAL_HOOKS
-    if forward is None or g0 or g1 or g2 or g3 or _tracing_state():
-        return torch.nn.Module.__call__(self, *args, **kwargs)
-    return forward(*args, **kwargs)
-
-
-def _calling_forward(cls):
-    """A subclass of `cls` (same name and module) whose __call__ is
-    nn.Module's (hooks, then `forward`), taking the short way when nothing
-    surrounds `forward` (`_declarative_module_call`)."""
-    sub = _CALLING_FORWARD.get(cls)
-    if sub is None:
-        sub = type(cls.__name__, (cls,), {"__call__": _declarative_module_call, "__module__": cls.__module__,
-                                          "__qualname__": cls.__qualname__, "__doc__": cls.__doc__,
-                                          "__reduce_ex__": _reduce_declarative_instance})
-        _CALLING_FORWARD[cls] = sub
-    return sub
-
-
-def _reduce_declarative_instance(module, protocol):
-    """Pickle / deepcopy a module of a `_calling_forward` class by its own
-    class, which pickle can find by name (the subclass has the same name, so
-    pickle refused it: "not the same object as M"); the copy gets the
-    subclass back when it is made."""
-    reduced = object.__reduce_ex__(module, protocol)
-    if isinstance(reduced, tuple) and reduced[0] is copyreg.__newobj__ and reduced[1][0] is type(module):
-        base = next(c for c in type(module).__mro__[1:] if _CALLING_FORWARD.get(c) is type(module))
-        return (_new_calling_forward, (base,) + tuple(reduced[1][1:])) + tuple(reduced[2:])
-    return reduced  # the class reduces itself its own way
-
-
-def _new_calling_forward(cls, *args):
-    return cls.__new__(_calling_forward(cls), *args)
-
-
-def _call_forward_directly(module):
-    """Give `module` (whose `forward` was just made declarative) the short
-    call path, when its class calls `forward` the way nn.Module does.
-
-    The instance's class becomes a same-named subclass: `isinstance`,
-    `repr`, `state_dict` and hooks are unchanged, but `type(module) is Cls`
-    is False (docs/user_guide.md). torch's own classes (`nn.Linear`, ...)
-    keep theirs: torch looks some of them up by exact type (quantization
-    mappings, fx), and one leaf module's hit is not worth that."""
-    cls = type(module)
-    if inspect.getattr_static(cls, "__call__", None) is not torch.nn.Module.__call__:
-        return  # already done, or a class with a __call__ of its own: that is what module(x) runs
-    if cls.__module__.partition(".")[0] == "torch":
-        return
-    try:
-        module.__class__ = _calling_forward(cls)
-    except TypeError:  # a layout __class__ assignment refuses: keep the ordinary call
-        pass
-
-
-def declarative(function=None, input_spec=None, optimize=None):
-    """Run `function` as a static program (a decorator; also takes a method,
-    or an `nn.Module` instance whose `forward` it converts in place).
-
-    `optimize`: "default" (results bit-identical to eager on CPU) or "fast"
-    (fused RNN loops and other rewrites exact up to floating-point rounding;
-    see docs/performance.md); None follows `ProgramTranslator().optimize`."""
-    if optimize is not None:
-        check_level(optimize)
-    if function is None:
-        return lambda f: declarative(f, input_spec=input_spec, optimize=optimize)
-    if isinstance(function, StaticFunction):
-        return function
-    if isinstance(function, DATA_PARALLEL):
-        raise ConversionError(f"d2s.declarative({type(function).__name__}(model)): "
-                              + data_parallel_message(function))
-    if isinstance(function, torch.nn.Module):
-        module = function
-        forward = type(module).forward
-        if isinstance(forward, StaticFunction):
-            return module
-        raw = inspect.getattr_static(type(module), "forward", None)
-        entry = module_call_entry(type(module))
-        if entry is not None:
-            # No forward, its own __call__: that is what `module(x)` runs, so
-            # it becomes the converted forward, and the module's class one
-            # whose __call__ is nn.Module's again (which calls forward).
-            object.__setattr__(module, "forward", StaticFunction(entry, input_spec, instance=module,
-                                                                 optimize=optimize))
-            module.__class__ = _calling_forward(type(module))
-            return module
-        own = module.__dict__.get("forward")  # `self.forward = self._forward` in __init__
-        if isinstance(own, StaticFunction):
-            return module
-        if own is not None:
-            if inspect.ismethod(own):
-                static = StaticFunction(own.__func__, input_spec, instance=own.__self__, optimize=optimize)
-            else:
-                static = StaticFunction(own, input_spec, optimize=optimize)
-        elif isinstance(raw, staticmethod):
-            static = StaticFunction(raw.__func__, input_spec, optimize=optimize)
-        elif isinstance(raw, classmethod):
-            static = StaticFunction(raw.__func__, input_spec, instance=type(module), optimize=optimize)
-        else:
-            static = StaticFunction(forward, input_spec, instance=module, optimize=optimize)
-        object.__setattr__(module, "forward", static)
-        _call_forward_directly(module)
-        return module
-    if inspect.ismethod(function):
-        return StaticFunction(function.__func__, input_spec, instance=function.__self__, optimize=optimize)
-    if not callable(function):
-        raise TypeError(f"declarative expects a function, a method or an nn.Module, got {type(function).__name__}")
-    return StaticFunction(function, input_spec, optimize=optimize)
-
-
-to_static = declarative
-
-
-class ProgramTranslator:
-    """The process-wide switch and inspection entry points."""
-
-    _instance = None
-
-    def __new__(cls):
-        if cls._instance is None:
-            self = super().__new__(cls)
-            self.enable_to_static = True
-            self._optimize = "default"
-            self._last = None
-            cls._instance = self
-        return cls._instance
-
-    def enable(self, enable_to_static=True):
-        """False: every declarative function runs eagerly, as plain PyTorch."""
-        if not isinstance(enable_to_static, bool):
-            raise TypeError("enable() takes a bool")
-        self.enable_to_static = enable_to_static
-
-    @property
-    def optimize(self):
-        """The optimisation level of declarative functions that do not name
-        one: "default" or "fast" (settable)."""
-        return self._optimize
-
-    @optimize.setter
-    def optimize(self, level):
-        self._optimize = check_level(level)
-
-    @staticmethod
-    def _static(fn):
-        """The StaticFunction of `fn`: itself, the forward of a module (what
-        `declarative(module)` returns, or any module: converted without
-        changing it), or a new one for a plain function."""
-        if isinstance(fn, StaticFunction):
-            return fn
-        if isinstance(fn, torch.nn.Module):
-            forward = fn.forward
-            if isinstance(forward, StaticFunction):
-                return forward
-            return StaticFunction(type(fn).forward, instance=fn)
-        return declarative(fn)
-
-    def get_output(self, fn, *args, **kwargs):
-        """Run `fn` as a static program (even when translation is disabled)."""
-        static = self._static(fn)
-        saved, self.enable_to_static = self.enable_to_static, True
-        try:
-            return static(*args, **kwargs)
-        finally:
-            self.enable_to_static = saved
-
-    def get_func(self, fn):
-        """The converted Python function."""
-        static = self._static(fn)
-        converted = _converted(static._function)
-        return converted.__get__(static._instance) if static._instance is not None else converted
-
-    def get_code(self, fn):
-        """The converted source code, as a string."""
-        from . import conversion
-        return conversion.get_code(self._static(fn)._function)
-
-    def get_program(self, fn, *args, **kwargs):
-        """(main_program, startup_program, inputs, outputs) for these arguments."""
-        concrete = self._static(fn).get_concrete_program(*args, **kwargs)
-        self._last = concrete
-        outputs = concrete.outputs
-        if any(isinstance(leaf, _SYMBOLIC) for leaf in torch.utils._pytree.tree_leaves(outputs)):
-            # A returned size (`y.shape[0]` after a growing loop) is a SymInt
-            # while tracing; the program computes it into a fetched variable.
-            try:
-                outputs = _fetchable(concrete.out_tree, concrete.fetch_vars)
-            except _Unknown:
-                pass
-        return concrete.main_program, concrete.startup_program, concrete.inputs, outputs
-
-    def save_inference_model(self, dirname, feed=None, fetch=None):
-        """Save the program of the latest declarative call; `feed`/`fetch`
-        select inputs/outputs by index (default: all)."""
-        concrete = self._last
-        if concrete is None:
-            raise ValueError("no declarative function has run yet: call it once before saving")
-        from runtime.io import save_inference_model
-        inputs = select_by_index(concrete.inputs, feed, "feed", "the latest call has {n} input(s)")
-        outputs = select_by_index(concrete.fetch_vars, fetch, "fetch", "the latest call has {n} output(s)")
-        save_inference_model(dirname, [v.name for v in inputs], outputs, Executor(),
-                             main_program=concrete.main_program)
-
-
-_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
-
-
-def _fetchable(tree, fetch):
-    """The returned structure `tree` (see `_output_tree`) with the fetched
-    variables in place; _Unknown for a structure this does not know."""
-    tag, body = tree
-    if tag in ("fetch", "number"):
-        return fetch[body]
-    if tag == "const":
-        return body
-    if tag is dict:
-        return {key: _fetchable(value, fetch) for key, value in body.items()}
-    if tag in (list, tuple) or isinstance(tag, type) and issubclass(tag, tuple) and hasattr(tag, "_fields"):
-        items = [_fetchable(item, fetch) for item in body]
-        return tag(*items) if hasattr(tag, "_fields") else tag(items)
-    raise _Unknown
-
-
-class _Unknown(Exception):
-    """A returned structure `_fetchable` does not know."""
-
-
-def select_by_index(items, indices, what, count):
-    """`[items[i] for i in indices]` (all of `items` when `indices` is None),
-    with an error naming `what` for an index that is not a position."""
-    if indices is None:
-        return list(items)
-    if isinstance(indices, int) or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices):
-        raise TypeError(f"{what} must be a list of positions (ints), got {indices!r}")
-    for i in indices:
-        if not -len(items) <= i < len(items):
-            valid = f"0..{len(items) - 1}" if items else "none"
-            raise ValueError(f"{what} index {i} is out of range: {count.format(n=len(items))} "
-                             f"(valid positions: {valid})")
-    return [items[i] for i in indices]

@@ -14,7 +14,7 @@ from runtime import runner
 from runtime.executor import Executor
 from runtime.ir import Program, program_guard
 
-from .static_function import select_by_index
+from .translator import select_by_index
 
 
 class TracedLayer:

@@ -20,6 +20,8 @@ from ops.capture import decide_bools, error_at_user_line, refuse_denied
 from ops.optimizer_ops import record_optimizer_call
 from runtime.ir import Variable
 
+from ..module_call import DATA_PARALLEL, data_parallel_message
+from ..unwrap import is_wrapper, unwrap
 from .py_builtins import BUILTINS, _item
 from .rng import convert_rng_call
 from .state import is_var
@@ -149,7 +151,6 @@ def convert_call(fn):
     C functions) is returned as it is.
     """
     from .. import conversion
-    from ..static_function import DATA_PARALLEL, StaticFunction, data_parallel_message
     refuse_denied(fn)  # torch.save & co.: refused before they run (ops/torch_ops.py DENYLIST)
     rng_call = convert_rng_call(fn)
     if rng_call is not None:  # torch.get_rng_state(), fork_rng(): ops, not build-time calls
@@ -168,7 +169,7 @@ def convert_call(fn):
         return _deciding_bools(fn)
     if isinstance(fn, functools.partial):  # the function it wraps is user code to convert too
         return functools.partial(convert_call(fn.func), *fn.args, **fn.keywords)
-    if isinstance(fn, StaticFunction):
+    if is_wrapper(fn):  # a declarative function called from converted code: its own function
         return convert_call(fn.dygraph_function)
     if isinstance(fn, torch.jit.ScriptFunction) and isinstance(getattr(fn, "_torchdynamo_inline", None),
                                                                 types.FunctionType):
@@ -185,9 +186,7 @@ def convert_call(fn):
     if isinstance(fn, types.MethodType) and isinstance(fn.__self__, _OPTIMIZERS):
         return record_optimizer_call(fn)  # opt.step() is an op of the program, not a build-time call
     if isinstance(fn, types.MethodType):
-        func = fn.__func__
-        if isinstance(func, StaticFunction):
-            func = func._function
+        func = unwrap(fn.__func__)
         if isinstance(func, types.FunctionType) and _convertible(func):
             return types.MethodType(conversion.convert_function(func), fn.__self__)
         return fn
@@ -319,10 +318,9 @@ def _converted_forward(module):
     """The converted ``forward`` of a user module (bound), or the module
     itself when there is none to convert."""
     from .. import conversion
-    from ..static_function import StaticFunction
     forward = module.__dict__.get("forward")
-    if isinstance(forward, StaticFunction):
-        forward = forward._function
+    if is_wrapper(forward):
+        forward = unwrap(forward)
     elif forward is None:
         raw = inspect.getattr_static(type(module), "forward", None)
         if isinstance(raw, (staticmethod, classmethod)):
@@ -332,9 +330,7 @@ def _converted_forward(module):
                 return module
             converted = conversion.convert_function(func)
             return converted if isinstance(raw, staticmethod) else types.MethodType(converted, type(module))
-        forward = module_call_entry(type(module)) or type(module).forward
-        if isinstance(forward, StaticFunction):
-            forward = forward._function
+        forward = unwrap(module_call_entry(type(module)) or type(module).forward)
     elif isinstance(forward, types.MethodType) or isinstance(forward, types.FunctionType):
         # `self.forward = self._forward` in __init__: what Module.__call__ runs.
         return convert_call(forward)

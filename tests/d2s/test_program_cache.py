@@ -322,7 +322,7 @@ def test_hit_with_plain_tensors_builds_the_key_inline(fn, monkeypatch):
 def test_hit_with_grad_mode_off_calls_the_in_place_variant_directly(monkeypatch):
     """With grad mode off a hit calls the variant that reuses temporaries in
     place (compiled by the first such call, through ConcreteProgram.run)."""
-    from d2s.static_function import ConcreteProgram
+    from d2s.concrete_program import ConcreteProgram
 
     net = d2s.declarative(nn.Linear(3, 2))
     x = torch.randn(4, 3)

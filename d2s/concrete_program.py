@@ -1,0 +1,116 @@
+"""`ConcreteProgram`: one traced program of a declarative function, with its
+compiled function and what runs around it (module state, pretransposed
+weights, the inference variant).
+
+The pretranspose contract: at the fast level `runtime/passes/pretranspose.py`
+makes the compiled function take transposed weights after the parameters
+(`CompiledBlock.derived` names their sources); `ConcreteProgram._transposes`
+makes them and keeps them fresh.
+"""
+
+import torch
+
+from runtime import runner
+from runtime.errors import DecisionFailed
+from runtime.executor import Executor
+from runtime.output_tree import rebuild
+
+from . import module_state
+
+
+class ConcreteProgram:
+    """One traced program: its feeds (in argument order), its outputs (the
+    returned structure with Variables in it), and the compiled function."""
+
+    def __init__(self, main_program, startup_program, inputs, outputs, fetch_vars, out_tree, optimize="default",
+                 state=None, layout=None):
+        self.main_program = main_program
+        # The feeds' strides the trace read (`x.stride()`, `is_contiguous()`,
+        # strides of views of them): None when it read none; else per feed its
+        # strides, or None for "contiguous" (a feed whose sizes vary). A call
+        # whose feeds differ gets a program of its own (_layout_matches).
+        self.layout = layout
+        self.startup_program = startup_program
+        self.inputs = inputs
+        self.outputs = outputs
+        self.fetch_vars = fetch_vars
+        self.out_tree = out_tree
+        self.optimize = optimize
+        # Module state (d2s/module_state.py): extra fetches written back to
+        # module attributes after each run, attributes read at the start.
+        self.state_writes, self.state_reads, self.state_fetch = state or ([], [], [])
+        self.state_attrs, self.state_assumed = [], ()  # set by StaticFunction._build
+        self.compiled = Executor().compiled(main_program, [v.name for v in inputs],
+                                            [v.name for v in fetch_vars + self.state_fetch], optimize)
+        self._inference = None  # the CompiledBlock for calls with grad mode off, made on the first one
+        self._transposed_version = self._transposed_state = None
+        self._transposed_sources, self._transposed = [], []
+        self._params_version = None
+        self._params = ()
+        # A single returned tensor (the common case) needs no tree rebuild.
+        self._single = out_tree == ("fetch", 0) and not self.state_writes
+        # Nothing to do around the call but pass the parameters (the hit
+        # path in StaticFunction.__call__ then calls the function itself).
+        self._plain = not self.state_reads and not self.state_writes and layout is None
+        self.decisions = None  # the decisions.Group of the programs sharing its cache key, once there are more
+
+    def run(self, tensors):
+        program = self.main_program
+        if self.state_reads:
+            # The previous call's state is what the module attributes hold now.
+            module_state.refresh_reads(self.state_reads, program.bound)
+            self._params_version = None
+        if self._params_version != program._version:
+            # Bound tensors change only through Program.bind, which bumps the version.
+            self._params = [program.bound[n] for n in self.compiled.param_names]
+            self._params_version = program._version
+        entry = self.compiled if _grad_enabled() else (self._inference or self._compile_inference())
+        try:
+            if entry.derived:
+                results = entry.fn(*tensors, *self._params, *self._transposes(entry))
+            else:
+                results = entry.fn(*tensors, *self._params)
+        except DecisionFailed:
+            raise  # as it is: the declarative call converts again (d2s/decisions.py)
+        except Exception as exc:  # noqa: BLE001 - re-raised naming the failing op
+            runner.reraise(entry, exc)
+        if self.state_writes:
+            module_state.apply_writes(self.state_writes, results[len(self.fetch_vars):], rebuild)
+        return results[0] if self._single else rebuild(self.out_tree, results)
+
+
+    def _transposes(self, entry):
+        """The transposed weights `entry` takes after the parameters
+        (runtime/passes/pretranspose.py, fast level). They are views made
+        once and remade whenever a weight's tensor, storage, version or
+        `requires_grad`, or the grad/inference mode changed: a view made
+        under no_grad carries no gradient, one made from a swapped `.data`
+        reads the old storage."""
+        version = (entry, self.main_program._version)
+        if version != self._transposed_version:  # which tensors: new only through Program.bind
+            self._transposed_version = version
+            self._transposed_sources = [self.main_program.bound[n] for n in entry.derived]
+            self._transposed_state = None
+        sources = self._transposed_sources
+        # `_version`: after an in-place update of a weight (an optimizer
+        # step) autograd would rebuild the old view's gradient function as a
+        # slow generic `as_strided` one; a fresh `t()` costs less.
+        state = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
+                 [t.data_ptr() for t in sources], [t.requires_grad for t in sources],
+                 [t._version for t in sources])
+        if state != self._transposed_state:
+            self._transposed_state = state
+            self._transposed = [t.t() for t in sources]
+        return self._transposed
+
+    def _compile_inference(self):
+        """The variant run when grad mode is off: the same passes, then
+        in-place reuse of dead temporaries (runtime/passes/inplace.py)."""
+        entry = Executor().compiled(self.main_program, self.compiled.feed_names, self.compiled.fetch_names,
+                                    self.optimize, inference=True)
+        # Same parameters in the same order (the passes never change them).
+        self._inference = entry if entry.param_names == self.compiled.param_names else self.compiled
+        return self._inference
+
+
+_grad_enabled = torch.is_grad_enabled

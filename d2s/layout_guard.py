@@ -1,0 +1,32 @@
+"""Programs that read their feeds' strides (`x.stride()`, `is_contiguous()`):
+the layout a trace assumed, and whether a call's tensors have it."""
+
+from runtime.errors import ConversionError
+
+
+def layout_guard(feeds, tensors, origin):
+    """ConcreteProgram.layout for a trace that read strides (first at
+    `origin`, the user's (file, line, text) or None); refused when the trace
+    could not know the layout it read (a non-contiguous feed whose sizes
+    vary: tracing takes such feeds as contiguous)."""
+    layout = tuple(getattr(v, "strides", None) for v in feeds)  # none set: sizes vary (see _build)
+    if not layout_matches(layout, tensors):
+        name = next(v.name for v, s, t in zip(feeds, layout, tensors) if s is None and not t.is_contiguous())
+        message = (f"this reads strides (`x.stride()`, `is_contiguous()`, of its inputs or of tensors made from "
+                   f"them), and the input '{name}' is not contiguous while its sizes vary (InputSpec None "
+                   "dimensions): pass it contiguous (`.contiguous()`), or give it static sizes")
+        if origin is None:
+            raise ConversionError(message)
+        filename, lineno, line = origin
+        raise ConversionError(f"{message}\n    {line}" if line else message, filename, lineno)
+    return layout
+
+
+def layout_matches(layout, tensors):
+    for strides, t in zip(layout, tensors):
+        if strides is None:
+            if not t.is_contiguous():
+                return False
+        elif t.stride() != strides:
+            return False
+    return True
