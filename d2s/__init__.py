@@ -15,9 +15,10 @@ import ops as _ops  # noqa: F401 - fills the op registry and installs capture on
 from ops.control_flow import cond, while_loop
 from runtime import (CPUPlace, CUDAPlace, ConversionError, Executor, ModelFormatError, Program, Scope,
                      data, default_main_program, default_startup_program, global_scope, program_guard)
+from runtime import io as _io
 from runtime._debug import set_verbosity
 
-from . import jit, onnx, optimizer
+from . import conversion, jit, onnx, optimizer
 from .graph import Graph
 from .decorator import declarative, to_static
 from .input_spec import InputSpec
@@ -32,19 +33,16 @@ __version__ = "0.1.0"
 def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_program=None):
     """Save the part of `main_program` that computes `target_vars` from the
     feeds, with its parameters, as program.json + params.safetensors."""
-    from runtime.io import save_inference_model as save
-    return save(dirname, feeded_var_names, target_vars, executor, main_program)
+    return _io.save_inference_model(dirname, feeded_var_names, target_vars, executor, main_program)
 
 
 def load_inference_model(dirname, executor):
     """-> [program, feed_target_names, fetch_targets]; validates before running anything."""
-    from runtime.io import load_inference_model as load
-    return load(dirname, executor)
+    return _io.load_inference_model(dirname, executor)
 
 
 def set_code_level(level=100):
     """Print converted code after the `level`-th transformer of the pipeline."""
-    from . import conversion
     conversion.set_code_level(level)
 
 

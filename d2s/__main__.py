@@ -30,6 +30,8 @@ import ops  # noqa: F401 - fills the op registry the loader checks against
 from runtime import Executor, ModelFormatError
 from runtime.io import load_inference_model, read_model
 
+from d2s.onnx import ExportError, export
+
 EXIT_USAGE = 2
 
 
@@ -223,7 +225,6 @@ def export_onnx(dirname, output, opset=None, out=None):
         import onnx  # noqa: F401
     except ImportError:
         raise UsageError('export-onnx needs the onnx package: pip install "d2s[onnx]"') from None
-    from d2s.onnx import ExportError, export
     print(f"loading {dirname}", file=out, flush=True)
     try:
         export(dirname, output, opset_version=opset, progress=lambda m: print(m, file=out, flush=True))

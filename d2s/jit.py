@@ -12,8 +12,9 @@ import torch
 from ops.autograd_function import has_live_ops, inline_for_save
 from runtime import foreign_tracers, modes, output_tree, runner
 from runtime.executor import Executor
-from runtime.io import read_model, save_model
+from runtime.io import prune_program, read_model, save_model
 from runtime.ir import torch_dtype
+from runtime.serialization import program_to_dict
 
 from . import module_state, save_sizes
 from .graph import Graph
@@ -155,8 +156,6 @@ def _check_state_kinds(concrete):
 
 
 def _same_program(a, b):
-    from runtime.io import prune_program
-    from runtime.serialization import program_to_dict
     pruned = [program_to_dict(prune_program(p, feeds, [v.name for v in fetches])) for p, feeds, fetches, *_ in (a, b)]
     return (pruned[0] == pruned[1] and a[1] == b[1] and [v.name for v in a[2]] == [v.name for v in b[2]]
             and a[3:] == b[3:])

@@ -18,11 +18,14 @@ from runtime.executor import resolve_persistables
 from runtime.io import read_model
 from runtime.onnx_export import OnnxExportError, program_to_onnx
 
+from .jit import TranslatedLayer, concrete_to_save
+from .static_function import StaticFunction
+from .translator import ProgramTranslator
+
 ExportError = OnnxExportError
 
 
 def _from_static(static, input_spec):
-    from .jit import concrete_to_save
     _, _, concrete = concrete_to_save(static, input_spec, "d2s.onnx.export")
     program = concrete.main_program
     feeds = [v.name for v in concrete.inputs]
@@ -33,9 +36,6 @@ def _from_static(static, input_spec):
 
 def _resolve(obj, input_spec):
     """(program, feed names, fetch names, {parameter name: tensor}) of `obj`."""
-    from .jit import TranslatedLayer
-    from .static_function import StaticFunction
-    from .translator import ProgramTranslator
     if isinstance(obj, (str, os.PathLike)):
         model = read_model(obj)
         return model.program, model.feed_names, model.fetch_names, model.params

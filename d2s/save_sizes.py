@@ -14,6 +14,7 @@ refused with the check's text, never saved.
 
 import torch
 
+from ops.infer import _call
 from runtime.ir import torch_dtype
 from runtime.optable import get_op_def, is_registered
 
@@ -112,7 +113,6 @@ class _Replay:
 
     def holds(self, check):
         """True/False: the check at these sizes; None: not known here."""
-        from ops.infer import _call
         try:
             with torch._C.DisableTorchFunction(), torch.no_grad():
                 inputs = [self.value(n) for n in check.input("X")]
@@ -122,7 +122,6 @@ class _Replay:
         return bool(value) if isinstance(value, (bool, int)) else None
 
     def value(self, name):
-        from ops.infer import _call
         if name in self.values:
             return self.values[name]
         op = self.writers.get(name)

@@ -17,6 +17,8 @@ import torch
 
 from runtime.torch_export import ProgramModule, TorchExportError, export_program
 
+from .onnx import _resolve
+
 ExportError = TorchExportError
 
 
@@ -25,7 +27,6 @@ def export(obj, input_spec=None):
     module (its program for `input_spec`, or of its latest call), a
     `TranslatedLayer`, or a saved model directory. Dimensions of -1
     (InputSpec `None`) are dynamic; parameters are buffers."""
-    from .onnx import _resolve
     with torch.no_grad():
         program, feeds, fetches, params = _resolve(obj, input_spec)
         module = ProgramModule(program, feeds, fetches, params)

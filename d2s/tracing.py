@@ -12,6 +12,7 @@ from ops.capture import CaptureMode
 from ops.tracer import Tracer
 from runtime import runner
 from runtime.executor import Executor
+from runtime.io import save_inference_model
 from runtime.ir import Program, program_guard
 
 from .translator import select_by_index
@@ -55,7 +56,6 @@ class TracedLayer:
 
     def save_inference_model(self, dirname, feed=None, fetch=None):
         """Save for deployment; `feed`/`fetch` pick inputs/outputs by index."""
-        from runtime.io import save_inference_model
         feeds = select_by_index(self.feed_vars, feed, "feed", "the traced layer has {n} input(s)")
         fetches = select_by_index(self.fetch_vars, fetch, "fetch", "the traced layer has {n} output(s)")
         save_inference_model(dirname, [v.name for v in feeds], fetches, Executor(), main_program=self.program)

@@ -25,6 +25,10 @@ import torch
 from .errors import ProgramError
 from .optable import get_op_def
 
+# The printer, DOT writer, verifier and serializer are built on the classes
+# below (they import this module); the methods that reach them (`to_string`,
+# `to_dot`, `verify`, `clone`) import them when called: "lazy: above ir".
+
 # dtype names are the IR's spelling; torch dtypes are what users and kernels see.
 _DTYPE_NAMES = {
     torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
@@ -280,7 +284,7 @@ class Operator:
         return [v for v in self.attrs.values() if isinstance(v, Block)]
 
     def to_string(self):
-        from .printer import op_to_string
+        from .printer import op_to_string  # lazy: above ir (see the top)
         return op_to_string(self)
 
     def __repr__(self):
@@ -347,7 +351,7 @@ class Block:
         self.program._changed()
 
     def to_string(self):
-        from .printer import block_to_string
+        from .printer import block_to_string  # lazy: above ir (see the top)
         return block_to_string(self)
 
 
@@ -414,7 +418,7 @@ class Program:
 
     # -- text, checks, copies -------------------------------------------------
     def to_string(self):
-        from .printer import program_to_string
+        from .printer import program_to_string  # lazy: above ir (see the top)
         return program_to_string(self)
 
     __str__ = to_string
@@ -422,18 +426,18 @@ class Program:
     def to_dot(self, feed_names=None, fetch_names=()):
         """Graphviz DOT text: ops as nodes, variables as edges, sub-blocks as
         clusters inside their cond/while (see runtime/dot.py)."""
-        from .dot import program_to_dot
+        from .dot import program_to_dot  # lazy: above ir (see the top)
         return program_to_dot(self, feed_names, fetch_names)
 
     def verify(self):
-        from .verify import verify_program
+        from .verify import verify_program  # lazy: above ir (see the top)
         verify_program(self)
         return self
 
     def clone(self, for_test=False):
         """A deep copy of the structure; bound tensors are shared, not copied.
         `for_test=True` drops backward and optimizer ops."""
-        from .serialization import program_from_dict, program_to_dict
+        from .serialization import program_from_dict, program_to_dict  # lazy: above ir (see the top)
         copy = program_from_dict(program_to_dict(self, keep_origin=True), trusted=True)
         copy.bound = dict(self.bound)
         copy.device = self.device

@@ -63,15 +63,23 @@ def _is_user_code(obj):
     return module.split(".")[0] not in _NOT_CONVERTED or module.startswith(_CONVERTED_TORCH)
 
 
+def _conversion():
+    """d2s.conversion, imported when first needed. It cannot be imported at
+    the top: conversion puts these operators into every function it
+    converts, and converting a function this one calls is conversion again
+    (the translator's own recursion, not a layering slip)."""
+    from .. import conversion  # lazy: see the docstring
+    return conversion
+
+
 def _is_stdlib_file(filename):
     path = os.path.realpath(filename)
     return path.startswith(_STDLIB_DIRS) and not path.startswith(_SITE_DIRS)
 
 
 def _convertible(fn):
-    from .. import conversion
     code = fn.__code__
-    return (_is_user_code(fn) and not conversion.is_converted(fn)
+    return (_is_user_code(fn) and not _conversion().is_converted(fn)
             and not code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR)
             and not code.co_filename.startswith("<") and not _is_stdlib_file(code.co_filename))
 
@@ -150,7 +158,6 @@ def convert_call(fn):
     everything else (torch, numpy, the standard library, d2s itself, classes,
     C functions) is returned as it is.
     """
-    from .. import conversion
     refuse_denied(fn)  # torch.save & co.: refused before they run (ops/torch_ops.py DENYLIST)
     rng_call = convert_rng_call(fn)
     if rng_call is not None:  # torch.get_rng_state(), fork_rng(): ops, not build-time calls
@@ -177,7 +184,7 @@ def convert_call(fn):
         # the Python function it compiled, which means the same.
         return convert_call(fn._torchdynamo_inline)
     if isinstance(fn, types.FunctionType):
-        return conversion.convert_function(fn) if _convertible(fn) else fn
+        return _conversion().convert_function(fn) if _convertible(fn) else fn
     if isinstance(fn, DATA_PARALLEL):  # its per-step Python bookkeeping would run once, at build time
         raise error_at_user_line(f"calling a {type(fn).__name__} module inside declarative code: "
                                  + data_parallel_message(fn))
@@ -188,7 +195,7 @@ def convert_call(fn):
     if isinstance(fn, types.MethodType):
         func = unwrap(fn.__func__)
         if isinstance(func, types.FunctionType) and _convertible(func):
-            return types.MethodType(conversion.convert_function(func), fn.__self__)
+            return types.MethodType(_conversion().convert_function(func), fn.__self__)
         return fn
     if isinstance(fn, torch.nn.Module) and _is_user_code(type(fn)):
         return _module_forward(fn)
@@ -198,7 +205,7 @@ def convert_call(fn):
     if isinstance(call, types.FunctionType) and _convertible(call):
         # An instance of a user class with `__call__` (an activation object, a
         # cache): called as it is, its body would see graph tensors unconverted.
-        return types.MethodType(conversion.convert_function(call), fn)
+        return types.MethodType(_conversion().convert_function(call), fn)
     return fn
 
 
@@ -221,7 +228,6 @@ def _construct_with_converted_post_init(cls, *args, **kwargs):
     """``cls(*args, **kwargs)`` as type.__call__ makes it, with the instance's
     own `__post_init__` (found before the class's) the converted one while
     `__init__` runs; removed afterwards, so the object is eager's."""
-    from .. import conversion
     obj = cls.__new__(cls, *args, **kwargs) if cls.__new__ is not object.__new__ else object.__new__(cls)
     if not isinstance(obj, cls):
         return obj
@@ -229,7 +235,7 @@ def _construct_with_converted_post_init(cls, *args, **kwargs):
     if own is None:  # __slots__: no per-instance override possible
         cls.__init__(obj, *args, **kwargs)
         return obj
-    own["__post_init__"] = types.MethodType(conversion.convert_function(_post_init_to_convert(cls)), obj)
+    own["__post_init__"] = types.MethodType(_conversion().convert_function(_post_init_to_convert(cls)), obj)
     try:
         cls.__init__(obj, *args, **kwargs)
     finally:
@@ -317,7 +323,6 @@ _MISSING = object()
 def _converted_forward(module):
     """The converted ``forward`` of a user module (bound), or the module
     itself when there is none to convert."""
-    from .. import conversion
     forward = module.__dict__.get("forward")
     if is_wrapper(forward):
         forward = unwrap(forward)
@@ -328,7 +333,7 @@ def _converted_forward(module):
             func = raw.__func__
             if not (isinstance(func, types.FunctionType) and _convertible(func)):
                 return module
-            converted = conversion.convert_function(func)
+            converted = _conversion().convert_function(func)
             return converted if isinstance(raw, staticmethod) else types.MethodType(converted, type(module))
         forward = unwrap(module_call_entry(type(module)) or type(module).forward)
     elif isinstance(forward, types.MethodType) or isinstance(forward, types.FunctionType):
@@ -337,5 +342,5 @@ def _converted_forward(module):
     else:
         return module
     if isinstance(forward, types.FunctionType) and _convertible(forward):
-        return types.MethodType(conversion.convert_function(forward), module)
+        return types.MethodType(_conversion().convert_function(forward), module)
     return module

@@ -133,7 +133,7 @@ def convert_max_min(builtin, which):
     def call(*args, **kwargs):
         if kwargs or not args:
             if kwargs.get("key") is not None:
-                from .calls import convert_call  # calls imports this module
+                from .calls import convert_call  # lazy: calls imports this module (its builtin table)
                 kwargs = dict(kwargs, key=convert_call(kwargs["key"]))
             return builtin(*args, **kwargs)
         items = list(args[0]) if len(args) == 1 else list(args)
