@@ -17,10 +17,6 @@ steps and in-place buffer updates stay shared with the module.
 
 import functools
 import inspect
-import linecache
-import os
-import re
-import sys
 import threading
 
 import numpy as np
@@ -33,92 +29,11 @@ from runtime.ir import SCALAR, TENSOR_ARRAY, Variable
 from runtime.optable import writing_variant
 
 from . import torch_ops, tracer, wrapped_numbers
+from .storage_address import StorageAddress
+from .user_frames import SYMBOLIC_TYPES, _user_names, error_at_user_line, user_name, user_origin
 from .infer import Meta, infer, substitute
 from .registry import op_for_callable
 
-INTERNAL_DIRS = tuple(
-    os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-    for m in (torch,)
-) + tuple(
-    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), d) + os.sep
-    for d in ("ops", "runtime", "d2s")
-)
-
-
-def _user_frame(skip_internal=True):
-    """The innermost user frame: the first frame outside torch and d2s's own
-    packages. Converted code is compiled with the user's file name and line
-    numbers, so it counts as user code."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not (skip_internal and filename.startswith(INTERNAL_DIRS)) and not filename.startswith("<frozen"):
-            return frame
-        frame = frame.f_back
-    return None
-
-
-def user_origin(skip_internal=True):
-    """(filename, lineno, source line) of the innermost user frame."""
-    frame = _user_frame(skip_internal)
-    if frame is None:
-        return None
-    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-    return (frame.f_code.co_filename, frame.f_lineno, line)
-
-
-def user_name(value, what="tensor"):
-    """How a message names ``value``: "tensor `s`" when a variable of the
-    user's code holds it and appears on the user's line, else "this tensor"
-    (the line is shown under the message). Never the program's own name for
-    it (`tmp_3`, `ys_2`), which the user never wrote."""
-    frame = _user_frame()
-    if frame is not None:
-        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
-        words = set(re.findall(r"[A-Za-z_]\w*", line))
-        names = sorted(n for n, v in frame.f_locals.items() if v is value and n in words)
-        if names:
-            return f"{what} `{names[0]}`"
-    return f"this {what}"
-
-
-def _user_names(values):
-    """For each value, the variable of the user's code on the user's line that
-    holds it, else "input i" (never the program's own name, `tmp_3`)."""
-    frame = _user_frame()
-    names = []
-    words = set(re.findall(r"[A-Za-z_]\w*", linecache.getline(frame.f_code.co_filename, frame.f_lineno))) \
-        if frame is not None else set()
-    local = frame.f_locals if frame is not None else {}
-    for i, value in enumerate(values):
-        held = sorted(n for n, v in local.items() if v is value and n in words)
-        names.append(held[0] if held else f"input {i + 1}")
-    return names
-
-
-def exception_origin(exc):
-    """(filename, lineno, source line) of the innermost user frame that ``exc``
-    passed through (where the user's code raised it), or None."""
-    origin, tb = None, exc.__traceback__
-    while tb is not None:
-        filename = tb.tb_frame.f_code.co_filename
-        if not filename.startswith(INTERNAL_DIRS) and not filename.startswith("<frozen"):
-            origin = (filename, tb.tb_lineno, linecache.getline(filename, tb.tb_lineno).strip())
-        tb = tb.tb_next
-    return origin
-
-
-def error_at_user_line(message):
-    origin = user_origin()
-    if origin is None:
-        return ConversionError(message)
-    filename, lineno, line = origin
-    text = f"{message}\n    {line}" if line else message
-    return ConversionError(text, filename, lineno)
-
-
-# Sizes known only at run time while tracing (ops/symbolic.py).
-SYMBOLIC_TYPES = (torch.SymInt, torch.SymBool, torch.SymFloat)
 
 
 # -- lifting real tensors --------------------------------------------------------
@@ -838,7 +753,6 @@ def _method(var, name):
     if name in _TO_PYTHON:
         raise _to_python_error(var, _TO_PYTHON[name])
     if name == "data_ptr":  # compared for identity, never read (ops/storage_address.py)
-        from .storage_address import StorageAddress  # storage_address imports this module
         return lambda: StorageAddress(var)
     if name == "__array_ufunc__":
         from .numpy_ufuncs import array_ufunc  # numpy_ufuncs imports this module

@@ -27,11 +27,11 @@ import math
 import torch
 
 from runtime.errors import ConversionError
-from runtime.ir import TENSOR_ARRAY, Variable, torch_dtype
+from runtime.ir import TENSOR_ARRAY, Variable, dtype_name, torch_dtype
 
 from . import framework, tracer
-from .capture import (SYMBOLIC_TYPES, error_at_user_line, graph_condition, graph_tensor, lift,
-                      number_or_tensor, stands_for_number, user_origin)
+from .capture import graph_condition, graph_tensor, lift, number_or_tensor, stands_for_number
+from .user_frames import SYMBOLIC_TYPES, error_at_user_line, user_origin
 from .registry import OpDef, register
 
 
@@ -721,5 +721,4 @@ def _base(names, i, default):
 
 
 def _dn(dtype):
-    from runtime.ir import dtype_name
     return dtype_name(dtype)

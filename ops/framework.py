@@ -15,10 +15,11 @@ import torch
 
 from runtime.attrs import InputRef, OutputRef
 from runtime.errors import DecisionFailed
-from runtime.ir import TENSOR_ARRAY, Variable, torch_dtype
+from runtime.ir import TENSOR_ARRAY, Variable, default_main_program, default_startup_program, torch_dtype
 
 from . import tracer
-from .capture import SYMBOLIC_TYPES, error_at_user_line, exception_origin, graph_condition, lift, user_origin
+from .capture import graph_condition, lift
+from .user_frames import SYMBOLIC_TYPES, error_at_user_line, exception_origin, user_origin
 from .registry import OpDef, register
 from .wrapped_numbers import python_number_dtype  # also read as fw.python_number_dtype
 
@@ -103,7 +104,6 @@ def init_in_startup(name, tensor, program):
 
         startup: fc.weight = scope_copy(fc.weight@INIT)   # fc.weight@INIT: the module's tensor
     """
-    from runtime.ir import default_main_program, default_startup_program
     startup = default_startup_program()
     if program is not default_main_program() or startup is program:
         return

@@ -20,6 +20,8 @@ import warnings
 
 import torch
 
+from runtime.attrs import InputRef
+from runtime.errors import ConversionError
 from runtime.ir import SCALAR, TENSOR_ARRAY, Variable
 
 from .cold_start import dynamo_free
@@ -53,7 +55,6 @@ def _is_symbolic(v):
 def substitute(tree, values):
     """Rebuild an argument tree with `values[i]` in place of InputRef(i)
     (also used by ops.capture to put Python numbers in place of some inputs)."""
-    from runtime.attrs import InputRef
     if isinstance(tree, InputRef):
         return values[tree.index]
     if isinstance(tree, torch.Size):
@@ -237,7 +238,7 @@ def _infer_by_samples(fn, args, kwargs, inputs, shapes, factory, error, value_de
                 runs.append(_call(fn, args, kwargs, values, factory))
         except Exception as exc:  # noqa: BLE001 - the op's own complaint is the fake run's
             if not runs:
-                from .symbolic import SpecializesSize  # loaded: the symbolic run came first
+                from .symbolic import SpecializesSize  # lazy: sympy; loaded here, as the symbolic run came first
                 # ... unless the fake run stopped at our own signal (a size it
                 # wanted as an int: its message is the symbol's name, "u0"),
                 # which tells the user nothing: then this run's complaint.
@@ -264,7 +265,6 @@ def _follow(a, b, seen, shapes):
 
 
 def _depends(example):
-    from runtime.errors import ConversionError
     what = f"{len(example)} values" if isinstance(example, (list, tuple)) else repr(example)
     return ConversionError(f"the result ({what} for one input size) depends on a dimension known only at run "
                            "time; compute it with tensor ops instead")

@@ -32,7 +32,8 @@ import sys
 import numpy as np
 import torch
 
-from .registry import OpDef, register
+from .registry import OpDef, op_for_callable, register
+from .user_frames import error_at_user_line, user_name
 
 # ufunc -> (operator, reflected operator): the ufuncs NumPy calls for Python
 # operators with a NumPy operand on the left.
@@ -148,11 +149,10 @@ def _called_by_operator():
 
 def array_ufunc(var, ufunc, method, *inputs, **kwargs):
     """`Variable.__array_ufunc__`: the ufunc call as an op (see module doc)."""
-    from . import capture
     name = f"numpy.{getattr(ufunc, '__name__', ufunc)}"
     if method != "__call__" or kwargs:
         how = f"{name}.{method}" if method != "__call__" else f"{name} with {', '.join(sorted(kwargs))}="
-        raise capture.error_at_user_line(
+        raise error_at_user_line(
             f"`{how}` on a graph tensor cannot be part of a program; use the torch function instead")
     left = inputs[0]
     if ufunc in _OPERATOR_UFUNCS and len(inputs) == 2 and isinstance(left, (np.ndarray, np.generic)) \
@@ -173,17 +173,16 @@ def array_ufunc(var, ufunc, method, *inputs, **kwargs):
 
 def record_ufunc(ufunc, inputs):
     """The `numpy.<ufunc>` op on `inputs` (Variables, tensors, Python and NumPy values)."""
-    from . import capture
-    from .registry import op_for_callable
+    from . import capture  # lazy: capture's tensor methods call this module (ops not yet in layers)
     name = f"numpy.{ufunc.__name__}"
     for a in inputs:
         if capture.stands_for_number(a) and not isinstance(a, (int, float, bool)):
-            raise capture.error_at_user_line(
-                f"`{name}` of {capture.user_name(a, 'value')}, a number read from a tensor or a size known "
+            raise error_at_user_line(
+                f"`{name}` of {user_name(a, 'value')}, a number read from a tensor or a size known "
                 "only at run time: NumPy would give a NumPy scalar here, which the program cannot hold; use math or torch functions")
     opdef = op_for_callable(ufunc)
     if opdef is None:
-        raise capture.error_at_user_line(f"`{name}` is not a NumPy ufunc d2s knows")
+        raise error_at_user_line(f"`{name}` is not a NumPy ufunc d2s knows")
     # NumPy scalars keep their NumPy dtype (a 0-d array, lifted as a constant
     # tensor that NumPy reads back as the same 0-d array) instead of turning
     # into Python numbers, whose dtype NumPy would read differently.

@@ -37,7 +37,8 @@ import torch
 from runtime.attrs import InputRef, OutputRef
 
 from . import tracer
-from .capture import error_at_user_line, user_name, user_origin
+from .capture import lift
+from .user_frames import error_at_user_line, user_name, user_origin
 from .registry import OpDef, register
 
 
@@ -149,7 +150,6 @@ def _optimizer_ref(optimizer):
 def _param_vars(optimizer):
     """The Variables of `program` bound to the optimizer's parameters (lifted
     here when the program has not read them yet: the op still touches them)."""
-    from .capture import lift
     return [lift(p) for group in optimizer.param_groups for p in group["params"]]
 
 
@@ -253,8 +253,7 @@ def record_backward(loss, gradient=None, retain_graph=None, create_graph=False, 
         raise error_at_user_line(f"`.backward()` of {user_name(loss)}: grad can be implicitly created only for a scalar "
                                  f"loss, and this one has shape {list(loss.shape)}; pass gradient=")
     if isinstance(gradient, torch.Tensor):
-        from .capture import lift
-        gradient = lift(gradient)
+            gradient = lift(gradient)
     leaves = _leaves(program)
     stepped = _STEPPED_BY_BACKWARD.get()
     for optimizer in stepped:

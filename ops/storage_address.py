@@ -19,7 +19,7 @@ refused too.
 
 from runtime.errors import ConversionError
 
-from .capture import error_at_user_line, user_name, user_origin
+from .user_frames import error_at_user_line, user_name, user_origin
 
 
 class StorageAddress:

@@ -49,6 +49,7 @@ from runtime.ir import SCALAR, TENSOR_ARRAY, Variable
 
 from .cold_start import add_wrapper, drop_idle_trace_handler, shape_env
 from .framework import scalar_op_type
+from .user_frames import user_name, user_origin
 
 _PRINTER = PythonPrinter()
 
@@ -224,7 +225,6 @@ class Shapes:
         value = self.new_symbol(self.tracer.example_int(var, 8), f"int({var.name})")
         out = self._append(scalar_op_type(int), [var], (InputRef(0),), value, block=var.block)
         self._values[value.node.expr] = out
-        from .capture import user_name
         self._numbers[value.node.expr] = f"int({user_name(var)})"
         return out
 
@@ -333,7 +333,6 @@ class Shapes:
 
     def _append(self, op_type_, inputs, args, value, block=None):
         """One op computing a Python number from `inputs`; its SCALAR output."""
-        from .capture import user_origin
         block = block if block is not None and self.tracer.block.is_under(block) else self.tracer.block
         is_bool = isinstance(value, torch.SymBool)
         out = block.create_var(name=block.program.unique_name("size"), shape=(),

@@ -26,6 +26,7 @@ import weakref
 from runtime.ir import default_main_program
 
 from . import cold_start
+from .examples import example_int
 
 _current = contextvars.ContextVar("d2s_tracer", default=None)
 _implicit = weakref.WeakKeyDictionary()
@@ -87,7 +88,7 @@ class Tracer:
         """The trace's symbolic shapes (ShapeEnv + FakeTensorMode), made on
         first use so that static traces never import sympy."""
         if self._shapes is None:
-            from .symbolic import Shapes
+            from .symbolic import Shapes  # lazy: sympy and torch's symbolic shapes, for dynamic traces only
             self._shapes = Shapes(self)
             cold_start.refresh()  # the symbolic-shape modules are loaded now
         return self._shapes
@@ -100,7 +101,6 @@ class Tracer:
     def example_int(self, var, default):
         """The int the integer tensor `var` holds for the call being traced
         (a size symbol's hint), else `default`."""
-        from .examples import example_int
         value = example_int(self, var)
         return default if value is None else value
 

@@ -38,6 +38,8 @@ import torch
 
 from runtime.ir import SCALAR, Variable
 
+from .infer import Meta
+
 _BINARY = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "lshift", "rshift", "and", "or", "xor")
 _COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
 _UNARY = ("neg", "pos", "abs", "invert")
@@ -112,7 +114,6 @@ def can_differ(inputs, numbers):
 
 def dtypes(meta):
     """The dtypes of an inferred result, in order (Python numbers by their kind)."""
-    from .infer import Meta
     if isinstance(meta, Meta):
         return [meta.dtype]
     if isinstance(meta, (bool, int, float, complex)):

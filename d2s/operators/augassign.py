@@ -3,7 +3,8 @@
 
 import operator
 
-from ops.capture import error_at_user_line, number_or_tensor, stands_for_number
+from ops.capture import number_or_tensor, stands_for_number
+from ops.user_frames import error_at_user_line
 
 from .state import is_var, other_names
 

@@ -9,7 +9,7 @@ import torch
 
 from ops import control_flow as cf
 from ops import tracer
-from ops.capture import error_at_user_line
+from ops.user_frames import error_at_user_line
 from runtime.errors import ConversionError
 from runtime.ir import TENSOR_ARRAY
 

@@ -16,7 +16,8 @@ import torch
 
 from ops.autograd_function import is_function_apply, record_apply
 from ops import tracer
-from ops.capture import decide_bools, error_at_user_line, refuse_denied
+from ops.capture import decide_bools, refuse_denied
+from ops.user_frames import error_at_user_line
 from ops.optimizer_ops import record_optimizer_call
 from runtime.ir import Variable
 

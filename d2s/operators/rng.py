@@ -22,7 +22,8 @@ import inspect
 import torch
 
 from ops import tracer
-from ops.capture import error_at_user_line, record
+from ops.capture import record
+from ops.user_frames import error_at_user_line
 from ops.torch_ops import python_level_op
 
 _FORK_RNG = inspect.signature(torch.random.fork_rng)

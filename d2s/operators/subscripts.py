@@ -13,7 +13,7 @@ import torch
 
 from ops import control_flow as cf
 from ops import framework as fw
-from ops.capture import error_at_user_line, user_origin
+from ops.user_frames import error_at_user_line, user_origin
 from runtime.ir import Variable
 
 from .state import is_var

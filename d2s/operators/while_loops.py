@@ -4,7 +4,7 @@ op as soon as it is a graph tensor.
 
 from ops import control_flow as cf
 from ops import tracer
-from ops.capture import error_at_user_line
+from ops.user_frames import error_at_user_line
 from runtime.ir import Variable
 
 from .branches import convert_ifelse
