@@ -4,6 +4,7 @@ each argument (`flatten_args`, on every call), its tensors in order
 tensors (`replace_tensors`, for tracing), and feed names."""
 
 import re
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -97,13 +98,29 @@ def python_object(value):
     return not isinstance(value, (torch.Tensor, torch.nn.Module, Variable, int, float, str, type(None)))
 
 
-def feed_name(path, arg_names):
-    """'x' for the first positional argument named x, 'args_2_0' otherwise."""
-    m = re.match(r"args\[(\d+)\]$", path)
-    if m and int(m.group(1)) < len(arg_names):
-        return arg_names[int(m.group(1))]
-    m = re.match(r"kwargs\['(\w+)'\]$", path)
-    if m:
-        return m.group(1)
-    return re.sub(r"\W+", "_", path).strip("_")
+class FeedLeaf(NamedTuple):
+    """One tensor of a call's arguments, in feed order."""
+    path: str  # where it is, for names and messages: "args[0][1]", "kwargs['h']"
+    tensor: torch.Tensor
+    position: Optional[int]  # the positional argument it is (not one inside it): its InputSpec, its name
+    keyword: Optional[str]  # the keyword argument it is
 
+
+def feed_leaves(args, kwargs):
+    """The tensors of a call (positional arguments, then keywords), in the
+    order `flatten_args` collects them and `replace_tensors` takes feeds."""
+    leaves = [FeedLeaf(path, t, i if isinstance(a, torch.Tensor) else None, None)
+              for i, a in enumerate(args) for path, t in tensor_leaves(a, f"args[{i}]", 1)]
+    leaves += [FeedLeaf(path, t, None, k if isinstance(v, torch.Tensor) else None)
+               for k, v in kwargs.items() for path, t in tensor_leaves(v, f"kwargs[{k!r}]", 1)]
+    return leaves
+
+
+def feed_name(leaf, arg_names):
+    """'x' for the positional argument named x, 'h' for the keyword h,
+    'args_2_0' for a tensor inside an argument."""
+    if leaf.position is not None and leaf.position < len(arg_names):
+        return arg_names[leaf.position]
+    if leaf.keyword is not None:
+        return leaf.keyword
+    return re.sub(r"\W+", "_", leaf.path).strip("_")

@@ -12,7 +12,6 @@ code runs at all. `declarative` (d2s/decorator.py) makes them.
 
 import functools
 import inspect
-import re
 import sys
 import threading
 import warnings
@@ -32,7 +31,7 @@ from runtime.output_tree import rebuild
 from runtime.passes import check_level
 
 from . import conversion, decisions, input_trees, module_state, module_watch
-from .argument_trees import (SymbolicArguments, feed_name, flatten_args, mode_of, python_object,
+from .argument_trees import (SymbolicArguments, feed_leaves, feed_name, flatten_args, mode_of, python_object,
                              replace_tensors, tensor_leaves)
 from .concrete_program import ConcreteProgram
 from .layout_guard import layout_guard, layout_matches
@@ -383,35 +382,16 @@ class StaticFunction:
         with self._lock:
             converted = conversion.convert_function(self._function)
             main, startup = Program(), Program()
-            arg_leaves = list(tensor_leaves(tuple(args), "args"))
-            leaves = arg_leaves + list(tensor_leaves(kwargs, "kwargs"))
+            leaves = feed_leaves(args, kwargs)
             if leaves:
-                main.device = leaves[0][1].device
+                main.device = leaves[0].tensor.device
             main.mode = mode_of(self._instance, args, kwargs)
-            specs = self._input_spec or []
             arg_names = self._feed_names()
-            feeds = []
             before = module_state.snapshot(
                 m for v in (self._instance, *args, *kwargs.values()) if isinstance(v, torch.nn.Module)
                 for m in v.modules())
             with program_guard(main, startup), Tracer(main, self._name_hints(args)) as tr:
-                for i, (path, t) in enumerate(leaves):
-                    m = re.match(r"args\[(\d+)\]$", path)
-                    spec = specs[int(m.group(1))] if m and int(m.group(1)) < len(specs) else None
-                    name = spec.name if spec is not None and spec.name else feed_name(path, arg_names)
-                    name = name if name not in main.global_block().vars else main.unique_name(name)
-                    shape = spec.shape if spec is not None else tuple(t.shape)
-                    fixed = [(i, n) for i, (d, n) in enumerate(zip(shape, t.shape)) if exact and d == -1 and n < 2]
-                    shape = tuple(n if (i, n) in fixed else d for i, (d, n) in enumerate(zip(shape, t.shape)))
-                    var = main.global_block().create_var(name=name, shape=shape, dtype=t.dtype, is_data=True,
-                                                         stop_gradient=not t.requires_grad)
-                    tr.symbolize(var, hints=tuple(t.shape))  # example sizes decide what tracing assumes
-                    if all(type(d) is int for d in var.dims):
-                        var.strides = tuple(t.stride())  # and its layout (ops/capture.py _strides)
-                    tr.examples[name] = t  # and example values the numbers read from it (int(t))
-                    feeds.append(var)
-                    if fixed:
-                        fw_check_dims(var, fixed)
+                feeds = [self._feed(main, tr, leaf, arg_names, exact) for leaf in leaves]
                 state = input_trees.record_state([v for v in (*args, *kwargs.values()) if python_object(v)])
                 made, remaining = [], list(feeds)  # taken in `leaves` order: the arguments, then kwargs
                 sym_args = tuple(replace_tensors(v, remaining, arg_names[i] if i < len(arg_names) else
@@ -422,18 +402,7 @@ class StaticFunction:
                 sym_args, sym_kwargs = self._as_called(sym_args, sym_kwargs, form)
                 with CaptureMode(), torch.enable_grad():
                     out = converted(*self._full_args(sym_args), **sym_kwargs)
-                changed = input_trees.changed_argument(made) or next(
-                    ((name, type(v).__name__) for name, v in zip(arg_names + [f"args[{i}]" for i in range(
-                        len(arg_names), len(args))], args) if python_object(v) and holds_variable(v)), None) \
-                    or next(((k, type(v).__name__) for k, v in kwargs.items()
-                             if python_object(v) and holds_variable(v)), None)
-                if changed is not None:
-                    input_trees.restore(state)
-                    raise ConversionError(
-                        f"{self._function.__qualname__} changes its argument `{changed[0]}` (a {changed[1]}) in "
-                        "place: a program cannot change the caller's object when it runs, and d2s gives the "
-                        "trace a copy; return the changed value instead (a cache passed in and updated in "
-                        "place, transformers' past_key_values, is not carried yet)")
+                self._refuse_changed_arguments(args, kwargs, made, state, arg_names)
                 fetch = []
                 out_tree = _output_tree(out, fetch, numbers=True)
                 state_fetch = []
@@ -441,36 +410,81 @@ class StaticFunction:
                 reads += module_state.global_reads(self._converted_functions(), tr.lifted,
                                                    {r.var_name for r in reads})
                 self._refuse_global_state(main)
-                layout = layout_guard(feeds, [t for _, t in leaves], tr.layout_read_at) if tr.reads_layout \
-                    else None
-                if layout is not None:
-                    # Checks at the program's start, which travel with a saved program.
-                    block = main.global_block()
-                    n = len(block.ops)
-                    for var, strides in zip(feeds, layout):
-                        fw_check_strides(var, strides)
-                    block.ops[:] = block.ops[n:] + block.ops[:n]
-            noted = self._note_state(writes, reads)
+                layout = self._layout_checks(main, feeds, leaves, tr) if tr.reads_layout else None
             main.verify()
             concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree, key[-1],
                                        (writes, reads, state_fetch) if writes or reads else None, layout)
-            # The kinds of the module state this trace started from (jit.save checks them).
-            concrete.state_attrs = list(self.program_cache.state_attrs)
-            concrete.state_assumed = module_state.key(concrete.state_attrs)
-            self.program_cache.put(key, concrete)
-            if noted:
-                # The key of the next call with the module state as it is now
-                # (what this trace assumed) holds the state's kinds: the same program.
-                self.program_cache.put(with_state_part(key, module_state.key(self.program_cache.state_attrs)),
-                                       concrete)
-            if len(self.program_cache) == MANY_PROGRAMS:
-                warnings.warn(
-                    f"{self._function.__qualname__} has built {MANY_PROGRAMS} programs: its arguments change "
-                    "shape or value between calls; use d2s.InputSpec with None dimensions, or pass changing "
-                    "Python values as tensors", stacklevel=3)
+            self._keep(key, concrete, self._note_state(writes, reads))
             if _debug.level() >= 2:
                 print(f"[d2s] program of {self._function.__qualname__}:\n{main.to_string()}", file=sys.stderr)
             return concrete
+
+    def _feed(self, main, tr, leaf, arg_names, exact):
+        """The data Variable for one tensor of the call: named and shaped by
+        its InputSpec when it is a positional argument that has one, else
+        by its parameter name and its own shape."""
+        spec = self._input_spec[leaf.position] if leaf.position is not None and self._input_spec \
+            and leaf.position < len(self._input_spec) else None
+        name = spec.name if spec is not None and spec.name else feed_name(leaf, arg_names)
+        name = name if name not in main.global_block().vars else main.unique_name(name)
+        t = leaf.tensor
+        shape = spec.shape if spec is not None else tuple(t.shape)
+        fixed = [(i, n) for i, (d, n) in enumerate(zip(shape, t.shape)) if exact and d == -1 and n < 2]
+        shape = tuple(n if (i, n) in fixed else d for i, (d, n) in enumerate(zip(shape, t.shape)))
+        var = main.global_block().create_var(name=name, shape=shape, dtype=t.dtype, is_data=True,
+                                             stop_gradient=not t.requires_grad)
+        tr.symbolize(var, hints=tuple(t.shape))  # example sizes decide what tracing assumes
+        if all(type(d) is int for d in var.dims):
+            var.strides = tuple(t.stride())  # and its layout (ops/capture.py _strides)
+        tr.examples[name] = t  # and example values the numbers read from it (int(t))
+        if fixed:
+            fw_check_dims(var, fixed)
+        return var
+
+    def _refuse_changed_arguments(self, args, kwargs, made, state, arg_names):
+        """A trace that wrote graph values into an argument object: the
+        program could not repeat that write on the caller's object."""
+        named = list(zip(arg_names + [f"args[{i}]" for i in range(len(arg_names), len(args))], args))
+        changed = input_trees.changed_argument(made) or next(
+            ((name, type(v).__name__) for name, v in named + list(kwargs.items())
+             if python_object(v) and holds_variable(v)), None)
+        if changed is not None:
+            input_trees.restore(state)
+            raise ConversionError(
+                f"{self._function.__qualname__} changes its argument `{changed[0]}` (a {changed[1]}) in "
+                "place: a program cannot change the caller's object when it runs, and d2s gives the "
+                "trace a copy; return the changed value instead (a cache passed in and updated in "
+                "place, transformers' past_key_values, is not carried yet)")
+
+    @staticmethod
+    def _layout_checks(main, feeds, leaves, tr):
+        """The strides a trace that read them assumed (layout_guard), checked
+        at the program's start, where they travel with a saved program."""
+        layout = layout_guard(feeds, [leaf.tensor for leaf in leaves], tr.layout_read_at)
+        block = main.global_block()
+        n = len(block.ops)
+        for var, strides in zip(feeds, layout):
+            fw_check_strides(var, strides)
+        block.ops[:] = block.ops[n:] + block.ops[:n]
+        return layout
+
+    def _keep(self, key, concrete, noted):
+        """Cache `concrete` under `key` (and under the key with the module
+        state it assumed, when the trace found new state: `noted`)."""
+        # The kinds of the module state this trace started from (jit.save checks them).
+        concrete.state_attrs = list(self.program_cache.state_attrs)
+        concrete.state_assumed = module_state.key(concrete.state_attrs)
+        self.program_cache.put(key, concrete)
+        if noted:
+            # The key of the next call with the module state as it is now
+            # (what this trace assumed) holds the state's kinds: the same program.
+            self.program_cache.put(with_state_part(key, module_state.key(self.program_cache.state_attrs)),
+                                   concrete)
+        if len(self.program_cache) == MANY_PROGRAMS:
+            warnings.warn(
+                f"{self._function.__qualname__} has built {MANY_PROGRAMS} programs: its arguments change "
+                "shape or value between calls; use d2s.InputSpec with None dimensions, or pass changing "
+                "Python values as tensors", stacklevel=4)
 
     def _converted_functions(self):
         return [self._function, *conversion._converted.keys()]
