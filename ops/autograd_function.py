@@ -52,7 +52,7 @@ def _apply_kernel(ref, *args, **kwargs):
 
 
 OPDEF = register(OpDef("autograd_function", kernel=_apply_kernel,
-                       extra={"live_object": "a custom torch.autograd.Function"}))
+                       live_object="a custom torch.autograd.Function"))
 
 
 def is_function_apply(fn):

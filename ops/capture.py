@@ -308,7 +308,7 @@ def record(opdef, fn, args, kwargs):
         # Infer with the kernel the executor will run (`torch.equal` runs as
         # a bool tensor; see ops/torch_ops.py), not the Python-level callable.
         meta = infer(opdef.kernel or fn, args_tree, kwargs_tree, refs.inputs, tr,
-                     factory=bool(opdef.extra.get("factory")))
+                     factory=opdef.factory)
     except ConversionError as exc:
         if exc.filename is None:
             raise error_at_user_line(f"`{opdef.type}`: {exc.message}") from None
@@ -378,7 +378,7 @@ def _as_eager_numbers(opdef, fn, args_tree, kwargs_tree, refs, numbers, meta, tr
     # Python numbers in place of the numbers' InputRefs; the other inputs stay references.
     values = [wn.python_value(v) if i in numbers else InputRef(i) for i, v in enumerate(refs.inputs)]
     call, call_args = wn.eager_call(opdef.type, fn, substitute(args_tree, values))
-    factory = bool(opdef.extra.get("factory"))
+    factory = opdef.factory
     try:
         expected = wn.dtypes(infer(call, call_args, substitute(kwargs_tree, values), refs.inputs, tr,
                                    factory=factory))
@@ -481,7 +481,7 @@ def dispatch(fn, args, kwargs):
     opdef = op_for_callable(fn)
     has_var = _contains((args, kwargs), Variable)
     has_tensor = has_var or _contains((args, kwargs), torch.Tensor)
-    if opdef is not None and (has_tensor or opdef.extra.get("factory")):
+    if opdef is not None and (has_tensor or opdef.factory):
         return record(opdef, fn, args, kwargs)
     if not has_tensor:
         return fn(*args, **kwargs)

@@ -93,7 +93,7 @@ def _scope_copy_kernel(value):
     return value.detach().clone().requires_grad_(value.requires_grad)
 
 
-register(OpDef("scope_copy", kernel=_scope_copy_kernel, extra={"scope_init": True}))
+register(OpDef("scope_copy", kernel=_scope_copy_kernel, scope_init=True))
 
 
 def init_in_startup(name, tensor, program):
@@ -183,7 +183,7 @@ def _print_kernel(*values, sep=" ", end="\n"):
     print(*values, sep=sep, end=end, flush=True)
 
 
-register(OpDef("print", kernel=_print_kernel, extra={"side_effect": True}))
+register(OpDef("print", kernel=_print_kernel, side_effect=True))
 
 
 def print_(*values, sep=" ", end="\n"):
@@ -205,7 +205,7 @@ def _assert_kernel(cond, message):
         raise AssertionError(message)
 
 
-register(OpDef("assert", kernel=_assert_kernel, extra={"side_effect": True}))
+register(OpDef("assert", kernel=_assert_kernel, side_effect=True))
 
 
 def assert_(cond, message=""):
@@ -219,7 +219,7 @@ def _check_all_true_kernel(valid, message):
         raise ValueError(message)
 
 
-register(OpDef("check_all_true", kernel=_check_all_true_kernel, extra={"side_effect": True}))
+register(OpDef("check_all_true", kernel=_check_all_true_kernel, side_effect=True))
 
 
 def check_all_true(valid):
@@ -243,7 +243,7 @@ def _check_sizes_kernel(cond, message):
         raise DecisionFailed(message)
 
 
-register(OpDef("check_sizes", kernel=_check_sizes_kernel, extra={"side_effect": True, "size_check": True}))
+register(OpDef("check_sizes", kernel=_check_sizes_kernel, side_effect=True, size_check=True))
 
 
 def check_sizes(cond, message):
@@ -259,7 +259,7 @@ def _decision_failed_kernel(message):
 # The first op of a branch d2s converted only as "not taken": its inputs
 # could not be merged with the other branch's, or tracing it failed, for
 # the inputs the program was converted from (ops/control_flow.py).
-register(OpDef("decision_failed", kernel=_decision_failed_kernel, extra={"side_effect": True}))
+register(OpDef("decision_failed", kernel=_decision_failed_kernel, side_effect=True))
 
 
 def decision_failed(message, origin=None):
@@ -275,7 +275,7 @@ def _check_bool_kernel(x, expected, what):
 
 # A Python bool a kernel argument needs, decided while tracing (ops/capture.py
 # _decide_bools).
-register(OpDef("check_bool", kernel=_check_bool_kernel, extra={"side_effect": True}))
+register(OpDef("check_bool", kernel=_check_bool_kernel, side_effect=True))
 
 
 def check_bool(x, expected, what):
@@ -294,7 +294,7 @@ def _check_dims_kernel(x, dims, name):
 # Sizes of 0 or 1 a conversion took as they are (d2s/decisions.py converts
 # again with the example's sizes when a run breaks what tracing assumed at
 # another size). Pruned like the size checks.
-register(OpDef("check_dims", kernel=_check_dims_kernel, extra={"side_effect": True, "size_check": True}))
+register(OpDef("check_dims", kernel=_check_dims_kernel, side_effect=True, size_check=True))
 
 
 def check_dims(x, dims):
@@ -315,7 +315,7 @@ def _check_strides_kernel(x, strides, name):
 # What tracing assumed about a feed's layout when the program read strides
 # (d2s/static_function.py: in memory, another layout gets its own program;
 # this check travels with a saved program). Pruned like the size checks.
-register(OpDef("check_strides", kernel=_check_strides_kernel, extra={"side_effect": True, "size_check": True}))
+register(OpDef("check_strides", kernel=_check_strides_kernel, side_effect=True, size_check=True))
 
 
 def check_strides(x, strides):
@@ -337,7 +337,7 @@ def _raise_kernel(kind, message):
     raise _exception_kind(getattr(builtins, kind, Exception))(message)
 
 
-register(OpDef("raise", kernel=_raise_kernel, extra={"side_effect": True}))
+register(OpDef("raise", kernel=_raise_kernel, side_effect=True))
 
 
 def raise_(exc, origin=None):
@@ -378,11 +378,11 @@ def _array_from_list_kernel(*items):
 
 # A tensor array's list is appended to in place, so each one made is an object
 # of its own: two `[]` are two lists (`new_object`: no pass merges or reuses one).
-register(OpDef("array_create", kernel=_array_create_kernel, extra={"new_object": True}))
+register(OpDef("array_create", kernel=_array_create_kernel, new_object=True))
 register(OpDef("array_append", kernel=_array_append_kernel, mutates=True))
 register(OpDef("array_length", kernel=_array_length_kernel))
 register(OpDef("array_read", kernel=_array_read_kernel))
-register(OpDef("array_from_list", kernel=_array_from_list_kernel, extra={"new_object": True}))
+register(OpDef("array_from_list", kernel=_array_from_list_kernel, new_object=True))
 
 
 def _note_element(array, x):

@@ -104,14 +104,13 @@ def _optimizer_zero_grad_kernel(optimizer, *params, set_to_none=True):
 
 register(OpDef("backward", kernel=_backward_kernel, training_only=True))
 # These three act on state outside their inputs (`.grad`, the optimizer's state).
-_EFFECT = {"side_effect": True}
-register(OpDef("accumulate_grad", kernel=_accumulate_grad_kernel, mutates=True, training_only=True, extra=_EFFECT))
+register(OpDef("accumulate_grad", kernel=_accumulate_grad_kernel, mutates=True, training_only=True, side_effect=True))
 register(OpDef("sgd", kernel=_sgd_kernel, mutates=True, training_only=True))
 register(OpDef("momentum", kernel=_momentum_kernel, mutates=True, training_only=True))
 register(OpDef("adam", kernel=_adam_kernel, mutates=True, training_only=True))
-register(OpDef("optimizer_step", kernel=_optimizer_step_kernel, mutates=True, training_only=True, extra=_EFFECT))
+register(OpDef("optimizer_step", kernel=_optimizer_step_kernel, mutates=True, training_only=True, side_effect=True))
 register(OpDef("optimizer_zero_grad", kernel=_optimizer_zero_grad_kernel, mutates=True, training_only=True,
-               extra=_EFFECT))
+               side_effect=True))
 
 
 def append_call(block, op_type, inputs, outputs, extra_args=(), kwargs=None, out=None, leading=()):

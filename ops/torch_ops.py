@@ -167,7 +167,7 @@ def _add(type_name, name, fn, **flags):
     if is_registered(type_name) or denied(fn) is not None:
         return
     if name in WRITES_UNDECLARED:
-        flags["extra"] = dict(flags.get("extra", {}), side_effect=True)
+        flags["side_effect"] = True
     kernel = _bool_tensor(fn) if name in TO_BOOL_TENSOR else fn
     # Schemas are looked up for the ops a program uses, not for all at import.
     random = FirstUse(_is_random, name, fn)
@@ -198,7 +198,7 @@ def _register_namespaces():
             if not callable(fn) or isinstance(fn, type):
                 continue
             if _key(fn) in FACTORIES:
-                _add(f"{prefix}.{name}", name, fn, extra={"factory": True})
+                _add(f"{prefix}.{name}", name, fn, factory=True)
             elif _key(fn) in OVERRIDABLE and name not in METADATA_NAMES:
                 _add(f"{prefix}.{name}", name, fn)
             elif _is_inplace(name) and _key(getattr(module, name[:-1], None)) in OVERRIDABLE and _schemas(fn):
@@ -209,7 +209,7 @@ def _register_namespaces():
 def _register_tensor():
     for name in TENSOR_PROPERTIES.split():
         getter = _lookup("torch.Tensor", name).__get__
-        register(OpDef(f"torch.Tensor.{name}", kernel=getter, extra={"property": True}), getter)
+        register(OpDef(f"torch.Tensor.{name}", kernel=getter), getter)
     for name in sorted(dir(torch.Tensor)):
         fn = getattr(torch.Tensor, name, None)
         if name in METADATA_NAMES or not callable(fn) or isinstance(fn, type):
@@ -247,9 +247,9 @@ def _set_rng_state(new_state):
 # converted code's calls reach them through `python_level_op`.
 RNG_STATE_OPS = {
     torch.get_rng_state: OpDef("torch.get_rng_state", kernel=torch.get_rng_state, random=True,
-                               extra={"factory": True}),
+                               factory=True),
     torch.set_rng_state: OpDef("torch.set_rng_state", kernel=_set_rng_state, random=True,
-                               extra={"side_effect": True}),
+                               side_effect=True),
 }
 
 

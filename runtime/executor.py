@@ -196,7 +196,7 @@ class _Facts:
         # the caller's array, so those are copied first.
         # Per-scope copies of module tensors a startup program makes (ops
         # flagged `scope_init`; see ops/framework.py init_in_startup).
-        self.module_copies = {n for op in ops if get_op_def(op.type).extra.get("scope_init")
+        self.module_copies = {n for op in ops if get_op_def(op.type).scope_init
                               for n in op.output_names}
         self.mutated_feeds = {op.input_names[0] for op in ops
                               if op.input_names and get_op_def(op.type).mutates and op.input_names[0] in data}

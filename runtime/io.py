@@ -123,7 +123,7 @@ def _refuse_live_ops(program):
     in memory but cannot be written: a saved program names only table ops."""
     for block in program.blocks:
         for op in block.ops:
-            what = get_op_def(op.type).extra.get("live_object")
+            what = get_op_def(op.type).live_object
             if what:
                 where = f"{op.origin[0]}:{op.origin[1]}: " if op.origin else ""
                 held = next((a for a in op.attrs.get("args", ()) if hasattr(a, "function")), None)
@@ -258,7 +258,7 @@ def prune_program(program, feed_names, fetch_names):
         if opdef.training_only:
             continue
         reads, writes, side_effect = _effects(op, get_op_def)
-        if side_effect and opdef.extra.get("size_check") and reads & unfed:
+        if side_effect and opdef.size_check and reads & unfed:
             continue
         if side_effect or writes & needed:
             kept.append(op)
@@ -287,7 +287,7 @@ def _effects(op, get_op_def):
     reads = set(op.input_names)
     writes = set(op.output_names)
     opdef = get_op_def(op.type)
-    side_effect = bool(opdef.extra.get("side_effect"))
+    side_effect = opdef.side_effect
     if opdef.mutates and op.input("X"):
         # Updating module state in place (batch norm's num_batches_tracked
         # += 1) is an effect that outlives the run, wanted or not by a fetch.

@@ -7,24 +7,40 @@ effects); `ops` fills it when imported. So `runtime` never imports `ops`.
 An `OpDef` holds, side by side, what the rest of the system needs to know
 about one op type:
   - `kernel`: the PyTorch callable that runs it;
-  - `infer`: shape/dtype inference (`infer(op, block)` sets the output
-    Variables' shapes and dtypes), for ops built by hand rather than captured;
   - `emit`: how the executor lowers it to Python (`emit(op, ctx)` returns
     `ast` statements); call-style ops share one emitter;
   - `inputs`/`outputs`/`attrs`: the slot and attribute schema;
-  - effects: `mutates` (the op writes its first input in place: `x.add_(1)`,
-    `x[i] = v`, an optimizer update), `random` (draws from the global
-    generator; read it as a truth value: it may be a `FirstUse`),
-    `extra["side_effect"]` (prints, checks), `extra["new_object"]` (each
-    call returns a new mutable object, a tensor array's list: two calls are
-    never interchangeable, so no pass merges, hoists or reuses one);
-  - `training_only`: dropped by `Program.clone(for_test=True)`.
+  - effects, read by every pass and by pruning through `pure` /
+    `writes_tensor` (never spelled out again elsewhere):
+      `mutates`: writes its first input in place (`x.add_(1)`, `x[i] = v`,
+        an optimizer update, an append to a tensor array);
+      `random`: draws from the global generator (read it as a truth value:
+        it may be a `FirstUse`);
+      `side_effect`: acts on something no output holds (prints, checks,
+        `.grad`, running statistics torch writes without saying so);
+      `new_object`: each call returns a new mutable object (a tensor
+        array's list): two calls are never interchangeable, so no pass
+        merges, hoists or reuses one;
+      `training_only`: backward and optimizer ops, dropped by
+        `Program.clone(for_test=True)` and by saving;
+  - what else passes and the loader need to know:
+      `factory`: makes a tensor from sizes alone (`torch.zeros`): recorded
+        even with no Variable argument;
+      `size_check`: checks assumed input sizes (pruning keeps it with the
+        feeds it reads);
+      `scope_init`: copies a module's tensor into the scope at startup;
+      `takes_python_ints`: its kernel takes the Python ints the `scalars`
+        pass makes;
+      `live_object`: names the live Python object it runs (a custom
+        autograd Function), which a saved program cannot hold;
+      `internal`: made by passes, never traced or saved; such ops live in a
+        table of their own that the loader's allowlist does not include.
 
 The table is the allowlist: a loaded program may only name op types in it,
 so nothing outside this table can ever be called.
 """
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 
@@ -53,26 +69,50 @@ class FirstUse:
 class OpDef:
     type: str
     kernel: Optional[Callable] = None
-    infer: Optional[Callable] = None
     emit: Optional[Callable] = None
     inputs: tuple = ("X",)
     outputs: tuple = ("Out",)
     attrs: tuple = ()
     mutates: bool = False
-    training_only: bool = False
     random: bool = False  # or a FirstUse
-    extra: dict = field(default_factory=dict)
+    side_effect: bool = False
+    new_object: bool = False
+    training_only: bool = False
+    factory: bool = False
+    size_check: bool = False
+    scope_init: bool = False
+    takes_python_ints: bool = False
+    live_object: Optional[str] = None
+    internal: bool = False
+
+    @property
+    def pure(self):
+        """Nothing observes it but its outputs: it may be dropped when they
+        are unused, merged with an equal op, or run once for many."""
+        return not (self.mutates or self.random or self.side_effect or self.training_only)
+
+    @property
+    def writes_tensor(self):
+        """It writes a tensor in place, which a view of it may share (an
+        append to a tensor array writes a Python list, which no view shares)."""
+        return self.mutates and self.type != "array_append"
 
 
 _OPS = {}
+_INTERNAL = {}  # ops made by passes: compiled like the others, never named by a loaded program
 _BY_CALLABLE = {}
 
 
 def register(opdef, *callables):
     """Add `opdef`; `callables` are the Python objects (e.g. `torch.add`)
     whose calls on Variables are recorded as this op type."""
-    if opdef.type in _OPS:
+    if opdef.type in _OPS or opdef.type in _INTERNAL:
         raise ValueError(f"op type {opdef.type!r} is registered twice")
+    if opdef.internal:
+        if callables:
+            raise ValueError(f"internal op type {opdef.type!r} records no calls")
+        _INTERNAL[opdef.type] = opdef
+        return opdef
     _OPS[opdef.type] = opdef
     for fn in callables:
         _BY_CALLABLE.setdefault(callable_key(fn), opdef)
@@ -110,6 +150,8 @@ def get_op_def(op_type):
     try:
         return _OPS[op_type]
     except KeyError:
+        if op_type in _INTERNAL:
+            return _INTERNAL[op_type]
         if op_type.endswith(WRITES) and op_type[:-len(WRITES)] in _OPS:
             return writing_variant(_OPS[op_type[:-len(WRITES)]])  # a loaded program names it first
         if not _OPS:
@@ -118,7 +160,13 @@ def get_op_def(op_type):
 
 
 def is_registered(op_type):
+    """Whether a program may name `op_type`: the loader's allowlist (no internal op)."""
     return op_type in _OPS or op_type.endswith(WRITES) and op_type[:-len(WRITES)] in _OPS
+
+
+def is_internal(op_type):
+    """Whether `op_type` is an op the passes make (see `OpDef.internal`)."""
+    return op_type in _INTERNAL
 
 
 def op_for_callable(fn):

@@ -247,8 +247,8 @@ class _Validator:
                       "a saved program may only use the op allowlist (see ops/torch_ops.py)")
             where = f"block {block.idx}, op {j} ({op_type})"
             opdef = get_op_def(op_type)
-            if opdef.extra.get("live_object"):
-                _fail(where, f"this op type runs {opdef.extra['live_object']}, a live Python object that a "
+            if opdef.live_object:
+                _fail(where, f"this op type runs {opdef.live_object}, a live Python object that a "
                       "saved program cannot hold; it is never written, so this file was not made by d2s")
             inputs = self._slots(block, op.get("inputs", {}), opdef.inputs, where, "inputs")
             outputs = self._slots(block, op.get("outputs", {}), opdef.outputs, where, "outputs")

@@ -23,7 +23,7 @@ A breach raises ProgramError showing the bad op among its neighbours.
 from .attrs import InputRef, OutputRef, refs
 from .errors import ProgramError
 from .ir import Block
-from .optable import is_registered
+from .optable import is_internal, is_registered
 
 
 def _context(block, index):
@@ -72,7 +72,7 @@ def verify_program(program):
             available |= set(parent.vars)  # parents' values exist before a sub-block runs
             parent = parent.parent
         for index, op in enumerate(block.ops):
-            if not is_registered(op.type):
+            if not (is_registered(op.type) or is_internal(op.type)):
                 _fail(block, index, f"op type {op.type!r} is not registered; only ops in the op table "
                                     "(ops/) may appear in a program")
             for name in op.input_names:

@@ -134,7 +134,7 @@ def unobservable_since(tr, mark):
         n_ops = mark.blocks[block.idx][0] if block.idx < len(mark.blocks) else 0
         for op in block.ops[n_ops:]:
             opdef = get_op_def(op.type)
-            if opdef.mutates or opdef.random or opdef.extra.get("side_effect") or not _total(op):
+            if opdef.mutates or opdef.random or opdef.side_effect or not _total(op):
                 return False
     return True
 

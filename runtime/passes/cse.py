@@ -59,8 +59,7 @@ def run(ctx):
     program = ctx.program
     # An in-place write may reach a merged value through a view: programs
     # with any (but appends to tensor arrays) are left as they are.
-    if any(ctx.get_op_def(op.type).mutates and op.type != "array_append"
-           for block in program.blocks for op in block.ops):
+    if any(ctx.get_op_def(op.type).writes_tensor for block in program.blocks for op in block.ops):
         return
     # Names whose value changes after they are made: an array an append writes
     # (`len(ys)` before and after `ys.append(v)` differ), a name assigned twice.
@@ -82,11 +81,10 @@ def run(ctx):
                 visit(sub, seen)
             opdef = ctx.get_op_def(op.type)
             key = None
-            if ("args" in op.attrs and not op.sub_blocks() and not opdef.mutates and not opdef.random
-                    and not opdef.training_only and not opdef.extra.get("side_effect")
-                    and not opdef.extra.get("factory") and not opdef.extra.get("new_object") and op.output_names
+            if ("args" in op.attrs and not op.sub_blocks() and opdef.pure
+                    and not opdef.factory and not opdef.new_object and op.output_names
                     and not (set(op.input_names) | set(op.output_names)) & written
-                    and not set(op.output_names) & fetched and not opdef.extra.get("internal")
+                    and not set(op.output_names) & fetched and not opdef.internal
                     and all(_no_gradient(program, n) for n in op.output_names)
                     and not _touches_array(program, op)):
                 key = _key(op, rename)

@@ -17,7 +17,7 @@ from ._util import all_ops, attr_names
 
 def _pure(op, ctx):
     opdef = ctx.get_op_def(op.type)
-    if opdef.mutates or opdef.random or opdef.training_only or opdef.extra.get("side_effect"):
+    if not opdef.pure:
         return False
     if not op.output_names:
         return False

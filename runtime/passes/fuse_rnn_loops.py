@@ -41,7 +41,7 @@ import torch
 
 from ..attrs import InputRef, OutputRef
 from ..ir import Operator
-from ..optable import OpDef, is_registered, register
+from ..optable import OpDef, is_internal, register
 from ._util import find_var
 
 _CELLS = {  # cell op type -> (fused kind, number of state tensors)
@@ -94,9 +94,9 @@ def _fused(kind, time_dim, seq, n, ctr, h, c, w_ih, w_hh, b_ih, b_hh, collect):
     return torch.tensor(stop), hn[0], (cn[0] if cn is not None else c)
 
 
-if not is_registered("fused_rnn_loop"):
+if not is_internal("fused_rnn_loop"):
     # The counter and the length may be Python ints (see scalars.py).
-    register(OpDef("fused_rnn_loop", kernel=fused_rnn_loop, extra={"internal": True, "takes_python_ints": True}))
+    register(OpDef("fused_rnn_loop", kernel=fused_rnn_loop, internal=True, takes_python_ints=True))
 
 
 def _single(block, op_type):

@@ -81,8 +81,7 @@ def _candidate(op, ctx):
     opdef = ctx.get_op_def(op.type)
     return ("args" in op.attrs and op.output_names and op.attrs.get("out") is not None
             and not op.attrs.get("no_grad") and not op.sub_blocks() and opdef.emit is None
-            and not (opdef.mutates or opdef.random or opdef.training_only or opdef.extra.get("side_effect")
-                     or opdef.extra.get("internal") or opdef.extra.get("new_object")
+            and not (not opdef.pure or opdef.internal or opdef.new_object
                      or op.type.startswith("py.")))
 
 
@@ -95,7 +94,7 @@ def run(ctx):
 
 def _mark(loop, ctx):
     body, test = loop.attrs["body_block"], loop.attrs["cond_block"]
-    if any(ctx.get_op_def(o.type).mutates and o.type != "array_append" for o in _ops([body, test])):
+    if any(ctx.get_op_def(o.type).writes_tensor for o in _ops([body, test])):
         return
     varying = _assigned([body, test]) | set(loop.attrs["loop_vars"])
     invariant, marked = set(), []

@@ -69,8 +69,7 @@ def _plain(op, fresh_only=False):
 
 def run(ctx):
     program = ctx.program
-    if any(ctx.get_op_def(op.type).mutates and op.type != "array_append"
-           for block in program.blocks for op in block.ops):
+    if any(ctx.get_op_def(op.type).writes_tensor for block in program.blocks for op in block.ops):
         return
     uses = {}
     for block in program.blocks:

@@ -29,7 +29,7 @@ import torch
 
 from ..attrs import InputRef, OutputRef
 from ..ir import TENSOR_ARRAY, Operator
-from ..optable import OpDef, is_registered, register
+from ..optable import OpDef, is_internal, register
 from ._util import find_var
 
 
@@ -38,10 +38,10 @@ def _emit_index(op, gen):
     return [gen.assign(gen.store(op.output("Out")[0]), ast.Subscript(value=seq, slice=i, ctx=ast.Load()))]
 
 
-if not is_registered("unbind_slices"):
-    register(OpDef("unbind_slices", kernel=torch.Tensor.unbind, extra={"internal": True}))
+if not is_internal("unbind_slices"):
+    register(OpDef("unbind_slices", kernel=torch.Tensor.unbind, internal=True))
     register(OpDef("py.index", kernel=lambda seq, i: seq[i], emit=_emit_index,
-                   extra={"internal": True, "takes_python_ints": True}))
+                   internal=True, takes_python_ints=True))
 
 
 def _slice_dim(index):
@@ -68,7 +68,7 @@ def _names_defined(block):
 def _writes_in_place(block, get_op_def):
     for op in block.ops:
         opdef = get_op_def(op.type)
-        if opdef.mutates and op.type != "array_append":
+        if opdef.writes_tensor:
             return True
         if any(_writes_in_place(sub, get_op_def) for sub in op.sub_blocks()):
             return True

@@ -28,8 +28,7 @@ from ._util import find_var
 
 def run(ctx):
     program = ctx.program
-    if any(ctx.get_op_def(op.type).mutates and op.type != "array_append"
-           for block in program.blocks for op in block.ops):
+    if any(ctx.get_op_def(op.type).writes_tensor for block in program.blocks for op in block.ops):
         return
     derived = {}  # weight name -> its transpose's name
     for block in program.blocks:

@@ -41,7 +41,7 @@ import torch
 
 from ..attrs import InputRef, OutputRef
 from ..ir import Operator
-from ..optable import OpDef, is_registered, register
+from ..optable import OpDef, is_internal, register
 from ._util import attr_names, find_var, is_call
 
 _BINARY = {  # op type -> (py op type, ast operator, reversed operands)
@@ -72,7 +72,7 @@ def _emit_expr(make):
 
 
 def _register_py_ops():
-    if is_registered("py.const"):
+    if is_internal("py.const"):
         return
     pyops = [OpDef("py.const", kernel=lambda v: v, emit=_emit_expr(lambda v: v)),
              OpDef("py.not", kernel=operator.not_,
@@ -90,7 +90,7 @@ def _register_py_ops():
         pyops.append(OpDef(name, kernel=None,
                            emit=_emit_expr(lambda a, b, k=kind: ast.BoolOp(op=k(), values=[a, b]))))
     for opdef in pyops:
-        opdef.extra["internal"] = True  # made by passes, never traced or saved
+        opdef.internal = True  # made by passes, never traced or saved
         register(opdef)
 
 
@@ -207,7 +207,7 @@ def _written_in_place(program, get_op_def):
     `while`/`cond` joins), to a fixed point."""
     ops = [op for block in program.blocks for op in block.ops]
     written = {op.input_names[0] for op in ops
-               if op.input_names and get_op_def(op.type).mutates and op.type != "array_append"}
+               if op.input_names and get_op_def(op.type).writes_tensor}
     if not written:
         return written
     groups = []  # names that share memory or a value through an op
@@ -270,7 +270,7 @@ def _analyse(program, get_op_def):
 
 def _index_positions(op, get_op_def):
     """Input positions where a scalar may stay a Python int (an index)."""
-    if get_op_def(op.type).extra.get("takes_python_ints"):
+    if get_op_def(op.type).takes_python_ints:
         return set(range(len(op.input("X"))))
     if op.type == "torch.Tensor.__getitem__" and len(op.attrs["args"]) == 2:
         return {r.index for r in _refs(op.attrs["args"][1])} - {r.index for r in _refs(op.attrs["args"][0])}

@@ -137,6 +137,9 @@ def _collide(doc):
 
 
 HOSTILE = {
+    # Ops the passes make (runtime/optable.py `internal`) are not in the loader's allowlist.
+    "an internal op of the passes": (lambda d: d["program"]["blocks"][0]["ops"][0].update(type="fused_rnn_loop"),
+                                     "op type 'fused_rnn_loop' is not a registered d2s op"),
     "a custom autograd.Function op": (lambda d: d["program"]["blocks"][0]["ops"][0].update(type="autograd_function"),
                                       "a live Python object"),
     "device os.system": (_call_attr("kwargs", {"device": {"$device": "os.system"}}), "is not a device"),
