@@ -242,7 +242,7 @@ def prune_program(program, feed_names, fetch_names):
     always dropped; blocks only dropped ops used are removed and the rest
     renumbered. Global variables nothing kept mentions are removed.
     """
-    copy = program_from_dict(program_to_dict(program), trusted=True)
+    copy = program.copy()
     block = copy.global_block()
     # Checks of assumed input sizes (op extra "size_check") go with the
     # inputs they read: a check of a data variable that is not fed is dropped.

@@ -27,7 +27,7 @@ from .optable import get_op_def
 
 # The printer, DOT writer, verifier and serializer are built on the classes
 # below (they import this module); the methods that reach them (`to_string`,
-# `to_dot`, `verify`, `clone`) import them when called: "lazy: above ir".
+# `to_dot`, `verify`) import them when called: "lazy: above ir".
 
 # dtype names are the IR's spelling; torch dtypes are what users and kernels see.
 _DTYPE_NAMES = {
@@ -434,13 +434,32 @@ class Program:
         verify_program(self)
         return self
 
+    def copy(self):
+        """A structural copy: new blocks, ops and variables (with every fact
+        a Variable carries); attribute values other than blocks and lists
+        are shared, as nothing mutates them; bound tensors are shared."""
+        new = Program()
+        new.blocks = [Block(new, b.idx, b.parent_idx) for b in self.blocks]
+        for old, block in zip(self.blocks, new.blocks):
+            for name, var in old.vars.items():
+                v = object.__new__(type(var))  # not copy.copy: Variables refuse pickling protocols
+                v.__dict__.update(var.__dict__)
+                v.block = block
+                block.vars[name] = v
+        for old, block in zip(self.blocks, new.blocks):
+            for op in old.ops:
+                attrs = {k: new.blocks[v.idx] if isinstance(v, Block) else (list(v) if isinstance(v, list) else v)
+                         for k, v in op.attrs.items()}
+                block.ops.append(Operator(block, op.type, op.inputs, op.outputs, attrs, op.origin))
+        new.bound = dict(self.bound)
+        new.device, new.mode = self.device, self.mode
+        new._name_counters = dict(self._name_counters)
+        return new
+
     def clone(self, for_test=False):
         """A deep copy of the structure; bound tensors are shared, not copied.
         `for_test=True` drops backward and optimizer ops."""
-        from .serialization import program_from_dict, program_to_dict  # lazy: above ir (see the top)
-        copy = program_from_dict(program_to_dict(self, keep_origin=True), trusted=True)
-        copy.bound = dict(self.bound)
-        copy.device = self.device
+        copy = self.copy()
         if for_test:
             block = copy.global_block()
             block.ops = [op for op in block.ops if not get_op_def(op.type).training_only]

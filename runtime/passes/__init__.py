@@ -46,7 +46,6 @@ from .. import _debug
 from ..optable import get_op_def
 from . import (cse, dce, direct_kernels, fuse_rnn_loops, hoist_constants, hoist_invariants, inplace, loop_slices,
                pretranspose, scalars)
-from ._util import copy_program
 
 LEVELS = ("default", "fast")
 
@@ -78,7 +77,7 @@ def optimize(program, feed_names, fetch_names, level="default", inference=False)
     """(a rewritten copy of `program`, the names to fetch from it); the
     original program is left as it is. `inference`: the variant for calls
     with grad mode off, which ends with `inplace`."""
-    work = copy_program(program)
+    work = program.copy()
     ctx = PassContext(work, feed_names, fetch_names)
     tail = (((pretranspose,) if level == "fast" else ()) + (inplace,)) if inference else ()
     for step in PIPELINES[check_level(level)] + tail:

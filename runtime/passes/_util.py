@@ -1,29 +1,6 @@
-"""Helpers the passes share: copying a program, walking uses of names."""
+"""Helpers the passes share: walking uses of names."""
 
 from ..attrs import InputRef
-from ..ir import Block, Operator, Program
-
-
-def copy_program(program):
-    """A structural copy: new blocks, ops and variables; attribute values
-    other than blocks and lists are shared (they are never mutated)."""
-    new = Program()
-    new.blocks = [Block(new, b.idx, b.parent_idx) for b in program.blocks]
-    for old, block in zip(program.blocks, new.blocks):
-        for name, var in old.vars.items():
-            v = object.__new__(type(var))  # not copy.copy: Variables refuse pickling protocols
-            v.__dict__.update(var.__dict__)
-            v.block = block
-            block.vars[name] = v
-    for old, block in zip(program.blocks, new.blocks):
-        for op in old.ops:
-            attrs = {k: new.blocks[v.idx] if isinstance(v, Block) else (list(v) if isinstance(v, list) else v)
-                     for k, v in op.attrs.items()}
-            block.ops.append(Operator(block, op.type, op.inputs, op.outputs, attrs, op.origin))
-    new.bound = dict(program.bound)
-    new.device = program.device
-    new._name_counters = dict(program._name_counters)
-    return new
 
 
 def attr_names(op):

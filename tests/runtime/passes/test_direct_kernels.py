@@ -9,7 +9,6 @@ import torch.nn.functional as F
 
 import d2s
 from runtime.passes import PassContext, direct_kernels
-from runtime.passes._util import copy_program
 
 from pass_programs import ops_text, traced
 
@@ -100,7 +99,7 @@ def test_direct_kernels_golden():
     program, feeds, fetches = traced(static.forward, *_args())
     text = ops_text(program)
     assert text == BEFORE
-    ctx = PassContext(copy_program(program), feeds, fetches)
+    ctx = PassContext(program.copy(), feeds, fetches)
     direct_kernels.run(ctx)
     assert ops_text(ctx.program) == AFTER
     assert ops_text(program) == BEFORE  # the pass rewrote the copy only

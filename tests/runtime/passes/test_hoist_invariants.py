@@ -10,7 +10,6 @@ import torch
 
 import d2s
 from runtime.passes import PassContext, hoist_invariants
-from runtime.passes._util import copy_program
 
 from pass_programs import lists_per_trip, ops_text, scaled_walk, traced
 
@@ -39,7 +38,7 @@ block 4
 
 def _hoisted(fn, *args):
     program, feeds, fetches = traced(fn, *args)
-    ctx = PassContext(copy_program(program), feeds, fetches)
+    ctx = PassContext(program.copy(), feeds, fetches)
     hoist_invariants.run(ctx)
     ctx.program.verify()
     return program, ctx.program

@@ -9,7 +9,6 @@ import d2s
 import runtime
 from runtime import passes
 from runtime.passes import PassContext, cse, dce, hoist_constants, inplace, loop_slices, pretranspose, scalars
-from runtime.passes._util import copy_program
 
 from pass_programs import (LinearSteps, bump_until, count_until, rows_total, frozen_scale, ops_text, positive_rows_sum, repeated_sums,
                            scaled_branches, shrink_steps, tanh_twice, traced, two_empty_lists, two_lists)
@@ -18,7 +17,7 @@ from pass_programs import (LinearSteps, bump_until, count_until, rows_total, fro
 def run_pass():
     """run_pass(module, program, feeds, fetches) -> (rewritten copy, fetch names)."""
     def run(module, program, feed_names, fetch_names):
-        ctx = PassContext(copy_program(program), feed_names, fetch_names)
+        ctx = PassContext(program.copy(), feed_names, fetch_names)
         module.run(ctx)
         return ctx.program, ctx.fetch_names
     return run
