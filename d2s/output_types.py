@@ -26,7 +26,8 @@ import types
 import torch
 import torch.utils._pytree as pytree
 
-from ops.capture import dispatch, graph_condition, lift, stands_for_number
+from ops.capture import dispatch
+from ops.recording import graph_condition, lift, stands_for_number
 from ops.framework import scalar_copy
 from ops.storage_address import StorageAddress
 from runtime.errors import ConversionError

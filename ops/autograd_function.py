@@ -33,7 +33,7 @@ import torch
 
 from runtime.ir import Variable
 
-from . import capture
+from . import capture, recording
 from .registry import OpDef, register
 
 
@@ -126,7 +126,7 @@ def _inline(function, args, kwargs, convert):
 
     def guard(value):
         if isinstance(value, Variable):
-            return capture.record(FORWARD_ONLY, _forward_only_kernel, (value, name), {})
+            return recording.record(FORWARD_ONLY, _forward_only_kernel, (value, name), {})
         if isinstance(value, (tuple, list)):
             return type(value)(guard(v) for v in value)
         return value
@@ -140,11 +140,11 @@ def record_apply(fn, convert):
 
     def apply(*args, **kwargs):
         tree = (args, kwargs)
-        if not (capture._contains(tree, Variable) or (_capturing() and capture._contains(tree, torch.Tensor))):
+        if not (recording._contains(tree, Variable) or (_capturing() and recording._contains(tree, torch.Tensor))):
             return fn(*args, **kwargs)
         if _INLINE.get():
             return _inline(function, args, kwargs, convert)
-        return capture.record(OPDEF, _apply_kernel, (FunctionRef(function),) + args, kwargs)
+        return recording.record(OPDEF, _apply_kernel, (FunctionRef(function),) + args, kwargs)
     return apply
 
 

@@ -30,7 +30,7 @@ from runtime.errors import ConversionError
 from runtime.ir import TENSOR_ARRAY, Variable, dtype_name, torch_dtype
 
 from . import framework, tracer
-from .capture import graph_condition, graph_tensor, lift, number_or_tensor, stands_for_number
+from .recording import graph_condition, graph_tensor, lift, number_or_tensor, stands_for_number
 from .user_frames import SYMBOLIC_TYPES, error_at_user_line, user_origin
 from .registry import OpDef, register
 
@@ -536,7 +536,7 @@ class _Spec:
             self.dtype = None
         self.elem_known = getattr(value, "elem_known", True)
         self.number = stands_for_number(value)  # until an iteration makes it a tensor
-        # The user's name once trips disagree on number or tensor (ops.capture.number_or_tensor).
+        # The user's name once trips disagree on number or tensor (ops.recording.number_or_tensor).
         self.varies = number_or_tensor(value)
 
 

@@ -18,9 +18,9 @@ from runtime.errors import DecisionFailed
 from runtime.ir import TENSOR_ARRAY, Variable, default_main_program, default_startup_program, torch_dtype
 
 from . import tracer
-from .capture import graph_condition, lift
+from .recording import graph_condition, lift, record
 from .user_frames import SYMBOLIC_TYPES, error_at_user_line, exception_origin, user_origin
-from .registry import OpDef, register
+from .registry import OpDef, op_for_callable, register
 from .wrapped_numbers import python_number_dtype  # also read as fw.python_number_dtype
 
 
@@ -61,7 +61,7 @@ def fill_constant(value, dtype=None):
     if dtype is None:
         dtype = python_number_dtype(value)
     out = _new_var((), dtype)
-    out.python_number = True  # see ops.capture.stands_for_number
+    out.python_number = True  # see ops.recording.stands_for_number
     if isinstance(value, Variable):
         _append("fill_constant", [value], (InputRef(0), dtype), {}, [out], OutputRef(0))
         return out
@@ -427,7 +427,7 @@ def array_append(array, x):
 
 def array_length(array):
     out = _new_var((), torch.int64)
-    out.python_number = True  # `len(ys)`: a Python int in eager code (ops.capture.stands_for_number)
+    out.python_number = True  # `len(ys)`: a Python int in eager code (ops.recording.stands_for_number)
     _append("array_length", [array], (InputRef(0),), {}, [out], OutputRef(0))
     return out
 
@@ -447,8 +447,8 @@ def zeros_of(shape, dtype, kind="tensor"):
     path that did not return); -1 dimensions get size 1."""
     if kind == TENSOR_ARRAY:
         return array_create(dtype)
-    from .capture import dispatch
-    return dispatch(torch.zeros, (tuple(1 if d == -1 else d for d in shape),), {"dtype": torch_dtype(dtype)})
+    return record(op_for_callable(torch.zeros), torch.zeros, (tuple(1 if d == -1 else d for d in shape),),
+                  {"dtype": torch_dtype(dtype)})
 
 
 def zeros_placeholder(like):

@@ -32,6 +32,7 @@ import sys
 import numpy as np
 import torch
 
+from .recording import record, stands_for_number
 from .registry import OpDef, op_for_callable, register
 from .user_frames import error_at_user_line, user_name
 
@@ -173,10 +174,9 @@ def array_ufunc(var, ufunc, method, *inputs, **kwargs):
 
 def record_ufunc(ufunc, inputs):
     """The `numpy.<ufunc>` op on `inputs` (Variables, tensors, Python and NumPy values)."""
-    from . import capture  # lazy: capture's tensor methods call this module (ops not yet in layers)
     name = f"numpy.{ufunc.__name__}"
     for a in inputs:
-        if capture.stands_for_number(a) and not isinstance(a, (int, float, bool)):
+        if stands_for_number(a) and not isinstance(a, (int, float, bool)):
             raise error_at_user_line(
                 f"`{name}` of {user_name(a, 'value')}, a number read from a tensor or a size known "
                 "only at run time: NumPy would give a NumPy scalar here, which the program cannot hold; use math or torch functions")
@@ -187,5 +187,5 @@ def record_ufunc(ufunc, inputs):
     # tensor that NumPy reads back as the same 0-d array) instead of turning
     # into Python numbers, whose dtype NumPy would read differently.
     args = tuple(np.asarray(a) if isinstance(a, np.generic) else a for a in inputs)
-    return capture.record(opdef, ufunc, args, {})
+    return record(opdef, ufunc, args, {})
 

@@ -37,7 +37,7 @@ import torch
 from runtime.attrs import InputRef, OutputRef
 
 from . import tracer
-from .capture import lift
+from .recording import lift
 from .user_frames import error_at_user_line, user_name, user_origin
 from .registry import OpDef, register
 

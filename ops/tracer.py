@@ -104,12 +104,12 @@ class Tracer:
         value = example_int(self, var)
         return default if value is None else value
 
-    def emit_guards(self):
-        """A check op for each size assumption made since the last call."""
-        if self._shapes is not None:
-            from . import framework
-            for check, message in {id(c): (c, m) for c, m in self._shapes.new_guards()}.values():
-                framework.check_sizes(check, message)
+    def new_guards(self):
+        """(check, message) for each size assumption made since the last
+        call, once each; `recording.emit_guards` records them as ops."""
+        if self._shapes is None:
+            return []
+        return list({id(c): (c, m) for c, m in self._shapes.new_guards()}.values())
 
     # -- activation ----------------------------------------------------------------
     def __enter__(self):

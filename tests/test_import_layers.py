@@ -5,8 +5,7 @@
 - No module-level import cycle inside a package (or across them).
 - An import of the project's own modules inside a function is a `# lazy:`
   line that says why it cannot be at the top, except in the modules listed in
-  TANGLED: ops is not in layers yet (capture.py and the op families import
-  each other at call time); that list may only shrink.
+  TANGLED (known debt); that list may only shrink.
 """
 
 import ast
@@ -19,12 +18,8 @@ PACKAGES = ("d2s", "ops", "runtime")
 AGAINST_THE_FLOW = {("runtime", "ops"), ("runtime", "d2s"), ("ops", "d2s")}
 
 # Modules whose call-time imports of their neighbours are known debt (issue
-# 25: "ops in layers"). Remove a name once its module has none left.
+# 25). Remove a name once its module has none left.
 TANGLED = {
-    # recording (capture.py) and the families it needs (cast, check_bool,
-    # init_in_startup in framework.py) import each other; the tracer emits
-    # framework's check ops.
-    "ops.capture", "ops.framework", "ops.tracer",
     "runtime.onnx_export", "runtime.onnx_regions",
 }
 

@@ -3,7 +3,7 @@
 
 import operator
 
-from ops.capture import number_or_tensor, stands_for_number
+from ops.recording import number_or_tensor, stands_for_number
 from ops.user_frames import error_at_user_line
 
 from .state import is_var, other_names

@@ -16,7 +16,8 @@ import torch
 
 from ops.autograd_function import is_function_apply, record_apply
 from ops import tracer
-from ops.capture import decide_bools, refuse_denied
+from ops.capture import refuse_denied
+from ops.recording import decide_bools
 from ops.user_frames import error_at_user_line
 from ops.optimizer_ops import record_optimizer_call
 from runtime.ir import Variable
@@ -136,7 +137,7 @@ def _deciding_bools(fn):
     """A torch C function whose argument parser refuses a run-time bool
     (`is_causal=q_len > 1`, a SymBool or a 0-d bool graph tensor) before any
     capture hook runs: called again with that bool decided for the inputs
-    being traced, and checked when the program runs (ops.capture.decide_bools)."""
+    being traced, and checked when the program runs (ops.recording.decide_bools)."""
     def call(*args, **kwargs):
         try:
             return fn(*args, **kwargs)

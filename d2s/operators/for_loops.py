@@ -9,7 +9,7 @@ a tensor array or a ``range`` with a tensor bound it iterates a graph index.
 import torch
 
 from ops import framework as fw
-from ops.capture import size as variable_size
+from ops.recording import size as variable_size
 from ops.user_frames import error_at_user_line
 from runtime.errors import ConversionError
 from runtime.ir import TENSOR_ARRAY, Variable

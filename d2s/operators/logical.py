@@ -9,7 +9,7 @@ import torch
 from ops import control_flow as cf
 from ops import framework as fw
 from ops import tracer
-from ops.capture import graph_tensor
+from ops.recording import graph_tensor
 from ops.user_frames import error_at_user_line
 from runtime.errors import ConversionError
 from runtime.optable import get_op_def

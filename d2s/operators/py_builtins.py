@@ -9,7 +9,7 @@ import torch
 
 from ops import framework as fw
 from ops import tracer
-from ops.capture import graph_tensor, number_or_tensor, size as _variable_size, stands_for_number
+from ops.recording import graph_tensor, number_or_tensor, size as _variable_size, stands_for_number
 from ops.user_frames import error_at_user_line
 from ops.wrapped_numbers import number_dtype
 from runtime.ir import Variable

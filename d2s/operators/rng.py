@@ -22,7 +22,7 @@ import inspect
 import torch
 
 from ops import tracer
-from ops.capture import record
+from ops.recording import record
 from ops.user_frames import error_at_user_line
 from ops.torch_ops import python_level_op
 

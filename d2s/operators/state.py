@@ -14,7 +14,7 @@ import torch
 
 from ops import control_flow as cf
 from ops import framework as fw
-from ops.capture import is_symbolic_value
+from ops.recording import is_symbolic_value
 from ops.user_frames import INTERNAL_DIRS, error_at_user_line, user_origin
 from runtime.ir import Variable
 

@@ -4,7 +4,8 @@ import torch
 
 import runtime
 from ops import tracer
-from ops.capture import CaptureMode, lift
+from ops.capture import CaptureMode
+from ops.recording import lift
 
 
 def test_rollback_removes_ops_vars_blocks_and_lifted_tensors():
