@@ -204,7 +204,7 @@ def _strides(var):
     tr = tracer.current()
     if not tr.reads_layout:
         tr.reads_layout, tr.layout_read_at = True, user_origin()
-    known = getattr(var, "strides", None)
+    known = var.strides
     return known if known is not None else contiguous_strides(_known_shape(var, "stride"))
 
 

@@ -524,7 +524,7 @@ class _Spec:
         # has a weak dtype: the first iteration's tensor dtype wins, as in
         # eager `total = 0; for ...: total += t.mean()`.
         self.python_number = (isinstance(value, (int, float, bool)) and not isinstance(value, torch.Tensor)) \
-            or (isinstance(value, Variable) and value.__dict__.get("python_literal", False))
+            or (isinstance(value, Variable) and value.python_literal)
         self.kind = value.kind if isinstance(value, Variable) else (TENSOR_ARRAY if isinstance(value, list) else "tensor")
         self.shape = (tuple(value.dims) if isinstance(value, Variable) else tuple(value.shape)
                       if isinstance(value, torch.Tensor) else ())

@@ -161,7 +161,7 @@ def stands_for_number(value):
     would have a number there, so it is never updated in place
     (``j = i; i += 1`` leaves ``j`` alone) and ``isinstance`` sees a number."""
     if isinstance(value, Variable):
-        return value.kind == SCALAR or value.__dict__.get("python_number", False)
+        return value.kind == SCALAR or value.python_number
     return isinstance(value, (int, float, bool) + SYMBOLIC_TYPES)
 
 
@@ -172,7 +172,7 @@ def number_or_tensor(value):
     after), a name an `if` on a tensor makes a tensor in one branch only, and
     arithmetic on such values and numbers. Its `isinstance`/`type` has no
     one answer (d2s/operators/py_builtins.py)."""
-    return value.__dict__.get("number_or_tensor") if isinstance(value, Variable) else None
+    return value.number_or_tensor if isinstance(value, Variable) else None
 
 
 def _has_python_number(meta):

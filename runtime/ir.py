@@ -100,6 +100,16 @@ class Variable:
     # Filled by `ops.capture`: handlers for torch functions and tensor methods.
     _torch_function_hook = None
     _method_hook = None
+
+    # Facts tracing records on a Variable, with their defaults. Declared here
+    # so that reading one never reaches `__getattr__` (which looks up tensor
+    # methods); `Program.copy` keeps them; saving keeps `elem_known` only
+    # (the others matter while tracing).
+    python_number = False  # a 0-d value eager code has as a Python number (ops/recording.py stands_for_number)
+    python_literal = False  # made from a number literal: its dtype is weak (ops/control_flow.py _Spec)
+    number_or_tensor = None  # the user's name, when eager has it as a number on some paths, a tensor on others
+    elem_known = True  # tensor arrays: False while no path has given it an element (shape and dtype unknown)
+    strides = None  # the strides eager gives this value (ops/infer.py), when tracing knows them
     # As torch.Tensor's. NumPy operands of Python operators reach the
     # Variable's `__array_ufunc__` (below), which calls the tensor operator
     # (`np.float64(2.0) * x` is `x.__rmul__(np.float64(2.0))`), as eager does.
