@@ -3,9 +3,12 @@ hand-written straight-line Python calling the very kernels d2s's generated
 code calls, no modules, no wrappers.
 
 The default level keeps each kernel (results bit-identical to eager). The
-right column is the floor of calling those kernels from Python, one binding
+middle column is the floor of calling those kernels from Python, one binding
 call per op; native segments (runtime/native) make the same ATen calls from
-C++, so d2s now runs below it, and what remains is the kernels' own cost.
+C++, so d2s runs below it. The right column is the kernels' own time: the
+same ATen calls in a C++ loop with no Python between them
+(`floor_ref.cpp`, built on first use with the native extension's compiler
+and flags, cached beside its library), autograd recording as in eager.
 
     OMP_NUM_THREADS=1 python benchmarks/floor.py [--rounds 11] [--no-grad]
 
@@ -14,9 +17,13 @@ round, median speedup over eager across rounds.
 """
 
 import argparse
+import hashlib
+import importlib.util
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 
 import torch
 
@@ -73,6 +80,61 @@ def lstm_loop_by_hand(model):
     return run
 
 
+def conv_by_hand(model):
+    def run(x):
+        x = torch.max_pool2d(torch.relu(torch.conv2d(x, model.conv1.weight, model.conv1.bias, 1, 1)), 2)
+        x = torch.max_pool2d(torch.relu(torch.conv2d(x, model.conv2.weight, model.conv2.bias, 1, 1)), 2)
+        return _linear(x.flatten(1), model.fc.weight, model.fc.bias)
+    return run
+
+
+def cpp_reference():
+    """The floor_ref extension, compiled with runtime/native's command once
+    per source, torch and Python (cached in runtime/native's cache dir)."""
+    from runtime import native
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor_ref.cpp")
+    with open(source, "rb") as f:
+        key = hashlib.sha256(b"\0".join([f.read(), torch.__version__.encode(), sys.version.encode()])).hexdigest()[:20]
+    target = os.path.join(native.cache_dir(), f"d2s_floor-{key}.so")
+    if not os.path.exists(target):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        print("[floor] compiling floor_ref.cpp (once)", file=sys.stderr, flush=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(target))
+        os.close(fd)
+        done = subprocess.run(native._command(source, tmp), capture_output=True, text=True)
+        if done.returncode != 0:
+            os.remove(tmp)
+            raise RuntimeError("compiling benchmarks/floor_ref.cpp failed:\n" + done.stderr[-4000:])
+        os.replace(tmp, target)
+    spec = importlib.util.spec_from_file_location("d2s_floor", target)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def cpp_loops(ref):
+    """name -> (model -> the C++ reference as a callable like the model)."""
+    def lstm(m):
+        ws = [m.cell.weight_ih, m.cell.weight_hh, m.cell.bias_ih, m.cell.bias_hh]
+        return lambda x, length: ref.lstm_loop(x, int(length), m.hidden, ws)
+
+    def deep(m):
+        ws = [t for layer in m.layers for t in (layer.weight, layer.bias)]
+        return lambda x: ref.deep_residual(x, ws)
+
+    def dec(m):
+        ws = [m.embed.weight, m.cell.weight_ih, m.cell.weight_hh, m.cell.bias_ih, m.cell.bias_hh, m.out.weight,
+              m.out.bias]
+        return lambda h, max_len: ref.decoder(h, int(max_len), m.eos, ws)
+
+    def conv(m):
+        ws = [m.conv1.weight, m.conv1.bias, m.conv2.weight, m.conv2.bias, m.fc.weight, m.fc.bias]
+        return lambda x: ref.conv_net(x, ws)
+
+    return {"LSTMCell loop, tensor length 48": lstm, "24 Linear+tanh+residual, tensor if": deep,
+            "GRU greedy decoder, while+break": dec, "conv net, batch 32": conv}
+
+
 def workloads():
     torch.manual_seed(0)
     lstm = speed.LSTMLoop()
@@ -83,10 +145,14 @@ def workloads():
     torch.manual_seed(1)
     dec = GreedyDecoder()
     hd, max_len = torch.randn(3, 32), torch.tensor(16)
+    torch.manual_seed(0)
+    conv = speed.ConvNet()
+    xc = torch.randn(32, 3, 32, 32)
     return {
         "LSTMCell loop, tensor length 48": (lstm, speed.LSTMLoop, lstm_loop_by_hand, (x, length)),
         "24 Linear+tanh+residual, tensor if": (deep, speed.DeepResidual, deep_residual_by_hand, (xd,)),
         "GRU greedy decoder, while+break": (dec, GreedyDecoder, decoder_by_hand, (hd, max_len)),
+        "conv net, batch 32": (conv, speed.ConvNet, conv_by_hand, (xc,)),
     }
 
 
@@ -94,11 +160,13 @@ def main():
     args = speed.parse_and_set_up(argparse.ArgumentParser(description=__doc__.splitlines()[0]), rounds=11)
     print(f"torch {torch.__version__}, 1 thread, {args.rounds} rounds"
           f"{', under torch.no_grad()' if args.no_grad else ''}; speedup over eager: median [25th-75th]")
-    names = ["d2s default", "same kernels by hand"]
+    names = ["d2s default", "same kernels by hand", "same kernels in C++"]
+    loops = cpp_loops(cpp_reference())
     print(f"{'workload':38s}" + "".join(f"{n:>24s}" for n in names))
     for name, (eager, cls, by_hand, inputs) in workloads().items():
         static = d2s.declarative(speed._copy(cls, eager))
-        contenders = {"eager": eager, "d2s default": static, "same kernels by hand": by_hand(eager)}
+        contenders = {"eager": eager, "d2s default": static, "same kernels by hand": by_hand(eager),
+                      "same kernels in C++": loops[name](eager)}
         for model in contenders.values():  # the same results, or the comparison means nothing
             assert all(torch.equal(a, b) for a, b in zip(_tensors(model(*inputs)), _tensors(eager(*inputs))))
         ratios, _ = speed.bench_workload(lambda m: (lambda: m(*inputs)), contenders, args.rounds, args.budget)

@@ -268,6 +268,53 @@ def cache_hit_overhead(rounds, calls=2000):
     return rows
 
 
+# -- a saved model, loaded in a fresh process -------------------------------------------------
+
+LOADED = {"24 Linear+tanh+residual, tensor if": (DeepResidual, (8, 64)), "conv net, batch 32": (ConvNet, (32, 3, 32, 32))}
+
+
+def loaded_rows(rounds, budget, no_grad):
+    """Save each LOADED model with jit.save, then in a fresh process time it
+    loaded with `jit.load(optimize=level)` against the declarative model at
+    that level (and eager), interleaved: yields (workload, {level: ratios of
+    declarative time / loaded time})."""
+    import json
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (name, (cls, shape)) in enumerate(LOADED.items()):
+            torch.manual_seed(0)
+            model = cls()
+            torch.save(model.state_dict(), os.path.join(tmp, f"{i}.pt"))
+            d2s.jit.save(d2s.declarative(_copy(cls, model)), os.path.join(tmp, str(i)),
+                         input_spec=[torch.randn(*shape)])
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--loaded-child", tmp,
+                               "--rounds", str(rounds), "--budget", str(budget)] + ["--no-grad"] * no_grad,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"the loading process failed:\n{done.stderr[-3000:]}")
+        return json.loads(done.stdout.splitlines()[-1])
+
+
+def loaded_child(tmp, rounds, budget):
+    """The fresh process of `loaded_rows`: prints its result as one JSON line."""
+    import json
+    out = {}
+    for i, (name, (cls, shape)) in enumerate(LOADED.items()):
+        eager = cls()
+        eager.load_state_dict(torch.load(os.path.join(tmp, f"{i}.pt")))
+        x = torch.randn(*shape)
+        contenders = {"eager": eager}
+        for level in ("default", "fast"):
+            contenders[f"declarative {level}"] = d2s.declarative(_copy(cls, eager), optimize=level)
+            contenders[f"loaded {level}"] = d2s.jit.load(os.path.join(tmp, str(i)), optimize=level)
+        ratios, _ = bench_workload(lambda m: (lambda: m(x)), contenders, rounds, budget)
+        # (eager / loaded time) / (eager / declarative time), round by round
+        out[name] = {level: [a / b for a, b in zip(ratios[f"loaded {level}"], ratios[f"declarative {level}"])]
+                     for level in ("default", "fast")}
+    print(json.dumps(out))
+
+
 def parse_and_set_up(parser, rounds):
     """Add the options the benchmark scripts share, parse them, and set up
     one thread, no warnings and the grad mode asked for."""
@@ -286,7 +333,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow to compile)")
     parser.add_argument("--only", default="", help="run only workloads whose name contains this")
+    parser.add_argument("--loaded-child", default="", help=argparse.SUPPRESS)  # loaded_rows' fresh process
     args = parse_and_set_up(parser, rounds=21)
+    if args.loaded_child:
+        return loaded_child(args.loaded_child, args.rounds, args.budget)
     print(f"torch {torch.__version__}, 1 thread, {args.rounds} interleaved rounds"
           f"{', under torch.no_grad()' if args.no_grad else ''}; "
           "speedup over eager: median [25th-75th percentile]")
@@ -304,6 +354,14 @@ def main():
             else:
                 cells.append(notes.get(name, "n/a")[:21])
         print(f"{wname:38s}" + "".join(f"{c:>22s}" for c in cells), flush=True)
+    print("\nsaved with jit.save, loaded in a fresh process (jit.load(optimize=level)), vs the declarative model "
+          "in that process: declarative time / loaded time (>= 0.95: within 5%)")
+    for wname, by_level in loaded_rows(args.rounds, args.budget, args.no_grad).items():
+        if args.only and args.only not in wname:
+            continue
+        cells = "".join(f"{statistics.median(r):5.2f}x [{_quantile(r, .25):4.2f}-{_quantile(r, .75):4.2f}]".rjust(22)
+                        for r in by_level.values())
+        print(f"{wname + ', loaded':38s}{cells}", flush=True)
     print("\ncache-hit overhead over calling the compiled function (us per call, median [25th-75th]):")
     for n, diffs in cache_hit_overhead(args.rounds).items():
         print(f"  {n:4d} submodules: {statistics.median(diffs):6.2f} us "

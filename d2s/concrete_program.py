@@ -43,8 +43,8 @@ class ConcreteProgram:
         self.compiled = Executor().compiled(main_program, [v.name for v in inputs],
                                             [v.name for v in fetch_vars + self.state_fetch], optimize)
         self._inference = None  # the CompiledBlock for calls with grad mode off, made on the first one
-        self._transposed_version = self._transposed_state = None
-        self._transposed_sources, self._transposed = [], []
+        self._transposed_version = None
+        self._transposed_sources, self._transposer = [], runner.Transposes()
         self._params_version = None
         self._params = ()
         # A single returned tensor (the common case) needs no tree rebuild.
@@ -81,27 +81,13 @@ class ConcreteProgram:
 
     def _transposes(self, entry):
         """The transposed weights `entry` takes after the parameters
-        (runtime/passes/pretranspose.py, fast level). They are views made
-        once and remade whenever a weight's tensor, storage, version or
-        `requires_grad`, or the grad/inference mode changed: a view made
-        under no_grad carries no gradient, one made from a swapped `.data`
-        reads the old storage."""
+        (runtime/passes/pretranspose.py, fast level; kept fresh by
+        runner.Transposes)."""
         version = (entry, self.main_program._version)
         if version != self._transposed_version:  # which tensors: new only through Program.bind
             self._transposed_version = version
             self._transposed_sources = [self.main_program.bound[n] for n in entry.derived]
-            self._transposed_state = None
-        sources = self._transposed_sources
-        # `_version`: after an in-place update of a weight (an optimizer
-        # step) autograd would rebuild the old view's gradient function as a
-        # slow generic `as_strided` one; a fresh `t()` costs less.
-        state = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
-                 [t.data_ptr() for t in sources], [t.requires_grad for t in sources],
-                 [t._version for t in sources])
-        if state != self._transposed_state:
-            self._transposed_state = state
-            self._transposed = [t.t() for t in sources]
-        return self._transposed
+        return self._transposer.get(self._transposed_sources)
 
     def _compile_inference(self):
         """The variant run when grad mode is off: the same passes, then

@@ -33,6 +33,7 @@ import torch
 from ops.optimizer_ops import backward_steps
 from runtime import _debug
 from runtime.errors import ConversionError
+from runtime.passes import check_level
 
 from .static_function import StaticFunction
 from .translator import ProgramTranslator
@@ -41,8 +42,12 @@ from .translator import ProgramTranslator
 class Graph(torch.nn.Module):
     """Subclass it, assign modules in `__init__`, describe one step in `build`."""
 
-    def __init__(self):
+    def __init__(self, optimize=None):
+        """`optimize`: the level of passes and native code the step runs
+        ("default" or "fast", as for `declarative`; None: the translator's,
+        `ProgramTranslator().optimize`)."""
         super().__init__()
+        self._optimize = None if optimize is None else check_level(optimize)
         self._optimizers = []      # (optimizer, lr_scheduler or None)
         self._debug_level = None
         self._build_fn = None
@@ -89,7 +94,7 @@ class Graph(torch.nn.Module):
                 raise NotImplementedError(f"{type(self).__name__} must define build(self, ...)")
             if isinstance(build, StaticFunction):
                 build = build._function
-            self._build_fn = StaticFunction(build, instance=self)
+            self._build_fn = StaticFunction(build, instance=self, optimize=self._optimize)
         return self._build_fn
 
     def __call__(self, *args, **kwargs):

@@ -14,13 +14,15 @@ from runtime import foreign_tracers, modes, output_tree, runner
 from runtime.executor import Executor
 from runtime.io import prune_program, read_model, save_model
 from runtime.ir import torch_dtype
+from runtime.passes import check_level
 from runtime.serialization import program_to_dict
 
-from . import module_state, save_sizes
+from . import module_state, save_sizes, slot_values
 from .graph import Graph
 from .decorator import declarative
 from .input_spec import InputSpec
 from .static_function import StaticFunction
+from .translator_state import STATE
 
 
 def _example(spec):
@@ -225,8 +227,10 @@ class TranslatedLayer(torch.nn.Module):
     an error, never the other mode's program run silently."""
 
     def __init__(self, program, feed_names, fetch_vars, mode=None, alternate=None, state=None, outputs=None,
-                 state_updates=(), both_modes=False):
+                 state_updates=(), both_modes=False, optimize="default"):
         super().__init__()
+        # The level of passes and native code its calls run (runtime/passes), as for a declarative call.
+        self._optimize = check_level(optimize)
         # `outputs`: what a call returns around the fetches (runtime/output_tree.py);
         # None for models saved by save_inference_model: the fetches themselves.
         # `state_updates`: (persistable name, fetch index), module state carried to the next call.
@@ -247,6 +251,8 @@ class TranslatedLayer(torch.nn.Module):
         self._slots = {}
         self._register_state(state)
         self._compiled = {}
+        # The parameter values of the latest call's function, kept until the module's tensors change.
+        self._slot_values = slot_values.SlotValues(slot_values.watch(self), self._lookup)
         self.program, self.feed_names, self.fetch_vars, self._outputs, self._updates = main
         super().train(mode != "eval")
 
@@ -351,14 +357,15 @@ class TranslatedLayer(torch.nn.Module):
                             f"got {len(inputs)}")
         block = self.program.global_block()
         tensors = runner.convert_inputs(inputs, [block.vars[n] for n in self.feed_names], "input")
-        compiled = self._compiled.get(id(self.program))
-        if compiled is None:
-            compiled = Executor().compiled(self.program, self.feed_names, [v.name for v in self.fetch_vars])
-            self._compiled[id(self.program)] = compiled
+        run = self._compiled.get(id(self.program))
+        if run is None:
+            run = self._compiled[id(self.program)] = runner.LeveledProgram(
+                Executor(), self.program, self.feed_names, [v.name for v in self.fetch_vars], self._optimize)
+        entry = run.entry()
         # Look the values up through the module so .to(), load_state_dict and
         # fine-tuning act on what the program reads.
-        params = [self._lookup(n) for n in compiled.param_names]
-        results = runner.run(compiled, tensors, params)[:len(self.fetch_vars)]
+        params = self._slot_values.values(entry.param_names, entry)
+        results = run.call(entry, tensors, params, self._lookup)[:len(self.fetch_vars)]
         for name, index in self._updates:  # as eager leaves `self.hidden` for its next call
             owner, key = self._slots[name]
             setattr(owner, key, results[index])
@@ -391,9 +398,13 @@ class TranslatedLayer(torch.nn.Module):
                 f"  mode: {'train' if self.training else 'eval'} (programs: {modes})\n)")
 
 
-def load(path):
+def load(path, optimize=None):
     """Load a model saved by `jit.save` (or any save_inference_model
-    directory) as a TranslatedLayer; validates before anything runs."""
+    directory) as a TranslatedLayer; validates before anything runs.
+    `optimize`: the level its calls run at ("default", bit-identical to
+    eager on CPU, or "fast"; None: `ProgramTranslator().optimize`), with the
+    passes and native code of a declarative call at that level."""
+    optimize = check_level(optimize or STATE.optimize)
     model = read_model(path)
     programs = [model.program] + ([model.alternate.program] if model.alternate else [])
     for program in programs:
@@ -405,4 +416,4 @@ def load(path):
     block = model.program.global_block()
     return TranslatedLayer(model.program, model.feed_names, [block.vars[n] for n in model.fetch_names],
                            mode=model.mode, alternate=model.alternate, state=state, outputs=model.outputs,
-                           state_updates=model.state_updates, both_modes=model.both_modes)
+                           state_updates=model.state_updates, both_modes=model.both_modes, optimize=optimize)

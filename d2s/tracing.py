@@ -16,17 +16,24 @@ from runtime.io import save_inference_model
 from runtime.ir import Program, program_guard
 
 from .translator import select_by_index
+from .translator_state import STATE
 
 
 class TracedLayer:
-    def __init__(self, program, feed_vars, fetch_vars):
+    """`optimize`: the level of passes and native code a call runs
+    ("default" or "fast", as for `declarative`; None: the translator's,
+    `ProgramTranslator().optimize`)."""
+
+    def __init__(self, program, feed_vars, fetch_vars, optimize=None):
         self.program = program
         self.feed_vars = feed_vars
         self.fetch_vars = fetch_vars
-        self._compiled = Executor().compiled(program, [v.name for v in feed_vars], [v.name for v in fetch_vars])
+        self._run = runner.LeveledProgram(Executor(), program, [v.name for v in feed_vars],
+                                          [v.name for v in fetch_vars], optimize or STATE.optimize)
+        self._run.entry()  # compiled now, as before: a program that cannot compile fails at trace time
 
     @staticmethod
-    def trace(layer, inputs):
+    def trace(layer, inputs, optimize=None):
         """Run `layer(*inputs)` eagerly and capture it; returns (outputs, traced)."""
         inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
         outputs = layer(*inputs)
@@ -44,14 +51,15 @@ class TracedLayer:
                 out = layer(*feeds)
         fetch = list(out) if isinstance(out, (list, tuple)) else [out]
         program.verify()
-        return outputs, TracedLayer(program, feeds, fetch)
+        return outputs, TracedLayer(program, feeds, fetch, optimize)
 
     def __call__(self, *inputs):
         """Run the program on inputs like the example ones (runtime.runner's
         input policy: same shapes, dtypes cast only when safe)."""
         tensors = runner.convert_inputs(inputs, self.feed_vars, "input")
-        params = [self.program.bound[n] for n in self._compiled.param_names]
-        results = runner.run(self._compiled, tensors, params)
+        entry = self._run.entry()
+        bound = self.program.bound
+        results = self._run.call(entry, tensors, [bound[n] for n in entry.param_names], bound.__getitem__)
         return results[0] if len(results) == 1 else list(results)
 
     def save_inference_model(self, dirname, feed=None, fetch=None):

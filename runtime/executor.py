@@ -122,10 +122,24 @@ class Executor:
                 print(f"[d2s] compiled program:\n{entry.source}", file=sys.stderr)
         return entry
 
+    def compiled_for_call(self, program, feed_names, fetch_names, optimize="default"):
+        """The CompiledBlock a call makes in the current grad mode, as a
+        declarative call chooses it: with grad mode off the in-place variant
+        (`inference`), unless its parameters differ from the grad-mode
+        function's (callers pass those)."""
+        entry = self.compiled(program, feed_names, fetch_names, optimize)
+        if torch.is_grad_enabled():
+            return entry
+        variant = self.compiled(program, feed_names, fetch_names, optimize, inference=True)
+        return variant if variant.param_names == entry.param_names else entry
+
     # -- running ------------------------------------------------------------------------
-    def run(self, program=None, feed=None, fetch_list=None, scope=None, return_numpy=True):
+    def run(self, program=None, feed=None, fetch_list=None, scope=None, return_numpy=True, optimize="default"):
+        """Run `program` on `feed`; `optimize`: the level of passes and
+        native code ("default": bit-identical to eager on CPU, or "fast";
+        see runtime/passes), as for a declarative call."""
         if foreign_tracers.active():  # torch.jit.trace, torch.export, torch.compile (runtime/foreign_tracers.py)
-            return foreign_tracers.call(self.run, (program, feed, fetch_list, scope, return_numpy), {},
+            return foreign_tracers.call(self.run, (program, feed, fetch_list, scope, return_numpy, optimize), {},
                                         "Executor.run of a d2s program",
                                         [v for v in (feed or {}).values() if isinstance(v, torch.Tensor)])
         program = program or default_main_program()
@@ -147,9 +161,11 @@ class Executor:
         if missing:
             raise ValueError(f"data variable(s) {missing} are used by the program but not fed")
         feed_names = sorted(feed)
-        entry = self.compiled(program, feed_names, fetch_names)
+        entry = self.compiled_for_call(program, feed_names, fetch_names, passes.check_level(optimize))
         feeds = [self._to_tensor(feed[n], block.vars[n], copy=n in facts.mutated_feeds) for n in feed_names]
         params = resolve_persistables(program, entry.param_names, scope)
+        if entry.derived:  # fast level, grad mode off: the weights' transposes (passes/pretranspose.py)
+            params += [w.t() for w in resolve_persistables(program, entry.derived, scope)]
         results = run_compiled(entry, feeds + params)
         target_scope = scope or global_scope()
         for name, value in zip(entry.written_params, results[len(fetch_names):]):

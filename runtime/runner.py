@@ -24,6 +24,7 @@ import torch
 
 from .errors import OpRuntimeError
 from .ir import dtype_name
+from .passes import check_level
 
 _KINDS = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 
@@ -125,6 +126,70 @@ def run(entry, inputs, params):
     """Call a CompiledBlock on checked inputs and the persistable values;
     failures name the op and the user line that created it."""
     return run_compiled(entry, [*inputs, *params])
+
+
+class Transposes:
+    """The transposed weights a fast-level function compiled for grad mode
+    off takes after the parameters (`CompiledBlock.derived`, made by
+    runtime/passes/pretranspose.py). They are views made once and remade
+    whenever a weight's tensor, storage, version or `requires_grad`, or the
+    grad/inference mode changed: a view made under no_grad carries no
+    gradient, one made from a swapped `.data` reads the old storage."""
+
+    def __init__(self):
+        self._sources = self._state = None
+        self._views = []
+
+    def get(self, sources):
+        # `_version`: after an in-place update of a weight (an optimizer
+        # step) autograd would rebuild the old view's gradient function as a
+        # slow generic `as_strided` one; a fresh `t()` costs less.
+        state = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
+                 [id(t) for t in sources], [t.data_ptr() for t in sources],
+                 [t.requires_grad for t in sources], [t._version for t in sources])
+        if state != self._state:
+            self._state = state
+            self._views = [t.t() for t in sources]
+        return self._views
+
+
+class LeveledProgram:
+    """One program run the way a declarative call runs it, for the runners
+    that are not declarative calls (`Executor.run`, `TracedLayer`, a model
+    from `jit.load`, through `d2s.Graph`'s own StaticFunction): the passes
+    of level `optimize` (runtime/passes), native segments, and with grad
+    mode off the variant that reuses dead temporaries in place (with its
+    pretransposed weights at the fast level). The compiled functions are
+    made on first use and remade when the program's version changes."""
+
+    def __init__(self, executor, program, feed_names, fetch_names, optimize="default"):
+        self.executor = executor
+        self.program = program
+        self.feed_names = list(feed_names)
+        self.fetch_names = list(fetch_names)
+        self.optimize = check_level(optimize)
+        self._entries = {}  # grad mode off? -> (program version, CompiledBlock)
+        self._transposes = Transposes()
+
+    def entry(self):
+        """The CompiledBlock a call makes now (grad mode on: the one that
+        records autograd; off: the in-place variant)."""
+        inference = not torch.is_grad_enabled()
+        cached = self._entries.get(inference)
+        if cached is not None and cached[0] == self.program._version:
+            return cached[1]
+        entry = self.executor.compiled_for_call(self.program, self.feed_names, self.fetch_names, self.optimize)
+        self._entries[inference] = (self.program._version, entry)
+        return entry
+
+    def call(self, entry, tensors, params, lookup):
+        """Run `entry` (from `entry()`) on checked inputs and the values of
+        its parameters; `lookup(name)`: a parameter's current value, for the
+        transposes (fast level, grad mode off)."""
+        args = [*tensors, *params]
+        if entry.derived:
+            args += self._transposes.get([lookup(n) for n in entry.derived])
+        return run_compiled(entry, args)
 
 
 def run_compiled(entry, args):

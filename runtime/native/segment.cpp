@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "lstm_cell.h"
+#include "gru_cell.h"
 
 namespace {
 
@@ -292,7 +293,12 @@ void run_one(std::vector<at::Tensor>& regs, const Instr& in, bool keep_all = fal
     case OP_avg_pool2d: r = at::avg_pool2d(f.T(0), f.L(1), f.L(2), f.L(3), f.B(4), f.B(5), f.OI(6)); break;
     case OP_adaptive_avg_pool2d: r = at::adaptive_avg_pool2d(f.T(0), f.L(1)); break;
     case OP_embedding: r = at::embedding(f.T(0), f.T(1), f.I(2), f.B(3), f.B(4)); break;
-    case OP_gru_cell: r = at::gru_cell(f.T(0), f.T(1), f.T(2), f.T(3), f.OT(4), f.OT(5)); break;
+    case OP_gru_cell:
+      // With grad on: one autograd node, eager's gradients (gru_cell.h).
+      if (!d2s_gru::exact_gru_cell(f.T(0), f.T(1), f.T(2), f.T(3), f.OT(4), f.OT(5), r)) {
+        r = at::gru_cell(f.T(0), f.T(1), f.T(2), f.T(3), f.OT(4), f.OT(5));
+      }
+      break;
     case OP_rnn_tanh_cell: r = at::rnn_tanh_cell(f.T(0), f.T(1), f.T(2), f.T(3), f.OT(4), f.OT(5)); break;
     case OP_rnn_relu_cell: r = at::rnn_relu_cell(f.T(0), f.T(1), f.T(2), f.T(3), f.OT(4), f.OT(5)); break;
     case OP_lstm_cell: {
