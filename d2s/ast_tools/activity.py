@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 import gast
 
+from . import anno
+
 MUTATING_METHODS = frozenset({
     "append", "extend", "insert", "pop", "remove", "clear", "update", "add",
     "discard", "setdefault", "popitem", "sort", "reverse",
@@ -83,7 +85,7 @@ def scope_activity(fn):
 def mark_closure_calls(fn):
     """Mark each call in ``fn``'s own scope of a function ``fn`` defines that
     rebinds ``fn``'s variables with ``nonlocal`` (``def add(v): nonlocal
-    total; total = total + v``): ``call.d2s_rebinds`` lists those names, so
+    total; total = total + v``): the call's ``anno.REBINDS`` lists those names, so
     a branch or loop calling it carries them as if it assigned them."""
     own, stack = [], list(fn.body)
     while stack:  # the statements and expressions of fn's scope, not of nested scopes
@@ -96,7 +98,7 @@ def mark_closure_calls(fn):
     closures = {name: bound for name, bound in closures.items() if bound}
     for node in own:
         if isinstance(node, gast.Call) and isinstance(node.func, gast.Name) and node.func.id in closures:
-            node.d2s_rebinds = tuple(sorted(closures[node.func.id]))
+            anno.setanno(node, anno.REBINDS, tuple(sorted(closures[node.func.id])))
 
 
 def variables(fn, enclosing=frozenset()):
@@ -160,7 +162,7 @@ class _Visitor(gast.NodeVisitor):
     def visit_Call(self, node):
         # A call of a nested function that rebinds enclosing variables (`nonlocal`): it
         # changes them where it is called (see `mark_closure_calls`).
-        rebinds = getattr(node, "d2s_rebinds", ())
+        rebinds = anno.getanno(node, anno.REBINDS, ())
         self.activity.bound |= set(rebinds)
         self.activity.read |= set(rebinds)
         func = node.func

@@ -17,14 +17,14 @@ assigned:
   bodies count as possibly interrupted anywhere.
 
 Names that are not variables of ``fn`` (globals, builtins, free names) are
-never reported. Each ``if`` gets ``d2s_exits``: (body, orelse) never fall
+never reported. Each ``if`` gets ``anno.EXITS``: (body, orelse) never fall
 through (also in code no path reaches, which the lowering converts all the
 same).
 """
 
 import gast
 
-from . import activity
+from . import activity, anno
 
 _NESTED = (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef,
            gast.ListComp, gast.SetComp, gast.DictComp, gast.GeneratorExp)
@@ -107,7 +107,7 @@ class _Definedness:
             # continues): the lowering turns those exits into flags that may be
             # tensors, after which only this says that such an arm defines nothing
             # the code after the `if` reads (see convert_ifelse's `exits`).
-            s.d2s_exits = (isinstance(body, _Top), isinstance(orelse, _Top))
+            anno.setanno(s, anno.EXITS, (isinstance(body, _Top), isinstance(orelse, _Top)))
             return body & orelse
         if isinstance(s, (gast.While, gast.For, gast.AsyncFor)):
             if isinstance(s, gast.While):

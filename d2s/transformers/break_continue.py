@@ -37,7 +37,7 @@ later passes only see ``while`` loops without ``else``. Runs after ``for`` and
 
 import gast
 
-from ..ast_tools import liveness
+from ..ast_tools import anno, liveness
 from .base import Transformer, map_bodies, own_nodes, own_nodes_in, visit_block
 
 
@@ -51,17 +51,17 @@ def record_jump_liveness(tree, ctx):
     for node in gast.walk(tree):
         if isinstance(node, gast.While) and node in result.live_out:
             after = frozenset(result.live_out[node])
-            node.d2s_jump_live = (after, frozenset(result.live_in[node]) | after)
+            anno.setanno(node, anno.JUMP_LIVE, (after, frozenset(result.live_in[node]) | after))
 
 
 class BreakContinue(Transformer):
     def transform(self, tree):
-        if any(isinstance(n, gast.While) and not hasattr(n, "d2s_jump_live") for n in gast.walk(tree)):
+        if any(isinstance(n, gast.While) and not anno.hasanno(n, anno.JUMP_LIVE) for n in gast.walk(tree)):
             record_jump_liveness(tree, self.ctx)  # run without the Return pass before it
         return super().transform(tree)
 
     def visit_While(self, node):
-        live_after, live_head = node.d2s_jump_live
+        live_after, live_head = anno.getanno(node, anno.JUMP_LIVE)
         node.body = visit_block(self, node.body)  # inner loops first: their jumps are theirs
         node.orelse = visit_block(self, node.orelse)
         breaks = own_nodes_in(node.body, (gast.Break,))
@@ -109,7 +109,7 @@ class BreakContinue(Transformer):
                     "break" if may_break else "continue"
                 flags = [f for f, may in ((self.broke, may_break), (self.continued, may_continue)) if may]
                 live = frozenset().union(*(self.ctx.jump_flags[f] for f in flags))
-                guard[0].d2s_jump = (kind, self.ctx.user_line(first), tuple(sorted(live)))
+                anno.setanno(guard[0], anno.JUMP, (kind, self.ctx.user_line(first), tuple(sorted(live))))
                 out += guard
                 break
         return out

@@ -34,7 +34,7 @@ lines. A Python condition runs only the taken branch, exactly like the
 
 import gast
 
-from ..ast_tools import activity, liveness, templates
+from ..ast_tools import activity, anno, liveness, templates
 from .base import ScopedTransformer, assign, visit_block
 
 
@@ -69,11 +69,11 @@ class IfElse(ScopedTransformer):
         # A guard that break/continue lowering generated names its jump (for
         # messages, and what the jumped side may still read); the jump flags an
         # arm may set say what a path that jumped may still read.
-        jump = getattr(node, "d2s_jump", None)
+        jump = anno.getanno(node, anno.JUMP)
         jump_flags = tuple((n, tuple(sorted(self.ctx.jump_flags[n]))) for n in outputs if n in self.ctx.jump_flags)
         extra = ", jump, jump_flags" if jump_flags else ", jump" if jump else ""
         # Arms that never fall through (definedness marked them on the user's code).
-        exits = getattr(node, "d2s_exits", (False, False))
+        exits = anno.getanno(node, anno.EXITS, (False, False))
         extra += ", exits=exit_sides)" if any(exits) else ")"
         self.ctx.truth_tests.add(id(node.test))
         call = self.expression(

@@ -26,7 +26,7 @@ names that may start undefined (the lowered return value). Runs after
 ``break``/``continue`` lowering, so loops have no ``else``.
 """
 
-from ..ast_tools import activity, liveness, templates
+from ..ast_tools import activity, anno, liveness, templates
 from .base import ScopedTransformer, assign, visit_block
 
 
@@ -42,7 +42,7 @@ class WhileLoop(ScopedTransformer):
         # (here, a flag says so only at run time): of the user's names, only
         # those live then are carried; the lowering's own flags and values
         # as they are live now.
-        precise = getattr(node, "d2s_jump_live", None)
+        precise = anno.getanno(node, anno.JUMP_LIVE)
         if precise is not None:
             generated = self.ctx.return_names | self.ctx.return_flags | set(self.ctx.jump_flags)
             live = (live & (precise[1] | generated))
