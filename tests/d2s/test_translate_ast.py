@@ -7,7 +7,7 @@ import gast
 import pytest
 
 from d2s import transformers as T
-from d2s.ast_tools import activity, codegen, liveness, parsing, templates
+from d2s.ast_tools import activity, anno, codegen, liveness, parsing, templates
 from d2s.ast_tools.naming import Namer
 from runtime.errors import ConversionError
 
@@ -453,3 +453,19 @@ def test_namer():
     assert namer.new("x") == "x_2"
     assert namer.new("x") == "x_3"
     assert namer.new("y") == "y"
+
+
+@pytest.mark.parametrize("key", [anno.JUMP_LIVE, anno.JUMP, anno.EXITS, anno.REBINDS])
+def test_annotations_are_declared_and_copies_keep_their_own(key):
+    import copy
+    node = gast.parse("x = 1").body[0]
+    assert not anno.hasanno(node, key) and anno.getanno(node, key, "none") == "none"
+    anno.setanno(node, key, (1,))
+    twin = copy.copy(node)
+    anno.setanno(twin, key, (2,))
+    assert anno.getanno(node, key) == (1,) and anno.getanno(twin, key) == (2,)
+
+
+def test_an_undeclared_annotation_is_an_error():
+    with pytest.raises(KeyError, match="unknown AST annotation"):
+        anno.setanno(gast.parse("x = 1").body[0], "jmup", 1)
