@@ -90,12 +90,11 @@ class ConcreteProgram:
         return self._transposer.get(self._transposed_sources)
 
     def _compile_inference(self):
-        """The variant run when grad mode is off: the same passes, then
-        in-place reuse of dead temporaries (runtime/passes/inplace.py)."""
-        entry = Executor().compiled(self.main_program, self.compiled.feed_names, self.compiled.fetch_names,
-                                    self.optimize, inference=True)
-        # Same parameters in the same order (the passes never change them).
-        self._inference = entry if entry.param_names == self.compiled.param_names else self.compiled
+        """The variant run when grad mode is off (called only then): the
+        same passes, then in-place reuse of dead temporaries
+        (runtime/passes/inplace.py), chosen as every runner chooses it."""
+        self._inference = Executor().compiled_for_call(self.main_program, self.compiled.feed_names,
+                                                       self.compiled.fetch_names, self.optimize)
         return self._inference
 
 
