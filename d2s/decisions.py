@@ -24,7 +24,7 @@ be seen: an in-place write to an input or a parameter, a random draw or a
 print before it would happen twice, so such a program refuses instead.
 """
 
-from runtime import runner
+from runtime import modes, runner
 from runtime.errors import DecisionFailed
 from runtime.optable import get_op_def, is_registered
 
@@ -134,7 +134,9 @@ def _observable(op):
         return False
     opdef = get_op_def(op.type)
     if opdef.random:
-        return True
+        # dropout in eval mode (`train=False`, a constant of the program)
+        # draws nothing: every transformers model runs one before its masks
+        return modes.mode_value(op) is not False
     if not opdef.mutates:
         return False
     program = op.block.program

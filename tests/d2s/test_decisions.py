@@ -189,6 +189,35 @@ def test_a_run_that_changed_state_before_its_check_is_refused_not_repeated():
         assert torch.equal(model(x, mask), Normalized.forward(model, x, mask))
 
 
+class DroppedThenMasked(torch.nn.Module):
+    """Dropout before the None-or-tensor decision, as every transformers
+    encoder runs its embeddings' dropout before building its mask."""
+
+    def __init__(self, native):
+        super().__init__()
+        self.native = native
+
+    def forward(self, x, mask):
+        if self.native:  # torch.dropout(input, p, train): the op's args hold `train` positionally
+            x = torch.dropout(x, 0.5, self.training)
+        else:
+            x = F.dropout(x, 0.5, training=self.training)
+        return attend(x, mask)
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_dropout_in_eval_mode_draws_nothing_so_the_call_converts_again(native):
+    model = d2s.declarative(DroppedThenMasked(native).eval())
+    x = torch.randn(2, 3, 3)
+    for mask in (PADDED, FULL, PADDED):
+        assert torch.equal(model(x, mask), attend(x, mask))
+    assert len(list(model.forward.program_cache)) == 2
+    model.train()  # now the dropout draws: a second run would draw again
+    model(x, PADDED)
+    with pytest.raises(RuntimeError, match="cannot convert again and rerun this call.*dropout"):
+        model(x, FULL)
+
+
 class Masked(torch.nn.Module):
     def forward(self, x, mask):
         return attend(x, mask)
