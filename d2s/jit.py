@@ -11,11 +11,12 @@ import torch
 
 from ops.autograd_function import has_live_ops, inline_for_save
 from runtime import foreign_tracers, modes, output_tree, runner
+from runtime.errors import DecisionFailed
 from runtime.executor import Executor
 from runtime.io import read_model, save_model
 from runtime.ir import torch_dtype
 
-from . import module_state, save_sizes
+from . import module_state, save_paths, save_sizes
 from .graph import Graph
 from .decorator import declarative
 from .input_spec import InputSpec
@@ -199,6 +200,8 @@ def save(layer_or_function, path, input_spec=None):
         if inline:
             static, examples, concrete = _with_functions_inlined(static, examples, concrete)
         main, alternate = _part(concrete), None
+        paths = [_part(c) for c in save_paths.other_paths(
+            lambda: _retrace(static, examples), concrete.main_program)] if examples is not None else []
         if modules:
             mode = "train" if modules[0].training else "eval"
             if both_modes:
@@ -208,7 +211,14 @@ def save(layer_or_function, path, input_spec=None):
                 else:
                     alternate = other
     state = _module_state(static._instance) if isinstance(static._instance, torch.nn.Module) else None
-    save_model(path, main, mode=mode, alternate=alternate, state=state, both_modes=same)
+    save_model(path, main, mode=mode, alternate=alternate, state=state, both_modes=same, paths=paths)
+
+
+def _retrace(static, examples):
+    """The function traced again, not from `static`'s cache (under
+    `control_flow.forcing`: other sides of its decisions)."""
+    fresh = StaticFunction(static._function, static._input_spec, instance=static._instance)
+    return fresh.get_concrete_program(*examples)
 
 
 class _State(torch.nn.Module):
@@ -226,7 +236,7 @@ class TranslatedLayer(torch.nn.Module):
     an error, never the other mode's program run silently."""
 
     def __init__(self, program, feed_names, fetch_vars, mode=None, alternate=None, state=None, outputs=None,
-                 state_updates=(), both_modes=False):
+                 state_updates=(), both_modes=False, paths=()):
         super().__init__()
         # `outputs`: what a call returns around the fetches (runtime/output_tree.py);
         # None for models saved by save_inference_model: the fetches themselves.
@@ -244,6 +254,11 @@ class TranslatedLayer(torch.nn.Module):
             self._programs[alternate.mode] = (alternate.program, list(alternate.feed_names),
                                               [block.vars[n] for n in alternate.fetch_names], alternate.outputs,
                                               tuple(alternate.state_updates))
+        # Programs of `main`'s mode for other sides of its decisions
+        # (d2s/save_paths.py): tried in order when a run raises DecisionFailed.
+        self._paths = [(p.program, list(p.feed_names), [p.program.global_block().vars[n] for n in p.fetch_names],
+                        p.outputs, tuple(p.state_updates)) for p in paths]
+        self._main = main
         self._saved_mode = mode
         self._slots = {}
         self._register_state(state)
@@ -258,7 +273,7 @@ class TranslatedLayer(torch.nn.Module):
         names); values the saved module's state does not hold (lifted
         constants) are non-persistent buffers."""
         values, specs = {}, {}
-        for program, *_ in self._programs.values():
+        for program, *_ in self._all_parts():
             for var in program.persistable_vars():
                 if var.name in program.bound:
                     values.setdefault(var.name, program.bound[var.name])
@@ -280,7 +295,7 @@ class TranslatedLayer(torch.nn.Module):
 
     def _bind_slots(self):
         """Bind the programs' values to what the module holds now."""
-        for program, *_ in self._programs.values():
+        for program, *_ in self._all_parts():
             for name in list(program.bound):
                 if name in self._slots:
                     program.bind(name, self._lookup(name))
@@ -320,6 +335,9 @@ class TranslatedLayer(torch.nn.Module):
         else:
             owner.register_buffer(key, value, persistent=kind != "constant")
 
+    def _all_parts(self):
+        return list(self._programs.values()) + self._paths
+
     def _lookup(self, name):
         owner, key = self._slots[name]
         return getattr(owner, key)
@@ -350,21 +368,35 @@ class TranslatedLayer(torch.nn.Module):
         if len(inputs) != len(self.feed_names):
             raise TypeError(f"this model takes {len(self.feed_names)} inputs ({', '.join(self.feed_names)}), "
                             f"got {len(inputs)}")
-        block = self.program.global_block()
-        tensors = runner.convert_inputs(inputs, [block.vars[n] for n in self.feed_names], "input")
-        compiled = self._compiled.get(id(self.program))
+        part = (self.program, self.feed_names, self.fetch_vars, self._outputs, self._updates)
+        try:
+            return self._run_part(part, inputs)
+        except DecisionFailed as failure:
+            # Inputs taking a side this program was not converted for: the
+            # path converted for it, if one was saved and the failed run
+            # changed nothing a second run would change again.
+            if not self._paths or self.program is not self._main[0] \
+                    or not save_paths.may_rerun(self._compiled[id(self.program)], failure):
+                raise
+            return save_paths.run_paths(self._paths, lambda path: self._run_part(path, inputs), failure)
+
+    def _run_part(self, part, inputs):
+        program, feed_names, fetch_vars, outputs, updates = part
+        block = program.global_block()
+        tensors = runner.convert_inputs(inputs, [block.vars[n] for n in feed_names], "input")
+        compiled = self._compiled.get(id(program))
         if compiled is None:
-            compiled = Executor().compiled(self.program, self.feed_names, [v.name for v in self.fetch_vars])
-            self._compiled[id(self.program)] = compiled
+            compiled = Executor().compiled(program, feed_names, [v.name for v in fetch_vars])
+            self._compiled[id(program)] = compiled
         # Look the values up through the module so .to(), load_state_dict and
         # fine-tuning act on what the program reads.
         params = [self._lookup(n) for n in compiled.param_names]
-        results = runner.run(compiled, tensors, params)[:len(self.fetch_vars)]
-        for name, index in self._updates:  # as eager leaves `self.hidden` for its next call
+        results = runner.run(compiled, tensors, params)[:len(fetch_vars)]
+        for name, index in updates:  # as eager leaves `self.hidden` for its next call
             owner, key = self._slots[name]
             setattr(owner, key, results[index])
-        if self._outputs is not None:
-            return output_tree.rebuild(self._outputs, results)
+        if outputs is not None:
+            return output_tree.rebuild(outputs, results)
         return results[0] if len(results) == 1 else tuple(results)
 
     # -- saving and printing ----------------------------------------------------------------
@@ -376,7 +408,7 @@ class TranslatedLayer(torch.nn.Module):
         if mode is not None and other is not None and other is not main:
             alternate = other
         save_model(path, main, mode=mode, alternate=alternate, state=_module_state(self),
-                   both_modes=other is main)
+                   both_modes=other is main, paths=self._paths)
 
     def __repr__(self):
         block = self.program.global_block()
@@ -397,7 +429,7 @@ def load(path):
     directory) as a TranslatedLayer; validates before anything runs."""
     model = read_model(path)
     programs = [model.program] + ([model.alternate.program] if model.alternate else [])
-    for program in programs:
+    for program in programs + [p.program for p in model.paths]:
         for var in program.persistable_vars():
             program.bind(var.name, model.params[var.name])
     state = None
@@ -406,4 +438,4 @@ def load(path):
     block = model.program.global_block()
     return TranslatedLayer(model.program, model.feed_names, [block.vars[n] for n in model.fetch_names],
                            mode=model.mode, alternate=model.alternate, state=state, outputs=model.outputs,
-                           state_updates=model.state_updates, both_modes=model.both_modes)
+                           state_updates=model.state_updates, both_modes=model.both_modes, paths=model.paths)

@@ -181,12 +181,17 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines
     the names each branch yields (None when no op output is needed)."""
     label = _label(names, i, return_names)
     name = names[i] if names and i < len(names) else None
+    live_dims = None
     if isinstance(a, Unreachable) or isinstance(b, Unreachable):
         live, dead_block = (b, tblock) if isinstance(a, Unreachable) else (a, fblock)
         if isinstance(live, Undefined) or not _tensor_like(live):
             return live, None  # only the live branch goes on: its Python value, as it is
         with tr.block_guard(dead_block):
             filler = framework.zeros_placeholder(_as_var(live))
+        # The dead side raises before it yields: the value has the live
+        # side's sizes (symbolic ones too, which the filler's inference does
+        # not keep: a mask of fresh sizes then fails to broadcast at save)
+        live_dims = live.dims if isinstance(live, Variable) else None
         a, b = (filler, b) if isinstance(a, Unreachable) else (a, filler)
     a_undef, b_undef = isinstance(a, Undefined), isinstance(b, Undefined)
     if a_undef and b_undef:
@@ -274,7 +279,7 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines
         raise error_at_user_line(
             f"{label} has shape {list(va.shape)} in the true branch but {list(vb.shape)} in the false "
             "branch of an `if` on a tensor; the ranks must agree")
-    shape = tuple(x if x == y else -1 for x, y in zip(va.dims, vb.dims))
+    shape = live_dims or tuple(x if x == y else -1 for x, y in zip(va.dims, vb.dims))
     parent = tr.block
     out = parent.create_var(name=tr.program.unique_name(names[i] if names and i < len(names) else "cond_out"),
                             shape=shape, dtype=va.dtype, kind=va.kind,
@@ -355,7 +360,8 @@ def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=
     except _Unmergeable as exc:
         # Values no program output can hold on both paths: convert the path
         # these inputs take, and make the other one a decision check.
-        taken = _example_side(tr, pred)
+        taken = _forced_side(origin)
+        taken = _example_side(tr, pred) if taken is None else taken
         tr.rollback(mark)
         if taken is None:
             if exc.args[0] != _NONE_PATH:
@@ -399,6 +405,36 @@ def _merge(t_leaves, f_leaves, spec, tblock, fblock, tr, names, return_names, li
 # take that side (d2s/decisions.py); a saved program refuses such inputs.
 
 _NONE_PATH = "None on one path, a tensor on the other"
+
+
+# {(file, line): side}: `if`s whose values cannot be merged, converted for
+# the side given here instead of the example inputs' (d2s/save_paths.py
+# traces each such side for a saved model); `forced_used` records which
+# of them tracing met.
+_FORCED = {}
+forced_used = set()
+
+
+@contextlib.contextmanager
+def forcing(sides):
+    """Convert the unmergeable `if`s at these user lines for these sides."""
+    saved = dict(_FORCED)
+    _FORCED.clear()
+    _FORCED.update(sides)
+    forced_used.clear()
+    try:
+        yield
+    finally:
+        _FORCED.clear()
+        _FORCED.update(saved)
+
+
+def _forced_side(origin):
+    key = origin[:2] if origin else None
+    if key in _FORCED:
+        forced_used.add(key)
+        return _FORCED[key]
+    return None
 
 
 class _Unmergeable(ConversionError):

@@ -14,6 +14,8 @@ breaks one (d2s/decisions.py; DESIGN, Semantics 3 and 8; issue 22 classes
 Each: eager == declarative on inputs taking every path, in both orders, the
 documented number of programs, each holding its checks."""
 
+import json
+import os
 import warnings
 
 import pytest
@@ -223,13 +225,48 @@ class Masked(torch.nn.Module):
         return attend(x, mask)
 
 
-def test_saved_program_refuses_the_side_it_does_not_hold(tmp_path):
-    model = Masked()
+def _paths(path):
+    with open(os.path.join(path, "program.json")) as f:
+        return len(json.load(f).get("paths", []))
+
+
+@pytest.mark.parametrize("example", [PADDED, FULL])
+def test_saved_model_holds_every_side_of_a_decision(tmp_path, example):
+    # Saved from inputs taking one side, the model holds a program for the
+    # other (d2s/save_paths.py), tried when the first raises DecisionFailed.
     x = torch.randn(2, 3, 3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        d2s.jit.save(model, str(tmp_path / "m"), input_spec=[x, PADDED])
+        d2s.jit.save(Masked(), str(tmp_path / "m"), input_spec=[x, example])
+    assert _paths(tmp_path / "m") == 1
     loaded = d2s.jit.load(str(tmp_path / "m"))
-    assert torch.equal(loaded(x, PADDED), attend(x, PADDED))
+    ops = [_ops(p) for p in [loaded.program] + [part[0] for part in loaded._paths]]
+    assert all("cond" in o and "decision_failed" in o for o in ops)
+    for mask in (PADDED, FULL, PADDED):
+        assert torch.equal(loaded(x, mask), attend(x, mask))
+    d2s.jit.save(loaded, str(tmp_path / "again"))
+    again = d2s.jit.load(str(tmp_path / "again"))
+    assert _paths(tmp_path / "again") == 1  # saved again from the loaded model: the paths stay
+    assert torch.equal(again(x, FULL), attend(x, FULL))
+
+
+class Reshaped(torch.nn.Module):
+    """The None side holds a view the saved sizes cannot take."""
+
+    def forward(self, x, mask):
+        m = mask_or_none(mask)
+        if m is None:
+            return x.reshape(5, -1)
+        return x + m
+
+
+def test_saved_model_refuses_the_side_it_could_not_trace(tmp_path):
+    x = torch.randn(2, 3, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d2s.jit.save(Reshaped(), str(tmp_path / "m"), input_spec=[x, PADDED])
+    assert _paths(tmp_path / "m") == 0
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    assert torch.equal(loaded(x, PADDED), Reshaped()(x, PADDED))
     with pytest.raises(DecisionFailed, match="save from inputs that take this side"):
         loaded(x, FULL)
