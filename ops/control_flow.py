@@ -376,11 +376,30 @@ def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=
             spec, merged, outs, t_names, f_names = _merge(
                 *((live_leaves, leaves) if taken else (leaves, live_leaves)), spec, tblock, fblock, tr,
                 names, return_names, lines, jump)
+    _hint_merged_sizes(tr, pred, outs, t_names, f_names, tblock, fblock)
     inputs = [n for n in _outer_reads([tblock, fblock]) if n != pred.name]
     parent.append_op("cond", inputs={"Cond": [pred], "X": inputs}, outputs={"Out": outs},
                      attrs={"true_block": tblock, "false_block": fblock,
                             "true_outs": t_names, "false_outs": f_names}, origin=origin)
     return _unflatten(merged, spec)
+
+
+def _hint_merged_sizes(tr, pred, outs, t_names, f_names, tblock, fblock):
+    """A size that differs between the sides (`F.pad` under `if pad > 0`)
+    becomes a new symbol when a later op reads it; ShapeEnv decides every
+    comparison on its hint, recording the decision as a run-time check. A
+    made-up hint makes made-up checks (`s1 > s8`, failing on real inputs),
+    so the hint is the size on the side the example inputs take."""
+    if tr._shapes is None or not any(-1 in o.dims for o in outs if o.kind != TENSOR_ARRAY):
+        return
+    taken = _example_side(tr, pred)
+    if taken is None:
+        return
+    block, names = (tblock, t_names) if taken else (fblock, f_names)
+    for out, name in zip(outs, names):
+        if out.kind == TENSOR_ARRAY or -1 not in out.dims:
+            continue
+        out.size_hints = tuple(tr.shapes.hint(d) for d in block.find_var(name).dims)
 
 
 def _merge(t_leaves, f_leaves, spec, tblock, fblock, tr, names, return_names, lines, jump, strict=False):

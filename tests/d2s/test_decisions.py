@@ -270,3 +270,27 @@ def test_saved_model_refuses_the_side_it_could_not_trace(tmp_path):
     assert torch.equal(loaded(x, PADDED), Reshaped()(x, PADDED))
     with pytest.raises(DecisionFailed, match="save from inputs that take this side"):
         loaded(x, FULL)
+
+
+# -- a size that differs between the sides of an `if` on sizes -------------------------------------
+
+def padded_to(x, mask):
+    # transformers' prepare_padding_mask, then a slice whose size is min(length, mask length)
+    pad = x.shape[1] - mask.shape[1]
+    if pad > 0:
+        mask = F.pad(mask, (0, pad))
+    return x * mask[:, :x.shape[1]]
+
+
+@pytest.mark.parametrize("pad", [0, 3])
+def test_saved_size_merged_from_both_sides_is_traced_at_the_example_size(tmp_path, pad):
+    # The merged mask length is a new symbol; with a made-up hint (8) the
+    # slice decided `s1 > s8` at the saved length 64, and the loaded model
+    # refused every input whose mask is as long as x.
+    spec = [d2s.InputSpec([None, None]), d2s.InputSpec([None, None])]
+    d2s.jit.save(d2s.declarative(padded_to), str(tmp_path / "m"), input_spec=spec)
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    assert "cond" in _ops(loaded.program)  # one program: both sides of `if pad > 0`
+    for batch, length in [(2, 8), (1, 5), (3, 12)]:
+        x, mask = torch.randn(batch, length), torch.ones(batch, length - pad)
+        assert torch.equal(loaded(x, mask), padded_to(x, mask))
