@@ -357,25 +357,25 @@ def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=
                 f"the branches of an `if` on a tensor return different structures ({t_spec} vs {f_spec})")
         spec, merged, outs, t_names, f_names = _merge(t_leaves, f_leaves, t_spec, tblock, fblock, tr,
                                                       names, return_names, lines, jump, strict=True)
-    except _Unmergeable as exc:
+    except _Unmergeable:
         # Values no program output can hold on both paths: convert the path
         # these inputs take, and make the other one a decision check.
         taken = _forced_side(origin)
         taken = _example_side(tr, pred) if taken is None else taken
-        tr.rollback(mark)
+        taken = _forced_side(origin, _FALLBACK) if taken is None else taken
         if taken is None:
-            if exc.args[0] != _NONE_PATH:
-                raise ConversionError(exc.message, exc.filename, exc.lineno) from None
-            # Which path these inputs take is unknown: the tensor path, the None path raising.
-            spec, merged, outs, t_names, f_names = _merge(t_leaves, f_leaves, t_spec, tblock, fblock, tr,
-                                                          names, return_names, lines, jump)
-        else:
-            dead = _specialise(tblock, fblock, taken, origin, "their values cannot be merged")
-            live_leaves, spec = (t_leaves, t_spec) if taken else (f_leaves, f_spec)
-            leaves = [dead] * len(live_leaves)
-            spec, merged, outs, t_names, f_names = _merge(
-                *((live_leaves, leaves) if taken else (leaves, live_leaves)), spec, tblock, fblock, tr,
-                names, return_names, lines, jump)
+            # Which path these inputs take is unknown: the side holding
+            # tensors where the other holds None, else the true side; a run
+            # taking the other one raises DecisionFailed, and the call
+            # converts again for the side that run took (d2s/decisions.py).
+            taken = not any(a is None and b is not None for a, b in zip(t_leaves, f_leaves))
+        tr.rollback(mark)
+        dead = _specialise(tblock, fblock, taken, origin, "their values cannot be merged")
+        live_leaves, spec = (t_leaves, t_spec) if taken else (f_leaves, f_spec)
+        leaves = [dead] * len(live_leaves)
+        spec, merged, outs, t_names, f_names = _merge(
+            *((live_leaves, leaves) if taken else (leaves, live_leaves)), spec, tblock, fblock, tr,
+            names, return_names, lines, jump)
     _hint_merged_sizes(tr, pred, outs, t_names, f_names, tblock, fblock)
     inputs = [n for n in _outer_reads([tblock, fblock]) if n != pred.name]
     parent.append_op("cond", inputs={"Cond": [pred], "X": inputs}, outputs={"Out": outs},
@@ -428,31 +428,34 @@ _NONE_PATH = "None on one path, a tensor on the other"
 
 # {(file, line): side}: `if`s whose values cannot be merged, converted for
 # the side given here instead of the example inputs' (d2s/save_paths.py
-# traces each such side for a saved model); `forced_used` records which
-# of them tracing met.
-_FORCED = {}
+# traces each such side for a saved model). `_FALLBACK`: the side where
+# replaying the example cannot tell (d2s/decisions.py: the side a run
+# took). `forced_used` records which of them tracing met.
+_FORCED, _FALLBACK = {}, {}
 forced_used = set()
 
 
 @contextlib.contextmanager
-def forcing(sides):
-    """Convert the unmergeable `if`s at these user lines for these sides."""
-    saved = dict(_FORCED)
-    _FORCED.clear()
-    _FORCED.update(sides)
+def forcing(sides, fallback=False):
+    """Convert the unmergeable `if`s at these user lines for these sides
+    (`fallback`: only where the example inputs' side is unknown)."""
+    table = _FALLBACK if fallback else _FORCED
+    saved = dict(table)
+    table.clear()
+    table.update(sides)
     forced_used.clear()
     try:
         yield
     finally:
-        _FORCED.clear()
-        _FORCED.update(saved)
+        table.clear()
+        table.update(saved)
 
 
-def _forced_side(origin):
-    key = origin[:2] if origin else None
-    if key in _FORCED:
+def _forced_side(origin, table=_FORCED):
+    key = tuple(origin[:2]) if origin else None
+    if key in table:
         forced_used.add(key)
-        return _FORCED[key]
+        return table[key]
     return None
 
 

@@ -81,6 +81,32 @@ def test_a_side_that_cannot_be_told_still_raises_as_before():
     assert torch.equal(f(torch.ones(2)), torch.full((2,), 2.0))
 
 
+def written_mask_or_none(x, mask):
+    # The condition reads an in-place write (wav2vec2's feature mask), which
+    # replaying the example cannot do: the side the example takes is unknown.
+    m = mask.clone()
+    m[:, 0] = 1.0
+    bias = None if m.all() else (1.0 - m[:, None, :]) * -1e9
+    return x if bias is None else x + bias
+
+
+@pytest.mark.parametrize("masks", [[FULL, PADDED, FULL], [PADDED, FULL, PADDED]])
+def test_side_unknown_by_replay_converts_the_side_the_run_took(masks, tmp_path):
+    static = d2s.declarative(written_mask_or_none)
+    x = torch.randn(2, 3, 3)
+    for mask in masks:
+        assert torch.equal(static(x, mask), written_mask_or_none(x, mask))
+    programs = list(static.program_cache)
+    assert len(programs) == 2 and all("decision_failed" in _ops(c.main_program) for c in programs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d2s.jit.save(static, str(tmp_path / "m"), input_spec=[x, masks[0]])
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    assert _paths(tmp_path / "m") == 1
+    for mask in masks:
+        assert torch.equal(loaded(x, mask), written_mask_or_none(x, mask))
+
+
 # -- class 5: a Python `if` on a run-time size, the other side untraceable --------------------------
 
 def last_token(x):
