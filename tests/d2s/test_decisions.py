@@ -320,3 +320,18 @@ def test_saved_size_merged_from_both_sides_is_traced_at_the_example_size(tmp_pat
     for batch, length in [(2, 8), (1, 5), (3, 12)]:
         x, mask = torch.randn(batch, length), torch.ones(batch, length - pad)
         assert torch.equal(loaded(x, mask), padded_to(x, mask))
+
+
+def size_of_side(x):
+    n = x.shape[0]
+    if x.sum() > 0:  # a run-time size (a SymInt) out of a tensor `if` (T5's relative buckets)
+        n = x.shape[1]
+    return x * n
+
+
+def test_tensor_if_giving_a_run_time_size_merges_it():
+    static = d2s.declarative(size_of_side, input_spec=[d2s.InputSpec([None, None])])
+    for x in (torch.ones(2, 3), -torch.ones(4, 5), torch.ones(1, 7)):
+        assert torch.equal(static(x), size_of_side(x))
+    (concrete,) = list(static.program_cache)
+    assert "cond" in _ops(concrete.main_program)
