@@ -560,10 +560,10 @@ def main(argv=None):
     rows = []
     for entry in tqdm(entries, desc="models", unit="model"):
         rows.append(run_model(entry.name, columns, a.timeout))
+        if a.json:  # after every row: a long run stopped part way keeps what it measured
+            with open(a.json, "w") as f:
+                json.dump(rows, f, indent=1)
     report(rows, columns)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":

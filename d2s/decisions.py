@@ -24,7 +24,8 @@ be seen: an in-place write to an input or a parameter, a random draw or a
 print before it would happen twice, so such a program refuses instead.
 """
 
-from runtime import runner
+from ops import control_flow
+from runtime import modes, runner
 from runtime.errors import DecisionFailed
 from runtime.optable import get_op_def, is_registered
 
@@ -43,7 +44,7 @@ def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None):
     (a DecisionFailed): another program of the key's group whose decisions
     hold for these inputs, else one converted for them now (`form`: how the
     caller passed the arguments, StaticFunction._as_called)."""
-    _refuse_repeated_effects(concrete, failure)
+    failing = _refuse_repeated_effects(concrete, failure)
     group = concrete.decisions or Group(concrete)
     concrete.decisions = group
     cache = static.program_cache
@@ -60,11 +61,27 @@ def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None):
         cache.last = other
         return result
     _hold(cache, key, group)
-    fresh = static._build(key, args, kwargs, exact=True, form=form)
+    # The side this run took, for `if`s whose side the example inputs
+    # cannot tell by replay (they depend on in-place writes, loops): the
+    # trace converts that side where it cannot tell.
+    sides = dict(getattr(concrete, "decided_sides", {}))
+    sides.update(_side_taken(failing))
+    with control_flow.forcing(sides, fallback=True):
+        fresh = static._build(key, args, kwargs, exact=True, form=form)
+    fresh.decided_sides = sides
     fresh.decisions = group
     group.programs.append(fresh)
     cache.last = fresh
     return fresh.run(tensors)
+
+
+def _side_taken(failing):
+    """{(file, line): side} of the `if` whose side-not-converted raised at
+    `failing` (a `decision_failed` op first in a cond's block), else {}."""
+    holder = _holder(failing) if failing.block.parent_idx >= 0 else None
+    if holder is None or holder.type != "cond" or not holder.origin:
+        return {}
+    return {tuple(holder.origin[:2]): holder.attrs["true_block"] is failing.block}
 
 
 def _hold(cache, key, group):
@@ -83,20 +100,22 @@ def _fits(concrete, tensors):
 
 def _refuse_repeated_effects(concrete, failure):
     """Raise `failure` (naming why) when the failed run did something
-    observable before its check, which running again would repeat."""
+    observable before its check, which running again would repeat; else
+    the op that raised it."""
     op = None
     for entry in (concrete.compiled, concrete._inference):
         op = op or (entry is not None and runner._failing_op(entry, failure.__traceback__)) or None
     if op is None:
         raise failure
     effect = _effect_before(op)
-    if effect is not None:
-        where = f" (created at {effect.origin[0]}:{effect.origin[1]})" if effect.origin else ""
-        raise RuntimeError(
-            f"{failure}\nd2s cannot convert again and rerun this call: before the check, the program ran "
-            f"`{effect.type}`{where}, which changes state a second run would change again (an in-place "
-            "write to an input or parameter, a random draw, a print); call it once with inputs that take this "
-            "path before any other, or move the decision before that op") from None
+    if effect is None:
+        return op
+    where = f" (created at {effect.origin[0]}:{effect.origin[1]})" if effect.origin else ""
+    raise RuntimeError(
+        f"{failure}\nd2s cannot convert again and rerun this call: before the check, the program ran "
+        f"`{effect.type}`{where}, which changes state a second run would change again (an in-place "
+        "write to an input or parameter, a random draw, a print); call it once with inputs that take this "
+        "path before any other, or move the decision before that op") from None
 
 
 def _effect_before(failing):
@@ -134,7 +153,9 @@ def _observable(op):
         return False
     opdef = get_op_def(op.type)
     if opdef.random:
-        return True
+        # dropout in eval mode (`train=False`, a constant of the program)
+        # draws nothing: every transformers model runs one before its masks
+        return modes.mode_value(op) is not False
     if not opdef.mutates:
         return False
     program = op.block.program

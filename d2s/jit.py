@@ -11,13 +11,14 @@ import torch
 
 from ops.autograd_function import has_live_ops, inline_for_save
 from runtime import foreign_tracers, modes, output_tree, runner
+from runtime.errors import DecisionFailed
 from runtime.executor import Executor
 from runtime.io import prune_program, read_model, save_model
 from runtime.ir import torch_dtype
 from runtime.passes import check_level
 from runtime.serialization import program_to_dict
 
-from . import module_state, save_sizes, slot_values
+from . import module_state, save_paths, save_sizes, slot_values
 from .graph import Graph
 from .decorator import declarative
 from .input_spec import InputSpec
@@ -200,6 +201,8 @@ def save(layer_or_function, path, input_spec=None):
         if inline:
             static, examples, concrete = _with_functions_inlined(static, examples, concrete)
         main, alternate = _part(concrete), None
+        paths = [_part(c) for c in save_paths.other_paths(
+            lambda: _retrace(static, examples), concrete.main_program)] if examples is not None else []
         if modules:
             mode = "train" if modules[0].training else "eval"
             if both_modes:
@@ -209,7 +212,14 @@ def save(layer_or_function, path, input_spec=None):
                 else:
                     alternate = other
     state = _module_state(static._instance) if isinstance(static._instance, torch.nn.Module) else None
-    save_model(path, main, mode=mode, alternate=alternate, state=state, both_modes=same)
+    save_model(path, main, mode=mode, alternate=alternate, state=state, both_modes=same, paths=paths)
+
+
+def _retrace(static, examples):
+    """The function traced again, not from `static`'s cache (under
+    `control_flow.forcing`: other sides of its decisions)."""
+    fresh = StaticFunction(static._function, static._input_spec, instance=static._instance)
+    return fresh.get_concrete_program(*examples)
 
 
 class _State(torch.nn.Module):
@@ -227,7 +237,7 @@ class TranslatedLayer(torch.nn.Module):
     an error, never the other mode's program run silently."""
 
     def __init__(self, program, feed_names, fetch_vars, mode=None, alternate=None, state=None, outputs=None,
-                 state_updates=(), both_modes=False, optimize="default"):
+                 state_updates=(), both_modes=False, paths=(), optimize="default"):
         super().__init__()
         # The level of passes and native code its calls run (runtime/passes), as for a declarative call.
         self._optimize = check_level(optimize)
@@ -247,6 +257,11 @@ class TranslatedLayer(torch.nn.Module):
             self._programs[alternate.mode] = (alternate.program, list(alternate.feed_names),
                                               [block.vars[n] for n in alternate.fetch_names], alternate.outputs,
                                               tuple(alternate.state_updates))
+        # Programs of `main`'s mode for other sides of its decisions
+        # (d2s/save_paths.py): tried in order when a run raises DecisionFailed.
+        self._paths = [(p.program, list(p.feed_names), [p.program.global_block().vars[n] for n in p.fetch_names],
+                        p.outputs, tuple(p.state_updates)) for p in paths]
+        self._main = main
         self._saved_mode = mode
         self._slots = {}
         self._register_state(state)
@@ -263,7 +278,7 @@ class TranslatedLayer(torch.nn.Module):
         names); values the saved module's state does not hold (lifted
         constants) are non-persistent buffers."""
         values, specs = {}, {}
-        for program, *_ in self._programs.values():
+        for program, *_ in self._all_parts():
             for var in program.persistable_vars():
                 if var.name in program.bound:
                     values.setdefault(var.name, program.bound[var.name])
@@ -285,7 +300,7 @@ class TranslatedLayer(torch.nn.Module):
 
     def _bind_slots(self):
         """Bind the programs' values to what the module holds now."""
-        for program, *_ in self._programs.values():
+        for program, *_ in self._all_parts():
             for name in list(program.bound):
                 if name in self._slots:
                     program.bind(name, self._lookup(name))
@@ -325,6 +340,9 @@ class TranslatedLayer(torch.nn.Module):
         else:
             owner.register_buffer(key, value, persistent=kind != "constant")
 
+    def _all_parts(self):
+        return list(self._programs.values()) + self._paths
+
     def _lookup(self, name):
         owner, key = self._slots[name]
         return getattr(owner, key)
@@ -355,22 +373,42 @@ class TranslatedLayer(torch.nn.Module):
         if len(inputs) != len(self.feed_names):
             raise TypeError(f"this model takes {len(self.feed_names)} inputs ({', '.join(self.feed_names)}), "
                             f"got {len(inputs)}")
-        block = self.program.global_block()
-        tensors = runner.convert_inputs(inputs, [block.vars[n] for n in self.feed_names], "input")
-        run = self._compiled.get(id(self.program))
+        part = (self.program, self.feed_names, self.fetch_vars, self._outputs, self._updates)
+        try:
+            return self._run_part(part, inputs)
+        except DecisionFailed as failure:
+            # Inputs taking a side this program was not converted for: the
+            # path converted for it, if one was saved and the failed run
+            # changed nothing a second run would change again.
+            if not self._paths or self.program is not self._main[0] \
+                    or not save_paths.may_rerun(self._runner(part).entry(), failure):
+                raise
+            return save_paths.run_paths(self._paths, lambda path: self._run_part(path, inputs), failure)
+
+    def _runner(self, part):
+        """The LeveledProgram running `part`'s program at this layer's level."""
+        program, feed_names, fetch_vars = part[:3]
+        run = self._compiled.get(id(program))
         if run is None:
-            run = self._compiled[id(self.program)] = runner.LeveledProgram(
-                Executor(), self.program, self.feed_names, [v.name for v in self.fetch_vars], self._optimize)
+            run = self._compiled[id(program)] = runner.LeveledProgram(
+                Executor(), program, feed_names, [v.name for v in fetch_vars], self._optimize)
+        return run
+
+    def _run_part(self, part, inputs):
+        program, feed_names, fetch_vars, outputs, updates = part
+        block = program.global_block()
+        tensors = runner.convert_inputs(inputs, [block.vars[n] for n in feed_names], "input")
+        run = self._runner(part)
         entry = run.entry()
         # Look the values up through the module so .to(), load_state_dict and
         # fine-tuning act on what the program reads.
         params = self._slot_values.values(entry.param_names, entry)
-        results = run.call(entry, tensors, params, self._lookup)[:len(self.fetch_vars)]
-        for name, index in self._updates:  # as eager leaves `self.hidden` for its next call
+        results = run.call(entry, tensors, params, self._lookup)[:len(fetch_vars)]
+        for name, index in updates:  # as eager leaves `self.hidden` for its next call
             owner, key = self._slots[name]
             setattr(owner, key, results[index])
-        if self._outputs is not None:
-            return output_tree.rebuild(self._outputs, results)
+        if outputs is not None:
+            return output_tree.rebuild(outputs, results)
         return results[0] if len(results) == 1 else tuple(results)
 
     # -- saving and printing ----------------------------------------------------------------
@@ -382,7 +420,7 @@ class TranslatedLayer(torch.nn.Module):
         if mode is not None and other is not None and other is not main:
             alternate = other
         save_model(path, main, mode=mode, alternate=alternate, state=_module_state(self),
-                   both_modes=other is main)
+                   both_modes=other is main, paths=self._paths)
 
     def __repr__(self):
         block = self.program.global_block()
@@ -407,7 +445,7 @@ def load(path, optimize=None):
     optimize = check_level(optimize or STATE.optimize)
     model = read_model(path)
     programs = [model.program] + ([model.alternate.program] if model.alternate else [])
-    for program in programs:
+    for program in programs + [p.program for p in model.paths]:
         for var in program.persistable_vars():
             program.bind(var.name, model.params[var.name])
     state = None
@@ -416,4 +454,5 @@ def load(path, optimize=None):
     block = model.program.global_block()
     return TranslatedLayer(model.program, model.feed_names, [block.vars[n] for n in model.fetch_names],
                            mode=model.mode, alternate=model.alternate, state=state, outputs=model.outputs,
-                           state_updates=model.state_updates, both_modes=model.both_modes, optimize=optimize)
+                           state_updates=model.state_updates, both_modes=model.both_modes, paths=model.paths,
+                           optimize=optimize)

@@ -181,12 +181,17 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines
     the names each branch yields (None when no op output is needed)."""
     label = _label(names, i, return_names)
     name = names[i] if names and i < len(names) else None
+    live_dims = None
     if isinstance(a, Unreachable) or isinstance(b, Unreachable):
         live, dead_block = (b, tblock) if isinstance(a, Unreachable) else (a, fblock)
         if isinstance(live, Undefined) or not _tensor_like(live):
             return live, None  # only the live branch goes on: its Python value, as it is
         with tr.block_guard(dead_block):
             filler = framework.zeros_placeholder(_as_var(live))
+        # The dead side raises before it yields: the value has the live
+        # side's sizes (symbolic ones too, which the filler's inference does
+        # not keep: a mask of fresh sizes then fails to broadcast at save)
+        live_dims = live.dims if isinstance(live, Variable) else None
         a, b = (filler, b) if isinstance(a, Unreachable) else (a, filler)
     a_undef, b_undef = isinstance(a, Undefined), isinstance(b, Undefined)
     if a_undef and b_undef:
@@ -274,7 +279,7 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines
         raise error_at_user_line(
             f"{label} has shape {list(va.shape)} in the true branch but {list(vb.shape)} in the false "
             "branch of an `if` on a tensor; the ranks must agree")
-    shape = tuple(x if x == y else -1 for x, y in zip(va.dims, vb.dims))
+    shape = live_dims or tuple(x if x == y else -1 for x, y in zip(va.dims, vb.dims))
     parent = tr.block
     out = parent.create_var(name=tr.program.unique_name(names[i] if names and i < len(names) else "cond_out"),
                             shape=shape, dtype=va.dtype, kind=va.kind,
@@ -352,29 +357,49 @@ def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=
                 f"the branches of an `if` on a tensor return different structures ({t_spec} vs {f_spec})")
         spec, merged, outs, t_names, f_names = _merge(t_leaves, f_leaves, t_spec, tblock, fblock, tr,
                                                       names, return_names, lines, jump, strict=True)
-    except _Unmergeable as exc:
+    except _Unmergeable:
         # Values no program output can hold on both paths: convert the path
         # these inputs take, and make the other one a decision check.
-        taken = _example_side(tr, pred)
-        tr.rollback(mark)
+        taken = _forced_side(origin)
+        taken = _example_side(tr, pred) if taken is None else taken
+        taken = _forced_side(origin, _FALLBACK) if taken is None else taken
         if taken is None:
-            if exc.args[0] != _NONE_PATH:
-                raise ConversionError(exc.message, exc.filename, exc.lineno) from None
-            # Which path these inputs take is unknown: the tensor path, the None path raising.
-            spec, merged, outs, t_names, f_names = _merge(t_leaves, f_leaves, t_spec, tblock, fblock, tr,
-                                                          names, return_names, lines, jump)
-        else:
-            dead = _specialise(tblock, fblock, taken, origin, "their values cannot be merged")
-            live_leaves, spec = (t_leaves, t_spec) if taken else (f_leaves, f_spec)
-            leaves = [dead] * len(live_leaves)
-            spec, merged, outs, t_names, f_names = _merge(
-                *((live_leaves, leaves) if taken else (leaves, live_leaves)), spec, tblock, fblock, tr,
-                names, return_names, lines, jump)
+            # Which path these inputs take is unknown: the side holding
+            # tensors where the other holds None, else the true side; a run
+            # taking the other one raises DecisionFailed, and the call
+            # converts again for the side that run took (d2s/decisions.py).
+            taken = not any(a is None and b is not None for a, b in zip(t_leaves, f_leaves))
+        tr.rollback(mark)
+        dead = _specialise(tblock, fblock, taken, origin, "their values cannot be merged")
+        live_leaves, spec = (t_leaves, t_spec) if taken else (f_leaves, f_spec)
+        leaves = [dead] * len(live_leaves)
+        spec, merged, outs, t_names, f_names = _merge(
+            *((live_leaves, leaves) if taken else (leaves, live_leaves)), spec, tblock, fblock, tr,
+            names, return_names, lines, jump)
+    _hint_merged_sizes(tr, pred, outs, t_names, f_names, tblock, fblock)
     inputs = [n for n in _outer_reads([tblock, fblock]) if n != pred.name]
     parent.append_op("cond", inputs={"Cond": [pred], "X": inputs}, outputs={"Out": outs},
                      attrs={"true_block": tblock, "false_block": fblock,
                             "true_outs": t_names, "false_outs": f_names}, origin=origin)
     return _unflatten(merged, spec)
+
+
+def _hint_merged_sizes(tr, pred, outs, t_names, f_names, tblock, fblock):
+    """A size that differs between the sides (`F.pad` under `if pad > 0`)
+    becomes a new symbol when a later op reads it; ShapeEnv decides every
+    comparison on its hint, recording the decision as a run-time check. A
+    made-up hint makes made-up checks (`s1 > s8`, failing on real inputs),
+    so the hint is the size on the side the example inputs take."""
+    if tr._shapes is None or not any(-1 in o.dims for o in outs if o.kind != TENSOR_ARRAY):
+        return
+    taken = _example_side(tr, pred)
+    if taken is None:
+        return
+    block, names = (tblock, t_names) if taken else (fblock, f_names)
+    for out, name in zip(outs, names):
+        if out.kind == TENSOR_ARRAY or -1 not in out.dims:
+            continue
+        out.size_hints = tuple(tr.shapes.hint(d) for d in block.find_var(name).dims)
 
 
 def _merge(t_leaves, f_leaves, spec, tblock, fblock, tr, names, return_names, lines, jump, strict=False):
@@ -399,6 +424,39 @@ def _merge(t_leaves, f_leaves, spec, tblock, fblock, tr, names, return_names, li
 # take that side (d2s/decisions.py); a saved program refuses such inputs.
 
 _NONE_PATH = "None on one path, a tensor on the other"
+
+
+# {(file, line): side}: `if`s whose values cannot be merged, converted for
+# the side given here instead of the example inputs' (d2s/save_paths.py
+# traces each such side for a saved model). `_FALLBACK`: the side where
+# replaying the example cannot tell (d2s/decisions.py: the side a run
+# took). `forced_used` records which of them tracing met.
+_FORCED, _FALLBACK = {}, {}
+forced_used = set()
+
+
+@contextlib.contextmanager
+def forcing(sides, fallback=False):
+    """Convert the unmergeable `if`s at these user lines for these sides
+    (`fallback`: only where the example inputs' side is unknown)."""
+    table = _FALLBACK if fallback else _FORCED
+    saved = dict(table)
+    table.clear()
+    table.update(sides)
+    forced_used.clear()
+    try:
+        yield
+    finally:
+        table.clear()
+        table.update(saved)
+
+
+def _forced_side(origin, table=_FORCED):
+    key = tuple(origin[:2]) if origin else None
+    if key in table:
+        forced_used.add(key)
+        return table[key]
+    return None
 
 
 class _Unmergeable(ConversionError):

@@ -177,6 +177,17 @@ class Shapes:
                 dims[i] = self.text(s)
         var.shape = dims
 
+    def hint(self, d):
+        """The example size of dimension `d` (an int or an expression's
+        text), 8 when unknown."""
+        if isinstance(d, int):
+            return d if d >= 0 else 8
+        s = self._symints.get(d)
+        try:
+            return int(self.env.guarding_hint_or_throw(s.node.expr)) if s is not None else 8
+        except Exception:  # noqa: BLE001 - no hint: the stand-in
+            return 8
+
     def text(self, d):
         """The IR form of a dimension: an int, or the expression's text."""
         if isinstance(d, int):
@@ -251,7 +262,7 @@ class Shapes:
         if var.kind == SCALAR:
             return self.scalars[id(var)]
         if any(d == -1 or (isinstance(d, str) and d not in self._symints) for d in var.dims):
-            self.symbolize(var)
+            self.symbolize(var, getattr(var, "size_hints", None))
         sizes = [self.symint(d, var, i) for i, d in enumerate(var.dims)]
         device = "meta" if meta else var.device
         with contextlib.nullcontext() if meta else self.mode:

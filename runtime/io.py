@@ -39,8 +39,8 @@ PARAMS_FILE = "params.safetensors"
 FORMAT_NAME = "d2s.inference_model"
 
 SavedModel = namedtuple("SavedModel", "program feed_names fetch_names params format_version producer "
-                                     "mode alternate state outputs state_updates both_modes",
-                        defaults=(None, None, None, None, (), False))
+                                     "mode alternate state outputs state_updates both_modes paths",
+                        defaults=(None, None, None, None, (), False, ()))
 SavedModel.__doc__ = """A validated model directory, parameters not yet bound
 (`params`: name -> tensor). What `python -m d2s inspect` shows. `mode` is
 "train" or "eval", the mode the program was traced in, or None (not
@@ -52,11 +52,15 @@ in order, or None. `outputs` is what a call returns around the fetches
 `state_updates` are (persistable name, fetch index) pairs: after a run,
 the module state that persistable holds becomes that fetch's value.
 `both_modes`: the program was traced in both modes and came out the same,
-so it serves both whatever its ops (runtime/modes.py)."""
+so it serves both whatever its ops (runtime/modes.py). `paths` are
+`Alternate`s of `mode` too: programs converted for other sides of the
+decisions `program` holds (d2s/save_paths.py), tried in order when a run
+raises DecisionFailed."""
 
 Alternate = namedtuple("Alternate", "mode program feed_names fetch_names outputs state_updates",
                        defaults=(None, ()))
 MODES = ("train", "eval")
+MAX_PATHS = 64  # paths of one saved model (d2s saves at most 8)
 
 
 # -- saving ---------------------------------------------------------------------------
@@ -81,7 +85,7 @@ def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_
     save_model(dirname, (program, feeded_var_names, target_vars), mode=program.mode or mode_from_ops(program))
 
 
-def save_model(dirname, main, mode=None, alternate=None, state=None, both_modes=False):
+def save_model(dirname, main, mode=None, alternate=None, state=None, both_modes=False, paths=()):
     """`save_inference_model` for one program or a train/eval pair.
 
     `main` and `alternate` are (program, feeds, targets[, outputs[,
@@ -94,7 +98,8 @@ def save_model(dirname, main, mode=None, alternate=None, state=None, both_modes=
     "buffers": {name: tensor}}, a module's state in state-dict order, saved
     so that a loaded layer has the same state-dict keys even for entries the
     programs do not read. `both_modes`: `main` was traced in both modes and
-    came out the same (no `alternate` then).
+    came out the same (no `alternate` then). `paths`: parts like `main`,
+    converted for other sides of its decisions (d2s/save_paths.py).
     """
     params = {}
     doc = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "producer": producer_versions()}
@@ -105,6 +110,8 @@ def save_model(dirname, main, mode=None, alternate=None, state=None, both_modes=
         doc["alternate"] = {"mode": MODES[1 - MODES.index(mode)], **_saved_part(alternate, params)}
     if both_modes:
         doc["both_modes"] = True
+    if paths:
+        doc["paths"] = [_saved_part(p, params) for p in paths]
     if state is not None:
         doc["state"] = {kind: list(values) for kind, values in state.items()}
         for values in state.values():
@@ -153,7 +160,14 @@ def _saved_part(part, params):
     param_vars = pruned.persistable_vars()
     values = resolve_persistables(program, [v.name for v in param_vars])
     for var, value in zip(param_vars, values):
-        params[var.name] = _param_value(var, value)
+        value = _param_value(var, value)
+        held = params.setdefault(var.name, value)
+        if held is not value and (held.shape != value.shape or held.dtype != value.dtype
+                                  or not torch.equal(held, value)):
+            # One file holds one value per name: two programs reading
+            # different values under it would silently share one.
+            raise ValueError(f"cannot save: two programs of this model hold different values under the name "
+                             f"{var.name!r}")
     doc = {"feed": feed_names, "fetch": fetch_names}
     if outputs is not None:
         doc["outputs"] = output_tree.to_json(outputs, "this function")
@@ -172,10 +186,16 @@ def _dump_document(doc):
     """program.json's text: one line per variable and per op, so that the
     file reads (and diffs) like the program it holds."""
     lines = ["{"]
-    lines += [f" {_dump(k)}: {_dump(v)}," for k, v in doc.items() if k not in ("program", "alternate")]
+    lines += [f" {_dump(k)}: {_dump(v)}," for k, v in doc.items() if k not in ("program", "alternate", "paths")]
     if "alternate" in doc:
         head = {k: v for k, v in doc["alternate"].items() if k != "program"}
         lines.append(f' "alternate": {_dump(head)[:-1]},\n' + _dump_program(doc["alternate"]["program"]) + "},")
+    if "paths" in doc:
+        parts = []
+        for path in doc["paths"]:
+            head = {k: v for k, v in path.items() if k != "program"}
+            parts.append(f'  {_dump(head)[:-1]},\n' + _dump_program(path["program"]) + "}")
+        lines.append(' "paths": [\n' + ",\n".join(parts) + "],")
     lines.append(_dump_program(doc["program"]))
     return "\n".join(lines) + "\n}\n"
 
@@ -439,10 +459,21 @@ def read_model(dirname, device=None, limits=None):
     doc = _read_json(program_path, current_limits(limits).max_file_bytes)
     program, feed_names, fetch_names, outputs, updates = _parse_document(doc, program_path, limits)
     mode, alternate, state = _parse_modes_and_state(doc, program_path, limits)
-    programs = [program] + ([alternate.program] if alternate else [])
+    paths = _parse_paths(doc, mode, program_path, limits)
+    programs = [program] + ([alternate.program] if alternate else []) + [p.program for p in paths]
     params = _read_params(params_path, programs, state, device)
     return SavedModel(program, feed_names, fetch_names, params, doc["format_version"], doc["producer"],
-                      mode, alternate, state, outputs, updates, doc.get("both_modes", False))
+                      mode, alternate, state, outputs, updates, doc.get("both_modes", False), paths)
+
+
+def _parse_paths(doc, mode, where, limits):
+    """The `paths` of the main program: (Alternate of `mode`, ...)."""
+    paths = doc.get("paths", [])
+    if not isinstance(paths, list) or not all(isinstance(p, dict) for p in paths):
+        raise ModelFormatError(f"{where}: \"paths\" must be a list of program parts")
+    if len(paths) > MAX_PATHS:
+        raise ModelFormatError(f"{where}: {len(paths)} paths; a saved model holds at most {MAX_PATHS}")
+    return tuple(Alternate(mode, *_parse_part(p, f"{where}: path {i + 1}", limits)) for i, p in enumerate(paths))
 
 
 def _reject_constant(name):

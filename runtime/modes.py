@@ -69,19 +69,26 @@ def mode_ops(program):
     found = []
     for block in program.blocks:
         for op in block.ops:
-            param = mode_parameter(op.type)
-            if param is None:
-                continue
-            position, name, default = param
-            args, kwargs = op.attrs.get("args", ()), op.attrs.get("kwargs", {})
-            if isinstance(kwargs, dict) and name in kwargs:
-                value = kwargs[name]
-            elif position is not None and isinstance(args, tuple) and position < len(args):
-                value = args[position]
-            else:
-                value = default
-            found.append((op, value if isinstance(value, bool) else None))
+            if mode_parameter(op.type) is not None:
+                found.append((op, mode_value(op)))
     return found
+
+
+def mode_value(op):
+    """The constant True or False `op` passes as its mode argument; None if
+    it takes none or passes a value known only when the program runs."""
+    param = mode_parameter(op.type)
+    if param is None:
+        return None
+    position, name, default = param
+    args, kwargs = op.attrs.get("args", ()), op.attrs.get("kwargs", {})
+    if isinstance(kwargs, dict) and name in kwargs:
+        value = kwargs[name]
+    elif position is not None and isinstance(args, (tuple, list)) and position < len(args):
+        value = args[position]
+    else:
+        value = default
+    return value if isinstance(value, bool) else None
 
 
 def mode_from_ops(program):

@@ -11,7 +11,7 @@ from ops import control_flow as cf
 from ops import tracer
 from ops.user_frames import error_at_user_line
 from runtime.errors import ConversionError
-from runtime.ir import TENSOR_ARRAY
+from runtime.ir import TENSOR_ARRAY, Variable
 
 from .effects import Effects, EffectsChanged, is_missing, known_slots, merge_slots, remember_slots
 from .raising import raising_as_op
@@ -300,7 +300,9 @@ def _lists_become_arrays(seen, arrays):
     if "true" not in seen or "false" not in seen:
         return set()
     def kind(value):
-        return "list" if type(value) is list else "array" if is_var(value) and value.kind == TENSOR_ARRAY else None
+        # A SymInt (a run-time size) is a var too, with no `kind`
+        array = isinstance(value, Variable) and value.kind == TENSOR_ARRAY
+        return "list" if type(value) is list else "array" if array else None
     return {k for k, (a, b) in enumerate(zip(seen["true"], seen["false"]))
             if k not in arrays and {kind(a), kind(b)} == {"list", "array"}}
 

@@ -14,6 +14,8 @@ breaks one (d2s/decisions.py; DESIGN, Semantics 3 and 8; issue 22 classes
 Each: eager == declarative on inputs taking every path, in both orders, the
 documented number of programs, each holding its checks."""
 
+import json
+import os
 import warnings
 
 import pytest
@@ -77,6 +79,32 @@ def test_a_side_that_cannot_be_told_still_raises_as_before():
         return x + 1
 
     assert torch.equal(f(torch.ones(2)), torch.full((2,), 2.0))
+
+
+def written_mask_or_none(x, mask):
+    # The condition reads an in-place write (wav2vec2's feature mask), which
+    # replaying the example cannot do: the side the example takes is unknown.
+    m = mask.clone()
+    m[:, 0] = 1.0
+    bias = None if m.all() else (1.0 - m[:, None, :]) * -1e9
+    return x if bias is None else x + bias
+
+
+@pytest.mark.parametrize("masks", [[FULL, PADDED, FULL], [PADDED, FULL, PADDED]])
+def test_side_unknown_by_replay_converts_the_side_the_run_took(masks, tmp_path):
+    static = d2s.declarative(written_mask_or_none)
+    x = torch.randn(2, 3, 3)
+    for mask in masks:
+        assert torch.equal(static(x, mask), written_mask_or_none(x, mask))
+    programs = list(static.program_cache)
+    assert len(programs) == 2 and all("decision_failed" in _ops(c.main_program) for c in programs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d2s.jit.save(static, str(tmp_path / "m"), input_spec=[x, masks[0]])
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    assert _paths(tmp_path / "m") == 1
+    for mask in masks:
+        assert torch.equal(loaded(x, mask), written_mask_or_none(x, mask))
 
 
 # -- class 5: a Python `if` on a run-time size, the other side untraceable --------------------------
@@ -189,18 +217,121 @@ def test_a_run_that_changed_state_before_its_check_is_refused_not_repeated():
         assert torch.equal(model(x, mask), Normalized.forward(model, x, mask))
 
 
+class DroppedThenMasked(torch.nn.Module):
+    """Dropout before the None-or-tensor decision, as every transformers
+    encoder runs its embeddings' dropout before building its mask."""
+
+    def __init__(self, native):
+        super().__init__()
+        self.native = native
+
+    def forward(self, x, mask):
+        if self.native:  # torch.dropout(input, p, train): the op's args hold `train` positionally
+            x = torch.dropout(x, 0.5, self.training)
+        else:
+            x = F.dropout(x, 0.5, training=self.training)
+        return attend(x, mask)
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_dropout_in_eval_mode_draws_nothing_so_the_call_converts_again(native):
+    model = d2s.declarative(DroppedThenMasked(native).eval())
+    x = torch.randn(2, 3, 3)
+    for mask in (PADDED, FULL, PADDED):
+        assert torch.equal(model(x, mask), attend(x, mask))
+    assert len(list(model.forward.program_cache)) == 2
+    model.train()  # now the dropout draws: a second run would draw again
+    model(x, PADDED)
+    with pytest.raises(RuntimeError, match="cannot convert again and rerun this call.*dropout"):
+        model(x, FULL)
+
+
 class Masked(torch.nn.Module):
     def forward(self, x, mask):
         return attend(x, mask)
 
 
-def test_saved_program_refuses_the_side_it_does_not_hold(tmp_path):
-    model = Masked()
+def _paths(path):
+    with open(os.path.join(path, "program.json")) as f:
+        return len(json.load(f).get("paths", []))
+
+
+@pytest.mark.parametrize("example", [PADDED, FULL])
+def test_saved_model_holds_every_side_of_a_decision(tmp_path, example):
+    # Saved from inputs taking one side, the model holds a program for the
+    # other (d2s/save_paths.py), tried when the first raises DecisionFailed.
     x = torch.randn(2, 3, 3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        d2s.jit.save(model, str(tmp_path / "m"), input_spec=[x, PADDED])
+        d2s.jit.save(Masked(), str(tmp_path / "m"), input_spec=[x, example])
+    assert _paths(tmp_path / "m") == 1
     loaded = d2s.jit.load(str(tmp_path / "m"))
-    assert torch.equal(loaded(x, PADDED), attend(x, PADDED))
+    ops = [_ops(p) for p in [loaded.program] + [part[0] for part in loaded._paths]]
+    assert all("cond" in o and "decision_failed" in o for o in ops)
+    for mask in (PADDED, FULL, PADDED):
+        assert torch.equal(loaded(x, mask), attend(x, mask))
+    d2s.jit.save(loaded, str(tmp_path / "again"))
+    again = d2s.jit.load(str(tmp_path / "again"))
+    assert _paths(tmp_path / "again") == 1  # saved again from the loaded model: the paths stay
+    assert torch.equal(again(x, FULL), attend(x, FULL))
+
+
+class Reshaped(torch.nn.Module):
+    """The None side holds a view the saved sizes cannot take."""
+
+    def forward(self, x, mask):
+        m = mask_or_none(mask)
+        if m is None:
+            return x.reshape(5, -1)
+        return x + m
+
+
+def test_saved_model_refuses_the_side_it_could_not_trace(tmp_path):
+    x = torch.randn(2, 3, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d2s.jit.save(Reshaped(), str(tmp_path / "m"), input_spec=[x, PADDED])
+    assert _paths(tmp_path / "m") == 0
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    assert torch.equal(loaded(x, PADDED), Reshaped()(x, PADDED))
     with pytest.raises(DecisionFailed, match="save from inputs that take this side"):
         loaded(x, FULL)
+
+
+# -- a size that differs between the sides of an `if` on sizes -------------------------------------
+
+def padded_to(x, mask):
+    # transformers' prepare_padding_mask, then a slice whose size is min(length, mask length)
+    pad = x.shape[1] - mask.shape[1]
+    if pad > 0:
+        mask = F.pad(mask, (0, pad))
+    return x * mask[:, :x.shape[1]]
+
+
+@pytest.mark.parametrize("pad", [0, 3])
+def test_saved_size_merged_from_both_sides_is_traced_at_the_example_size(tmp_path, pad):
+    # The merged mask length is a new symbol; with a made-up hint (8) the
+    # slice decided `s1 > s8` at the saved length 64, and the loaded model
+    # refused every input whose mask is as long as x.
+    spec = [d2s.InputSpec([None, None]), d2s.InputSpec([None, None])]
+    d2s.jit.save(d2s.declarative(padded_to), str(tmp_path / "m"), input_spec=spec)
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    assert "cond" in _ops(loaded.program)  # one program: both sides of `if pad > 0`
+    for batch, length in [(2, 8), (1, 5), (3, 12)]:
+        x, mask = torch.randn(batch, length), torch.ones(batch, length - pad)
+        assert torch.equal(loaded(x, mask), padded_to(x, mask))
+
+
+def size_of_side(x):
+    n = x.shape[0]
+    if x.sum() > 0:  # a run-time size (a SymInt) out of a tensor `if` (T5's relative buckets)
+        n = x.shape[1]
+    return x * n
+
+
+def test_tensor_if_giving_a_run_time_size_merges_it():
+    static = d2s.declarative(size_of_side, input_spec=[d2s.InputSpec([None, None])])
+    for x in (torch.ones(2, 3), -torch.ones(4, 5), torch.ones(1, 7)):
+        assert torch.equal(static(x), size_of_side(x))
+    (concrete,) = list(static.program_cache)
+    assert "cond" in _ops(concrete.main_program)

@@ -19,10 +19,8 @@ COLUMNS = ["d2s", "save"]
 KNOWN = {
     ("resnet", "d2s"): None,
     ("resnet", "save"): None,
-    ("bert", "d2s"): "class 2: the unpadded call breaks the decision `if padding_mask is not None:` "
-                     "(masking_utils) and is refused instead of converted again",
-    ("bert", "save"): "classes 2/4: scaled_dot_product_attention refuses the traced mask and is_causal "
-                      "at dynamic sizes",
+    ("bert", "d2s"): None,  # padded then unpadded: converted again after its eval-mode dropout
+    ("bert", "save"): None,  # both sides of `if padding_mask is not None` saved as paths
     ("resnet10t", "d2s"): None,
     ("resnet10t", "save"): None,
 }

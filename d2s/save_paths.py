@@ -1,0 +1,91 @@
+"""Every side of a decision in a saved model (issue 22, DESIGN Semantics 8).
+
+A tensor `if` whose sides give values no program output holds on both
+(None and a tensor: transformers' mask helpers return None for a mask of
+all ones) is converted for the side the example inputs take; the other
+side is a `decision_failed` op (ops/control_flow.py). In memory a run that
+reaches it converts again (d2s/decisions.py). A saved model cannot convert,
+and the examples `jit.save` traces with are zeros, so they take one side
+only: a BERT saved so refuses every unpadded batch.
+
+So `jit.save` traces once more for each such side its programs did not
+convert, with that `if` converted for the other side
+(`control_flow.forcing`), and saves those programs as the model's paths;
+the loaded model runs the first and, when a run raises DecisionFailed,
+the next (runtime state is untouched by a failed run: see `may_rerun`). A
+side that cannot be traced at the saved sizes is left out: the loaded model
+refuses inputs taking it with the DecisionFailed that names it.
+"""
+
+from ops import control_flow
+from runtime import runner
+from runtime.errors import DecisionFailed
+
+from . import decisions
+
+# Programs per saved model at most: each decision doubles the paths.
+MAX_PATHS = 8
+
+
+def decided_sides(program):
+    """{(file, line): the side not converted} of the unmergeable `if`s
+    `program` was converted for one side of."""
+    out = {}
+    for block in program.blocks:
+        for op in block.ops:
+            if op.type != "cond" or not op.origin:
+                continue
+            for side, key in ((True, "true_block"), (False, "false_block")):
+                ops = op.attrs[key].ops
+                if ops and ops[0].type == "decision_failed":  # where _specialise puts it
+                    out.setdefault(tuple(op.origin[:2]), side)
+    return out
+
+
+def other_paths(retrace, program):
+    """Concrete programs for the sides `program` (and each program found
+    so) did not convert: `retrace()` traces the function again under
+    `control_flow.forcing`. A side whose trace fails is left out."""
+    tried, found = set(), []
+    todo = [({}, program)]
+    while todo:
+        forced, current = todo.pop(0)
+        for key, side in decided_sides(current).items():
+            sides = {**forced, key: side} if key not in forced else None
+            if sides is None or frozenset(sides.items()) in tried or len(found) >= MAX_PATHS - 1:
+                continue
+            tried.add(frozenset(sides.items()))
+            with control_flow.forcing(sides):
+                try:
+                    concrete = retrace()
+                except Exception:  # noqa: BLE001 - that side stays a DecisionFailed, naming itself
+                    continue
+                met = key in control_flow.forced_used
+            if met:
+                found.append(concrete)
+                todo.append((sides, concrete.main_program))
+    return found
+
+
+def may_rerun(compiled, failure):
+    """Whether the run of `compiled` that raised `failure` (a
+    DecisionFailed) did nothing observable before its check (an in-place
+    write to a parameter, a random draw, a print), so another path may run
+    the same inputs."""
+    op = None
+    for exc in (failure, failure.__cause__):  # the runner re-raises the op's error naming the op
+        if op is None and exc is not None:
+            op = runner._failing_op(compiled, exc.__traceback__)
+    return op is not None and decisions._effect_before(op) is None
+
+
+def run_paths(paths, run, failure):
+    """The result of the first of `paths` whose run (`run(path)`, raising
+    DecisionFailed when its decisions do not hold) serves these inputs;
+    `failure` (the first path's) when none does."""
+    for path in paths:
+        try:
+            return run(path)
+        except DecisionFailed:
+            continue
+    raise failure
