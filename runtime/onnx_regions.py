@@ -140,10 +140,16 @@ def example_inputs(variables):
     return values, dynamic
 
 
+def _bool_tensor(value):
+    """A region's bool number (a size test `s0 != 1` that a check or a
+    branch reads) as a 0-d bool tensor: torch.export returns tensors only."""
+    return torch.scalar_tensor(torch.sym_ite(value, 1, 0), dtype=torch.int64).bool()
+
+
 class _Region(torch.nn.Module):
-    def __init__(self, fn, clone, marker):
+    def __init__(self, fn, clone, marker, bools=()):
         super().__init__()
-        self.fn, self.clone, self.marker = fn, clone, marker
+        self.fn, self.clone, self.marker, self.bools = fn, clone, marker, set(bools)
 
     def forward(self, *args):
         if self.clone:
@@ -152,7 +158,7 @@ class _Region(torch.nn.Module):
             args = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
         self.marker.ops.clear()
         try:
-            return tuple(self.fn(*args))
+            return tuple(_bool_tensor(v) if i in self.bools else v for i, v in enumerate(self.fn(*args)))
         finally:
             self.marker.close()
 
@@ -167,7 +173,8 @@ def export_region(fn, in_vars, out_vars, mutates, opset, marker):
             raise RegionError(f"a {var.dtype_name} number ({var.name}) crosses into a straight-line region; "
                               "torch.export takes only integer sizes as dynamic numbers")
     values, dynamic = example_inputs(in_vars)
-    module = _Region(fn, mutates, marker)
+    bools = [i for i, var in enumerate(out_vars) if var.kind == SCALAR and var.dtype_name == "bool"]
+    module = _Region(fn, mutates, marker, bools)
     try:
         with torch.fx.experimental._config.patch(backed_size_oblivious=True), torch.no_grad(), \
                 torch.fx.traceback.preserve_node_meta():

@@ -32,9 +32,7 @@ def reads_and_writes(ops):
 
 
 def op_reads(op):
-    """The names `op` and its sub-blocks read, size checks left out (not exported)."""
-    if op.type == "check_sizes":
-        return set()
+    """The names `op` and its sub-blocks read."""
     names = set(op.input_names) if not op.sub_blocks() else set(op.input("Cond") + op.input("Init"))
     for sub in op.sub_blocks():
         for inner in sub.ops:
