@@ -85,22 +85,24 @@ def test_quickstart_model_every_branch_and_trip_count(tmp_path, how):
 def _gru_session(eager, path):
     """The decoder exported with a dynamic batch and a max_len input."""
     path.mkdir()
-    _, session = _export(eager, [d2s.InputSpec([None, 32]), d2s.InputSpec([], "int64")], path)
+    model, session = _export(eager, [d2s.InputSpec([None, 32]), d2s.InputSpec([], "int64")], path)
+    assert {"If", "Loop"} <= _op_types(model.graph)  # `if done.all(): break` inside the while
     return session
 
 
-@pytest.mark.parametrize("eos_bias, max_len, steps", [
-    (-5.0, 1, 1),    # one trip, no break
-    (-5.0, 6, 6),    # runs to max_len
-    (50.0, 6, 1),    # every sequence emits eos at once: break after the first trip
+@pytest.mark.parametrize("eos_bias, max_len, batch, steps", [
+    (-5.0, 1, 1, 1),    # one trip, no break, a batch of one
+    (-5.0, 6, 3, 6),    # runs to max_len
+    (50.0, 6, 5, 1),    # every sequence emits eos at once: break after the first trip
 ])
-def test_gru_greedy_decoder_with_break(tmp_path, eos_bias, max_len, steps):
+def test_gru_greedy_decoder_with_break(tmp_path, eos_bias, max_len, batch, steps):
+    # (no zero-trip case: eager's torch.stack of no tokens raises)
     torch.manual_seed(1)
     eager = GreedyDecoder(eos=1).eval()
     with torch.no_grad():
         eager.out.bias[1] = eos_bias
     session = _gru_session(eager, tmp_path / "m")
-    h = torch.randn(3, 32)
+    h = torch.randn(batch, 32)
     with torch.no_grad():
         tokens, n = eager(h, torch.tensor(max_len))
     assert n == steps
