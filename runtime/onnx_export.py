@@ -166,6 +166,7 @@ class Lowering:
     def region(self, graph, block, ops, live):
         """Straight-line `ops` through torch's exporter (runtime/onnx_regions.py)."""
         from .onnx_regions import OpMarker, RegionError, export_region, splice
+        from .onnx_rnn import region_op_defs
         from .replay import failing_op, region_function
         reads, writes = reads_and_writes(ops)
         try:
@@ -176,7 +177,7 @@ class Lowering:
         if not outputs:
             return  # nothing read later
         marker = OpMarker()
-        compiled = region_function(block, ops, reads, outputs, marker)
+        compiled = region_function(block, ops, reads, outputs, marker, region_op_defs)
         if not reads and not any(get_op_def(op.type).random for op in ops):
             # Constants (fill_constant, torch.zeros(3)): their values, computed once.
             for name, value in zip(outputs, region_function(block, ops, reads, outputs).fn()):

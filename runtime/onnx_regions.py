@@ -25,6 +25,7 @@ import torch
 from torch.utils._sympy.numbers import int_oo
 
 from .ir import SCALAR, torch_dtype
+from .onnx_rnn import translations
 
 # The sizes symbolic dimensions take in the example inputs of a trace:
 # distinct, so that torch.export cannot mistake two sizes for one, and
@@ -185,7 +186,7 @@ def export_region(fn, in_vars, out_vars, mutates, opset, marker):
     _check_deterministic(exported, marker)
     try:
         program = torch.onnx.export(exported, (), dynamo=True, opset_version=opset, optimize=True,
-                                    verbose=False)
+                                    verbose=False, custom_translation_table=translations())
     except Exception as e:
         raise _translation_error(e, exported, marker) from e
     model = onnx.inliner.inline_local_functions(program.model_proto)

@@ -41,10 +41,11 @@ def op_reads(op):
 
 
 
-def region_function(block, ops, inputs, outputs, trace_hook=None):
+def region_function(block, ops, inputs, outputs, trace_hook=None, op_defs=get_op_def):
     """A CompiledBlock whose `fn(*values of inputs)` returns the tuple of
     values of `outputs`, running `ops` (ops of `block`, none with a
-    sub-block) in order; `trace_hook(op)`, if given, is called before each op."""
+    sub-block) in order; `trace_hook(op)`, if given, is called before each
+    op; `op_defs`: the op table (a tracer's may swap kernels)."""
     program = Program()
     target = program.global_block()
     names = set(inputs) | set(outputs)
@@ -63,7 +64,7 @@ def region_function(block, ops, inputs, outputs, trace_hook=None):
         copy.is_data = name in inputs
     for op in ops:
         target.append_op(op.type, op.inputs, op.outputs, op.attrs, op.origin)
-    return compile_program(program, list(inputs), list(outputs), get_op_def, trace_hook=trace_hook)
+    return compile_program(program, list(inputs), list(outputs), op_defs, trace_hook=trace_hook)
 
 
 def failing_op(compiled, error):

@@ -329,17 +329,25 @@ def test_an_in_place_write_to_a_view_across_a_branch_is_refused(tmp_path):
         d2s.onnx.export(_write_through_a_view, str(tmp_path / "v.onnx"), input_spec=[d2s.InputSpec([None, 3])])
 
 
-@pytest.mark.parametrize("rnn", [torch.nn.LSTM, torch.nn.GRU])
-def test_a_multi_layer_rnn_with_dropout_in_eval_mode(tmp_path, rnn):
+@pytest.mark.parametrize("rnn, bidirectional", [(torch.nn.LSTM, False), (torch.nn.GRU, True)])
+def test_a_multi_layer_rnn_over_a_dynamic_length(tmp_path, rnn, bidirectional):
     torch.manual_seed(5)
-    eager = rnn(4, 8, num_layers=2, dropout=0.3, batch_first=True).eval()  # aten ops that may draw, but not in eval
-    # A dynamic batch; the sequence length is fixed: torch.export unrolls
-    # aten.lstm over time steps (a dynamic length is refused, not guessed).
-    _, session = _export(eager, [d2s.InputSpec([None, 6, 4])], tmp_path)
-    for shape in ((1, 6, 4), (5, 6, 4)):
+    # dropout: aten ops that may draw, but not in eval mode
+    eager = rnn(4, 8, num_layers=2, dropout=0.3, batch_first=True, bidirectional=bidirectional).eval()
+    # Batch and length dynamic: the whole op becomes ONNX's LSTM / GRU
+    # (runtime/onnx_rnn.py), not steps unrolled for one length.
+    model, session = _export(eager, [d2s.InputSpec([None, None, 4])], tmp_path)
+    assert {"LSTM", "GRU"} & _op_types(model.graph)
+    for shape in ((2, 6, 4), (5, 2, 4), (3, 11, 4)):
         x = torch.randn(*shape)
         with torch.no_grad():
             _check(session, [x], torch.utils._pytree.tree_leaves(eager(x)))  # LSTM: out, (h, c)
+
+
+def test_an_lstm_with_projections_over_a_dynamic_length_is_refused(tmp_path):
+    eager = torch.nn.LSTM(4, 8, proj_size=3, batch_first=True).eval()  # ONNX's LSTM has no projection
+    with pytest.raises(d2s.onnx.ExportError, match=r"torch.export failed: .*size\(\)\[1\]"):  # the length
+        _export(eager, [d2s.InputSpec([None, None, 4])], tmp_path)
 
 
 @d2s.declarative
