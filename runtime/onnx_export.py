@@ -398,6 +398,10 @@ def program_to_onnx(program, feed_names, fetch_names, params, opset_version=None
     if opset not in SUPPORTED_OPSETS:
         raise OnnxExportError(f"opset_version {opset} is not supported; use one of "
                               f"{SUPPORTED_OPSETS.start}..{SUPPORTED_OPSETS.stop - 1}")
+    if not fetch_names:
+        # An ONNX model with no outputs is invalid (onnxruntime cannot load one).
+        raise OnnxExportError("the program computes no tensor: its results are Python values fixed when it was "
+                              "converted, so there is nothing for an ONNX model to compute")
     lowering = Lowering(program, opset)
     lowering.progress = progress
     block = program.global_block()

@@ -376,3 +376,14 @@ def test_scaled_dot_product_attention_without_dropout(tmp_path):
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     q, k, v = (torch.randn(3, 2, 5, 8) for _ in range(3))
     _check(session, [q, k, v], _attention.dygraph_function(q, k, v))
+
+
+@d2s.declarative
+def _constant():
+    return 4
+
+
+def test_a_program_without_tensor_results_is_refused(tmp_path):
+    assert _constant() == 4
+    with pytest.raises(d2s.onnx.ExportError, match="computes no tensor"):
+        d2s.onnx.export(_constant, str(tmp_path / "c.onnx"))

@@ -113,3 +113,4 @@ def test_bool_decision(tmp_path):
     assert torch.allclose(_run(session, q, torch.ones(2))[0], causal_from_tensor(q, torch.ones(2)), atol=1e-6)
     with pytest.raises(Exception, match="d2s check failed: this program was converted for inputs where"):
         _run(session, q, torch.zeros(2))
+
