@@ -42,7 +42,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import paritybench as pb  # noqa: E402

@@ -72,7 +72,6 @@ def condition(graph, op, block, lowering):
     """The ONNX bool scalar that holds when `op` passes, or None when the
     check holds for every ONNX input. Raises the lowering's error for a
     check ONNX cannot express."""
-    from onnx import TensorProto
     from .onnx_export import op_error
     args = list(op.attrs.get("args", ()))
     if op.type in ("raise", "decision_failed"):

@@ -269,7 +269,7 @@ def splice(graph, model, input_values, fresh):
     its inputs bound to the ONNX values `input_values`; every value it
     defines gets a name from `fresh(hint)`. Returns the ONNX values of its
     outputs."""
-    from onnx import helper, numpy_helper
+    from onnx import helper
     names = {i.name: v for i, v in zip(model.graph.input, input_values)}
     for init in model.graph.initializer:
         names[init.name] = fresh("c")
