@@ -25,7 +25,7 @@ import torch
 from torch.utils._sympy.numbers import int_oo
 
 from .ir import SCALAR, torch_dtype
-from .onnx_rnn import translations
+from .onnx_translations import translations
 
 # The sizes symbolic dimensions take in the example inputs of a trace:
 # distinct, so that torch.export cannot mistake two sizes for one, and

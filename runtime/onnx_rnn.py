@@ -7,7 +7,7 @@ for the whole op (`aten_lstm` / `aten_gru`: ONNX's LSTM / GRU nodes), which
 takes any length. So a region traces these calls as opaque custom ops
 (`d2s_onnx::lstm`, `d2s_onnx::gru`; their fake kernels give the result
 shapes from the input's, symbolic dims included) and torch.onnx translates
-them with its own functions for the ATen ops.
+them with its own functions for the ATen ops (runtime/onnx_translations.py).
 
 Left to torch's decomposition (so a dynamic length is refused as before):
 an LSTM with projections (`proj_size`, which the ONNX function does not
@@ -87,9 +87,3 @@ def region_op_defs(op_type):
     import dataclasses
     return dataclasses.replace(opdef, kernel=kernel)
 
-
-def translations():
-    """torch.onnx's custom_translation_table for the custom ops: its own
-    functions for aten.lstm / aten.gru."""
-    from onnxscript.function_libs.torch_lib.ops import core
-    return {torch.ops.d2s_onnx.lstm.default: core.aten_lstm, torch.ops.d2s_onnx.gru.default: core.aten_gru}

@@ -387,3 +387,19 @@ def test_a_program_without_tensor_results_is_refused(tmp_path):
     assert _constant() == 4
     with pytest.raises(d2s.onnx.ExportError, match="computes no tensor"):
         d2s.onnx.export(_constant, str(tmp_path / "c.onnx"))
+
+
+@d2s.declarative
+def _squeezes(m, q):
+    both = torch.cat([m, q], dim=2)
+    return both.squeeze(1), both[:, :1].squeeze(1)  # a dimension of 4: kept, as torch does; of 1: removed
+
+
+def test_squeeze_of_a_dimension_that_is_not_one(tmp_path):
+    # torch.onnx's own function emits a Squeeze ONNX refuses for the first (onnx_translations.py)
+    path = str(tmp_path / "s.onnx")
+    d2s.onnx.export(_squeezes, path, input_spec=[d2s.InputSpec([None, 4, 4])] * 2)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for batch in (1, 3):
+        m, q = torch.randn(batch, 4, 4), torch.randn(batch, 4, 4)
+        _check(session, [m, q], list(_squeezes.dygraph_function(m, q)))
