@@ -30,7 +30,7 @@ import itertools
 from .ir import TENSOR_ARRAY, torch_dtype
 from .optable import get_op_def
 from .onnx_checks import conjunction, gated, is_check, lower_check
-from .replay import AliasingError, check_aliasing, op_reads, reads_and_writes
+from .replay import AliasingError, check_aliasing, op_reads, reads_and_writes, untraceable
 
 
 class OnnxExportError(ValueError):
@@ -173,6 +173,9 @@ class Lowering:
             check_aliasing(self.program, ops, set(reads) & set(writes))
         except AliasingError as e:
             raise op_error(e.op, str(e)) from None
+        refused = untraceable(ops)
+        if refused:
+            raise op_error(*refused)
         outputs = [n for n in writes if n in live]
         if not outputs:
             return  # nothing read later

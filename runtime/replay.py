@@ -41,6 +41,23 @@ def op_reads(op):
 
 
 
+# Ops whose kernels compute nothing under torch's tracers: a trace would
+# hold an empty tensor where the op's result belongs (a silent wrong value).
+UNTRACEABLE = {
+    "torch._grouped_mm": "torch's tracers cannot compute torch._grouped_mm on CPU float32 (its meta kernel is "
+                         "CUDA's, bfloat16 only; d2s's shape inference gives an empty tensor of the result's "
+                         "shape, which a trace would keep as the value)",
+}
+
+
+def untraceable(ops):
+    """(op, reason) of the first op of `ops` in UNTRACEABLE, or None."""
+    for op in ops:
+        if op.type in UNTRACEABLE:
+            return op, UNTRACEABLE[op.type]
+    return None
+
+
 def region_function(block, ops, inputs, outputs, trace_hook=None, op_defs=get_op_def):
     """A CompiledBlock whose `fn(*values of inputs)` returns the tuple of
     values of `outputs`, running `ops` (ops of `block`, none with a

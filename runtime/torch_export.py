@@ -17,7 +17,7 @@ import torch
 from .ir import TENSOR_ARRAY
 from .optable import get_op_def
 from .onnx_regions import example_inputs
-from .replay import AliasingError, check_aliasing, op_reads, reads_and_writes, region_function
+from .replay import AliasingError, check_aliasing, op_reads, reads_and_writes, region_function, untraceable
 
 
 class TorchExportError(ValueError):
@@ -111,6 +111,9 @@ class ProgramModule(torch.nn.Module):
             run.clear()
             if not ops:
                 return
+            refused = untraceable(ops)
+            if refused:
+                raise TorchExportError(f"op {refused[0].type!r}: {refused[1]}{_where(refused[0])}")
             reads, writes = reads_and_writes(ops)
             try:
                 check_aliasing(self.program, ops, set(reads) & set(writes))

@@ -403,3 +403,18 @@ def test_squeeze_of_a_dimension_that_is_not_one(tmp_path):
     for batch in (1, 3):
         m, q = torch.randn(batch, 4, 4), torch.randn(batch, 4, 4)
         _check(session, [m, q], list(_squeezes.dygraph_function(m, q)))
+
+
+@d2s.declarative
+def _experts(x, w, offs):
+    return torch._grouped_mm(x, w, offs=offs)  # a mixture of experts' matmul (transformers' Mixtral)
+
+
+def test_an_op_traced_as_an_empty_tensor_is_refused(tmp_path):
+    # (16-byte aligned strides: sizes of 4 and 8 floats)
+    x, w, offs = torch.randn(8, 4), torch.randn(2, 4, 8), torch.tensor([3, 8], dtype=torch.int32)
+    torch.testing.assert_close(_experts(x, w, offs), _experts.dygraph_function(x, w, offs))
+    with pytest.raises(d2s.onnx.ExportError, match=r"'torch._grouped_mm'.*empty tensor.*test_onnx.py"):
+        d2s.onnx.export(_experts, str(tmp_path / "e.onnx"))
+    with pytest.raises(d2s.ExportError, match=r"'torch._grouped_mm'.*empty tensor"):
+        d2s.export(_experts)
