@@ -23,6 +23,7 @@ import re
 import sympy
 import torch
 from torch.utils._sympy.numbers import int_oo
+from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 from .ir import SCALAR, torch_dtype
 from .onnx_translations import translations
@@ -259,6 +260,8 @@ def _check_dynamic(exported, in_vars, dynamic):
             raise RegionError(f"torch.export fixed the number {var.name} to its example value")
     for symbol, bounds in exported.range_constraints.items():
         lower, upper = bounds.lower, bounds.upper
+        if symbol_is_type(symbol, SymT.UNBACKED_INT):
+            continue  # a size the region computes (rows a mask selects): its range is a fact, not an assumption
         if lower > 2 or upper not in (int_oo, sympy.oo):
             raise RegionError(f"torch.export assumed {lower} <= {symbol} <= {upper}, which not every run "
                               "satisfies")

@@ -418,3 +418,21 @@ def test_an_op_traced_as_an_empty_tensor_is_refused(tmp_path):
         d2s.onnx.export(_experts, str(tmp_path / "e.onnx"))
     with pytest.raises(d2s.ExportError, match=r"'torch._grouped_mm'.*empty tensor"):
         d2s.export(_experts)
+
+
+def _finite_rows(x):
+    x = torch.relu(x)
+    return x[torch.isfinite(x).all(dim=1)]  # as many rows as the mask selects
+
+
+@pytest.mark.parametrize("spec", [None, [d2s.InputSpec([None, 4])]])
+def test_a_mask_selecting_rows(tmp_path, spec):
+    # The selected count's range (at most the rows there are) is a fact torch derives, not an assumption.
+    static = d2s.declarative(_finite_rows)
+    static(torch.rand(4, 4))
+    path = str(tmp_path / "m.onnx")
+    d2s.onnx.export(static, path, input_spec=spec)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    bad = torch.tensor([[1.0, float("inf"), 0, 0], [1, 2, 3, 4], [float("nan"), 0, 0, 0], [-1, -2, 0, 1]])
+    for x in (torch.rand(4, 4), bad, torch.full((4, 4), float("nan"))):  # 4, 2 and 0 rows
+        _check(session, [x], _finite_rows(x))
