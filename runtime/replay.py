@@ -55,6 +55,9 @@ def untraceable(ops):
     for op in ops:
         if op.type in UNTRACEABLE:
             return op, UNTRACEABLE[op.type]
+        if op.type.startswith("numpy."):
+            return op, ("NumPy computes it outside torch (ops/numpy_ufuncs.py), so torch's tracers see only an "
+                        "empty tensor of the result's shape; compute it with the torch function instead")
     return None
 
 

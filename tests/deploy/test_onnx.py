@@ -436,3 +436,15 @@ def test_a_mask_selecting_rows(tmp_path, spec):
     bad = torch.tensor([[1.0, float("inf"), 0, 0], [1, 2, 3, 4], [float("nan"), 0, 0, 0], [-1, -2, 0, 1]])
     for x in (torch.rand(4, 4), bad, torch.full((4, 4), float("nan"))):  # 4, 2 and 0 rows
         _check(session, [x], _finite_rows(x))
+
+
+@d2s.declarative
+def _numpy_scaled(x, length):
+    return x / np.sqrt(length)  # NumPy computes it in eager, and in the program when it runs
+
+
+def test_a_numpy_ufunc_is_refused(tmp_path):
+    x, length = torch.rand(2, 3), torch.rand(2, 3) + 1
+    torch.testing.assert_close(_numpy_scaled(x, length), _numpy_scaled.dygraph_function(x, length))
+    with pytest.raises(d2s.onnx.ExportError, match=r"'numpy.sqrt'.*NumPy computes it outside torch.*test_onnx.py"):
+        d2s.onnx.export(_numpy_scaled, str(tmp_path / "n.onnx"))
