@@ -8,8 +8,11 @@
 PATH is a checkout of github.com/jansel/pytorch-jit-paritybench (fetched,
 never copied here); its files are sampled as by benchmarks/paritybench.py
 (same seed, same sample). Besides, a zoo of transformers and timm
-architectures with tiny random configurations (offline; both packages are
-optional, a missing one leaves its part out).
+architectures with tiny random configurations: benchmarks/models.py's zoo
+(its first input case: a padded batch for text, with its attention mask)
+and a few more timm architectures (offline; both packages are optional, a
+missing one leaves its part out). A transformers model is asked for its
+first output (last hidden state or logits), without a KV cache.
 
 For each model whose forward is deterministic eagerly and whose d2s
 program matches eager (a "passing" test of paritybench.py; the zoo asks the
@@ -39,7 +42,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import paritybench as pb  # noqa: E402
@@ -161,62 +163,65 @@ def _onnx_cause(exc):
 
 # -- the model sets -------------------------------------------------------------------------------
 
-def _quiet_torchvision():
-    """torchvision releases built for another torch fail on import (registering
-    fake kernels for ops their extension lacks); timm and transformers import
-    it. Skipping its meta registrations lets them load; nothing here uses
-    torchvision's ops."""
-    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+def _zoo_entries():
+    """{"transformers:NAME" / "timm:NAME": Entry}: benchmarks/models.py's zoo
+    (tiny random configurations, built offline) and a few more timm
+    architectures."""
+    import models
+    entries = list(models.ZOO) + [models._timm(n) for n in EXTRA_TIMM] + [
+        models._timm(n, image=224, resize=False) for n in EXTRA_TIMM_224]
+    return {f"{e.family}:{e.name}": e for e in entries}
 
 
-TRANSFORMERS = ["bert", "roberta", "distilbert", "albert", "electra", "xlm-roberta", "camembert", "mobilebert",
-                "squeezebert", "convbert", "megatron-bert", "ernie", "deberta", "deberta-v2", "funnel", "mpnet",
-                "nystromformer", "gpt2", "gpt_neo", "gptj", "codegen", "opt", "bloom", "llama", "mistral",
-                "qwen2", "phi", "gemma", "stablelm", "olmo", "xglm", "ctrl"]
-TIMM = ["resnet18", "resnet50d", "mobilenetv3_small_100", "mobilenetv2_050", "efficientnet_b0", "vit_tiny_patch16_224",
-        "deit_tiny_patch16_224", "convnext_atto", "regnetx_002", "ghostnet_050", "densenet121", "mixer_s16_224",
-        "levit_128s", "poolformer_s12", "dla34", "dpn68", "rexnet_100", "tinynet_e", "lcnet_050", "hrnet_w18_small"]
+# timm architectures besides models.py's (other layer kinds: dense blocks,
+# an MLP mixer, squeeze-excite variants).
+EXTRA_TIMM = ["resnet50d", "densenet121", "rexnet_100", "tinynet_e", "dpn68", "hrnet_w18_small"]
+EXTRA_TIMM_224 = ["mixer_s16_224"]
 
 
-def _transformers_model(model_type):
+def _first_output(model, names):
+    """A transformers model called with keywords `names`, giving its first
+    output (last hidden state or logits) without a KV cache: both exporters
+    are asked for the same tensor."""
+    import inspect
     import torch
-    from transformers import AutoModel, CONFIG_MAPPING
-    small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                 intermediate_size=37, vocab_size=99, max_position_embeddings=64, head_dim=16,
-                 embedding_size=32, attn_implementation="eager")
-    config = CONFIG_MAPPING[model_type](**small)
-    inner = AutoModel.from_config(config).eval()
+    options = {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
 
-    class Wrapped(torch.nn.Module):
+    class FirstOutput(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.model = inner
+            self.model = model
 
-        def forward(self, input_ids):
-            return self.model(input_ids=input_ids)[0]
+        def forward(self, a, b=None, c=None):
+            return self.model(**dict(zip(names, (a, b, c))), **options)[0]
 
-    torch.manual_seed(0)
-    return Wrapped().eval(), (torch.randint(0, 99, (2, 7)),)
+    return FirstOutput().eval()
 
 
-def _timm_model(name):
-    import torch
-    import timm
-    model = timm.create_model(name, pretrained=False, num_classes=10).eval()
-    size = 224 if any(k in name for k in ("vit", "deit", "mixer", "levit")) else 64
-    torch.manual_seed(0)
-    return model, (torch.randn(2, 3, size, size),)
+def zoo_model(target):
+    """(model, positional args) of a zoo target, its first input case
+    (a padded batch for text and audio)."""
+    import models
+    entry = _zoo_entries()[target]
+    model = models.build(entry)
+    inputs = models.cases(entry)[0][1]
+    if entry.family == "transformers":
+        model = _first_output(model, list(inputs))
+    return model, list(inputs.values())
 
 
 def zoo():
+    import models
+    broken = models.hide_broken_torchvision()
     names = []
-    for kind, module, items in (("transformers", "transformers", TRANSFORMERS), ("timm", "timm", TIMM)):
+    for target, entry in _zoo_entries().items():
         try:
-            _quiet_torchvision()
-            __import__(module)
+            __import__(entry.family)
         except Exception:  # noqa: BLE001 - an optional benchmark dependency
             continue
-        names += [f"{kind}:{item}" for item in items]
+        if entry.family == "timm" and broken:
+            continue
+        names.append(target)
     return names
 
 
@@ -234,13 +239,13 @@ def worker(target, timeout):
     import warnings
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    _quiet_torchvision()
+    import models
+    models.hide_broken_torchvision()  # generated files import it too
     if ":" in target and not target.endswith(".py"):
-        kind, name = target.split(":", 1)
+        name = target.split(":", 1)[1]
         signal.alarm(timeout)
         try:
-            _quiet_torchvision()
-            model, args = (_transformers_model if kind == "transformers" else _timm_model)(name)
+            model, args = zoo_model(target)
             result = run_model(model, args, {})
         except Exception as exc:  # noqa: BLE001
             result = {"eager": pb.cause(exc)}

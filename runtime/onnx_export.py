@@ -28,7 +28,9 @@ definition a fresh name.
 import itertools
 
 from .ir import TENSOR_ARRAY, torch_dtype
-from .replay import AliasingError, check_aliasing, op_reads
+from .optable import get_op_def
+from .onnx_checks import conjunction, gated, is_check, lower_check
+from .replay import AliasingError, check_aliasing, op_reads, reads_and_writes, untraceable
 
 
 class OnnxExportError(ValueError):
@@ -66,6 +68,7 @@ class Graph:
         self.lowering = lowering
         self.env = dict(env)
         self.nodes = []
+        self.guards = []  # tokens of the run-time checks (runtime/onnx_checks.py)
 
     def node(self, op_type, inputs, n_out=1, name_hint="t", **attrs):
         from onnx import helper
@@ -108,6 +111,8 @@ class Lowering:
         self.opsets = set()  # (domain, version) of the regions torch.onnx exported
         self.regions = {}  # (block, first op, ...) -> the ONNX model torch.onnx made of the region
         self.progress = None
+        self.anchor = None  # a graph input: run-time values for checks that always fail
+        self.origin = _origin
 
     def fresh(self, hint):
         while True:
@@ -124,17 +129,36 @@ class Lowering:
         for op in reversed(block.ops):
             reads_after.append(reads_after[-1] | op_reads(op))
         reads_after.reverse()  # reads_after[i]: names ops[i:] and the block's readers read
-        run = []
+        run, checks = [], []
+
+        def flush(live):
+            checked = {n for c in checks for n in c.input_names}
+            part = _slice(run, checked)
+            if part and not any(get_op_def(op.type).mutates for op in part):
+                # What the checks test, traced apart: a trace of the other ops
+                # may assume the very sizes a check tests (`x + y` unifies the
+                # lengths of x and y), and would hand the check a constant.
+                self.region(graph, block, part, checked)
+            else:
+                live = live | checked  # the checks' inputs leave the region with its results
+            for check in checks:
+                lower_check(graph, check, block, self)
+            self.region(graph, block, run, live)
+            run.clear()
+            checks.clear()
+
         for i, op in enumerate(block.ops):
-            if op.type == "check_sizes":
-                continue  # not exported: ONNX has no assertion (docs/deployment.md)
+            if is_check(op):
+                checks.append(op)
+                continue
+            if checks and set(reads_and_writes([op])[1]) & {n for c in checks for n in c.input_names}:
+                flush(reads_after[i])  # op writes what a check read: the check takes the value before
             if op.type in ("cond", "while") or self._on_arrays(op, block):
-                self.region(graph, block, run, reads_after[i])
-                run = []
+                flush(reads_after[i])
                 self.structured(graph, block, op)
             else:
                 run.append(op)
-        self.region(graph, block, run, reads_after[-1])
+        flush(reads_after[-1])
 
     def _on_arrays(self, op, block):
         return any(block.find_var(n).kind == TENSOR_ARRAY for n in op.input_names + op.output_names)
@@ -142,18 +166,21 @@ class Lowering:
     def region(self, graph, block, ops, live):
         """Straight-line `ops` through torch's exporter (runtime/onnx_regions.py)."""
         from .onnx_regions import OpMarker, RegionError, export_region, splice
-        from .optable import get_op_def
-        from .replay import failing_op, reads_and_writes, region_function
+        from .onnx_rnn import region_op_defs
+        from .replay import failing_op, region_function
         reads, writes = reads_and_writes(ops)
         try:
             check_aliasing(self.program, ops, set(reads) & set(writes))
         except AliasingError as e:
             raise op_error(e.op, str(e)) from None
+        refused = untraceable(ops)
+        if refused:
+            raise op_error(*refused)
         outputs = [n for n in writes if n in live]
         if not outputs:
-            return  # nothing read later (a size check alone: not exported, see docs/deployment.md)
+            return  # nothing read later
         marker = OpMarker()
-        compiled = region_function(block, ops, reads, outputs, marker)
+        compiled = region_function(block, ops, reads, outputs, marker, region_op_defs)
         if not reads and not any(get_op_def(op.type).random for op in ops):
             # Constants (fill_constant, torch.zeros(3)): their values, computed once.
             for name, value in zip(outputs, region_function(block, ops, reads, outputs).fn()):
@@ -208,9 +235,10 @@ class Lowering:
         return helper.make_tensor_value_info(name, _ELEM[var.dtype_name], dims)
 
     def subgraph(self, parent, block, outputs, name, inputs=(), enter=None, leave=None):
-        """A GraphProto running `block` (with `enter(graph)` before and
-        `leave(graph)` after); `outputs` are (program name, Variable) pairs,
-        each copied into a fresh output value."""
+        """(GraphProto running `block` (with `enter(graph)` before and
+        `leave(graph)` after), the ONNX value standing for its checks or
+        None); `outputs` are (program name, Variable) pairs, each copied
+        into a fresh output value."""
         from onnx import helper
         graph = Graph(self, parent.env)
         if enter is not None:
@@ -223,23 +251,44 @@ class Lowering:
             value = self.fresh(var_name.replace(".", "_") + "_out")
             graph.nodes.append(helper.make_node("Identity", [graph.read(var_name)], [value]))
             out_infos.append(self.value_info(value, var))
-        return helper.make_graph(graph.nodes, name, list(inputs), out_infos)
+        return helper.make_graph(graph.nodes, name, list(inputs), out_infos), conjunction(graph)
+
+    def guard_output(self, subgraph, ok):
+        """Add the checks' value `ok` (None: no checks, true) as the last output of `subgraph`."""
+        from onnx import TensorProto, helper
+        value = self.fresh("checks_out")
+        if ok is None:
+            node = helper.make_node("Constant", [], [value], value=helper.make_tensor("t", TensorProto.BOOL, [], [True]))
+        else:
+            node = helper.make_node("Identity", [ok], [value])
+        subgraph.node.append(node)
+        subgraph.output.append(helper.make_tensor_value_info(value, TensorProto.BOOL, []))
 
     # -- control flow ------------------------------------------------------------------
     def cond(self, graph, block, op):
         outs = op.output("Out")
         out_vars = [block.find_var(n) for n in outs]
-        branches = []
+        branches, checks = [], []
         for side in ("true", "false"):
             sub = op.attrs[f"{side}_block"]
             names = op.attrs[f"{side}_outs"]
-            branches.append(self.subgraph(graph, sub, list(zip(names, out_vars)), f"{side}_block_{sub.idx}"))
-        if not outs:
+            branch, ok = self.subgraph(graph, sub, list(zip(names, out_vars)), f"{side}_block_{sub.idx}")
+            branches.append(branch)
+            checks.append(ok)
+        checked = any(ok is not None for ok in checks)
+        if checked:  # the branch's checks come out as one more output
+            for branch, ok in zip(branches, checks):
+                self.guard_output(branch, ok)
+        n_out = len(outs) + checked
+        if not n_out:
             return  # nothing comes out (ONNX wants an If to yield something); the branches were still checked
-        results = graph.node("If", [graph.read(op.input("Cond")[0])], n_out=len(outs), name_hint="if",
+        results = graph.node("If", [graph.read(op.input("Cond")[0])], n_out=n_out, name_hint="if",
                              then_branch=branches[0], else_branch=branches[1])
-        for name, value in zip(outs, results if len(outs) != 1 else [results]):
+        results = results if n_out != 1 else [results]
+        for name, value in zip(outs, results):
             graph.define(name, value)
+        if checked:
+            graph.guards.append(results[-1])
 
     def loop(self, graph, block, op):
         from onnx import TensorProto, helper
@@ -252,6 +301,7 @@ class Lowering:
             first.define(name, graph.read(init))
         self.block(first, cond_block, keep=[cond_out])
         graph.nodes += first.nodes
+        graph.guards += first.guards
         start = first.read(cond_out)
 
         carried = [(name, body.vars[name]) for name in loop_vars]
@@ -275,7 +325,15 @@ class Lowering:
 
         outputs = [(cond_out, cond_block.find_var(cond_out))] + [
             (out, var) for out, (_, var) in zip(body_outs, carried)]
-        body_graph = self.subgraph(graph, body, outputs, f"while_body_{body.idx}", inputs, enter, next_condition)
+        body_graph, ok = self.subgraph(graph, body, outputs, f"while_body_{body.idx}", inputs, enter,
+                                       next_condition)
+        if ok is not None:
+            # The body's checks, carried: true while every trip's have held.
+            carried_ok = self.fresh("checks_in")
+            body_graph.input.append(helper.make_tensor_value_info(carried_ok, TensorProto.BOOL, []))
+            both = self.fresh("checks")
+            body_graph.node.append(helper.make_node("And", [carried_ok, ok], [both]))
+            self.guard_output(body_graph, both)
         outs = op.output("Out")
         initial = []
         for init, (_, var) in zip(op.input("Init"), carried):
@@ -286,10 +344,15 @@ class Lowering:
                 initial.append(graph.node("SequenceEmpty", [], name_hint="seq", dtype=elem_type(var.dtype_name)))
             else:
                 initial.append(graph.read(init))
-        values = graph.node("Loop", ["", start] + initial,
-                            n_out=len(outs), name_hint="loop", body=body_graph)
-        for name, value in zip(outs, values if len(outs) != 1 else [values]):
+        if ok is not None:
+            initial.append(graph.const(True, "bool"))
+        n_out = len(outs) + (ok is not None)
+        values = graph.node("Loop", ["", start] + initial, n_out=n_out, name_hint="loop", body=body_graph)
+        values = values if n_out != 1 else [values]
+        for name, value in zip(outs, values):
             graph.define(name, value)
+        if ok is not None:
+            graph.guards.append(values[-1])
 
 
 _ELEM_NAMES = {"float32": "FLOAT", "float64": "DOUBLE", "float16": "FLOAT16", "bfloat16": "BFLOAT16",
@@ -338,6 +401,10 @@ def program_to_onnx(program, feed_names, fetch_names, params, opset_version=None
     if opset not in SUPPORTED_OPSETS:
         raise OnnxExportError(f"opset_version {opset} is not supported; use one of "
                               f"{SUPPORTED_OPSETS.start}..{SUPPORTED_OPSETS.stop - 1}")
+    if not fetch_names:
+        # An ONNX model with no outputs is invalid (onnxruntime cannot load one).
+        raise OnnxExportError("the program computes no tensor: its results are Python values fixed when it was "
+                              "converted, so there is nothing for an ONNX model to compute")
     lowering = Lowering(program, opset)
     lowering.progress = progress
     block = program.global_block()
@@ -354,7 +421,9 @@ def program_to_onnx(program, feed_names, fetch_names, params, opset_version=None
         if var.name in read:
             tensor = params[var.name].detach().cpu().contiguous()
             initializers.append(numpy_helper.from_array(tensor.numpy(), var.name))
+    lowering.anchor = next((f for f in feed_names if block.vars[f].kind != TENSOR_ARRAY), None)
     lowering.block(graph, block, keep=fetch_names)
+    checks = conjunction(graph)
     outputs = []
     named = set()
     for fetch in fetch_names:
@@ -363,6 +432,10 @@ def program_to_onnx(program, feed_names, fetch_names, params, opset_version=None
         # A value returned twice is two outputs: the second gets a name of its
         # own; so does a feed written in place (its name is the input's).
         written_feed = fetch in feed_names and value != fetch
+        # (a feed or parameter returned as is, but gated, needs another name too)
+        written_feed |= checks is not None and value == fetch
+        if checks is not None:  # no output without every check (runtime/onnx_checks.py)
+            value = gated(graph, value, checks)
         name = fetch if fetch not in named and not written_feed else lowering.fresh(fetch)
         named.add(name)
         if value != name:  # equal only for a fetched feed or parameter, already a graph value
@@ -377,6 +450,16 @@ def program_to_onnx(program, feed_names, fetch_names, params, opset_version=None
     # the onnx package (onnxruntime lags it) load the model.
     model.ir_version = helper.find_min_ir_version_for(opsets)
     return model
+
+
+def _slice(ops, names):
+    """The ops of `ops` that `names` depend on, in order."""
+    needed, part = set(names), []
+    for op in reversed(ops):
+        if needed & set(reads_and_writes([op])[1]):
+            part.append(op)
+            needed |= set(op.input_names)
+    return part[::-1]
 
 
 def _reads(program):

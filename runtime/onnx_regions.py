@@ -23,8 +23,10 @@ import re
 import sympy
 import torch
 from torch.utils._sympy.numbers import int_oo
+from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 from .ir import SCALAR, torch_dtype
+from .onnx_translations import translations
 
 # The sizes symbolic dimensions take in the example inputs of a trace:
 # distinct, so that torch.export cannot mistake two sizes for one, and
@@ -140,10 +142,16 @@ def example_inputs(variables):
     return values, dynamic
 
 
+def _bool_tensor(value):
+    """A region's bool number (a size test `s0 != 1` that a check or a
+    branch reads) as a 0-d bool tensor: torch.export returns tensors only."""
+    return torch.scalar_tensor(torch.sym_ite(value, 1, 0), dtype=torch.int64).bool()
+
+
 class _Region(torch.nn.Module):
-    def __init__(self, fn, clone, marker):
+    def __init__(self, fn, clone, marker, bools=()):
         super().__init__()
-        self.fn, self.clone, self.marker = fn, clone, marker
+        self.fn, self.clone, self.marker, self.bools = fn, clone, marker, set(bools)
 
     def forward(self, *args):
         if self.clone:
@@ -152,7 +160,7 @@ class _Region(torch.nn.Module):
             args = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
         self.marker.ops.clear()
         try:
-            return tuple(self.fn(*args))
+            return tuple(_bool_tensor(v) if i in self.bools else v for i, v in enumerate(self.fn(*args)))
         finally:
             self.marker.close()
 
@@ -167,7 +175,8 @@ def export_region(fn, in_vars, out_vars, mutates, opset, marker):
             raise RegionError(f"a {var.dtype_name} number ({var.name}) crosses into a straight-line region; "
                               "torch.export takes only integer sizes as dynamic numbers")
     values, dynamic = example_inputs(in_vars)
-    module = _Region(fn, mutates, marker)
+    bools = [i for i, var in enumerate(out_vars) if var.kind == SCALAR and var.dtype_name == "bool"]
+    module = _Region(fn, mutates, marker, bools)
     try:
         with torch.fx.experimental._config.patch(backed_size_oblivious=True), torch.no_grad(), \
                 torch.fx.traceback.preserve_node_meta():
@@ -178,7 +187,7 @@ def export_region(fn, in_vars, out_vars, mutates, opset, marker):
     _check_deterministic(exported, marker)
     try:
         program = torch.onnx.export(exported, (), dynamo=True, opset_version=opset, optimize=True,
-                                    verbose=False)
+                                    verbose=False, custom_translation_table=translations())
     except Exception as e:
         raise _translation_error(e, exported, marker) from e
     model = onnx.inliner.inline_local_functions(program.model_proto)
@@ -251,6 +260,8 @@ def _check_dynamic(exported, in_vars, dynamic):
             raise RegionError(f"torch.export fixed the number {var.name} to its example value")
     for symbol, bounds in exported.range_constraints.items():
         lower, upper = bounds.lower, bounds.upper
+        if symbol_is_type(symbol, SymT.UNBACKED_INT):
+            continue  # a size the region computes (rows a mask selects): its range is a fact, not an assumption
         if lower > 2 or upper not in (int_oo, sympy.oo):
             raise RegionError(f"torch.export assumed {lower} <= {symbol} <= {upper}, which not every run "
                               "satisfies")
@@ -261,7 +272,7 @@ def splice(graph, model, input_values, fresh):
     its inputs bound to the ONNX values `input_values`; every value it
     defines gets a name from `fresh(hint)`. Returns the ONNX values of its
     outputs."""
-    from onnx import helper, numpy_helper
+    from onnx import helper
     names = {i.name: v for i, v in zip(model.graph.input, input_values)}
     for init in model.graph.initializer:
         names[init.name] = fresh("c")

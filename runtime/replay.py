@@ -32,9 +32,7 @@ def reads_and_writes(ops):
 
 
 def op_reads(op):
-    """The names `op` and its sub-blocks read, size checks left out (not exported)."""
-    if op.type == "check_sizes":
-        return set()
+    """The names `op` and its sub-blocks read."""
     names = set(op.input_names) if not op.sub_blocks() else set(op.input("Cond") + op.input("Init"))
     for sub in op.sub_blocks():
         for inner in sub.ops:
@@ -43,10 +41,31 @@ def op_reads(op):
 
 
 
-def region_function(block, ops, inputs, outputs, trace_hook=None):
+# Ops whose kernels compute nothing under torch's tracers: a trace would
+# hold an empty tensor where the op's result belongs (a silent wrong value).
+UNTRACEABLE = {
+    "torch._grouped_mm": "torch's tracers cannot compute torch._grouped_mm on CPU float32 (its meta kernel is "
+                         "CUDA's, bfloat16 only; d2s's shape inference gives an empty tensor of the result's "
+                         "shape, which a trace would keep as the value)",
+}
+
+
+def untraceable(ops):
+    """(op, reason) of the first op of `ops` in UNTRACEABLE, or None."""
+    for op in ops:
+        if op.type in UNTRACEABLE:
+            return op, UNTRACEABLE[op.type]
+        if op.type.startswith("numpy."):
+            return op, ("NumPy computes it outside torch (ops/numpy_ufuncs.py), so torch's tracers see only an "
+                        "empty tensor of the result's shape; compute it with the torch function instead")
+    return None
+
+
+def region_function(block, ops, inputs, outputs, trace_hook=None, op_defs=get_op_def):
     """A CompiledBlock whose `fn(*values of inputs)` returns the tuple of
     values of `outputs`, running `ops` (ops of `block`, none with a
-    sub-block) in order; `trace_hook(op)`, if given, is called before each op."""
+    sub-block) in order; `trace_hook(op)`, if given, is called before each
+    op; `op_defs`: the op table (a tracer's may swap kernels)."""
     program = Program()
     target = program.global_block()
     names = set(inputs) | set(outputs)
@@ -65,7 +84,7 @@ def region_function(block, ops, inputs, outputs, trace_hook=None):
         copy.is_data = name in inputs
     for op in ops:
         target.append_op(op.type, op.inputs, op.outputs, op.attrs, op.origin)
-    return compile_program(program, list(inputs), list(outputs), get_op_def, trace_hook=trace_hook)
+    return compile_program(program, list(inputs), list(outputs), op_defs, trace_hook=trace_hook)
 
 
 def failing_op(compiled, error):

@@ -17,7 +17,7 @@ import torch
 from .ir import TENSOR_ARRAY
 from .optable import get_op_def
 from .onnx_regions import example_inputs
-from .replay import AliasingError, check_aliasing, op_reads, reads_and_writes, region_function
+from .replay import AliasingError, check_aliasing, op_reads, reads_and_writes, region_function, untraceable
 
 
 class TorchExportError(ValueError):
@@ -31,10 +31,39 @@ def _where(op):
     return f' (File "{filename}", line {lineno}' + (f": {line.strip()})" if line else ")")
 
 
+# Checks torch.export keeps as run-time assertions (torch._check on a size
+# test: the ExportedProgram's module raises when a call breaks it), and the
+# checks of tensor values, which an ExportedProgram cannot raise in a
+# torch.cond branch or a while_loop body: refused (docs/deployment.md).
+def _check_sizes(cond, message):
+    torch._check(cond, lambda: message)
+
+
+def _check_dims(x, dims, name):
+    for i, size in dims:
+        torch._check(x.shape[i] == size, lambda: f"this program was converted for '{name}' of size {size} in "
+                     f"dimension {i}")
+
+
+_SIZE_CHECKS = {"check_sizes": _check_sizes, "check_dims": _check_dims}
+_VALUE_CHECKS = ("assert", "raise", "check_all_true", "check_bool", "decision_failed", "check_strides")
+
+
+def _op_defs(op_type):
+    import dataclasses
+    opdef = get_op_def(op_type)
+    kernel = _SIZE_CHECKS.get(op_type)
+    return opdef if kernel is None else dataclasses.replace(opdef, kernel=kernel)
+
+
 def _check(program):
     """Refuse what torch.cond / while_loop cannot express, before tracing."""
     for block in program.blocks:
         for op in block.ops:
+            if op.type in _VALUE_CHECKS:
+                raise TorchExportError(f"op {op.type!r} is a run-time check of tensor values, which an "
+                                       "ExportedProgram cannot raise: use d2s.onnx.export, whose model keeps "
+                                       f"it{_where(op)}")
             names = op.input_names + op.output_names
             if any(block.find_var(n).kind == TENSOR_ARRAY for n in names):
                 raise TorchExportError(f"op {op.type!r} works on a tensor array (a list appended in a loop), "
@@ -78,19 +107,22 @@ class ProgramModule(torch.nn.Module):
         steps, run = [], []
 
         def flush(live):
-            ops = [op for op in run if op.type != "check_sizes"]
+            ops = list(run)
             run.clear()
             if not ops:
                 return
+            refused = untraceable(ops)
+            if refused:
+                raise TorchExportError(f"op {refused[0].type!r}: {refused[1]}{_where(refused[0])}")
             reads, writes = reads_and_writes(ops)
             try:
                 check_aliasing(self.program, ops, set(reads) & set(writes))
             except AliasingError as e:
                 raise TorchExportError(f"op {e.op.type!r}: {e}{_where(e.op)}") from None
             outputs = [n for n in writes if n in live]
-            fn = _copying_inputs(region_function(block, ops, reads, outputs).fn,
+            fn = _copying_inputs(region_function(block, ops, reads, outputs, op_defs=_op_defs).fn,
                                  [i for i, n in enumerate(reads) if n in writes])
-            if reads or any(get_op_def(op.type).random for op in ops):
+            if reads or any(get_op_def(op.type).random or op.type in _SIZE_CHECKS for op in ops):
                 steps.append(("region", reads, outputs, fn))
                 return
             # Constants (fill_constant, torch.zeros(3)) become buffers: a tensor

@@ -85,22 +85,24 @@ def test_quickstart_model_every_branch_and_trip_count(tmp_path, how):
 def _gru_session(eager, path):
     """The decoder exported with a dynamic batch and a max_len input."""
     path.mkdir()
-    _, session = _export(eager, [d2s.InputSpec([None, 32]), d2s.InputSpec([], "int64")], path)
+    model, session = _export(eager, [d2s.InputSpec([None, 32]), d2s.InputSpec([], "int64")], path)
+    assert {"If", "Loop"} <= _op_types(model.graph)  # `if done.all(): break` inside the while
     return session
 
 
-@pytest.mark.parametrize("eos_bias, max_len, steps", [
-    (-5.0, 1, 1),    # one trip, no break
-    (-5.0, 6, 6),    # runs to max_len
-    (50.0, 6, 1),    # every sequence emits eos at once: break after the first trip
+@pytest.mark.parametrize("eos_bias, max_len, batch, steps", [
+    (-5.0, 1, 1, 1),    # one trip, no break, a batch of one
+    (-5.0, 6, 3, 6),    # runs to max_len
+    (50.0, 6, 5, 1),    # every sequence emits eos at once: break after the first trip
 ])
-def test_gru_greedy_decoder_with_break(tmp_path, eos_bias, max_len, steps):
+def test_gru_greedy_decoder_with_break(tmp_path, eos_bias, max_len, batch, steps):
+    # (no zero-trip case: eager's torch.stack of no tokens raises)
     torch.manual_seed(1)
     eager = GreedyDecoder(eos=1).eval()
     with torch.no_grad():
         eager.out.bias[1] = eos_bias
     session = _gru_session(eager, tmp_path / "m")
-    h = torch.randn(3, 32)
+    h = torch.randn(batch, 32)
     with torch.no_grad():
         tokens, n = eager(h, torch.tensor(max_len))
     assert n == steps
@@ -327,17 +329,25 @@ def test_an_in_place_write_to_a_view_across_a_branch_is_refused(tmp_path):
         d2s.onnx.export(_write_through_a_view, str(tmp_path / "v.onnx"), input_spec=[d2s.InputSpec([None, 3])])
 
 
-@pytest.mark.parametrize("rnn", [torch.nn.LSTM, torch.nn.GRU])
-def test_a_multi_layer_rnn_with_dropout_in_eval_mode(tmp_path, rnn):
+@pytest.mark.parametrize("rnn, bidirectional", [(torch.nn.LSTM, False), (torch.nn.GRU, True)])
+def test_a_multi_layer_rnn_over_a_dynamic_length(tmp_path, rnn, bidirectional):
     torch.manual_seed(5)
-    eager = rnn(4, 8, num_layers=2, dropout=0.3, batch_first=True).eval()  # aten ops that may draw, but not in eval
-    # A dynamic batch; the sequence length is fixed: torch.export unrolls
-    # aten.lstm over time steps (a dynamic length is refused, not guessed).
-    _, session = _export(eager, [d2s.InputSpec([None, 6, 4])], tmp_path)
-    for shape in ((1, 6, 4), (5, 6, 4)):
+    # dropout: aten ops that may draw, but not in eval mode
+    eager = rnn(4, 8, num_layers=2, dropout=0.3, batch_first=True, bidirectional=bidirectional).eval()
+    # Batch and length dynamic: the whole op becomes ONNX's LSTM / GRU
+    # (runtime/onnx_rnn.py), not steps unrolled for one length.
+    model, session = _export(eager, [d2s.InputSpec([None, None, 4])], tmp_path)
+    assert {"LSTM", "GRU"} & _op_types(model.graph)
+    for shape in ((2, 6, 4), (5, 2, 4), (3, 11, 4)):
         x = torch.randn(*shape)
         with torch.no_grad():
             _check(session, [x], torch.utils._pytree.tree_leaves(eager(x)))  # LSTM: out, (h, c)
+
+
+def test_an_lstm_with_projections_over_a_dynamic_length_is_refused(tmp_path):
+    eager = torch.nn.LSTM(4, 8, proj_size=3, batch_first=True).eval()  # ONNX's LSTM has no projection
+    with pytest.raises(d2s.onnx.ExportError, match=r"torch.export failed: .*size\(\)\[1\]"):  # the length
+        _export(eager, [d2s.InputSpec([None, None, 4])], tmp_path)
 
 
 @d2s.declarative
@@ -366,3 +376,75 @@ def test_scaled_dot_product_attention_without_dropout(tmp_path):
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     q, k, v = (torch.randn(3, 2, 5, 8) for _ in range(3))
     _check(session, [q, k, v], _attention.dygraph_function(q, k, v))
+
+
+@d2s.declarative
+def _constant():
+    return 4
+
+
+def test_a_program_without_tensor_results_is_refused(tmp_path):
+    assert _constant() == 4
+    with pytest.raises(d2s.onnx.ExportError, match="computes no tensor"):
+        d2s.onnx.export(_constant, str(tmp_path / "c.onnx"))
+
+
+@d2s.declarative
+def _squeezes(m, q):
+    both = torch.cat([m, q], dim=2)
+    return both.squeeze(1), both[:, :1].squeeze(1)  # a dimension of 4: kept, as torch does; of 1: removed
+
+
+def test_squeeze_of_a_dimension_that_is_not_one(tmp_path):
+    # torch.onnx's own function emits a Squeeze ONNX refuses for the first (onnx_translations.py)
+    path = str(tmp_path / "s.onnx")
+    d2s.onnx.export(_squeezes, path, input_spec=[d2s.InputSpec([None, 4, 4])] * 2)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for batch in (1, 3):
+        m, q = torch.randn(batch, 4, 4), torch.randn(batch, 4, 4)
+        _check(session, [m, q], list(_squeezes.dygraph_function(m, q)))
+
+
+@d2s.declarative
+def _experts(x, w, offs):
+    return torch._grouped_mm(x, w, offs=offs)  # a mixture of experts' matmul (transformers' Mixtral)
+
+
+def test_an_op_traced_as_an_empty_tensor_is_refused(tmp_path):
+    # (16-byte aligned strides: sizes of 4 and 8 floats)
+    x, w, offs = torch.randn(8, 4), torch.randn(2, 4, 8), torch.tensor([3, 8], dtype=torch.int32)
+    torch.testing.assert_close(_experts(x, w, offs), _experts.dygraph_function(x, w, offs))
+    with pytest.raises(d2s.onnx.ExportError, match=r"'torch._grouped_mm'.*empty tensor.*test_onnx.py"):
+        d2s.onnx.export(_experts, str(tmp_path / "e.onnx"))
+    with pytest.raises(d2s.ExportError, match=r"'torch._grouped_mm'.*empty tensor"):
+        d2s.export(_experts)
+
+
+def _finite_rows(x):
+    x = torch.relu(x)
+    return x[torch.isfinite(x).all(dim=1)]  # as many rows as the mask selects
+
+
+@pytest.mark.parametrize("spec", [None, [d2s.InputSpec([None, 4])]])
+def test_a_mask_selecting_rows(tmp_path, spec):
+    # The selected count's range (at most the rows there are) is a fact torch derives, not an assumption.
+    static = d2s.declarative(_finite_rows)
+    static(torch.rand(4, 4))
+    path = str(tmp_path / "m.onnx")
+    d2s.onnx.export(static, path, input_spec=spec)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    bad = torch.tensor([[1.0, float("inf"), 0, 0], [1, 2, 3, 4], [float("nan"), 0, 0, 0], [-1, -2, 0, 1]])
+    for x in (torch.rand(4, 4), bad, torch.full((4, 4), float("nan"))):  # 4, 2 and 0 rows
+        _check(session, [x], _finite_rows(x))
+
+
+@d2s.declarative
+def _numpy_scaled(x, length):
+    return x / np.sqrt(length)  # NumPy computes it in eager, and in the program when it runs
+
+
+def test_a_numpy_ufunc_is_refused(tmp_path):
+    x, length = torch.rand(2, 3), torch.rand(2, 3) + 1
+    torch.testing.assert_close(_numpy_scaled(x, length), _numpy_scaled.dygraph_function(x, length))
+    with pytest.raises(d2s.onnx.ExportError, match=r"'numpy.sqrt'.*NumPy computes it outside torch.*test_onnx.py"):
+        d2s.onnx.export(_numpy_scaled, str(tmp_path / "n.onnx"))

@@ -173,3 +173,33 @@ def _write_through_a_view(x):
 def test_an_in_place_write_to_a_view_across_a_branch_is_refused():
     with pytest.raises(d2s.ExportError, match=r"'torch.Tensor.add_': it writes .*shares memory with a view"):
         d2s.export(_write_through_a_view, input_spec=[d2s.InputSpec([None, 3])])
+
+
+def _causal(q):
+    return torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=q.shape[2] > 3)
+
+
+def _gated_mean(x):
+    m = x.mean()
+    assert m > -10, "mean too small"
+    return x * m
+
+
+def test_a_size_check_becomes_a_runtime_assertion():
+    # Converted for a length > 3, the program decided is_causal=True and
+    # checks s0 > 3; the ExportedProgram keeps the check instead of dropping it.
+    spec = [d2s.InputSpec([1, 2, None, 4])]
+    static = d2s.declarative(_causal, input_spec=spec)
+    static(torch.randn(1, 2, 5, 4))
+    assert "check_sizes" in {op.type for op in static.program_cache.last.main_program.global_block().ops}
+    module = d2s.export(static, input_spec=spec).module()
+    for n in (4, 9):
+        q = torch.randn(1, 2, n, 4)
+        torch.testing.assert_close(module(q), _causal(q))
+    with pytest.raises(Exception, match=r"size\(\)\[2\]|>= 4"):
+        module(torch.randn(1, 2, 3, 4))  # not causal in eager: the module refuses
+
+
+def test_a_check_of_tensor_values_is_refused_naming_the_line():
+    with pytest.raises(d2s.ExportError, match=r"'assert' is a run-time check .*d2s.onnx.export.*test_torch_export.py"):
+        d2s.export(d2s.declarative(_gated_mean), input_spec=[d2s.InputSpec([None, 3])])
