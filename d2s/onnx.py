@@ -16,7 +16,8 @@ import torch
 
 from runtime.executor import resolve_persistables
 from runtime.io import read_model
-from runtime.onnx_export import OnnxExportError, program_to_onnx
+from runtime.onnx_common import OnnxExportError
+from runtime.onnx_export import program_to_onnx
 
 from .jit import TranslatedLayer, concrete_to_save
 from .static_function import StaticFunction

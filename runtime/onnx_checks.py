@@ -24,6 +24,8 @@ are always dense). A program converted for a non-contiguous input layout
 is refused.
 """
 
+from .onnx_common import op_error
+
 CHECKS = frozenset(("assert", "raise", "check_all_true", "check_sizes", "check_dims", "check_bool",
                     "check_strides", "decision_failed"))
 
@@ -72,7 +74,6 @@ def condition(graph, op, block, lowering):
     """The ONNX bool scalar that holds when `op` passes, or None when the
     check holds for every ONNX input. Raises the lowering's error for a
     check ONNX cannot express."""
-    from .onnx_export import op_error
     args = list(op.attrs.get("args", ()))
     if op.type in ("raise", "decision_failed"):
         return _never(graph, lowering)

@@ -30,34 +30,15 @@ import itertools
 from .ir import TENSOR_ARRAY, torch_dtype
 from .optable import get_op_def
 from .onnx_checks import conjunction, gated, is_check, lower_check
-from .replay import AliasingError, check_aliasing, op_reads, reads_and_writes, untraceable
-
-
-class OnnxExportError(ValueError):
-    """The program cannot be expressed in ONNX: the message names the op
-    and the user's line that created it."""
+from .onnx_common import _ELEM, _NUMPY, OnnxExportError, _origin, _span, elem_type, op_error
+from .onnx_ops import LOWERINGS
+from .replay import (AliasingError, check_aliasing, failing_op, op_reads, reads_and_writes, region_function,
+                     untraceable)
 
 
 # torch.onnx translates to opset 18 and later.
 DEFAULT_OPSET = 18
 SUPPORTED_OPSETS = range(18, 22)
-
-
-def _span(ops):
-    lines = [op.origin[1] for op in ops if op.origin]
-    where = f" (lines {min(lines)}-{max(lines)} of {ops[0].origin[0]})" if lines else ""
-    return f"{ops[0].type!r} .. {ops[-1].type!r}{where}"
-
-
-def _origin(op):
-    if not op.origin:
-        return "(no source location saved with the program)"
-    filename, lineno, line = op.origin
-    return f'created at File "{filename}", line {lineno}' + (f": {line.strip()}" if line else "")
-
-
-def op_error(op, message):
-    return OnnxExportError(f"cannot export op {op.type!r} to ONNX: {message}; {_origin(op)}")
 
 
 class Graph:
@@ -102,7 +83,6 @@ class Graph:
 
 class Lowering:
     def __init__(self, program, opset):
-        from .onnx_ops import LOWERINGS
         self.program = program
         self.opset = opset
         self.lowerings = LOWERINGS
@@ -165,9 +145,8 @@ class Lowering:
 
     def region(self, graph, block, ops, live):
         """Straight-line `ops` through torch's exporter (runtime/onnx_regions.py)."""
-        from .onnx_regions import OpMarker, RegionError, export_region, splice
-        from .onnx_rnn import region_op_defs
-        from .replay import failing_op, region_function
+        from .onnx_regions import OpMarker, RegionError, export_region, splice  # lazy: export only (torch.onnx)
+        from .onnx_rnn import region_op_defs  # lazy: registers torch custom ops, when exporting only
         reads, writes = reads_and_writes(ops)
         try:
             check_aliasing(self.program, ops, set(reads) & set(writes))
@@ -353,41 +332,6 @@ class Lowering:
             graph.define(name, value)
         if ok is not None:
             graph.guards.append(values[-1])
-
-
-_ELEM_NAMES = {"float32": "FLOAT", "float64": "DOUBLE", "float16": "FLOAT16", "bfloat16": "BFLOAT16",
-               "int64": "INT64", "int32": "INT32", "int16": "INT16", "int8": "INT8", "uint8": "UINT8",
-               "bool": "BOOL", "complex64": "COMPLEX64", "complex128": "COMPLEX128"}
-
-
-class _LazyTable(dict):
-    def __init__(self, build):
-        super().__init__()
-        self._build = build
-
-    def __missing__(self, key):
-        if not dict.__len__(self):
-            self.update(self._build())
-        return dict.__getitem__(self, key)
-
-
-def _elem_table():
-    from onnx import TensorProto
-    return {name: getattr(TensorProto, attr) for name, attr in _ELEM_NAMES.items()}
-
-
-def _numpy_table():
-    import numpy as np
-    return {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int64": np.int64,
-            "int32": np.int32, "int16": np.int16, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}
-
-
-_ELEM = _LazyTable(_elem_table)
-_NUMPY = _LazyTable(_numpy_table)
-
-
-def elem_type(dtype_name):
-    return _ELEM[dtype_name]
 
 
 def program_to_onnx(program, feed_names, fetch_names, params, opset_version=None, name="d2s_program",

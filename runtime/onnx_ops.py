@@ -18,7 +18,7 @@ the ONNX value(s) of the op's `Out` outputs.
 """
 
 from .attrs import InputRef
-from .onnx_export import elem_type, op_error
+from .onnx_common import elem_type, op_error
 
 LOWERINGS = {}
 

@@ -25,6 +25,7 @@ import torch
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.symbol import SymT, symbol_is_type
 
+from .attrs import InputRef
 from .ir import SCALAR, torch_dtype
 from .onnx_translations import translations
 
@@ -94,7 +95,6 @@ def scalar_expr(var):
     """A program's integer SCALAR as an expression of its dimension symbols
     (`size(x, 0)` of an x of dims [s0, 8] is s0; `2 * size(...)`, ...), or
     None: so that its example value agrees with the example tensors."""
-    from .attrs import InputRef
     block, op = var.block, None
     while block is not None and op is None:
         op = next((o for o in block.ops if var.name in o.output_names), None)

@@ -26,6 +26,6 @@ def _squeeze_dim(self, dim: int):
 
 def translations():
     from onnxscript.function_libs.torch_lib.ops import core
-    from . import onnx_rnn  # noqa: F401 - registers the d2s_onnx custom ops
+    from . import onnx_rnn  # lazy: registers the d2s_onnx custom ops, when exporting only  # noqa: F401
     return {torch.ops.d2s_onnx.lstm.default: core.aten_lstm, torch.ops.d2s_onnx.gru.default: core.aten_gru,
             torch.ops.aten.squeeze.dim: _squeeze_dim}

@@ -4,8 +4,7 @@
   ops does not import d2s, at any level.
 - No module-level import cycle inside a package (or across them).
 - An import of the project's own modules inside a function is a `# lazy:`
-  line that says why it cannot be at the top, except in the modules listed in
-  TANGLED (known debt); that list may only shrink.
+  line that says why it cannot be at the top.
 """
 
 import ast
@@ -16,13 +15,6 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("d2s", "ops", "runtime")
 AGAINST_THE_FLOW = {("runtime", "ops"), ("runtime", "d2s"), ("ops", "d2s")}
-
-# Modules whose call-time imports of their neighbours are known debt (issue
-# 25). Remove a name once its module has none left.
-TANGLED = {
-    "runtime.onnx_export", "runtime.onnx_regions",
-}
-
 
 def _module_name(path):
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -135,10 +127,5 @@ def test_no_import_against_the_data_flow(level):
 
 def test_imports_inside_functions_say_why():
     unexplained = [f"{MODULES[m].relative_to(ROOT)}:{n}: {line.strip()}" for m, _, n, line in INNER
-                   if m not in TANGLED and "# lazy:" not in line]
+                   if "# lazy:" not in line]
     assert unexplained == [], "move these imports to the top, or say why they cannot be there (`# lazy: why`)"
-
-
-def test_tangled_list_only_names_modules_still_tangled():
-    still = {m for m, _, _, line in INNER if "# lazy:" not in line}
-    assert TANGLED - still == set(), "drop these from TANGLED: they import nothing at call time any more"
