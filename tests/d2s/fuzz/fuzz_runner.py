@@ -420,10 +420,32 @@ def _missing_ops(program, main_program, fn, inputs, path):
     for args, *_ in inputs:
         reached |= {f[2] for f in eager_run(fn, args, path)[3] if f[0] == "f" and len(f) == 3}
     types = {op.type for block in main_program.blocks for op in block.ops}
+    empty = {stmt.line for stmt in _statements(program) if _does_nothing(stmt)}
     for kind, line in program.tensor_control_flow():
-        if (line is None or line in reached) and kind not in types:
+        # A test that reads without writing, around blocks that do nothing
+        # (`if t.sum() > 0: pass`, what the minimiser leaves), computes
+        # nothing anyone sees: a program may drop it as dead code.
+        if (line is None or line in reached) and kind not in types and line not in empty:
             return kind
     return None
+
+
+def _statements(program):
+    return list(fuzz_programs.walk(getattr(program, "body", [])))
+
+
+def _does_nothing(stmt):
+    """Whether `stmt` is `pass`, or an `if` on a test without side effects
+    whose blocks hold only such statements."""
+    if isinstance(stmt, fuzz_programs.Simple):
+        return stmt.text == "pass"
+    return isinstance(stmt, fuzz_programs.If) and not _writes(stmt.test) and \
+        all(_does_nothing(s) for block in stmt.blocks() for s in block)
+
+
+def _writes(text):
+    """Whether an expression may write (an in-place op, a call of the state's methods)."""
+    return "_(" in text or ":=" in text
 
 
 def _wrong_detail(program):
