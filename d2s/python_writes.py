@@ -29,7 +29,11 @@ import torch
 
 from runtime.errors import ConversionError
 
-from .operators.effects import Effects
+from runtime.ir import Variable
+
+from .module_state import _TORCH_ATTRS
+from .operators.effects import _MISSING, Effects, Slot
+from .output_types import holds_variable
 
 _LIBRARIES = frozenset({"torch", "numpy", "d2s", "ops", "runtime", "functools", "collections", "builtins",
                         "typing", "transformers", "timm", "torchvision"})
@@ -39,26 +43,51 @@ _CONTAINERS = (list, dict, tuple)
 
 class Watch:
     """What the objects a trace can reach held before it: `roots` are
-    (user name, where, object), where is "argument", "global" or "closure"."""
+    (user name, where, object), where is "argument", "global", "closure" or
+    "module"; `modules` are (user name, module) for the user's modules,
+    whose Python attributes (not tensors: module_state's) are compared."""
 
-    def __init__(self, roots, functions):
+    def __init__(self, roots, functions, modules=()):
         self.where = {name: where for name, where, _ in roots}
         self.functions = functions
+        self.modules = [(name, m, _python_attrs(m)) for name, m in modules]
+        for name, m, attrs in self.modules:
+            self.where[name] = "module"
+            roots = roots + [(f"{name}.{k}", "module", v) for k, v in attrs.items() if _watched(v)]
         self.effects = Effects((), roots=[(name, value) for name, _, value in roots])
+
+    def written(self):
+        """Slots the trace wrote: module attributes first, then the objects."""
+        slots = []
+        for name, m, before in self.modules:
+            now = _python_attrs(m)
+            slots += [Slot(m, "attr", k, f"{name}.{k}") for k in list(now) + [k for k in before if k not in now]
+                      if now.get(k, _MISSING) is not before.get(k, _MISSING)
+                      and not holds_variable(vars(m).get(k))]  # (a tensor kept: module_state's)
+        return slots + self.effects.written()
+
+    def restore(self):
+        for _, m, before in self.modules:
+            for k, v in list(_python_attrs(m).items()):
+                if before.get(k, _MISSING) is not v and not holds_variable(v):
+                    del vars(m)[k]
+            vars(m).update({k: v for k, v in before.items() if vars(m).get(k, _MISSING) is not v})
+        self.effects.restore()
 
     def refuse_written(self, qualname):
         """Raise ConversionError for the first object the trace wrote (after
         putting every object back), else nothing."""
-        slots = self.effects.written()
+        slots = self.written()
         if not slots:
             return
-        self.effects.restore()
+        self.restore()
         slot = slots[0]
         root = _root_name(slot.name)
         where = self.where.get(root, "argument")
         filename, lineno = _write_line(self.functions, slot, root)
         what = {"argument": f"reached from the argument `{root}`", "global": f"reached from the global `{root}`",
-                "closure": f"reached from `{root}` of an enclosing function"}[where]
+                "closure": f"reached from `{root}` of an enclosing function",
+                "module": f"a Python value (not a tensor) reached from the module `{root}`"}[where]
         copies = " (the trace wrote into a copy: the caller's object never changed)" \
             if where == "argument" and isinstance(slot.obj, (list, dict)) else ""
         raise ConversionError(
@@ -71,9 +100,14 @@ class Watch:
 def watch(function, args, kwargs, arg_names, instance=None):
     """A Watch over the arguments the trace gets (`args`, `kwargs`: the
     values passed to the function), the closure cells of `function` and of
-    the helpers its code calls, and the globals their code reads."""
-    roots = [(arg_names[i] if i < len(arg_names) else f"args[{i}]", "argument", v) for i, v in enumerate(args)]
-    roots += [(k, "argument", v) for k, v in kwargs.items()]
+    the helpers its code calls, the globals their code reads, and the
+    Python attributes of the user's modules among `instance` and the
+    arguments (with their submodules)."""
+    named = [(arg_names[i] if i < len(arg_names) else f"args[{i}]", v) for i, v in enumerate(args)]
+    named += list(kwargs.items())
+    roots = [(name, "argument", v) for name, v in named]
+    modules = [(f"{name}.{sub}" if sub else name, m) for name, top in [("self", instance)] + named
+               if isinstance(top, torch.nn.Module) for sub, m in top.named_modules() if _user_code(type(m))]
     functions = _functions(function, instance)
     taken = {name for name, _, _ in roots}
     for fn in functions:
@@ -88,7 +122,14 @@ def watch(function, args, kwargs, arg_names, instance=None):
             if name not in taken and name in namespace and _watched(value):
                 taken.add(name)
                 roots.append((name, "global", value))
-    return Watch(roots, functions)
+    return Watch(roots, functions, modules)
+
+
+def _python_attrs(module):
+    """A module's own attributes that are neither torch's (`training`,
+    `_parameters`, ...), tensors (d2s/module_state.py) nor modules."""
+    return {k: v for k, v in vars(module).items()
+            if k not in _TORCH_ATTRS and not isinstance(v, (torch.Tensor, Variable, torch.nn.Module))}
 
 
 def _watched(value):
@@ -166,7 +207,8 @@ def _write_line(functions, slot, root):
             trees.append((fn, first, ast.parse(textwrap.dedent("".join(lines)))))
         except (OSError, TypeError, SyntaxError):
             continue
-    for test in (lambda node: _writes(node, root), lambda node: _writes_attr(node, slot)):
+    for test in (lambda node: _writes(node, root) and _writes_attr(node, slot, True),
+                 lambda node: _writes(node, root), lambda node: _writes_attr(node, slot)):
         for fn, first, tree in trees:
             for node in ast.walk(tree):
                 if test(node):
@@ -192,10 +234,17 @@ def _writes(node, root):
                and _root_of(sub) == root for target in _targets(node) for sub in ast.walk(target))
 
 
-def _writes_attr(node, slot):
+def _writes_attr(node, slot, calls=False):
+    if calls and isinstance(node, ast.Call):  # a mutating call on the slot's own value (`self.hist.append`)
+        return isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Attribute) and \
+            node.func.value.attr == _last_part(slot.name)
     return slot.kind == "attr" and any(
         isinstance(sub, ast.Attribute) and isinstance(sub.ctx, (ast.Store, ast.Del)) and sub.attr == slot.key
         for target in _targets(node) for sub in ast.walk(target))
+
+
+def _last_part(name):
+    return name.rsplit(".", 1)[-1]
 
 
 def _root_of(node):

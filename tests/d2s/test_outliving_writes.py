@@ -131,3 +131,47 @@ def test_reading_outer_objects_and_writing_its_own_objects_converts(count):
         got, want = static(x, o, d), writes_its_own(x, o, d)
         assert [float(v) for v in got] == [float(v) for v in want]
     assert vars(o)["count"] == count and d == {"n": count}
+
+
+class CountsCalls(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+        self.sizes = []
+        self.hidden = None
+
+    @d2s.declarative
+    def forward(self, x):
+        self.calls += 1  # line: CountsCalls
+        return x + 1
+
+
+class KeepsSizes(CountsCalls):
+    @d2s.declarative
+    def forward(self, x):
+        self.sizes.append(x.shape[0])  # line: KeepsSizes
+        return x + 1
+
+
+class KeepsHidden(CountsCalls):
+    @d2s.declarative
+    def forward(self, x):
+        # A tensor kept on the module is carried across calls (d2s/module_state.py).
+        self.hidden = x * 2 if self.hidden is None else self.hidden + x
+        return self.hidden
+
+
+@pytest.mark.parametrize("cls, name", [(CountsCalls, "`self.calls`"), (KeepsSizes, "`self.sizes`")])
+def test_a_python_value_written_on_a_module_is_refused_at_its_line(cls, name):
+    model = cls()
+    with pytest.raises(ConversionError) as info:
+        model(torch.ones(3))
+    assert name in str(info.value) and "reached from the module `self`" in str(info.value)
+    assert info.value.lineno == _line(cls.__name__)
+    assert model.calls == 0 and model.sizes == []
+
+
+def test_a_tensor_kept_on_a_module_is_still_carried():
+    model, eager = KeepsHidden(), KeepsHidden()
+    for _ in range(3):
+        assert torch.equal(model(torch.ones(3)), KeepsHidden.forward.__d2s_unwrap__()(eager, torch.ones(3)))
