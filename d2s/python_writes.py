@@ -52,7 +52,7 @@ class Watch:
         self.functions = functions
         self.modules = [(name, m, _python_attrs(m)) for name, m in modules]
         for name, m, attrs in self.modules:
-            self.where[name] = "module"
+            self.where[_root_name(name)] = "module"
             roots = roots + [(f"{name}.{k}", "module", v) for k, v in attrs.items() if _watched(v)]
         self.effects = Effects((), roots=[(name, value) for name, _, value in roots])
 

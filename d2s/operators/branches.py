@@ -15,8 +15,8 @@ from runtime.ir import TENSOR_ARRAY, Variable
 
 from .effects import Effects, EffectsChanged, is_missing, known_slots, merge_slots, remember_slots
 from .raising import raising_as_op
-from .state import (State, Undefined, constant, describe, flatten, is_var, loop_init, maybe_unbound, refill,
-                    refuse_list_aliases, unflatten)
+from .state import (LoopFirst, State, Undefined, constant, describe, flatten, is_var, loop_init, maybe_unbound,
+                    refill, refuse_list_aliases, unflatten)
 
 
 def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), return_flags=(), lines=(),
@@ -77,7 +77,8 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
         outs = tuple(outputs) + tuple(extra)
         # Names first assigned in an earlier graph loop (bound only when it
         # ran): each also carries, as one more output, whether it is bound.
-        flagged = [k for k, name in enumerate(outs) if name in old and maybe_unbound(old[name])]
+        flagged = [k for k, name in enumerate(outs)
+                   if name in old and (maybe_unbound(old[name]) or isinstance(old[name], LoopFirst))]
         seen, specs, leaf_names, tensor_lists = {}, {}, [], {}
         slot_specs, written = {}, []
         branches = [_branch(st, before, fn, side, outs, arrays, seen, specs, leaf_names,
@@ -141,7 +142,12 @@ def _keep_unbound_flag(name, old, sides, merged, k, flag):
     that each side sets (`_bound_flag`), says so when the program runs."""
     if all(v is old for v in sides):
         merged[k] = old
-    elif any(v is old or maybe_unbound(v) for v in sides) and isinstance(merged[k], Variable):
+    elif any(v is old or maybe_unbound(v) for v in sides):
+        if not isinstance(merged[k], Variable):
+            # (A Python value bound on one path only: no op output to flag.)
+            raise error_at_user_line(
+                f"{name!r} is first assigned inside a loop over a tensor, on one path of this `if` on a tensor, "
+                "to a Python value; assign it before the loop, or make it a tensor")
         merged[k].unbound_unless, merged[k].unbound_unless_name = flag, name
 
 
@@ -150,6 +156,8 @@ def _bound_flag(value, old):
     as a value of that side: the flag it had before (`old`, not assigned),
     the flag of a value itself maybe unbound (an inner `if` assigned it on
     one path), else True."""
+    if isinstance(value, Undefined):  # (not bound yet: the loop's first trip, `LoopFirst`)
+        return constant(False)
     if value is old or maybe_unbound(value):
         return value.unbound_unless
     return constant(True)
@@ -252,8 +260,10 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
         for k, value in enumerate(values):
             if k in arrays and type(value) is list:
                 value = loop_init(value)
-            if isinstance(value, Undefined) and (returned or outputs[k] in return_names or any(
-                    outputs[k] not in live for live in still_read)):
+            # (A name the loop first assigns, unbound on this side: a
+            # placeholder, its flag False, `_bound_flag`.)
+            if isinstance(value, Undefined) and (returned or outputs[k] in return_names or isinstance(
+                    value, LoopFirst) or any(outputs[k] not in live for live in still_read)):
                 value = cf.Unreachable(outputs[k])
             true_spec = specs["true"][k] if side == "false" and "true" in specs else None
             if isinstance(value, Undefined) and true_spec is not None:

@@ -11,8 +11,8 @@ from .branches import convert_ifelse
 from .effects import Effects, EffectsChanged, is_missing, known_slots, merge_slots, remember_slots
 from .for_loops import PythonItemsInGraphLoop, convert_for_test
 from .raising import raising_as_op
-from .state import (State, Undefined, describe, flatten, is_var, loop_init, maybe_unbound, refill, refuse_list_aliases,
-                    unflatten)
+from .state import (LoopFirst, State, Undefined, describe, flatten, is_var, loop_init, maybe_unbound, refill,
+                    refuse_list_aliases, unflatten)
 
 
 def convert_while(test, body, names, return_names=(), counter=None):
@@ -157,13 +157,14 @@ def _graph_loop(test, body, names, return_names, st, effects, slots):
                   for _ in (flatten(v, lists=False)[0] if spec is not None else [v])]
     leaf_names += [slot.name for slot, v in zip(slots, slot_start) for _ in flatten(v)[0]]
     refuse_list_aliases(names, start)
+    maybe = [n for n, v in zip(names, start)
+             if (isinstance(v, Undefined) or maybe_unbound(v)) and n not in return_names]
+    start = [LoopFirst(n) if n in maybe and isinstance(v, Undefined) else v for n, v in zip(names, start)]
     init = [loop_init(v) for v in pack(start)]
     # A name the body first assigns (`for row in x: v = row * 2`), or one
     # that an earlier graph loop first assigned, is bound after the loop when
     # a run bound it: a flag per name carried with the loop says so, and a
     # read while it is False raises UnboundLocalError (see `convert_load`).
-    maybe = [n for n, v in zip(names, start)
-             if (isinstance(v, Undefined) or maybe_unbound(v)) and n not in return_names]
     if maybe:
         maybe_leaves = [(leaf_names.index(n), n) for n in maybe]  # (an undefined start is one leaf)
         flags = [start[names.index(n)].unbound_unless if maybe_unbound(start[names.index(n)]) else False

@@ -83,6 +83,24 @@ def on_one_path_in_the_loop(x):
     return v
 
 
+def number_on_one_path_in_the_loop(x):
+    for row in x:
+        if row.sum() > 2:
+            k = 1
+    return x * k
+
+
+def item_read_on_one_path_in_the_loop(x):
+    # issue 21: `y = feats["key"][-2]` under `if i > 1` in a loop over a tensor
+    feats = {"key": [x.sum(), x.sum() * 2, x.sum() * 3]}
+    i = torch.tensor(0)
+    for _row in x:
+        if i > 1:
+            y = feats["key"][-2]
+        i = i + 1
+    return y
+
+
 def then_a_second_loop_on_one_path(x):
     for row in x:
         v = row
@@ -108,6 +126,9 @@ CASES = [
     (then_a_while, EVERY, ("while",)),
     (nested_loops, EVERY, ("while",)),
     (then_a_second_loop_on_one_path, EVERY + [torch.tensor([[3.0, 3.0]])], ("while", "cond")),
+    (on_one_path_in_the_loop, EVERY + [torch.tensor([[3.0, 0.0], [0.0, 0.0]])], ("while", "cond")),
+    (item_read_on_one_path_in_the_loop, EVERY + [torch.ones(4, 2)], ("while", "cond")),
+    (number_on_one_path_in_the_loop, EVERY + [torch.tensor([[3.0, 0.0], [0.0, 0.0]])], ("while", "cond")),
 ]
 
 
@@ -142,10 +163,17 @@ def test_bound_as_python_binds_it_on_every_path(fn, inputs, ops):
     assert set(ops) <= all_op_types(static.program_cache.last.main_program)
 
 
-def test_first_assigned_on_one_path_inside_the_loop_is_refused_at_the_users_line():
-    # The body's first trace has no value of `v` for the other path (its
-    # type comes from this very `if`): refused, naming the name and lines.
-    with pytest.raises(d2s.ConversionError, match=r"'v' is assigned in the true branch \(line \d+\) but not in the "
-                                                  r"false branch") as info:
-        d2s.declarative(on_one_path_in_the_loop)(ROWS3)
+def string_on_one_path_in_the_loop(x):
+    for row in x:
+        if row.sum() > 2:
+            tag = "big"
+    return x if tag == "big" else -x
+
+
+def test_a_python_string_first_assigned_on_one_path_in_the_loop_is_refused_at_the_users_line():
+    # A Python value that is not a number has no op output to carry its flag.
+    with pytest.raises(d2s.ConversionError, match=r"'tag' is first assigned inside a loop over a tensor, on one "
+                                                  r"path of this `if` on a tensor, to a Python value") as info:
+        d2s.declarative(string_on_one_path_in_the_loop,
+                        input_spec=[d2s.InputSpec([None, 2], torch.float32)])(ROWS3)
     assert info.value.filename == __file__
