@@ -44,6 +44,11 @@ def dict_item(x, d):
     return x - 1
 
 
+def dict_tensor_item(x, state):
+    state["h"] = state["h"] + x  # line: dict_tensor_item
+    return state["h"] * 2
+
+
 def list_append(x, lst):
     lst.append(1)  # line: list_append
     return x + 1
@@ -81,6 +86,7 @@ def _line(marker):
     (attr_counter, Counter, "`o.count`"),
     (nested_attr_append, Counter, "`o.inner.seen`"),
     (dict_item, lambda: {"n": 0}, "`d['n']`"),
+    (dict_tensor_item, lambda: {"h": torch.zeros(3)}, "`state['h']`"),
     (list_append, list, "`lst`"),
     (global_counter, lambda: None, "`COUNTS['calls']`"),
     (global_in_helper, lambda: None, "`HISTORY`"),
