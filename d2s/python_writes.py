@@ -148,10 +148,11 @@ def _functions(function, instance):
     if instance is not None:
         for cls in type(instance).__mro__:
             if _user_code(cls):
-                todo += [getattr(v, "__func__", v) for v in vars(cls).values()]
+                todo += [v.__func__ if isinstance(v, (staticmethod, classmethod)) else v for v in vars(cls).values()]
     found, seen = [], set()
     while todo and len(found) < _MAX_FUNCTIONS:
-        fn = inspect.unwrap(todo.pop(0)) if callable(todo[0]) else todo.pop(0)
+        fn = todo.pop(0)  # (a decorator's wrapper reaches what it wraps through its closure)
+        fn = getattr(fn, "__func__", fn) if isinstance(fn, types.MethodType) else fn
         if not isinstance(fn, types.FunctionType) or id(fn) in seen or not _user_code(fn):
             continue
         seen.add(id(fn))
