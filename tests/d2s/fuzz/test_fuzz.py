@@ -54,3 +54,15 @@ def test_ops_oracle_accepts_only_ifs_that_do_nothing(body, test, missing):
     fn, path, _ = fuzz_runner.load(program)
     inputs, _ = fuzz_runner.choose_inputs(fn, program, path)
     assert fuzz_runner._missing_ops(program, _NoOps(), fn, inputs, path) == missing
+
+
+def test_a_program_that_spins_is_a_hang_by_cpu_time(monkeypatch):
+    monkeypatch.setattr(fuzz_runner, "SECONDS_PER_PROGRAM", 1)
+    program = fuzz_programs.SourceProgram("""
+def f(x, m, n):
+    while True:
+        x = x + 0
+    return x
+""")
+    outcome = fuzz_runner.run(program)
+    assert (outcome.kind, outcome.stage) == ("crash", "hang") and "CPU time" in outcome.detail
