@@ -30,7 +30,7 @@ from runtime.ir import Program, Variable, program_guard, torch_dtype
 from runtime.output_tree import rebuild
 from runtime.passes import check_level
 
-from . import conversion, decisions, input_trees, module_state, module_watch
+from . import conversion, decisions, input_trees, module_state, module_watch, python_writes
 from .argument_trees import (SymbolicArguments, feed_leaves, feed_name, flatten_args, mode_of, python_object,
                              replace_tensors, tensor_leaves)
 from .concrete_program import ConcreteProgram
@@ -397,6 +397,7 @@ class StaticFunction:
                 sym_args = tuple(replace_tensors(v, remaining, arg_names[i] if i < len(arg_names) else
                                                   f"args[{i}]", made) for i, v in enumerate(args))
                 sym_kwargs = {k: replace_tensors(v, remaining, k, made) for k, v in kwargs.items()}
+                written = python_writes.watch(self._function, sym_args, sym_kwargs, arg_names, self._instance)
                 # Trace with autograd on whatever the caller's mode: only a
                 # `no_grad` block inside the function marks ops gradient-free.
                 sym_args, sym_kwargs = self._as_called(sym_args, sym_kwargs, form)
@@ -410,6 +411,7 @@ class StaticFunction:
                 reads += module_state.global_reads(self._converted_functions(), tr.lifted,
                                                    {r.var_name for r in reads})
                 self._refuse_global_state(main)
+                written.refuse_written(self._function.__qualname__)
                 layout = self._layout_checks(main, feeds, leaves, tr) if tr.reads_layout else None
             main.verify()
             concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree, key[-1],

@@ -15,8 +15,8 @@ from runtime.ir import TENSOR_ARRAY, Variable
 
 from .effects import Effects, EffectsChanged, is_missing, known_slots, merge_slots, remember_slots
 from .raising import raising_as_op
-from .state import (State, Undefined, describe, flatten, is_var, loop_init, maybe_unbound, refill, refuse_list_aliases,
-                    unflatten)
+from .state import (LoopFirst, State, Undefined, constant, describe, flatten, is_var, loop_init, maybe_unbound,
+                    refill, refuse_list_aliases, unflatten)
 
 
 def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), return_flags=(), lines=(),
@@ -71,14 +71,19 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     # each slot a branch writes is one more output, set after the op.
     effects = Effects((true_fn, false_fn), covered={id(obj) for obj, _ in before[1]})
     slots = known_slots(effects, true_fn.__code__)
+    old = dict(zip(state, before[0]))
     while True:
         mark = tr.mark()
         outs = tuple(outputs) + tuple(extra)
+        # Names first assigned in an earlier graph loop (bound only when it
+        # ran): each also carries, as one more output, whether it is bound.
+        flagged = [k for k, name in enumerate(outs)
+                   if name in old and (maybe_unbound(old[name]) or isinstance(old[name], LoopFirst))]
         seen, specs, leaf_names, tensor_lists = {}, {}, [], {}
         slot_specs, written = {}, []
         branches = [_branch(st, before, fn, side, outs, arrays, seen, specs, leaf_names,
                             return_names, return_flags, jump, jump_flags, extra, exited, tensor_lists,
-                            (effects, slots, slot_specs, written))
+                            (effects, slots, slot_specs, written), flagged)
                     for fn, side, exited in ((true_fn, "true", exits[0]), (false_fn, "false", exits[1]))]
         try:
             merged = cf.cond(pred, *branches, names=leaf_names, return_names=tuple(return_names),
@@ -118,10 +123,8 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     merged = [unflatten(leaves, spec) for spec in specs.get("true", specs.get("false"))]
     for slot, spec in zip(slots, slot_specs.get("true", slot_specs.get("false", ()))):
         slot.set(unflatten(leaves, spec))
-    old = dict(zip(state, before[0]))
-    for k, name in enumerate(outs):
-        if name in old and maybe_unbound(old[name]):
-            _keep_unbound_flag(name, old[name], [values[k] for values in seen.values()], merged, k)
+    for k in flagged:
+        _keep_unbound_flag(outs[k], old[outs[k]], [values[k] for values in seen.values()], merged, k, next(leaves))
     # A list or dict both branches changed in place (rather than rebinding its name) is
     # changed in place here too: other names bound to it see the change, as in eager.
     for k, name in enumerate(outs):
@@ -131,19 +134,33 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     return st.get()
 
 
-def _keep_unbound_flag(name, old, sides, merged, k):
+def _keep_unbound_flag(name, old, sides, merged, k, flag):
     """A name that may be unbound (first assigned in a graph loop) stays that
     value, with its flag, where no branch assigns it; where every branch
-    that reaches the merge does, it is bound. Assigned on one path only, the
-    program would need a flag per path: refused."""
-    kept = [v is old for v in sides]
-    if all(kept):
+    that reaches the merge binds it, it is bound; otherwise it is bound
+    after the `if` when the path taken bound it: `flag`, the op's output
+    that each side sets (`_bound_flag`), says so when the program runs."""
+    if all(v is old for v in sides):
         merged[k] = old
-    elif any(kept):
-        raise error_at_user_line(
-            f"{name!r} is first assigned inside an earlier loop over a tensor, so it may be unbound here, and "
-            "this `if` on a tensor assigns it on one path only; d2s follows whether such a name is bound through "
-            "reads and one loop only: assign it before the loop")
+    elif any(v is old or maybe_unbound(v) for v in sides):
+        if not isinstance(merged[k], Variable):
+            # (A Python value bound on one path only: no op output to flag.)
+            raise error_at_user_line(
+                f"{name!r} is first assigned inside a loop over a tensor, on one path of this `if` on a tensor, "
+                "to a Python value; assign it before the loop, or make it a tensor")
+        merged[k].unbound_unless, merged[k].unbound_unless_name = flag, name
+
+
+def _bound_flag(value, old):
+    """Whether the name holding `value` after one side of an `if` is bound,
+    as a value of that side: the flag it had before (`old`, not assigned),
+    the flag of a value itself maybe unbound (an inner `if` assigned it on
+    one path), else True."""
+    if isinstance(value, Undefined):  # (not bound yet: the loop's first trip, `LoopFirst`)
+        return constant(False)
+    if value is old or maybe_unbound(value):
+        return value.unbound_unless
+    return constant(True)
 
 
 _LOCAL = threading.local()
@@ -192,7 +209,7 @@ def _mark_exit(code):
 
 
 def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, return_names, return_flags,
-            jump=None, jump_flags=(), extra=(), exited=False, tensor_lists=None, python_effects=None):
+            jump=None, jump_flags=(), extra=(), exited=False, tensor_lists=None, python_effects=None, flagged=()):
     """The function `cf.cond` traces for one side: run the branch from the
     state `before`, then return its outputs flattened (tuples and lists are
     flattened: the op merges their elements), except the outputs in `arrays`,
@@ -202,13 +219,16 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
     `python_effects` is ``(effects, slots, slot_specs, written)``: the
     objects' slots carried as outputs after the named ones (each side's
     flattening specs go to `slot_specs`); a slot written that is not among
-    `slots` has both sides traced again with it (``EffectsChanged``)."""
+    `slots` has both sides traced again with it (``EffectsChanged``).
+    `flagged`: the outputs that may be unbound before the `if`; whether each
+    is bound is one more output, after the slots."""
     effects, slots, slot_specs, written = python_effects
 
     def run():
         nonlocal exited
         st.restore(before)
         effects.restore()
+        prior = st.get(outputs)
         with _exit_scope(fn) as entry:
             result = raising_as_op(fn)()
         exited = entry[1] or exited
@@ -240,8 +260,10 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
         for k, value in enumerate(values):
             if k in arrays and type(value) is list:
                 value = loop_init(value)
-            if isinstance(value, Undefined) and (returned or outputs[k] in return_names or any(
-                    outputs[k] not in live for live in still_read)):
+            # (A name the loop first assigns, unbound on this side: a
+            # placeholder, its flag False, `_bound_flag`.)
+            if isinstance(value, Undefined) and (returned or outputs[k] in return_names or isinstance(
+                    value, LoopFirst) or any(outputs[k] not in live for live in still_read)):
                 value = cf.Unreachable(outputs[k])
             true_spec = specs["true"][k] if side == "false" and "true" in specs else None
             if isinstance(value, Undefined) and true_spec is not None:
@@ -268,6 +290,10 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
                     f"{slot.name!r} is a {describe(slot_specs['true'][len(slot_specs[side]) - 1])} in the true "
                     f"branch but a {describe(spec)} in the false branch of the `if` on a tensor at this line; "
                     "a Python list, tuple or dict cannot change its length or keys under a tensor condition")
+        for k in flagged:
+            leaves.append(_bound_flag(values[k], prior[k]))
+            if side == "true" or "true" not in specs:
+                leaf_names.append(outputs[k])
         if side == "false":
             grown = _lists_of_tensors_that_differ(tensor_lists, specs, arrays)
             if grown:

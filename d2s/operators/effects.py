@@ -82,13 +82,14 @@ class Slot:
 class Effects:
     """The contents, before a branch or loop, of the lists, dicts and plain
     objects reachable from the closure cells of its generated ``functions``
-    (the user's names they read or write); ``covered`` holds the ids of the
+    (the user's names they read or write) and from ``roots`` ((user name,
+    object) pairs: d2s/python_writes.py); ``covered`` holds the ids of the
     containers the caller restores itself."""
 
-    def __init__(self, functions, covered=()):
+    def __init__(self, functions, covered=(), roots=()):
         self.saved = []  # (kind, object, copy of its contents, user name)
         seen = set(covered)
-        todo = collections.deque()
+        todo = collections.deque((value, name, 0) for name, value in roots)  # (user name, object) pairs
         for fn in functions:
             for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
                 try:

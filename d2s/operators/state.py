@@ -21,6 +21,13 @@ from runtime.ir import Variable
 Undefined = cf.Undefined
 
 
+class LoopFirst(Undefined):
+    """A name a graph loop's body first assigns, before the body's first
+    trace assigned it: an `if` on a tensor in the body that assigns it on
+    one path gives the other path a placeholder and a False "bound" flag
+    (`convert_ifelse`), as later trips do with the value of earlier ones."""
+
+
 def is_var(value):
     # A SymInt/SymBool is a size (or a comparison of sizes) known only at run time.
     return isinstance(value, Variable) or is_symbolic_value(value)

@@ -11,8 +11,8 @@ from .branches import convert_ifelse
 from .effects import Effects, EffectsChanged, is_missing, known_slots, merge_slots, remember_slots
 from .for_loops import PythonItemsInGraphLoop, convert_for_test
 from .raising import raising_as_op
-from .state import (State, Undefined, describe, flatten, is_var, loop_init, maybe_unbound, refill, refuse_list_aliases,
-                    unflatten)
+from .state import (LoopFirst, State, Undefined, describe, flatten, is_var, loop_init, maybe_unbound, refill,
+                    refuse_list_aliases, unflatten)
 
 
 def convert_while(test, body, names, return_names=(), counter=None):
@@ -157,53 +157,54 @@ def _graph_loop(test, body, names, return_names, st, effects, slots):
                   for _ in (flatten(v, lists=False)[0] if spec is not None else [v])]
     leaf_names += [slot.name for slot, v in zip(slots, slot_start) for _ in flatten(v)[0]]
     refuse_list_aliases(names, start)
-    for name, value in zip(names, start):
-        if maybe_unbound(value):
-            raise error_at_user_line(
-                f"{name!r} is first assigned inside an earlier loop over a tensor, so it may be unbound here, and "
-                "this loop over a tensor assigns it again; d2s follows whether such a name is bound through reads "
-                "and one loop only: assign it before the first loop")
+    maybe = [n for n, v in zip(names, start)
+             if (isinstance(v, Undefined) or maybe_unbound(v)) and n not in return_names]
+    start = [LoopFirst(n) if n in maybe and isinstance(v, Undefined) else v for n, v in zip(names, start)]
     init = [loop_init(v) for v in pack(start)]
-    # A name the body first assigns (`for row in x: v = row * 2`) is defined
-    # after the loop when the loop ran: a flag carried with it says so, and a
-    # read after zero trips raises UnboundLocalError (see `convert_load`).
-    maybe = [n for n, v in zip(names, start) if isinstance(v, Undefined) and n not in return_names]
+    # A name the body first assigns (`for row in x: v = row * 2`), or one
+    # that an earlier graph loop first assigned, is bound after the loop when
+    # a run bound it: a flag per name carried with the loop says so, and a
+    # read while it is False raises UnboundLocalError (see `convert_load`).
     if maybe:
         maybe_leaves = [(leaf_names.index(n), n) for n in maybe]  # (an undefined start is one leaf)
-        cond_fn, body_fn, init = _with_ran_flag(cond_fn, body_fn, init, maybe_leaves)
-        leaf_names.append(_RAN)
+        flags = [start[names.index(n)].unbound_unless if maybe_unbound(start[names.index(n)]) else False
+                 for n in maybe]
+        cond_fn, body_fn, init = _with_bound_flags(cond_fn, body_fn, init, maybe_leaves, flags)
+        leaf_names += [f"{n}@bound" for n in maybe]
     final = cf.while_loop(cond_fn, body_fn, init, names=tuple(leaf_names), return_names=tuple(return_names),
-                          maybe_undefined=tuple(maybe))
+                          maybe_undefined=tuple(n for n in maybe if isinstance(start[names.index(n)], Undefined)))
     effects.restore()
     if maybe:
-        final, ran = final[:-1], final[-1]
+        final, bound = final[:-len(maybe)], final[-len(maybe):]
     st.set(unpack(final))
     for name, value in zip(names, st.get()):
         if name in maybe and isinstance(value, Variable):
-            value.unbound_unless, value.unbound_unless_name = ran, name
+            value.unbound_unless, value.unbound_unless_name = bound[maybe.index(name)], name
     return st.get()
 
 
-_RAN = "loop_ran"
+def _with_bound_flags(cond_fn, body_fn, init, maybe_leaves, flags):
+    """The loop functions with one more loop variable per name that may be
+    unbound (`maybe_leaves`: (leaf index, name)), starting as `flags` (False
+    for a name the loop first assigns, the flag of one an earlier loop did):
+    whether the name is bound. Inside the loop a read checks it; after each
+    trip it is True where the body bound the name, the flag of the value the
+    body left otherwise (not assigned, or assigned on one path of an `if`:
+    `convert_ifelse` carries that flag)."""
+    n = len(maybe_leaves)
 
-
-def _with_ran_flag(cond_fn, body_fn, init, maybe_leaves):
-    """The loop functions with one more loop variable, False before the loop
-    and True after any trip. Inside them the names first assigned in the
-    body (`maybe_leaves`: (leaf index, name)) are unbound on the first trip:
-    a read checks the flag (the body assigns them on every trip or on none:
-    `convert_ifelse` refuses an assignment on one path only)."""
     def mark(leaves):
-        for i, name in maybe_leaves:
+        for (i, name), flag in zip(maybe_leaves, leaves[-n:]):
             if isinstance(leaves[i], Variable):
-                leaves[i].unbound_unless, leaves[i].unbound_unless_name = leaves[-1], name
+                leaves[i].unbound_unless, leaves[i].unbound_unless_name = flag, name
 
-    def cond_with_flag(*leaves):
+    def cond_with_flags(*leaves):
         mark(leaves)
-        return cond_fn(*leaves[:-1])
+        return cond_fn(*leaves[:-n])
 
-    def body_with_flag(*leaves):
+    def body_with_flags(*leaves):
         mark(leaves)
-        return list(body_fn(*leaves[:-1])) + [True]
+        out = list(body_fn(*leaves[:-n]))  # (a body that raises on every trip returns its marked inputs)
+        return out + [v.unbound_unless if maybe_unbound(v) else True for v in (out[i] for i, _ in maybe_leaves)]
 
-    return cond_with_flag, body_with_flag, init + [loop_init(False)]
+    return cond_with_flags, body_with_flags, init + [loop_init(f) for f in flags]

@@ -271,22 +271,6 @@ def string_per_branch(x):
     return x, s
 
 
-def first_assigned_in_a_loop_nested_in_a_loop(x):
-    for row in x:
-        for _e in row:
-            v = row * 2
-        x = x + v.sum()
-    return x
-
-
-def first_assigned_then_assigned_on_one_path(x):
-    for row in x:
-        v = row * 2
-    if x.sum() > 0:
-        v = x[0] + 1
-    return v
-
-
 def mixed_tuple_by_a_tensor_int(x):
     c = (1, 2.5)
     return x * c[int(x.sum() > 0)]
@@ -304,10 +288,6 @@ def list_grows_in_loop(x):
                              r"value on the other path; set it before the `if`"),
     (set_first_in_loop, r"'box.d' is first set inside this loop on a tensor; a loop variable needs a value before "
                         r"the loop"),
-    (first_assigned_in_a_loop_nested_in_a_loop, r"'v' is first assigned inside an earlier loop over a tensor, so it "
-                                                r"may be unbound here, and this loop over a tensor assigns it again"),
-    (first_assigned_then_assigned_on_one_path, r"'v' is first assigned inside an earlier loop over a tensor, so it may "
-                                               r"be unbound here, and this `if` on a tensor assigns it on one path only"),
     (mixed_tuple_by_a_tensor_int, r"a Python tuple indexed by an int known only when the program runs must hold "
                                   r"numbers of one type or tensors of one dtype and rank"),
     (list_grows_in_loop, r"'box.c' is a list of 0 before the loop but a list of 1 after one iteration"),

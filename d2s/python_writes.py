@@ -1,0 +1,254 @@
+"""Python objects that outlive a declarative call, written while it was
+traced: the lists, dicts and plain objects of its arguments, and those of
+the globals and closure cells its code reads.
+
+A program replays tensor ops, not Python. A write the trace makes to such
+an object happens once, while the program is built, and never when it
+runs: eager code counting its calls in a global dict counts every call, a
+program one; and the lists and dicts of the arguments are copies given to
+the trace, so the caller's never change at all. Neither can be replayed
+exactly on a later call (the value written may depend on what the object
+held then, which the program never sees), so such a write is refused at its
+line, naming the object as the user wrote it, and every object is put back
+as it was before the trace. (Writes to a module's attributes are
+d2s/module_state.py's; objects the function makes itself are its own, and
+their writes under tensor control flow are staged by
+d2s/operators/effects.py.)
+
+Before:  COUNTS["calls"] += 1          # in a declarative function
+After:   ConversionError at that line: `COUNTS['calls']` (a global of the
+         function's module) is written ...
+"""
+
+import ast
+import inspect
+import textwrap
+import types
+
+import torch
+
+from runtime.errors import ConversionError
+
+from runtime.ir import Variable
+
+from .module_state import _TORCH_ATTRS
+from .operators.effects import _MISSING, Effects, Slot
+from .output_types import holds_variable
+
+_LIBRARIES = frozenset({"torch", "numpy", "d2s", "ops", "runtime", "functools", "collections", "builtins",
+                        "typing", "transformers", "timm", "torchvision"})
+_MAX_FUNCTIONS = 64  # helpers followed from the function (a walk this large is a library's, not a model's)
+_CONTAINERS = (list, dict, tuple)
+
+
+class Watch:
+    """What the objects a trace can reach held before it: `roots` are
+    (user name, where, object), where is "argument", "global", "closure" or
+    "module"; `modules` are (user name, module) for the user's modules,
+    whose Python attributes (not tensors: module_state's) are compared."""
+
+    def __init__(self, roots, functions, modules=()):
+        self.where = {name: where for name, where, _ in roots}
+        self.functions = functions
+        self.modules = [(name, m, _python_attrs(m)) for name, m in modules]
+        for name, m, attrs in self.modules:
+            self.where[_root_name(name)] = "module"
+            roots = roots + [(f"{name}.{k}", "module", v) for k, v in attrs.items() if _watched(v)]
+        self.effects = Effects((), roots=[(name, value) for name, _, value in roots])
+
+    def written(self):
+        """Slots the trace wrote: module attributes first, then the objects."""
+        slots = []
+        for name, m, before in self.modules:
+            now = _python_attrs(m)
+            slots += [Slot(m, "attr", k, f"{name}.{k}") for k in list(now) + [k for k in before if k not in now]
+                      if now.get(k, _MISSING) is not before.get(k, _MISSING)
+                      and not holds_variable(vars(m).get(k))]  # (a tensor kept: module_state's)
+        return slots + self.effects.written()
+
+    def restore(self):
+        for _, m, before in self.modules:
+            for k, v in list(_python_attrs(m).items()):
+                if before.get(k, _MISSING) is not v and not holds_variable(v):
+                    del vars(m)[k]
+            vars(m).update({k: v for k, v in before.items() if vars(m).get(k, _MISSING) is not v})
+        self.effects.restore()
+
+    def refuse_written(self, qualname):
+        """Raise ConversionError for the first object the trace wrote (after
+        putting every object back), else nothing."""
+        slots = self.written()
+        if not slots:
+            return
+        self.restore()
+        slot = slots[0]
+        root = _root_name(slot.name)
+        where = self.where.get(root, "argument")
+        filename, lineno = _write_line(self.functions, slot, root)
+        what = {"argument": f"reached from the argument `{root}`", "global": f"reached from the global `{root}`",
+                "closure": f"reached from `{root}` of an enclosing function",
+                "module": f"a Python value (not a tensor) reached from the module `{root}`"}[where]
+        copies = " (the trace wrote into a copy: the caller's object never changed)" \
+            if where == "argument" and isinstance(slot.obj, (list, dict)) else ""
+        raise ConversionError(
+            f"`{qualname}` writes `{slot.name}`, {what}{copies}: a Python object that outlives the call is "
+            "changed once, while the program is built, and never when it runs (eager changes it on every "
+            "call); return the new value and assign it in the caller, or keep tensor state on the module "
+            "(`self.x = ...`, carried across calls)", filename, lineno)
+
+
+def watch(function, args, kwargs, arg_names, instance=None):
+    """A Watch over the arguments the trace gets (`args`, `kwargs`: the
+    values passed to the function), the closure cells of `function` and of
+    the helpers its code calls, the globals their code reads, and the
+    Python attributes of the user's modules among `instance` and the
+    arguments (with their submodules)."""
+    named = [(arg_names[i] if i < len(arg_names) else f"args[{i}]", v) for i, v in enumerate(args)]
+    named += list(kwargs.items())
+    roots = [(name, "argument", v) for name, v in named]
+    modules = [(f"{name}.{sub}" if sub else name, m) for name, top in [("self", instance)] + named
+               if isinstance(top, torch.nn.Module) for sub, m in top.named_modules() if _user_code(type(m))]
+    functions = _functions(function, instance)
+    taken = {name for name, _, _ in roots}
+    for fn in functions:
+        code = fn.__code__
+        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            if name not in taken and _bound(cell) and _watched(cell.cell_contents):
+                taken.add(name)
+                roots.append((name, "closure", cell.cell_contents))
+        namespace = fn.__globals__
+        for name in _global_names(code):
+            value = namespace.get(name)
+            if name not in taken and name in namespace and _watched(value):
+                taken.add(name)
+                roots.append((name, "global", value))
+    return Watch(roots, functions, modules)
+
+
+def _python_attrs(module):
+    """A module's own attributes that are neither torch's (`training`,
+    `_parameters`, ...), tensors (d2s/module_state.py) nor modules."""
+    return {k: v for k, v in vars(module).items()
+            if k not in _TORCH_ATTRS and not isinstance(v, (torch.Tensor, Variable, torch.nn.Module))}
+
+
+def _watched(value):
+    """Values whose contents the walk compares: containers and the user's plain objects."""
+    if isinstance(value, _CONTAINERS):
+        return True
+    package = (type(value).__module__ or "").split(".")[0]
+    return hasattr(value, "__dict__") and not callable(value) and package not in _LIBRARIES \
+        and not isinstance(value, (types.ModuleType, torch.nn.Module, torch.Tensor, type))
+
+
+def _functions(function, instance):
+    """`function` and the user's functions it reaches: globals its code
+    names, functions it closes over, methods of the instance's class."""
+    todo = [getattr(function, "__func__", function)]
+    if instance is not None:
+        for cls in type(instance).__mro__:
+            if _user_code(cls):
+                todo += [v.__func__ if isinstance(v, (staticmethod, classmethod)) else v for v in vars(cls).values()]
+    found, seen = [], set()
+    while todo and len(found) < _MAX_FUNCTIONS:
+        fn = todo.pop(0)  # (a decorator's wrapper reaches what it wraps through its closure)
+        fn = getattr(fn, "__func__", fn) if isinstance(fn, types.MethodType) else fn
+        if not isinstance(fn, types.FunctionType) or id(fn) in seen or not _user_code(fn):
+            continue
+        seen.add(id(fn))
+        found.append(fn)
+        todo += [fn.__globals__.get(n) for n in _global_names(fn.__code__)]
+        todo += [c.cell_contents for c in fn.__closure__ or () if _bound(c)]
+    return found
+
+
+def _user_code(obj):
+    return (getattr(obj, "__module__", None) or "").split(".")[0] not in _LIBRARIES
+
+
+def _global_names(code):
+    """The names `code` and the code nested in it (comprehensions, inner
+    functions) may read as globals."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _bound(cell):
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _root_name(name):
+    for i, ch in enumerate(name):
+        if ch in ".[":
+            return name[:i]
+    return name
+
+
+_MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "sort",
+                       "reverse", "popitem", "__setitem__", "__delitem__", "__setattr__"})
+
+
+def _write_line(functions, slot, root):
+    """(file, line) of the first statement of `functions` that may make the
+    write of `slot`: an assignment to an attribute or item under `root`, or
+    a mutating method call on it; else (a helper's parameter names the
+    object otherwise) an assignment to an attribute of the slot's name; the
+    first function's own line when none is found."""
+    trees = []
+    for fn in functions:
+        try:
+            lines, first = inspect.getsourcelines(fn)
+            trees.append((fn, first, ast.parse(textwrap.dedent("".join(lines)))))
+        except (OSError, TypeError, SyntaxError):
+            continue
+    for test in (lambda node: _writes(node, root) and _writes_attr(node, slot, True),
+                 lambda node: _writes(node, root), lambda node: _writes_attr(node, slot)):
+        for fn, first, tree in trees:
+            for node in ast.walk(tree):
+                if test(node):
+                    return fn.__code__.co_filename, first + node.lineno - 1
+    code = getattr(functions[0], "__code__", None) if functions else None
+    return (code.co_filename, code.co_firstlineno) if code else (None, None)
+
+
+def _targets(node):
+    if isinstance(node, (ast.Assign, ast.Delete)):
+        return node.targets
+    if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        return [node.target]
+    return []
+
+
+def _writes(node, root):
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+        return _root_of(node.func.value) == root
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+        return bool(node.args) and _root_of(node.args[0]) == root
+    return any(isinstance(sub, (ast.Attribute, ast.Subscript)) and isinstance(sub.ctx, (ast.Store, ast.Del))
+               and _root_of(sub) == root for target in _targets(node) for sub in ast.walk(target))
+
+
+def _writes_attr(node, slot, calls=False):
+    if calls and isinstance(node, ast.Call):  # a mutating call on the slot's own value (`self.hist.append`)
+        return isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Attribute) and \
+            node.func.value.attr == _last_part(slot.name)
+    return slot.kind == "attr" and any(
+        isinstance(sub, ast.Attribute) and isinstance(sub.ctx, (ast.Store, ast.Del)) and sub.attr == slot.key
+        for target in _targets(node) for sub in ast.walk(target))
+
+
+def _last_part(name):
+    return name.rsplit(".", 1)[-1]
+
+
+def _root_of(node):
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None

@@ -1,0 +1,183 @@
+"""Python objects that outlive a declarative call (its arguments' lists,
+dicts and plain objects; globals and closure cells its code reads) written
+while it was traced (issue 21, d2s/python_writes.py). A program never
+replays Python, so such a write would happen once, at build time, and
+never again (or, for the arguments' lists and dicts, into a copy the
+caller never sees): each is refused at the line of the write, naming the
+object as the user wrote it, and every object is left as it was before the
+trace. Reading such objects, or writing objects the function makes
+itself, still converts."""
+
+import pytest
+import torch
+
+import d2s
+from runtime.errors import ConversionError
+
+
+class Counter:
+    def __init__(self):
+        self.count = 0
+        self.inner = Counter.Inner()
+
+    class Inner:
+        def __init__(self):
+            self.seen = []
+
+
+COUNTS = {"calls": 0}
+HISTORY = []
+
+
+def attr_counter(x, o):
+    o.count += 1  # line: attr_counter
+    return x + 1
+
+
+def nested_attr_append(x, o):
+    o.inner.seen.append(x.shape[0])  # line: nested_attr_append
+    return x * 2
+
+
+def dict_item(x, d):
+    d["n"] = d["n"] + 1  # line: dict_item
+    return x - 1
+
+
+def dict_tensor_item(x, state):
+    state["h"] = state["h"] + x  # line: dict_tensor_item
+    return state["h"] * 2
+
+
+def list_append(x, lst):
+    lst.append(1)  # line: list_append
+    return x + 1
+
+
+def global_counter(x, unused):
+    COUNTS["calls"] += 1  # line: global_counter
+    return x + 1
+
+
+def _bump():
+    HISTORY.append("called")  # line: _bump
+
+
+def global_in_helper(x, unused):
+    _bump()
+    return x + 1
+
+
+def make_closure_counter():
+    box = [0]
+
+    def closure_counter(x, unused):
+        box[0] += 1  # line: closure_counter
+        return x + 1
+    return closure_counter, box
+
+
+def _line(marker):
+    with open(__file__) as f:
+        return next(i for i, text in enumerate(f, 1) if text.rstrip().endswith(f"# line: {marker}"))
+
+
+@pytest.mark.parametrize("fn, make, name", [
+    (attr_counter, Counter, "`o.count`"),
+    (nested_attr_append, Counter, "`o.inner.seen`"),
+    (dict_item, lambda: {"n": 0}, "`d['n']`"),
+    (dict_tensor_item, lambda: {"h": torch.zeros(3)}, "`state['h']`"),
+    (list_append, list, "`lst`"),
+    (global_counter, lambda: None, "`COUNTS['calls']`"),
+    (global_in_helper, lambda: None, "`HISTORY`"),
+])
+def test_a_write_that_outlives_the_call_is_refused_at_its_line(fn, make, name):
+    obj = make()
+    before = repr(vars(obj) if hasattr(obj, "__dict__") else obj), dict(COUNTS), list(HISTORY)
+    with pytest.raises(ConversionError) as info:
+        d2s.declarative(fn)(torch.ones(3), obj)
+    marker = "_bump" if fn is global_in_helper else fn.__name__
+    assert info.value.filename == __file__ and info.value.lineno == _line(marker)
+    assert name in str(info.value)
+    # Nothing the refused trace wrote stays behind.
+    assert (repr(vars(obj) if hasattr(obj, "__dict__") else obj), dict(COUNTS), list(HISTORY)) == before
+
+
+def test_a_closure_cell_written_is_refused_and_restored():
+    fn, box = make_closure_counter()
+    with pytest.raises(ConversionError, match="`box` of an enclosing function") as info:
+        d2s.declarative(fn)(torch.ones(3), None)
+    assert info.value.lineno == _line("closure_counter")
+    assert box == [0]
+
+
+def reads_only(x, o, d):
+    if o.count > 0 and d["n"] > 0:
+        return x + o.count + COUNTS["calls"]
+    return x - len(HISTORY)
+
+
+def writes_its_own(x, o, d):
+    mine = {"n": d["n"]}
+    box = Counter()
+    for row in x:
+        if row.sum() > 0:
+            box.count = box.count + row.sum()
+            mine["n"] = mine["n"] + 1
+    return box.count, mine["n"]
+
+
+@pytest.mark.parametrize("count", [0, 1])
+def test_reading_outer_objects_and_writing_its_own_objects_converts(count):
+    o, d = Counter(), {"n": count}
+    o.count = count
+    assert torch.equal(d2s.declarative(reads_only)(torch.ones(3), o, d), reads_only(torch.ones(3), o, d))
+    static = d2s.declarative(writes_its_own)
+    for x in (torch.tensor([[1.0, 2.0], [-3.0, 1.0]]), torch.zeros(0, 2), torch.ones(3, 2)):
+        got, want = static(x, o, d), writes_its_own(x, o, d)
+        assert [float(v) for v in got] == [float(v) for v in want]
+    assert vars(o)["count"] == count and d == {"n": count}
+
+
+class CountsCalls(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+        self.sizes = []
+        self.hidden = None
+
+    @d2s.declarative
+    def forward(self, x):
+        self.calls += 1  # line: CountsCalls
+        return x + 1
+
+
+class KeepsSizes(CountsCalls):
+    @d2s.declarative
+    def forward(self, x):
+        self.sizes.append(x.shape[0])  # line: KeepsSizes
+        return x + 1
+
+
+class KeepsHidden(CountsCalls):
+    @d2s.declarative
+    def forward(self, x):
+        # A tensor kept on the module is carried across calls (d2s/module_state.py).
+        self.hidden = x * 2 if self.hidden is None else self.hidden + x
+        return self.hidden
+
+
+@pytest.mark.parametrize("cls, name", [(CountsCalls, "`self.calls`"), (KeepsSizes, "`self.sizes`")])
+def test_a_python_value_written_on_a_module_is_refused_at_its_line(cls, name):
+    model = cls()
+    with pytest.raises(ConversionError) as info:
+        model(torch.ones(3))
+    assert name in str(info.value) and "reached from the module `self`" in str(info.value)
+    assert info.value.lineno == _line(cls.__name__)
+    assert model.calls == 0 and model.sizes == []
+
+
+def test_a_tensor_kept_on_a_module_is_still_carried():
+    model, eager = KeepsHidden(), KeepsHidden()
+    for _ in range(3):
+        assert torch.equal(model(torch.ones(3)), KeepsHidden.forward.__d2s_unwrap__()(eager, torch.ones(3)))
