@@ -47,6 +47,24 @@ def touch():
     _generation[0] += 1
 
 
+_SCALARS = (int, float, bool, str, type(None))
+
+
+def is_plain_value(value):
+    """A Python number, string, None or tuple of them: what a trace reads
+    from a module attribute as a constant of the program."""
+    kind = type(value)
+    return kind in _SCALARS or (kind is tuple and all(type(v) in _SCALARS for v in value))
+
+
+def plain_values(modules):
+    """(module index, name, value) of every plain attribute of `modules`
+    (`is_plain_value`), in order: a program traced with one set of them
+    must not serve another."""
+    return tuple((i, k, v) for i, m in enumerate(modules) for k, v in m.__dict__.items()
+                 if k != "training" and is_plain_value(v))
+
+
 def _on_register(module, name, value):
     _generation[0] += 1
 
@@ -67,8 +85,9 @@ def _install():
 
     def __setattr__(self, name, value):
         # Submodules, parameters and buffers are seen by the registration
-        # hooks below; only the training flag needs this.
-        if name == "training":
+        # hooks below; the training flag and plain Python values (which a
+        # program may have read as constants: `x * self.k`) need this.
+        if name == "training" or is_plain_value(value):
             _generation[0] += 1
         setattr_(self, name, value)
 

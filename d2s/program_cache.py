@@ -60,14 +60,16 @@ class Identities:
     the key hashes and compares it by identity, in C: no Python `__hash__`
     or `__eq__` call on the hit path."""
 
-    __slots__ = ("_refs", "__weakref__")
+    __slots__ = ("_refs", "_values", "__weakref__")
 
-    def __init__(self, objects):
+    def __init__(self, objects, values=()):
         self._refs = tuple(map(weak, objects))
+        self._values = values  # plain attribute values of the modules (module_watch.plain_values)
 
     def same(self, other):
-        """Whether both hold the same live objects, in the same order."""
-        if len(self._refs) != len(other._refs):
+        """Whether both hold the same live objects, in the same order, and
+        the same plain values."""
+        if len(self._refs) != len(other._refs) or self._values != other._values:
             return False
         for a, b in zip(self._refs, other._refs):
             obj = a()

@@ -215,8 +215,10 @@ class StaticFunction:
         self._flags_generation = module_watch._generation[0]
         modules = [m for v in (self._instance, *args, *kwargs.values())
                    if isinstance(v, torch.nn.Module) for m in v.modules()]
+        # The modules' plain attribute values join the identities: a program
+        # that read `self.k` as a constant must not serve `self.k = 5`.
         tree = Identities(modules + [t for m in modules for d in (m._parameters, m._buffers)
-                                      for t in d.values() if t is not None])
+                                      for t in d.values() if t is not None], module_watch.plain_values(modules))
         tree = self._intern_tree(tree)
         # (count, bit mask, identities): the flags hashed and compared in
         # constant time on every call.

@@ -332,3 +332,41 @@ def test_hit_with_grad_mode_off_calls_the_in_place_variant_directly(monkeypatch)
         assert torch.equal(net(x), want) and torch.equal(want, nn.functional.linear(x, net.weight, net.bias))
     assert net.forward.concrete_program._inference is not None
     assert torch.equal(net(x), want)  # grad mode on: the ordinary program, also called directly
+
+
+class _Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.k, self.sign = 2, (1, -1)
+
+    def forward(self, x):
+        if x.sum() > 0:  # a tensor condition: the program holds a cond op
+            return x * self.k * self.sign[0]
+        return x * self.sign[1]
+
+
+class _ScaledDeclarative(_Scaled):
+    forward = d2s.declarative(_Scaled.forward)
+
+
+@pytest.mark.parametrize("form", ["instance", "class"])
+@pytest.mark.parametrize("change", [("k", 5), ("sign", (3, -3)), ("k", 2.5)])
+def test_a_plain_attribute_read_as_a_constant_is_part_of_the_key(form, change):
+    # `self.k` is a constant of the program traced with it: after `m.k = 5`
+    # that program must not run again (it silently gave 2 * x).
+    m = d2s.declarative(_Scaled()) if form == "instance" else _ScaledDeclarative()
+    ref = _Scaled()
+    for x in (torch.ones(3), -torch.ones(3)):  # both branches
+        assert torch.equal(m(x), ref(x))
+    for module in (m, ref):
+        setattr(module, *change)
+    for x in (torch.ones(3), -torch.ones(3)):
+        assert torch.equal(m(x), ref(x))
+    main = m.forward.concrete_program.main_program
+    assert any(op.type == "cond" for op in main.global_block().ops)
+    for module in (m, ref):  # back to the first value: its program again, not a third
+        setattr(module, change[0], _Scaled().__dict__[change[0]])
+    n = len(m.forward.program_cache)
+    assert torch.equal(m(torch.ones(3)), ref(torch.ones(3)))
+    if form == "instance":
+        assert len(m.forward.program_cache) == n
