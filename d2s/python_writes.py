@@ -32,7 +32,7 @@ from runtime.errors import ConversionError
 from runtime.ir import Variable
 
 from .module_state import _TORCH_ATTRS
-from .operators.effects import _MISSING, Effects, Slot
+from .operators.effects import _MISSING, Effects, Slot, cell_bound
 from .output_types import holds_variable
 
 _LIBRARIES = frozenset({"torch", "numpy", "d2s", "ops", "runtime", "functools", "collections", "builtins",
@@ -113,7 +113,7 @@ def watch(function, args, kwargs, arg_names, instance=None):
     for fn in functions:
         code = fn.__code__
         for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-            if name not in taken and _bound(cell) and _watched(cell.cell_contents):
+            if name not in taken and cell_bound(cell) and _watched(cell.cell_contents):
                 taken.add(name)
                 roots.append((name, "closure", cell.cell_contents))
         namespace = fn.__globals__
@@ -158,7 +158,7 @@ def _functions(function, instance):
         seen.add(id(fn))
         found.append(fn)
         todo += [fn.__globals__.get(n) for n in _global_names(fn.__code__)]
-        todo += [c.cell_contents for c in fn.__closure__ or () if _bound(c)]
+        todo += [c.cell_contents for c in fn.__closure__ or () if cell_bound(c)]
     return found
 
 
@@ -174,14 +174,6 @@ def _global_names(code):
         if isinstance(const, types.CodeType):
             names |= _global_names(const)
     return names
-
-
-def _bound(cell):
-    try:
-        cell.cell_contents
-    except ValueError:
-        return False
-    return True
 
 
 def _root_name(name):

@@ -112,7 +112,7 @@ class Effects:
             elif isinstance(value, types.FunctionType):
                 # A helper closure the body calls may write what it closes over.
                 todo += [(c.cell_contents, n, depth + 1)
-                         for n, c in zip(value.__code__.co_freevars, value.__closure__ or ()) if _bound(c)]
+                         for n, c in zip(value.__code__.co_freevars, value.__closure__ or ()) if cell_bound(c)]
             elif _plain_object(value):
                 attrs = vars(value)
                 self.saved.append(("attr", value, dict(attrs), name))
@@ -185,7 +185,8 @@ def merge_slots(known, found):
     return list(known) + [s for s in found if s.ident not in idents and not idents.add(s.ident)]
 
 
-def _bound(cell):
+def cell_bound(cell):
+    """Whether a closure cell holds a value (an unassigned one raises)."""
     try:
         cell.cell_contents
     except ValueError:
