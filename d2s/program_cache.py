@@ -2,6 +2,7 @@
 cache key that are not plain values (`Identities`, `with_state_part`)."""
 
 import collections
+import threading
 import weakref
 
 # Programs one StaticFunction keeps (per bound instance) before evicting the
@@ -20,6 +21,17 @@ class ProgramCache:
         self.last = None
         self._recent = None  # the program at the end of `_programs`
         self.state_attrs = []  # (module weakref, name) of module attributes the programs store
+        # The module part of the key (StaticFunction._refresh_training_flags)
+        # lives here, with the programs it keys, and not on the StaticFunction:
+        # a class-decorated forward's bound StaticFunction is made anew for
+        # most calls (it is held weakly), and a key part made anew never
+        # matches the keys of the cached programs (they compare it by identity).
+        self.flags_generation = None  # module_watch._generation when `flags` was read
+        self.flags = ()
+        self.trees = []  # weak references to the interned Identities of cached keys
+        # One build at a time per cache: two threads calling one module share
+        # this cache through two bound StaticFunctions.
+        self.lock = threading.RLock()
 
     def __len__(self):
         return len(self._distinct())

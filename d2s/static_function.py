@@ -13,7 +13,6 @@ code runs at all. `declarative` (d2s/decorator.py) makes them.
 import functools
 import inspect
 import sys
-import threading
 import warnings
 import weakref
 
@@ -57,16 +56,8 @@ class StaticFunction:
         self._input_spec = list(input_spec) if input_spec is not None else None
         self._specs = dict(enumerate(self._input_spec)) if self._input_spec else None
         self.program_cache = ProgramCache()
-        # instance -> its bound StaticFunction, which holds the instance; the
-        # value is kept only weakly so the pair dies with the last outside
-        # reference. The program caches live on in `_caches` (keyed weakly,
-        # they never refer back to the instance) while the instance does.
-        self._bound = weakref.WeakValueDictionary() if instance is None else {}
+        # instance -> its program cache (`__get__`), for a class-level method.
         self._caches = weakref.WeakKeyDictionary() if instance is None else None
-        self._flags_generation = None
-        self._flags = ()
-        self._trees = []  # weak references to the interned _Identities of cached keys
-        self._lock = threading.RLock()
         functools.update_wrapper(self, function)
         try:
             self._signature = inspect.signature(function)
@@ -85,21 +76,35 @@ class StaticFunction:
         # instance), with no programs: those bind the original's tensors.
         return (StaticFunction, (self._function, self._input_spec, self._instance, self._optimize))
 
-    # methods: one program cache per instance, held weakly so that a deleted
-    # module (and everything its programs bind) is garbage-collected.
+    # methods: like a bound method, a bound StaticFunction is made on each
+    # access and holds its instance; what lasts is the instance's program
+    # cache (with the key state that must match again: ProgramCache), held
+    # in `_caches` weakly by instance, so a deleted module (and everything
+    # its programs bind) is garbage-collected.
     def __get__(self, instance, owner=None):
         if instance is None:
             return self
         try:
-            bound = self._bound.get(instance)
+            cache = self._caches.get(instance)
         except TypeError:  # an unhashable or non-weakrefable instance: no caching
             return StaticFunction(self._function, self._input_spec, instance, self._optimize)
-        if bound is None:
-            bound = StaticFunction(self._function, self._input_spec, instance, self._optimize)
-            caches = self._caches.setdefault(instance, ProgramCache()) if self._caches is not None else None
-            if caches is not None:
-                bound.program_cache = caches
-            self._bound[instance] = bound
+        if cache is None:
+            cache = self._caches[instance] = ProgramCache()
+        return self._bind(instance, cache)
+
+    def _bind(self, instance, cache):
+        """This function bound to `instance`, with its program `cache`. Made
+        on most calls (`__get__`), so the fields that do not depend on the
+        instance (signature, wrapper attributes) are computed once and copied."""
+        template = self.__dict__.get("_bound_template")
+        if template is None:
+            first = StaticFunction(self._function, self._input_spec, instance, self._optimize)
+            template = {k: v for k, v in first.__dict__.items() if k not in ("_instance", "program_cache")}
+            self._bound_template = template
+        bound = object.__new__(StaticFunction)
+        bound.__dict__.update(template)
+        bound._instance = instance
+        bound.program_cache = cache
         return bound
 
     def __d2s_unwrap__(self):
@@ -149,7 +154,7 @@ class StaticFunction:
         """(key, tensors): runs on every call, so it builds nothing but the
         key: one flat tuple (hashed and compared without nesting), whose
         last item is the optimisation level."""
-        stale = self._flags_generation != module_watch._generation[0]
+        stale = self.program_cache.flags_generation != module_watch._generation[0]
         parts = []
         if self._specs is None:
             # The common case: a top-level tensor adds its shape, dtype,
@@ -183,7 +188,7 @@ class StaticFunction:
         if stale:
             self._refresh_training_flags(args, kwargs)
         state_attrs = self.program_cache.state_attrs
-        parts += (len(args), self._flags, module_state.key(state_attrs) if state_attrs else (),
+        parts += (len(args), self.program_cache.flags, module_state.key(state_attrs) if state_attrs else (),
                   self._optimize or STATE.optimize)
         return tuple(parts), tensors
 
@@ -212,7 +217,8 @@ class StaticFunction:
         parameters and buffers they are. Between refreshes this is cached:
         `module_watch` says when some module's flag, submodules, parameters
         or buffers changed."""
-        self._flags_generation = module_watch._generation[0]
+        cache = self.program_cache
+        cache.flags_generation = module_watch._generation[0]
         modules = [m for v in (self._instance, *args, *kwargs.values())
                    if isinstance(v, torch.nn.Module) for m in v.modules()]
         # The modules' plain attribute values join the identities: a program
@@ -222,21 +228,21 @@ class StaticFunction:
         tree = self._intern_tree(tree)
         # (count, bit mask, identities): the flags hashed and compared in
         # constant time on every call.
-        self._flags = (len(modules), sum(1 << i for i, m in enumerate(modules) if m.training), tree)
+        cache.flags = (len(modules), sum(1 << i for i, m in enumerate(modules) if m.training), tree)
 
     def _intern_tree(self, tree):
         """The interned `_Identities` holding the same objects as `tree`
         (then a cached key built with it matches again), else `tree`, now
         interned. Runs only on a refresh, never on a hit."""
         live = []
-        for r in self._trees:
+        for r in self.program_cache.trees:
             old = r()
             if old is not None:
                 if old.same(tree):
                     return old
                 live.append(r)
         live.append(weakref.ref(tree))
-        self._trees = live
+        self.program_cache.trees = live
         return tree
 
     def _lookup(self, args, kwargs):
@@ -270,14 +276,14 @@ class StaticFunction:
             return self.dygraph_function(*args, **kwargs)
         cache = self.program_cache
         if (not kwargs and len(args) == self._n_positional and self._specs is None
-                and self._flags_generation == _generation[0] and not cache.state_attrs):
+                and cache.flags_generation == _generation[0] and not cache.state_attrs):
             # The hit path for plain tensor arguments: `cache_key` and
             # `ConcreteProgram.run` inlined (the key built here is the one
             # `cache_key` builds for these arguments); any other argument,
             # a miss or a program that needs more than a call falls through.
             if len(args) == 1:  # the most common signature, without the loop
                 v = args[0]
-                key = ((v.shape, v.dtype, v.device, v.requires_grad, 1, self._flags, (),
+                key = ((v.shape, v.dtype, v.device, v.requires_grad, 1, cache.flags, (),
                         self._optimize or translator.optimize) if type(v) is _Tensor else None)
             else:
                 parts = []
@@ -287,7 +293,7 @@ class StaticFunction:
                         break
                     parts += (v.shape, v.dtype, v.device, v.requires_grad)
                 else:
-                    parts += (len(args), self._flags, (), self._optimize or translator.optimize)
+                    parts += (len(args), cache.flags, (), self._optimize or translator.optimize)
                 key = parts and tuple(parts)
             if key is not None:
                 concrete = cache._programs.get(key)
@@ -381,7 +387,7 @@ class StaticFunction:
         dynamic dimension of size 0 or 1 is traced as that size, not as 2,
         and checked when the program runs. `form`: how the caller passed
         the arguments (`_as_called`)."""
-        with self._lock:
+        with self.program_cache.lock:
             converted = conversion.convert_function(self._function)
             main, startup = Program(), Program()
             leaves = feed_leaves(args, kwargs)

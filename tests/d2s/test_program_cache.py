@@ -96,12 +96,12 @@ def test_structure_unchanged_keeps_one_key_object():
     net = d2s.declarative(Affine())
     x = torch.randn(2, 3)
     net(x)
-    tree = net.forward._flags[2]
+    tree = net.forward.program_cache.flags[2]
     net.eval()
     net(x)
     net.train()
     net(x)
-    assert net.forward._flags[2] is tree and len(net.forward.program_cache) == 2
+    assert net.forward.program_cache.flags[2] is tree and len(net.forward.program_cache) == 2
 
 
 @pytest.mark.parametrize("back", ["same_module", "new_module"])
@@ -125,11 +125,11 @@ def test_touch_marks_flags_stale():
     net = d2s.declarative(Net())
     x = torch.ones(3)
     net(x)
-    count = net.forward._flags[0]  # (modules, bit mask of their training flags, identities)
+    count = net.forward.program_cache.flags[0]  # (modules, bit mask of their training flags, identities)
     net.drop._modules["inner"] = nn.Dropout()  # private edit: needs touch()
     module_watch.touch()
     net.forward.cache_key((x,), {})
-    assert net.forward._flags[0] == count + 1
+    assert net.forward.program_cache.flags[0] == count + 1
 
 
 def test_cache_evicts_least_recently_used_past_max_size():
@@ -368,5 +368,21 @@ def test_a_plain_attribute_read_as_a_constant_is_part_of_the_key(form, change):
         setattr(module, change[0], _Scaled().__dict__[change[0]])
     n = len(m.forward.program_cache)
     assert torch.equal(m(torch.ones(3)), ref(torch.ones(3)))
-    if form == "instance":
-        assert len(m.forward.program_cache) == n
+    assert len(m.forward.program_cache) == n
+
+
+@pytest.mark.parametrize("calls", [2, 5])
+def test_a_class_decorated_forward_converts_once_per_instance(calls):
+    # The bound StaticFunction of a class-level `@declarative` used to be
+    # made anew for each call, its key state with it: every call missed and
+    # converted again (one program per call, 100x slower than a hit).
+    m, other, ref = _ScaledDeclarative(), _ScaledDeclarative(), _Scaled()
+    for _ in range(calls):
+        for x in (torch.ones(3), -torch.ones(3)):  # both branches, one program
+            assert torch.equal(m(x), ref(x)) and torch.equal(other(x), ref(x))
+    for module in (m, other):
+        assert len(module.forward.program_cache) == 1
+        main = module.forward.concrete_program.main_program
+        assert any(op.type == "cond" for op in main.global_block().ops)
+    assert m.forward.program_cache is m.forward.program_cache  # one cache per instance
+    assert m.forward.program_cache is not other.forward.program_cache
