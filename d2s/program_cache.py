@@ -23,8 +23,8 @@ class ProgramCache:
         self.state_attrs = []  # (module weakref, name) of module attributes the programs store
         # The module part of the key (StaticFunction._refresh_training_flags)
         # lives here, with the programs it keys, and not on the StaticFunction:
-        # a class-decorated forward's bound StaticFunction is made anew for
-        # most calls (it is held weakly), and a key part made anew never
+        # a class-decorated forward's bound StaticFunction is made on each
+        # access (like a bound method), and a key part made anew never
         # matches the keys of the cached programs (they compare it by identity).
         self.flags_generation = None  # module_watch._generation when `flags` was read
         self.flags = ()
