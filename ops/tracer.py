@@ -25,7 +25,7 @@ import weakref
 
 from runtime.ir import default_main_program
 
-from . import cold_start
+from . import cold_start, host_random
 from .examples import example_int
 
 _current = contextvars.ContextVar("d2s_tracer", default=None)
@@ -82,6 +82,7 @@ class Tracer:
         self._shapes = None     # ops.symbolic.Shapes, made on the first dynamic dimension
         self._token = None
         self._cold = None       # cold_start.dynamo_free while the trace is active
+        self._host_random = None  # host_random.refuse_global_draws while the trace is active
 
     @property
     def shapes(self):
@@ -119,6 +120,10 @@ class Tracer:
         # Sizes are compared and symbols made outside shape inference too
         # (`if x.size(0) > 2:` in user code): keep torch._dynamo unloaded for the whole trace.
         self._cold = cold_start.dynamo_free().__enter__()
+        # A draw from Python's or numpy's global random state would be a
+        # constant of the program (ops/host_random.py).
+        self._host_random = host_random.refuse_global_draws(active)
+        self._host_random.__enter__()
         return self
 
     def __exit__(self, exc_type, *exc):
@@ -126,7 +131,11 @@ class Tracer:
             if exc_type is None and self._shapes is not None:
                 self._shapes.finish(self.program)
         finally:
-            self._cold.__exit__(None, None, None)
+            try:
+                self._host_random.__exit__(exc_type, *exc)
+            finally:
+                self._host_random = None
+                self._cold.__exit__(None, None, None)
             self._cold = None
             _current.reset(self._token)
             self._token = None
