@@ -25,7 +25,7 @@ import weakref
 
 from runtime.ir import default_main_program
 
-from . import cold_start, host_random
+from . import ambient_modes, cold_start, host_random
 from .examples import example_int
 
 _current = contextvars.ContextVar("d2s_tracer", default=None)
@@ -83,6 +83,10 @@ class Tracer:
         self._token = None
         self._cold = None       # cold_start.dynamo_free while the trace is active
         self._host_random = None  # host_random.refuse_global_draws while the trace is active
+        self._modes = None        # ambient_modes.answer_caller_modes while the trace is active
+        self.caller_modes = None  # (grad, inference) of the caller, read on entry
+        self.modes_read = {}      # "grad"/"inference" -> the caller's mode the user's code read
+        self.user_enabled_grad = False  # the user's code turned gradients on inside the trace
 
     @property
     def shapes(self):
@@ -124,17 +128,25 @@ class Tracer:
         # constant of the program (ops/host_random.py).
         self._host_random = host_random.refuse_global_draws(active)
         self._host_random.__enter__()
+        # The user's code asking for the grad/inference mode sees the
+        # caller's, and the program checks it (ops/ambient_modes.py).
+        self.caller_modes = ambient_modes.caller_modes()
+        self._modes = ambient_modes.answer_caller_modes(active)
+        self._modes.__enter__()
         return self
 
     def __exit__(self, exc_type, *exc):
         try:
             if exc_type is None and self._shapes is not None:
                 self._shapes.finish(self.program)
+            if exc_type is None and self.modes_read:
+                ambient_modes.check_modes_first(self.program, self.modes_read)
         finally:
             try:
+                self._modes.__exit__(None, None, None)
                 self._host_random.__exit__(exc_type, *exc)
             finally:
-                self._host_random = None
+                self._host_random = self._modes = None
                 self._cold.__exit__(None, None, None)
             self._cold = None
             _current.reset(self._token)

@@ -20,14 +20,16 @@ graph first: the error comes from onnxruntime, not as the Python
 exception d2s raises).
 
 Not a check in ONNX: `check_strides` of a contiguous input (ONNX tensors
-are always dense). A program converted for a non-contiguous input layout
+are always dense), and `check_modes` (ops/ambient_modes.py: ONNX has no
+autograd or inference mode; the model is the program converted in the
+exporting call's mode, as torch.onnx.export traces in the caller's mode). A program converted for a non-contiguous input layout
 is refused.
 """
 
 from .onnx_common import op_error
 
 CHECKS = frozenset(("assert", "raise", "check_all_true", "check_sizes", "check_dims", "check_bool",
-                    "check_strides", "decision_failed"))
+                    "check_strides", "decision_failed", "check_modes"))
 
 
 def is_check(op):
@@ -90,6 +92,8 @@ def condition(graph, op, block, lowering):
             same = graph.node("Equal", [dim, graph.const(int(size), "int64")])
             ok = same if ok is None else graph.node("And", [ok, same])
         return ok
+    if op.type == "check_modes":
+        return None  # ONNX has no autograd or inference mode: the model is the program of the export's mode
     if op.type == "check_strides":
         if args[1] is None:
             return None  # contiguous: every ONNX tensor is

@@ -1,0 +1,135 @@
+"""`torch.is_grad_enabled()` and `torch.is_inference_mode_enabled()` read by
+the user's code while a program is traced.
+
+A declarative call traces with autograd on whatever the caller's mode
+(d2s/static_function.py), so one program serves calls with and without
+gradients. Code that asks for the mode must still see the caller's, as it
+does eagerly, and the program may then only serve calls made in that mode:
+
+    def forward(self, x):
+        if torch.is_grad_enabled():   # the caller's mode, not the trace's
+            return checkpoint(self.block, x)
+        return self.block(x)
+
+While a trace is under way the two functions are wrapped. A call made
+directly from the user's code (not from torch's own modules, which get the
+real mode: `no_grad.__enter__` saves and restores it) answers the caller's
+mode: the real one where the trace runs in it, and under a caller's
+`no_grad` the caller's False, unless the user's code itself turned
+gradients back on inside the trace, where the answer is not known and the
+read is refused. The trace notes each mode read; the program then starts
+with a `check_modes` op (ops/framework.py) that raises DecisionFailed in
+another mode, and the call converts again for that mode (d2s/decisions.py),
+keeping both programs.
+"""
+
+import contextlib
+import os
+import sys
+import threading
+
+import torch
+
+from runtime.errors import DecisionFailed
+
+from .registry import OpDef, register
+from .user_frames import INTERNAL_DIRS, error_at_user_line
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_real_grad = torch._C.is_grad_enabled
+_real_inference = torch._C.is_inference_mode_enabled
+_real_set_grad = torch._C._set_grad_enabled
+
+_lock = threading.Lock()
+_depth = 0
+_tracing = None  # `tracer.active`, given by the tracer
+
+
+def _from_user(depth):
+    """Whether the frame `depth` levels above the wrapper's caller is the
+    user's code (not torch's, not d2s's)."""
+    frame = sys._getframe(depth + 1)
+    return frame is not None and not frame.f_code.co_filename.startswith(INTERNAL_DIRS)
+
+
+def is_grad_enabled():
+    tracer = _tracing() if _tracing is not None else None
+    real = _real_grad()
+    if tracer is None or tracer.caller_modes is None or not _from_user(1):
+        return real
+    caller = tracer.caller_modes[0]
+    tracer.modes_read["grad"] = caller
+    if caller or not real:
+        return real  # the trace runs in the caller's mode here (or the user's own no_grad)
+    if tracer.user_enabled_grad:
+        raise error_at_user_line(
+            "torch.is_grad_enabled() is read inside a block where this function turns gradients on, in a "
+            "call made without gradients: d2s traces with gradients on and cannot tell which mode eager "
+            "would see here; call it with gradients on, or read the mode before turning it on")
+    return False
+
+
+def is_inference_mode_enabled():
+    tracer = _tracing() if _tracing is not None else None
+    real = _real_inference()
+    if tracer is not None and tracer.caller_modes is not None and _from_user(1):
+        tracer.modes_read["inference"] = tracer.caller_modes[1]
+    return real
+
+
+def _set_grad_enabled(mode):
+    # `with torch.enable_grad():` / `torch.set_grad_enabled(True)` in the
+    # user's code: torch's grad_mode.py is the caller, the user's code its.
+    tracer = _tracing() if _tracing is not None else None
+    if mode and tracer is not None and _from_user(2):
+        tracer.user_enabled_grad = True
+    return _real_set_grad(mode)
+
+
+def _check_modes_kernel(grad, inference):
+    for what, expected, now in (("gradients enabled", grad, _real_grad()),
+                                ("inference mode", inference, _real_inference())):
+        if expected is not None and now != expected:
+            raise DecisionFailed(f"this program was converted for calls with {what} {expected}, and its code "
+                                 f"reads that mode; this call has {now}: convert again for such calls")
+
+
+register(OpDef("check_modes", kernel=_check_modes_kernel, side_effect=True))
+
+
+def check_modes_first(program, read):
+    """Make a `check_modes` op the first op of `program`: `read` maps "grad"
+    / "inference" to the caller's mode the trace answered with, so nothing
+    runs before a call in another mode is sent to convert again."""
+    block = program.global_block()
+    block.append_op("check_modes", inputs={"X": []}, outputs={"Out": []},
+                    attrs={"args": (read.get("grad"), read.get("inference")), "kwargs": {}, "out": None})
+    block.ops.insert(0, block.ops.pop())
+
+
+def caller_modes():
+    """(grad enabled, inference mode) of the caller, read before the trace."""
+    return (_real_grad(), _real_inference())
+
+
+@contextlib.contextmanager
+def answer_caller_modes(tracing):
+    """Wrap the mode queries for the duration of a trace (`tracing()`: the
+    tracer of the calling context, or None)."""
+    global _depth, _tracing
+    with _lock:
+        _tracing = tracing
+        if _depth == 0:
+            torch.is_grad_enabled = is_grad_enabled
+            torch.is_inference_mode_enabled = is_inference_mode_enabled
+            torch._C._set_grad_enabled = _set_grad_enabled
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                torch.is_grad_enabled = _real_grad
+                torch.is_inference_mode_enabled = _real_inference
+                torch._C._set_grad_enabled = _real_set_grad
