@@ -14,7 +14,7 @@ import operator
 import torch
 
 from runtime.attrs import InputRef, OutputRef
-from runtime.errors import DecisionFailed
+from runtime.errors import ConversionError, DecisionFailed
 from runtime.ir import TENSOR_ARRAY, Variable, default_main_program, default_startup_program, torch_dtype
 
 from . import tracer
@@ -208,8 +208,25 @@ def _assert_kernel(cond, message):
 register(OpDef("assert", kernel=_assert_kernel, side_effect=True))
 
 
+def _refuse_under_try(what, origin=None):
+    """A run-time `raise`/`assert` inside a user `try` with handlers (the
+    trace counts them: d2s/operators/raising.try_scope): the program has no
+    `except`, so the handler would never run for the inputs that raise."""
+    if tracer.current().try_depth == 0:
+        return
+    message = (f"this `{what}` happens only when the program runs (a tensor decides it), inside a `try` "
+               "whose `except` the program cannot run: the call would fail where eager runs the handler; "
+               "compute the handler's value on the tensor instead (torch.where, or an `if` on the tensor "
+               "condition)")
+    if origin is None:
+        raise error_at_user_line(message)
+    filename, lineno, line = origin
+    raise ConversionError(f"{message}\n    {line}" if line else message, filename, lineno)
+
+
 def assert_(cond, message=""):
     """`assert cond, message` checked when the program runs."""
+    _refuse_under_try("assert")
     cond = _as_var(cond)
     _append("assert", [cond], (InputRef(0), "" if message is None else str(message)), {}, [], None)
 
@@ -347,6 +364,7 @@ def raise_(exc, origin=None):
     `origin`: the user line to report, when ``exc`` was not raised there."""
     kind = _exception_kind(type(exc))
     message = str(exc) if kind is type(exc) else f"{type(exc).__name__}: {exc}"
+    _refuse_under_try("raise", origin or exception_origin(exc))
     _append("raise", [], (kind.__name__, message), {}, [], None, origin=origin or exception_origin(exc))
 
 

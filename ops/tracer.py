@@ -87,6 +87,7 @@ class Tracer:
         self.caller_modes = None  # (grad, inference) of the caller, read on entry
         self.modes_read = {}      # "grad"/"inference" -> the caller's mode the user's code read
         self.user_enabled_grad = False  # the user's code turned gradients on inside the trace
+        self.try_depth = 0        # user `try` bodies with handlers under way (d2s try_scope)
 
     @property
     def shapes(self):

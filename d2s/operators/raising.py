@@ -8,10 +8,28 @@ same exception type and message when the program runs and takes it.
 ``ConversionError``s (constructs d2s cannot stage) still fail the build.
 """
 
+import contextlib
+
 from ops import control_flow as cf
 from ops import framework as fw
 from ops import tracer
 from runtime.errors import ConversionError
+
+
+@contextlib.contextmanager
+def try_scope():
+    """The body of a user `try` that has `except` handlers
+    (d2s/transformers/try_scope.py): while it is traced, a `raise` or
+    `assert` that only a run can decide is refused (ops/framework.py)."""
+    tr = tracer.active()
+    if tr is None:  # converted code running without a trace
+        yield
+        return
+    tr.try_depth += 1
+    try:
+        yield
+    finally:
+        tr.try_depth -= 1
 
 
 def raising_as_op(fn):

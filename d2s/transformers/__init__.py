@@ -24,7 +24,9 @@ matters and is part of the design:
 14. Shape         ``x.shape`` -> ``convert_shape(x)``
 15. Subscripts    ``seq[i]`` by a computed index -> ``convert_getitem(seq, i)`` (a tuple
                   indexed by a run-time int)
-16. Call          ``f(...)`` -> ``convert_call(f)(...)`` (last: it must not wrap the
+16. TryScope      a ``try`` body with handlers -> inside ``with try_scope():`` (a
+                  raise a tensor condition decides cannot reach an ``except``)
+17. Call          ``f(...)`` -> ``convert_call(f)(...)`` (last: it must not wrap the
                   helper calls earlier passes generate, and it must see every call)
 
 ``run(tree, ctx, stop_after=n)`` runs the first ``n`` passes (``set_code_level``).
@@ -44,6 +46,7 @@ from .logical import Logical
 from .returns import Return
 from .shape import Shape
 from .subscripts import Subscripts
+from .try_scope import TryScope
 from .undefined import UndefinedLoads
 from .unsupported import Unsupported
 from .while_loops import WhileLoop
@@ -64,6 +67,7 @@ PIPELINE = [
     ListAppend,
     Shape,
     Subscripts,
+    TryScope,
     Call,
 ]
 
