@@ -740,6 +740,31 @@ bool run_with_one_node(const std::shared_ptr<const Code>& code, std::vector<at::
   return true;
 }
 
+// Runs a segment's instructions on `regs` (its inputs in the low registers),
+// with one autograd node at the fast level where it applies, else per-op
+// nodes as eager's. Throws what a kernel throws. Needs no GIL (flow.h runs
+// segments inside a loop with it released).
+void run_code(const std::shared_ptr<const Code>& code, std::vector<at::Tensor>& regs, bool fused_autograd) {
+  bool fused = false;
+  // Saved-tensor hooks (offloading, checkpointing) act on each op's saved
+  // tensors: with any active, calls record per-op nodes, as eager's.
+  if (fused_autograd && code->fusable && torch::autograd::GradMode::is_enabled() &&
+      at::SavedTensorDefaultHooks::get_tls_state().stack.empty()) {
+    bool wants_grad = false, tangents = false;
+    for (int i = 0; i < code->n_inputs; ++i) {
+      wants_grad = wants_grad || regs[i].requires_grad();
+      tangents = tangents || regs[i]._fw_grad(/*level=*/0).defined();
+    }
+    fused = wants_grad && !tangents;  // forward-mode AD: the per-op path computes tangents
+  }
+  if (fused && !run_with_one_node(code, regs)) {
+    fused = false;  // run again with per-op autograd (fused calls free nothing: inputs are still here)
+  }
+  if (!fused) {
+    for (const Instr& in : code->instrs) run_one(regs, in);
+  }
+}
+
 PyObject* segment_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* self = reinterpret_cast<SegmentObject*>(obj);
   const std::shared_ptr<const Code>& code = *self->code;
@@ -762,18 +787,6 @@ PyObject* segment_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyOb
     }
     regs[i] = THPVariable_Unpack(a);
   }
-  bool fused = false;
-  // Saved-tensor hooks (offloading, checkpointing) act on each op's saved
-  // tensors: with any active, calls record per-op nodes, as eager's.
-  if (self->fused_autograd && code->fusable && torch::autograd::GradMode::is_enabled() &&
-      at::SavedTensorDefaultHooks::get_tls_state().stack.empty()) {
-    bool wants_grad = false, tangents = false;
-    for (int i = 0; i < code->n_inputs; ++i) {
-      wants_grad = wants_grad || regs[i].requires_grad();
-      tangents = tangents || regs[i]._fw_grad(/*level=*/0).defined();
-    }
-    fused = wants_grad && !tangents;  // forward-mode AD: the per-op path computes tangents
-  }
   Collect warnings;
   bool failed = false;
   std::string error;
@@ -781,12 +794,7 @@ PyObject* segment_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyOb
     Py_BEGIN_ALLOW_THREADS
     try {
       c10::WarningUtils::WarningHandlerGuard guard(&warnings);
-      if (fused && !run_with_one_node(code, regs)) {
-        fused = false;  // run again with per-op autograd (fused calls free nothing: inputs are still here)
-      }
-      if (!fused) {
-        for (const Instr& in : code->instrs) run_one(regs, in);
-      }
+      run_code(code, regs, self->fused_autograd);
     } catch (const c10::Error& e) {
       failed = true;
       error = e.what_without_backtrace();
@@ -1026,6 +1034,8 @@ PyMethodDef segment_methods[] = {
 
 PyTypeObject SegmentType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
+#include "flow.h"  // control flow: uses Code, run_code, Collect, read_regs, SegmentType
+
 PyObject* opcodes(PyObject*, PyObject*) {
   PyObject* d = PyDict_New();
   if (d == nullptr) return nullptr;
@@ -1072,6 +1082,10 @@ PyMODINIT_FUNC PyInit_d2s_native(void) {
   Py_INCREF(&SegmentType);
   if (PyModule_AddObject(m, "Segment", reinterpret_cast<PyObject*>(&SegmentType)) < 0) {
     Py_DECREF(&SegmentType);
+    Py_DECREF(m);
+    return nullptr;
+  }
+  if (!flow_type_ready(m)) {
     Py_DECREF(m);
     return nullptr;
   }
