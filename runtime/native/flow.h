@@ -91,7 +91,22 @@ struct FlowRun {
   // The root `while`, if the flow is one: its loop variables at the head of
   // the current trip are what the call hands back if the trip fails.
   const Step* root_loop = nullptr;
+  PyThreadState* released = nullptr;  // the thread state while the GIL is released
+  uint64_t trips = 0;
 };
+
+// Thrown when a signal handler raised (Ctrl-C): the Python exception is set.
+struct Interrupted {};
+
+// Python checks for signals between bytecodes, so its `while` loop can be
+// interrupted; the flow checks every 64 trips (a GIL round trip each).
+void check_signals(FlowRun& run) {
+  if ((++run.trips & 63) != 0 || run.released == nullptr) return;
+  PyEval_RestoreThread(run.released);
+  int raised = PyErr_CheckSignals();
+  run.released = PyEval_SaveThread();
+  if (raised != 0) throw Interrupted();
+}
 
 [[noreturn]] void flow_error(const std::string& why) { throw std::runtime_error(why); }
 
@@ -184,6 +199,7 @@ void run_while(FlowRun& run, const Step& s) {
     if (!truth(run.regs[s.test])) break;
     run_steps(run, s.second);
     assign(run, s.ins, s.srcs0);
+    check_signals(run);
   }
   assign(run, s.outs, s.ins);
 }
@@ -381,21 +397,22 @@ PyObject* flow_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyObjec
   }
   std::string why;
   if (!read_inputs(run, args, why)) return flow_give_back(self, run, args, why, false);
-  bool failed = false;
-  {
-    Py_BEGIN_ALLOW_THREADS
-    try {
-      c10::WarningUtils::WarningHandlerGuard guard(&run.warnings);
-      run_step(run, code.root);
-    } catch (const c10::Error& e) {
-      failed = true;
-      why = e.what_without_backtrace();
-    } catch (const std::exception& e) {
-      failed = true;
-      why = e.what();
-    }
-    Py_END_ALLOW_THREADS
+  bool failed = false, interrupted = false;
+  run.released = PyEval_SaveThread();
+  try {
+    c10::WarningUtils::WarningHandlerGuard guard(&run.warnings);
+    run_step(run, code.root);
+  } catch (const Interrupted&) {
+    interrupted = true;
+  } catch (const c10::Error& e) {
+    failed = true;
+    why = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    failed = true;
+    why = e.what();
   }
+  PyEval_RestoreThread(run.released);
+  if (interrupted) return nullptr;  // the handler's exception (KeyboardInterrupt) propagates
   if (!flow_commit(run, !failed)) return nullptr;
   if (failed) return flow_give_back(self, run, args, why, true);
   return flow_result(run, true, true, args);

@@ -254,3 +254,48 @@ def test_a_subclass_input_runs_the_python_path():
     flow, _, _ = _root_flow(_compiled(static))
     assert flow.fallbacks() == 1 and "plain tensor" in flow.last_fallback()
     torch.testing.assert_close(got.as_subclass(torch.Tensor), rnn(*args), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fn, make", [(rnn, _rnn_args(6)), (decode, _decode_args(5, -50.0))])
+def test_no_grad_calls_run_the_in_place_variant_as_a_flow(fn, make):
+    static = d2s.declarative(fn)
+    with torch.no_grad():
+        static(*make())
+        got, want = static(*make()), fn(*make())
+        flow, _, _ = _root_flow(static.concrete_program._inference)
+    assert flow.fallbacks() == 0, flow.last_fallback()
+    _check_equal(got, want, (), ())
+
+
+def spin(x, n):
+    i = 0
+    while i < n:
+        x = x + 1.0
+        i += 1
+    return x
+
+
+class _Stop(BaseException):  # as KeyboardInterrupt: not wrapped in the op error
+    pass
+
+
+def test_a_signal_handler_interrupts_a_long_loop():
+    """Python checks signals between bytecodes, so Ctrl-C stops its loop; a
+    flow checks them every 64 trips. Without that, the handler would run
+    only after the flow's 10**9 trips (a hang, which is this test failing)."""
+    import signal
+
+    static = d2s.declarative(spin)
+    static(torch.zeros(1), torch.tensor(3))
+
+    def stop(*_):
+        raise _Stop
+
+    old = signal.signal(signal.SIGALRM, stop)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.raises(_Stop):
+            static(torch.zeros(1), torch.tensor(10 ** 9))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
