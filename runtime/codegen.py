@@ -227,15 +227,15 @@ class Codegen:
         can run it, else None."""
         if self.native is None or self.trace_hook is not None:
             return [None] * len(block.ops)
+        return [self.lower_op(op) for op in block.ops]
+
+    def lower_op(self, op, once=False):
+        """`op` as (opcode, operands) for a segment, or None (see `_lower_block`)."""
         if self._tensor_names is None:
             self._tensor_names = native_lower.tensor_names(self.program)
-        out = []
-        for op in block.ops:
-            opdef = self.get_op_def(op.type)
-            ok = opdef.emit is None and not opdef.random and (not opdef.mutates
-                                                               or op.type in native_lower.WRITER_TYPES)
-            out.append(native_lower.lower(op, self._tensor_names) if ok else None)
-        return out
+        opdef = self.get_op_def(op.type)
+        ok = opdef.emit is None and not opdef.random and (not opdef.mutates or op.type in native_lower.WRITER_TYPES)
+        return native_lower.lower(op, self._tensor_names, once) if ok else None
 
     def _emit_segment(self, block, indices, lowered, per_op, last_use, keep):
         """One native segment for the ops at `indices`:

@@ -38,7 +38,7 @@ struct Value {
   at::Tensor t;   // V_TENSOR
 };
 
-enum StepKind : int { S_SEG = 0, S_SCALAR = 1, S_INDEX = 2, S_APPEND = 3, S_COND = 4, S_WHILE = 5 };
+enum StepKind : int { S_SEG = 0, S_SCALAR = 1, S_INDEX = 2, S_APPEND = 3, S_COND = 4, S_WHILE = 5, S_TENSOR = 6 };
 
 // The `scalars` pass's Python operators, on Python ints and bools.
 enum ScalarOp : int { P_CONST = 0, P_ADD, P_SUB, P_MUL, P_LT, P_LE, P_GT, P_GE, P_EQ, P_NE, P_AND, P_OR, P_NOT };
@@ -54,6 +54,7 @@ using Steps = std::vector<Step>;
 struct Step {
   int kind = S_SEG;
   std::shared_ptr<const Code> code;  // S_SEG
+  bool once = false;                 // S_SEG: a hoisted invariant, run while its result is unset
   int op = 0;                        // S_SCALAR
   std::vector<ScalarArg> args;       // S_SCALAR
   std::vector<int> ins;   // S_SEG: the segment's inputs; S_INDEX: seq, index; S_APPEND: list, tensor;
@@ -161,6 +162,7 @@ Value scalar_step(const FlowRun& run, const Step& s) {
 void run_steps(FlowRun& run, const Steps& steps);
 
 void run_segment_step(FlowRun& run, const Step& s) {
+  if (s.once && run.regs[s.outs[0]].kind != V_EMPTY) return;  // computed in an earlier trip
   std::vector<at::Tensor> local(s.code->n_regs);
   for (size_t k = 0; k < s.ins.size(); ++k) {
     const Value& v = run.regs[s.ins[k]];
@@ -227,6 +229,16 @@ void run_step(FlowRun& run, const Step& s) {
       if (list.kind != V_LIST || x.kind != V_TENSOR) flow_error("d2s flow: bad append");
       run.lists[list.i].added.push_back(x.t);
       run.regs[s.outs[0]] = list;
+      break;
+    }
+    case S_TENSOR: {
+      // `fill_constant` of a Python int/bool: `torch.tensor(v, dtype=int64 or bool)`, no history.
+      const Value& v = run.regs[s.ins[0]];
+      if (v.kind != V_INT && v.kind != V_BOOL) flow_error("d2s flow: fill_constant of a non-number");
+      Value out;
+      out.kind = V_TENSOR;
+      out.t = v.kind == V_INT ? at::scalar_tensor(v.i, at::kLong) : at::scalar_tensor(v.i != 0, at::kBool);
+      run.regs[s.outs[0]] = std::move(out);
       break;
     }
     case S_COND: {
@@ -464,9 +476,10 @@ bool read_step(PyObject* item, int n_regs, Step& s) {
   if (!read_reg_list(at(n - 1), n_regs, s.frees)) return false;
   auto reg = [&](PyObject* v, int& out) { return read_one_reg(v, n_regs, out); };
   switch (s.kind) {
-    case S_SEG: {  // (S_SEG, segment, ins, outs, frees)
-      if (n != 5 || Py_TYPE(at(1)) != &SegmentType) break;
+    case S_SEG: {  // (S_SEG, segment, ins, outs, once, frees)
+      if (n != 6 || Py_TYPE(at(1)) != &SegmentType) break;
       s.code = *reinterpret_cast<SegmentObject*>(at(1))->code;
+      s.once = PyObject_IsTrue(at(4)) == 1;
       return read_reg_list(at(2), n_regs, s.ins) && read_reg_list(at(3), n_regs, s.outs) &&
              s.ins.size() == static_cast<size_t>(s.code->n_inputs) && s.outs.size() == s.code->outputs.size();
     }
@@ -492,10 +505,11 @@ bool read_step(PyObject* item, int n_regs, Step& s) {
       return ok && reg(at(3), s.outs[0]) && s.op >= P_CONST && s.op <= P_NOT &&
              s.args.size() == (s.op == P_CONST || s.op == P_NOT ? 1u : 2u);
     }
-    case S_INDEX: case S_APPEND:  // (kind, [a, b], out, frees)
+    case S_INDEX: case S_APPEND: case S_TENSOR:  // (kind, [a, b] or [a], out, frees)
       if (n != 4) break;
       s.outs.resize(1);
-      return read_reg_list(at(1), n_regs, s.ins) && s.ins.size() == 2 && reg(at(2), s.outs[0]);
+      return read_reg_list(at(1), n_regs, s.ins) && s.ins.size() == (s.kind == S_TENSOR ? 1u : 2u) &&
+             reg(at(2), s.outs[0]);
     case S_COND:  // (S_COND, test, then, else, then_srcs, else_srcs, outs, frees)
       if (n != 8) break;
       s.ins.resize(1);

@@ -501,10 +501,12 @@ def _factory(op, name):
     return name, [("ints", size), ("none", None) if dtype is None else ("dtype", dtype)]
 
 
-def lower(op, tensor_names):
+def lower(op, tensor_names, once=False):
     """(opcode name, operands) for `op`, or None when a segment cannot hold it.
-    `tensor_names`: the variables known to be plain tensors."""
-    if "args" not in op.attrs or set(op.inputs) - {"X"} or op.attrs.get("no_grad") or op.attrs.get("once"):
+    `tensor_names`: the variables known to be plain tensors. `once`: lower a
+    hoisted invariant too (a flow runs it alone, while its result is unset)."""
+    if "args" not in op.attrs or set(op.inputs) - {"X"} or op.attrs.get("no_grad") or \
+            op.attrs.get("once") and not once:
         return None
     out = op.attrs.get("out")
     in_place = out is None and op.type in WRITER_TYPES

@@ -27,13 +27,15 @@ in Python. The kinds of the flow's inputs are checked on every call.
 
 import ast
 
+import torch
+
 from ..attrs import InputRef, OutputRef
 from ..ir import TENSOR, TENSOR_ARRAY
 from . import plan as native_plan
 
 # Value kinds and step kinds (flow.h's V_* and S_*).
 T, INT, BOOL, LIST, SEQ = 0, 1, 2, 3, 4
-S_SEG, S_SCALAR, S_INDEX, S_APPEND, S_COND, S_WHILE = range(6)
+S_SEG, S_SCALAR, S_INDEX, S_APPEND, S_COND, S_WHILE, S_TENSOR = range(7)
 SCALAR_OPS = {name: i for i, name in enumerate(
     "py.const py.add py.sub py.mul py.lt py.le py.gt py.ge py.eq py.ne py.and py.or py.not".split())}
 _ARITH = {"py.add", "py.sub", "py.mul"}
@@ -166,22 +168,28 @@ class _Builder:
 
         steps = []
         for i, end in native_plan.runs(ops, lowered):
-            if end is None:
+            if end is None and ops[i].attrs.get("once"):
+                # A hoisted invariant (fast level): alone, run while its register is unset.
+                step, end = self.segment([ops[i]], [self.gen.lower_op(ops[i], once=True)], live_after(i + 1),
+                                         once=True), i + 1
+            elif end is None:
                 step, end = self.op_step(ops[i]), i + 1
             else:
                 step = self.segment(ops[i:end], lowered[i:end], live_after(end))
             steps.append(step + (dead(i, end),))
         return steps
 
-    def segment(self, ops, lowered, live_after):
+    def segment(self, ops, lowered, live_after, once=False):
         gen = self.gen
+        if None in lowered:
+            raise _NoFlow
         plan = native_plan.plan_segment(gen.native, ops, lowered, live_after)
-        if plan is None:
+        if plan is None or once and len(plan.outputs) != 1:
             raise _NoFlow  # ops whose results nobody reads: the Python path runs them (dce left them)
         ins = [self.read(n, T) for n in plan.inputs]
         segment = gen.native.Segment(plan.n_regs, len(plan.inputs), plan.instructions, plan.output_regs,
                                      gen.fused_autograd)
-        return S_SEG, segment, ins, [self.write(n, T) for n in plan.outputs]
+        return S_SEG, segment, ins, [self.write(n, T) for n in plan.outputs], once
 
     def op_step(self, op):
         if op.type in SCALAR_OPS:
@@ -199,6 +207,15 @@ class _Builder:
             if op.type == "py.index":
                 return S_INDEX, [self.read(seq, SEQ), self.read(item, INT, BOOL)], self.write(op.output("Out")[0], T)
             return S_APPEND, [self.read(seq, LIST), self.read(item, T)], self.write(op.output("Out")[0], LIST)
+        if op.type == "fill_constant":  # a Python int/bool made a 0-d tensor where a torch op needs one
+            args = op.attrs.get("args", ())
+            if len(args) != 2 or args[0] != InputRef(0) or op.attrs.get("kwargs") or op.attrs.get("out") != OutputRef(0):
+                raise _NoFlow
+            source = op.input("X")[0]
+            want = {torch.int64: INT, torch.bool: BOOL}.get(args[1])
+            if want is None:
+                raise _NoFlow
+            return S_TENSOR, [self.read(source, want)], self.write(op.output("Out")[0], T)
         if op.type == "cond":
             return self.cond(op)
         if op.type == "while":
@@ -217,8 +234,8 @@ class _Builder:
         return S_COND, test, steps[0], steps[1], srcs[0], srcs[1], outs
 
     def loop(self, op):
-        if op.attrs.get("once"):
-            raise _NoFlow
+        if _once_names(op.attrs["body_block"], nested=True):
+            raise _NoFlow  # hoisted invariants of a nested loop are reset each time it starts: Python's
         loop_vars = op.attrs["loop_vars"]
         inits = [self.read(n, self.kinds.get(v)) for n, v in zip(op.input("Init"), loop_vars)]
         regs = [self.write(v, self.kinds.get(v)) for v in loop_vars]
@@ -232,7 +249,8 @@ class _Builder:
         loop_vars = op.attrs["loop_vars"]
         test_steps = self.block(op.attrs["cond_block"], [op.attrs["cond_out"]])
         test = self.read(op.attrs["cond_out"], T, INT, BOOL)
-        body = self.block(op.attrs["body_block"], set(op.attrs["body_outs"]) | set(loop_vars))
+        once = _once_names(op.attrs["body_block"])  # kept across trips, as `_emit_while` keeps them
+        body = self.block(op.attrs["body_block"], set(op.attrs["body_outs"]) | set(loop_vars) | set(once))
         srcs = [self.read(n, self.kinds.get(v)) for n, v in zip(op.attrs["body_outs"], loop_vars)]
         return test_steps, test, body, srcs
 
@@ -249,8 +267,6 @@ def build(gen, op, kinds):
             root = b.cond(op) + ([],)
             return b.flow(root, root[-2]), b.inputs, op.output("Out")
         loop_vars = op.attrs["loop_vars"]
-        if any(o.attrs.get("once") for o in op.attrs["body_block"].ops):
-            return None  # hoisted invariants: their None-before-the-loop protocol stays Python's
         # The loop variables are the flow's first inputs (the Python code has
         # bound them to the initial values) and its outputs.
         regs = [b.read(v) for v in loop_vars]
@@ -260,6 +276,15 @@ def build(gen, op, kinds):
         return b.flow(root, regs), b.inputs, loop_vars
     except _NoFlow:
         return None
+
+
+def _once_names(block, nested=False):
+    """The results of `block`'s hoisted invariants (its own ops; with
+    `nested`, in its sub-blocks too)."""
+    names = [n for op in block.ops if op.attrs.get("once") for n in op.output("Out")]
+    if nested:
+        names += [n for op in block.ops for sub in op.sub_blocks() for n in _once_names(sub, True)]
+    return names
 
 
 def wrap(gen, op, stmts, kinds):

@@ -299,3 +299,47 @@ def test_a_signal_handler_interrupts_a_long_loop():
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+def rnn_t(x, n, w, u):
+    h = torch.zeros(x.shape[0], w.shape[0])
+    for t in range(n):
+        h = torch.tanh(x[:, t] @ w.t() + h @ u)  # `w.t()`: hoisted out of the loop at the fast level
+    return h
+
+
+@pytest.mark.parametrize("n", [0, 1, 6])
+def test_hoisted_invariants_run_once_per_call(n):
+    def make():
+        g = torch.Generator().manual_seed(0)
+        return (torch.randn(3, 6, 4, generator=g), torch.tensor(n),
+                torch.randn(5, 4, generator=g).requires_grad_(), torch.randn(5, 5, generator=g).requires_grad_())
+    static = d2s.declarative(rnn_t, optimize="fast")
+    static(*make())
+    assert "is None:" in _compiled(static).source  # the hoisted `t()` (its Python path)
+    sa, ea = make(), make()
+    got, want = static(*sa), rnn_t(*ea)
+    flow, _, _ = _root_flow(_compiled(static))
+    assert flow.fallbacks() == 0, flow.last_fallback()
+    torch.testing.assert_close(got, want, rtol=0, atol=0)  # values: the same kernels
+    if n:
+        got.sum().backward()
+        want.sum().backward()
+        for a, b in zip(sa[2:], ea[2:]):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6)  # hoist_invariants' tolerance
+
+
+def scaled(x, n):
+    y = x * 0.0
+    for t in range(n):
+        y = y + x * t  # `t` a Python int, made a 0-d tensor for the product
+        if t > 2:
+            y = y * 0.5
+    return y
+
+
+@pytest.mark.parametrize("n", [0, 2, 5])
+def test_counters_made_tensors_inside_the_loop(n):
+    def make():
+        return torch.randn(2, 3, generator=torch.Generator().manual_seed(4)).requires_grad_(), torch.tensor(n)
+    _check_equal(*_run_both(scaled, make))
