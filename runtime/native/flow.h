@@ -7,9 +7,10 @@
 // those of the segment calls the generated Python would make), and between
 // them the flow does what the generated Python does: Python int/bool
 // arithmetic of the `scalars` pass (`ctr + 1`, `ctr < n`, `not broke`),
-// `py.index` into `loop_slices`' unbound views, `array_append`, the `if`/
-// `while` tests (`Tensor.__bool__` is `is_nonzero`), and the rebinding of
-// loop variables.
+// `py.index` into `loop_slices`' unbound views, `fill_constant` of such a
+// number, `array_append`, the fast level's hoisted invariants (a segment
+// run while its result is unset), the `if`/`while` tests (`Tensor.__bool__`
+// is `is_nonzero`), and the rebinding of loop variables.
 //
 // Contract with the Python side:
 //   Flow(n_regs, input_regs, input_kinds, root_step, output_regs, fused_autograd)
@@ -562,55 +563,13 @@ PyObject* flow_new(PyTypeObject* type, PyObject* args, PyObject*) {
     PyErr_SetString(PyExc_ValueError, "d2s native flow: bad layout");
     return nullptr;
   }
-  auto* self = reinterpret_cast<FlowObject*>(type->tp_alloc(type, 0));
-  if (self == nullptr) return nullptr;
-  self->vectorcall = flow_call;
-  self->code = code.release();
-  self->fused_autograd = fused_autograd != 0;
-  self->fallbacks = 0;
-  self->last_fallback = new std::string();
-  return reinterpret_cast<PyObject*>(self);
-}
-
-void flow_dealloc(PyObject* obj) {
-  auto* self = reinterpret_cast<FlowObject*>(obj);
-  delete self->code;
-  delete self->last_fallback;
-  Py_TYPE(obj)->tp_free(obj);
-}
-
-PyObject* flow_fallbacks(PyObject* obj, PyObject*) {
-  return PyLong_FromSsize_t(reinterpret_cast<FlowObject*>(obj)->fallbacks);
-}
-
-PyObject* flow_last_fallback(PyObject* obj, PyObject*) {
-  const std::string& why = *reinterpret_cast<FlowObject*>(obj)->last_fallback;
-  return PyUnicode_DecodeUTF8(why.data(), static_cast<Py_ssize_t>(why.size()), "replace");
+  return new_object<FlowObject>(type, flow_call, code.release(), fused_autograd != 0);
 }
 
 PyMethodDef flow_methods[] = {
-    {"fallbacks", flow_fallbacks, METH_NOARGS, "how many calls gave (part of) the op back to Python"},
-    {"last_fallback", flow_last_fallback, METH_NOARGS, "why the last of those did"},
+    {"fallbacks", count_fallbacks<FlowObject>, METH_NOARGS, "how many calls gave (part of) the op back to Python"},
+    {"last_fallback", why_fallback<FlowObject>, METH_NOARGS, "why the last of those did"},
     {nullptr, nullptr, 0, nullptr},
 };
 
 PyTypeObject FlowType = {PyVarObject_HEAD_INIT(nullptr, 0)};
-
-bool flow_type_ready(PyObject* module) {
-  FlowType.tp_name = "d2s_native.Flow";
-  FlowType.tp_basicsize = sizeof(FlowObject);
-  FlowType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
-  FlowType.tp_vectorcall_offset = offsetof(FlowObject, vectorcall);
-  FlowType.tp_call = PyVectorcall_Call;
-  FlowType.tp_new = flow_new;
-  FlowType.tp_dealloc = flow_dealloc;
-  FlowType.tp_methods = flow_methods;
-  FlowType.tp_doc = "A while or cond op whose blocks run as segments, in one C++ call (see flow.h).";
-  if (PyType_Ready(&FlowType) < 0) return false;
-  Py_INCREF(&FlowType);
-  if (PyModule_AddObject(module, "Flow", reinterpret_cast<PyObject*>(&FlowType)) < 0) {
-    Py_DECREF(&FlowType);
-    return false;
-  }
-  return true;
-}
