@@ -343,3 +343,41 @@ def test_counters_made_tensors_inside_the_loop(n):
     def make():
         return torch.randn(2, 3, generator=torch.Generator().manual_seed(4)).requires_grad_(), torch.tensor(n)
     _check_equal(*_run_both(scaled, make))
+
+
+def overflow(x, n):
+    i = 1
+    while i < n:
+        i = i * 3037000500  # past int64 on the second trip (Python's ints go on)
+        x = x + 1.0
+    return x
+
+
+def test_python_finishes_the_trip_a_flow_gives_back():
+    """int64 overflow in C++ on trip 2: the flow hands back the state at
+    that trip's head (x after one trip) and the Python loop finishes it."""
+    static = d2s.declarative(overflow)
+    x = torch.randn(3)
+    static(x, torch.tensor(2))
+    got = static(x, torch.tensor(2 ** 62))
+    flow, _, _ = _root_flow(_compiled(static))
+    assert flow.fallbacks() == 1 and "overflow" in flow.last_fallback()
+    assert torch.equal(got, x + 1.0 + 1.0)
+
+
+def gather(x, n, w):
+    ys = []
+    for t in range(n):
+        if x[t].sum() > 0:  # the list appended in either branch, inside the loop
+            ys.append(torch.tanh(x[t] * w))
+        else:
+            ys.append(x[t] * 2.0 + w)
+    return torch.stack(ys)
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_appends_in_a_branch(n):
+    def make():  # rows 0, 2, 3 take the false branch, row 1 the true one
+        g = torch.Generator().manual_seed(5)
+        return torch.randn(4, 3, generator=g), torch.tensor(n), torch.randn(3, generator=g).requires_grad_()
+    _check_equal(*_run_both(gather, make))
