@@ -185,7 +185,7 @@ class Codegen:
         per_op = []  # (line, statements, names freed after it)
         for i, op in enumerate(block.ops):
             per_op.append(self._op_stmts(op) + (dead_after(i, op),))
-        lowered = self._lower_block(block)
+        lowered = self.lower_block(block)
         stmts = []
         for i, end in native_plan.runs(block.ops, lowered):
             if end is not None:  # even one op: the segment call costs less than the op's Python binding
@@ -222,7 +222,7 @@ class Codegen:
         return line, _number_lines(op_stmts + stmts, line)
 
     # -- native segments ------------------------------------------------------------
-    def _lower_block(self, block):
+    def lower_block(self, block):
         """For each op of `block`: its (opcode, operands) when a native segment
         can run it, else None."""
         if self.native is None or self.trace_hook is not None:
@@ -230,7 +230,7 @@ class Codegen:
         return [self.lower_op(op) for op in block.ops]
 
     def lower_op(self, op, once=False):
-        """`op` as (opcode, operands) for a segment, or None (see `_lower_block`)."""
+        """`op` as (opcode, operands) for a segment, or None (see `lower_block`)."""
         if self._tensor_names is None:
             self._tensor_names = native_lower.tensor_names(self.program)
         opdef = self.get_op_def(op.type)

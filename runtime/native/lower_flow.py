@@ -153,7 +153,7 @@ class _Builder:
         """The steps of `block`; a register is freed after its last use in the
         block unless `keep` names it (as codegen's `emit_block` frees locals)."""
         ops = block.ops
-        lowered = self.gen._lower_block(block)
+        lowered = self.gen.lower_block(block)
         last_use = self.gen.last_uses(block)
         keep = set(keep)
 
@@ -161,10 +161,13 @@ class _Builder:
             return lambda n: n in keep or last_use.get(n, -1) >= end or n not in block.vars \
                 or block.vars[n].persistable
 
+        dying = {}  # op index -> the block's own names last used there
+        for n, last in last_use.items():
+            if n in block.vars and n not in keep and not block.vars[n].persistable:
+                dying.setdefault(last, []).append(n)
+
         def dead(lo, hi):
-            return [self.regs[n] for n, last in last_use.items()
-                    if lo <= last < hi and n in self.regs and n in block.vars and n not in keep
-                    and not block.vars[n].persistable]
+            return [self.regs[n] for k in range(lo, hi) for n in dying.get(k, ()) if n in self.regs]
 
         steps = []
         for i, end in native_plan.runs(ops, lowered):
