@@ -277,7 +277,9 @@ def build(gen, op, kinds):
         test_steps, test, body, srcs = b.trips(op)
         root = (S_WHILE, regs, regs, test_steps, test, body, srcs, regs, [])
         return b.flow(root, regs), b.inputs, loop_vars
-    except _NoFlow:
+    except (_NoFlow, ValueError, TypeError, OverflowError):
+        # (The extension refusing a description is a layout mistake of ours:
+        # it costs speed, the Python statements run, never a wrong value.)
         return None
 
 
