@@ -26,6 +26,8 @@ import torch
 from .attrs import InputRef, OutputRef, ReturnType
 from .ir import Block
 from .native import lower as native_lower
+from .native import lower_flow as native_flow
+from .native import plan as native_plan
 
 _program_ids = itertools.count()
 
@@ -35,9 +37,10 @@ class CompiledBlock:
     failure: argument order, the line -> op map, and the source text."""
 
     def __init__(self, fn, feed_names, param_names, fetch_names, written_params, line_ops, source, derived=(),
-                 segments=()):
+                 segments=(), flows=()):
         self.fn = fn
         self.segments = list(segments)  # the native segments the function calls (runtime/native)
+        self.flows = list(flows)  # its `while`/`cond` ops run by C++ (runtime/native/lower_flow.py)
         self.feed_names = feed_names
         self.param_names = param_names
         # Parameters whose transposes (`w.t()`) the caller passes after the
@@ -60,7 +63,9 @@ class Codegen:
         # The fast level: a segment called with grad on records one autograd node (segment.cpp).
         self.fused_autograd = fused_autograd
         self._tensor_names = None
+        self._value_kinds = None
         self.segments = []
+        self.flows = []  # native control flow (runtime/native/lower_flow.py)
         self.globals = {}
         self._locals = {}
         self._globals_by_id = {}
@@ -169,10 +174,7 @@ class Codegen:
         this block after its last use (except the names in `keep`). Runs of
         ops a native segment can hold become one segment call (see
         `_emit_segment`)."""
-        last_use = {}
-        for i, op in enumerate(block.ops):
-            for name in itertools.chain(op.input_names, op.output_names, _sub_block_names(op)):
-                last_use[name] = i
+        last_use = self.last_uses(block)
         keep = set(keep)
 
         def dead_after(i, op):
@@ -183,27 +185,25 @@ class Codegen:
         per_op = []  # (line, statements, names freed after it)
         for i, op in enumerate(block.ops):
             per_op.append(self._op_stmts(op) + (dead_after(i, op),))
-        lowered = self._lower_block(block)
+        lowered = self.lower_block(block)
         stmts = []
-        i = 0
-        while i < len(block.ops):
-            end = i
-            fresh = set()  # tensors the run made that nothing outside it can see
-            while end < len(block.ops) and lowered[end] is not None:
-                op = block.ops[end]
-                written = native_lower.writes(op, lowered[end])
-                if written is not None and written not in fresh:
-                    break  # in place into a tensor from outside the run (or a view of one): Python's
-                fresh |= native_lower.fresh_names(op, lowered[end])
-                end += 1
-            if end > i:  # even one op: the segment call costs less than the op's Python binding
+        for i, end in native_plan.runs(block.ops, lowered):
+            if end is not None:  # even one op: the segment call costs less than the op's Python binding
                 stmts += self._emit_segment(block, range(i, end), lowered, per_op, last_use, keep)
-                i = end
                 continue
             line, op_stmts, dead = per_op[i]
             stmts += op_stmts + _free(self, dead, line)
-            i += 1
         return _group_no_grad(stmts)
+
+    @staticmethod
+    def last_uses(block):
+        """name -> the index of the last op of `block` that reads or writes it
+        (inside its sub-blocks too)."""
+        last_use = {}
+        for i, op in enumerate(block.ops):
+            for name in itertools.chain(op.input_names, op.output_names, _sub_block_names(op)):
+                last_use[name] = i
+        return last_use
 
     def _op_stmts(self, op):
         """(line, statements) of one op, every node numbered with the op's line."""
@@ -214,24 +214,28 @@ class Codegen:
         if self.trace_hook is not None:
             op_stmts.append(ast.Expr(value=self.call(self.global_ref(self.trace_hook, "trace"),
                                                      [self.global_ref(op, "op")])))
-        op_stmts += opdef.emit(op, self) if opdef.emit else self.emit_call_op(op, opdef)
-        return line, _number_lines(op_stmts, line)
+        stmts = opdef.emit(op, self) if opdef.emit else self.emit_call_op(op, opdef)
+        if op.type in ("while", "cond") and self.native is not None and self.trace_hook is None:
+            if self._value_kinds is None:
+                self._value_kinds = native_flow.value_kinds(self.program)
+            stmts = native_flow.wrap(self, op, stmts, self._value_kinds)  # one C++ call where it can
+        return line, _number_lines(op_stmts + stmts, line)
 
     # -- native segments ------------------------------------------------------------
-    def _lower_block(self, block):
+    def lower_block(self, block):
         """For each op of `block`: its (opcode, operands) when a native segment
         can run it, else None."""
         if self.native is None or self.trace_hook is not None:
             return [None] * len(block.ops)
+        return [self.lower_op(op) for op in block.ops]
+
+    def lower_op(self, op, once=False):
+        """`op` as (opcode, operands) for a segment, or None (see `lower_block`)."""
         if self._tensor_names is None:
             self._tensor_names = native_lower.tensor_names(self.program)
-        out = []
-        for op in block.ops:
-            opdef = self.get_op_def(op.type)
-            ok = opdef.emit is None and not opdef.random and (not opdef.mutates
-                                                               or op.type in native_lower.WRITER_TYPES)
-            out.append(native_lower.lower(op, self._tensor_names) if ok else None)
-        return out
+        opdef = self.get_op_def(op.type)
+        ok = opdef.emit is None and not opdef.random and (not opdef.mutates or op.type in native_lower.WRITER_TYPES)
+        return native_lower.lower(op, self._tensor_names, once) if ok else None
 
     def _emit_segment(self, block, indices, lowered, per_op, last_use, keep):
         """One native segment for the ops at `indices`:
@@ -246,7 +250,7 @@ class Codegen:
         (with one result, `v_a = seg_1(...)` and `if v_a is None:`).
         """
         start, end = indices[0], indices[-1]
-        plan = native_lower.plan_segment(
+        plan = native_plan.plan_segment(
             self.native, [block.ops[i] for i in indices], [lowered[i] for i in indices],
             live_after=lambda n: n in keep or last_use.get(n, -1) > end or n not in block.vars
             or block.vars[n].persistable)
@@ -377,4 +381,5 @@ def compile_program(program, feed_names, fetch_names, get_op_def, trace_hook=Non
     namespace["__builtins__"] = builtins
     exec(code, namespace)
     return CompiledBlock(namespace["program"], list(feed_names), params, list(fetch_names), written,
-                         gen.line_ops, ast.unparse(module), list(derived.values()), gen.segments)
+                         gen.line_ops, ast.unparse(module), list(derived.values()), gen.segments,
+                         gen.flows)

@@ -487,7 +487,7 @@ def fresh_names(op, lowered):
     opcode, _ = lowered
     if opcode in INPLACE:  # codegen ends the run before one that writes anything else
         return set(op.output_names)
-    return set() if opcode in ALIASING else set(_out_names(op))
+    return set() if opcode in ALIASING else set(out_names(op))
 
 
 def _factory(op, name):
@@ -501,10 +501,12 @@ def _factory(op, name):
     return name, [("ints", size), ("none", None) if dtype is None else ("dtype", dtype)]
 
 
-def lower(op, tensor_names):
+def lower(op, tensor_names, once=False):
     """(opcode name, operands) for `op`, or None when a segment cannot hold it.
-    `tensor_names`: the variables known to be plain tensors."""
-    if "args" not in op.attrs or set(op.inputs) - {"X"} or op.attrs.get("no_grad") or op.attrs.get("once"):
+    `tensor_names`: the variables known to be plain tensors. `once`: lower a
+    hoisted invariant too (a flow runs it alone, while its result is unset)."""
+    if "args" not in op.attrs or set(op.inputs) - {"X"} or op.attrs.get("no_grad") or \
+            op.attrs.get("once") and not once:
         return None
     out = op.attrs.get("out")
     in_place = out is None and op.type in WRITER_TYPES
@@ -547,79 +549,7 @@ def tensor_names(program):
     return {name for block in program.blocks for name, var in block.vars.items() if var.kind == TENSOR}
 
 
-class Plan:
-    """A segment's layout: registers 0..len(inputs)-1 hold the inputs, every
-    op result gets the next one; `instructions` as segment.cpp reads them."""
-
-    def __init__(self, inputs, outputs, output_regs, n_regs, instructions):
-        self.inputs = inputs
-        self.outputs = outputs
-        self.output_regs = output_regs
-        self.n_regs = n_regs
-        self.instructions = instructions
-
-
-def plan_segment(module, ops, lowered, live_after):
-    """The Plan for running `ops` (each lowered to (opcode, operands)) as one
-    segment; `live_after(name)`: whether the code after the segment reads
-    `name`. None when nothing the segment computes is read afterwards."""
-    opcodes, kinds = _numbering(module)
-    # The inputs: names read before any op of the segment defines them. They
-    # take the low registers; results get the next ones, in order.
-    inputs, defined = [], set()
-    for op, (opcode, operands) in zip(ops, lowered):
-        for kind, value in operands:
-            for name in [value.name] if kind == "reg" else value.names if kind == "regs" else []:
-                if name not in defined and name not in inputs:
-                    inputs.append(name)
-        defined.update(_out_names(op))
-    steps = []    # (opcode number, [(kind number, value or register)], [out registers])
-    n_regs = len(inputs)
-    current = {name: i for i, name in enumerate(inputs)}
-    last_read = {}
-    for k, (op, (opcode, operands)) in enumerate(zip(ops, lowered)):
-        args = []
-        for kind, value in operands:
-            if kind == "reg":
-                args.append((kinds[kind], current[value.name]))
-                last_read[current[value.name]] = k
-            elif kind == "regs":
-                regs = [current[n] for n in value.names]
-                args.append((kinds[kind], regs))
-                for r in regs:
-                    last_read[r] = k
-            else:
-                args.append((kinds[kind], value))
-        outs = []
-        if opcode in INPLACE:
-            # The result is the written tensor itself: every name the op
-            # gives it (the user's `b = a.mul_(2)`) reads that register.
-            written = current[operands[0][1].name]
-            outs.append(written)
-            for name in _out_names(op):
-                current[name] = written
-        else:
-            for name in _out_names(op):
-                current[name] = n_regs
-                outs.append(n_regs)
-                n_regs += 1
-        steps.append((opcodes[opcode], args, outs))
-    outputs = [name for name, r in current.items() if r >= len(inputs) and live_after(name)]
-    if not outputs:
-        return None
-    output_regs = [current[n] for n in outputs]
-    keep = set(output_regs)
-    instructions = []
-    for k, (opcode, args, outs) in enumerate(steps):
-        # A register is freed after its last read (results nobody reads, at once),
-        # so intermediates die as early as in the Python code.
-        frees = sorted(r for r, last in last_read.items() if last == k and r not in keep)
-        frees += [r for r in outs if r not in last_read and r not in keep]
-        instructions.append((opcode, args, outs, frees))
-    return Plan(inputs, outputs, output_regs, n_regs, instructions)
-
-
-def _out_names(op):
+def out_names(op):
     names = op.output("Out")
     out = op.attrs.get("out")
     if out is None:
@@ -628,12 +558,3 @@ def _out_names(op):
         return [names[out.index]]
     items = getattr(out, "items", out)
     return [names[o.index] for o in items]
-
-
-_numbers = {}
-
-
-def _numbering(module):
-    if module not in _numbers:
-        _numbers[module] = (module.opcodes(), module.operand_kinds())
-    return _numbers[module]

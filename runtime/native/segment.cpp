@@ -740,6 +740,31 @@ bool run_with_one_node(const std::shared_ptr<const Code>& code, std::vector<at::
   return true;
 }
 
+// Runs a segment's instructions on `regs` (its inputs in the low registers),
+// with one autograd node at the fast level where it applies, else per-op
+// nodes as eager's. Throws what a kernel throws. Needs no GIL (flow.h runs
+// segments inside a loop with it released).
+void run_code(const std::shared_ptr<const Code>& code, std::vector<at::Tensor>& regs, bool fused_autograd) {
+  bool fused = false;
+  // Saved-tensor hooks (offloading, checkpointing) act on each op's saved
+  // tensors: with any active, calls record per-op nodes, as eager's.
+  if (fused_autograd && code->fusable && torch::autograd::GradMode::is_enabled() &&
+      at::SavedTensorDefaultHooks::get_tls_state().stack.empty()) {
+    bool wants_grad = false, tangents = false;
+    for (int i = 0; i < code->n_inputs; ++i) {
+      wants_grad = wants_grad || regs[i].requires_grad();
+      tangents = tangents || regs[i]._fw_grad(/*level=*/0).defined();
+    }
+    fused = wants_grad && !tangents;  // forward-mode AD: the per-op path computes tangents
+  }
+  if (fused && !run_with_one_node(code, regs)) {
+    fused = false;  // run again with per-op autograd (fused calls free nothing: inputs are still here)
+  }
+  if (!fused) {
+    for (const Instr& in : code->instrs) run_one(regs, in);
+  }
+}
+
 PyObject* segment_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* self = reinterpret_cast<SegmentObject*>(obj);
   const std::shared_ptr<const Code>& code = *self->code;
@@ -762,18 +787,6 @@ PyObject* segment_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyOb
     }
     regs[i] = THPVariable_Unpack(a);
   }
-  bool fused = false;
-  // Saved-tensor hooks (offloading, checkpointing) act on each op's saved
-  // tensors: with any active, calls record per-op nodes, as eager's.
-  if (self->fused_autograd && code->fusable && torch::autograd::GradMode::is_enabled() &&
-      at::SavedTensorDefaultHooks::get_tls_state().stack.empty()) {
-    bool wants_grad = false, tangents = false;
-    for (int i = 0; i < code->n_inputs; ++i) {
-      wants_grad = wants_grad || regs[i].requires_grad();
-      tangents = tangents || regs[i]._fw_grad(/*level=*/0).defined();
-    }
-    fused = wants_grad && !tangents;  // forward-mode AD: the per-op path computes tangents
-  }
   Collect warnings;
   bool failed = false;
   std::string error;
@@ -781,12 +794,7 @@ PyObject* segment_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyOb
     Py_BEGIN_ALLOW_THREADS
     try {
       c10::WarningUtils::WarningHandlerGuard guard(&warnings);
-      if (fused && !run_with_one_node(code, regs)) {
-        fused = false;  // run again with per-op autograd (fused calls free nothing: inputs are still here)
-      }
-      if (!fused) {
-        for (const Instr& in : code->instrs) run_one(regs, in);
-      }
+      run_code(code, regs, self->fused_autograd);
     } catch (const c10::Error& e) {
       failed = true;
       error = e.what_without_backtrace();
@@ -914,6 +922,30 @@ bool read_operand(PyObject* item, int n_regs, Operand& o) {
   }
 }
 
+// A Segment or a Flow (flow.h) holding `code` (owned: deleted with the object).
+template <class Object, class CodeHolder>
+PyObject* new_object(PyTypeObject* type, vectorcallfunc call, CodeHolder* code, bool fused_autograd) {
+  auto* self = reinterpret_cast<Object*>(type->tp_alloc(type, 0));
+  if (self == nullptr) {
+    delete code;
+    return nullptr;
+  }
+  self->vectorcall = call;
+  self->code = code;
+  self->fused_autograd = fused_autograd;
+  self->fallbacks = 0;
+  self->last_fallback = new std::string();
+  return reinterpret_cast<PyObject*>(self);
+}
+
+template <class Object>
+void dealloc_object(PyObject* obj) {
+  auto* self = reinterpret_cast<Object*>(obj);
+  delete self->code;
+  delete self->last_fallback;
+  Py_TYPE(obj)->tp_free(obj);
+}
+
 PyObject* segment_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   int n_regs, n_inputs, fused_autograd = 0;
   PyObject *instrs, *outputs;
@@ -965,21 +997,8 @@ PyObject* segment_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return nullptr;
   }
-  auto* self = reinterpret_cast<SegmentObject*>(type->tp_alloc(type, 0));
-  if (self == nullptr) return nullptr;
-  self->vectorcall = segment_call;
-  self->code = new std::shared_ptr<const Code>(std::move(built));
-  self->fused_autograd = fused_autograd != 0;
-  self->fallbacks = 0;
-  self->last_fallback = new std::string();
-  return reinterpret_cast<PyObject*>(self);
-}
-
-void segment_dealloc(PyObject* obj) {
-  auto* self = reinterpret_cast<SegmentObject*>(obj);
-  delete self->code;
-  delete self->last_fallback;
-  Py_TYPE(obj)->tp_free(obj);
+  return new_object<SegmentObject>(type, segment_call, new std::shared_ptr<const Code>(std::move(built)),
+                                   fused_autograd != 0);
 }
 
 PyObject* segment_size(PyObject* obj, PyObject*) {
@@ -1001,12 +1020,15 @@ PyObject* segment_codes(PyObject* obj, PyObject*) {
   return list;
 }
 
-PyObject* segment_fallbacks(PyObject* obj, PyObject*) {
-  return PyLong_FromSsize_t(reinterpret_cast<SegmentObject*>(obj)->fallbacks);
+// `fallbacks()` and `last_fallback()` of a Segment or a Flow (flow.h).
+template <class Object>
+PyObject* count_fallbacks(PyObject* obj, PyObject*) {
+  return PyLong_FromSsize_t(reinterpret_cast<Object*>(obj)->fallbacks);
 }
 
-PyObject* segment_last_fallback(PyObject* obj, PyObject*) {
-  const std::string& why = *reinterpret_cast<SegmentObject*>(obj)->last_fallback;
+template <class Object>
+PyObject* why_fallback(PyObject* obj, PyObject*) {
+  const std::string& why = *reinterpret_cast<Object*>(obj)->last_fallback;
   return PyUnicode_DecodeUTF8(why.data(), static_cast<Py_ssize_t>(why.size()), "replace");
 }
 
@@ -1017,14 +1039,16 @@ PyObject* segment_fused(PyObject* obj, PyObject*) {
 
 PyMethodDef segment_methods[] = {
     {"fused", segment_fused, METH_NOARGS, "whether grad-mode calls record one autograd node (the fast level)"},
-    {"fallbacks", segment_fallbacks, METH_NOARGS, "how many calls left their ops to Python"},
-    {"last_fallback", segment_last_fallback, METH_NOARGS, "why the last of those did"},
+    {"fallbacks", count_fallbacks<SegmentObject>, METH_NOARGS, "how many calls left their ops to Python"},
+    {"last_fallback", why_fallback<SegmentObject>, METH_NOARGS, "why the last of those did"},
     {"size", segment_size, METH_NOARGS, "the number of instructions"},
     {"codes", segment_codes, METH_NOARGS, "the opcode of every instruction, in order"},
     {nullptr, nullptr, 0, nullptr},
 };
 
 PyTypeObject SegmentType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+#include "flow.h"  // control flow: uses Code, run_code, Collect, read_regs, SegmentType
 
 PyObject* opcodes(PyObject*, PyObject*) {
   PyObject* d = PyDict_New();
@@ -1054,24 +1078,37 @@ PyMethodDef module_methods[] = {
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "d2s_native", "d2s native segments", -1, module_methods};
 
+// Readies the type of a Segment or a Flow and adds it to the module as `name`.
+template <class Object>
+bool add_type(PyObject* module, PyTypeObject& type, const char* name, const char* qualified, newfunc make,
+              PyMethodDef* methods, const char* doc) {
+  type.tp_name = qualified;
+  type.tp_basicsize = sizeof(Object);
+  type.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
+  type.tp_vectorcall_offset = offsetof(Object, vectorcall);
+  type.tp_call = PyVectorcall_Call;
+  type.tp_new = make;
+  type.tp_dealloc = dealloc_object<Object>;
+  type.tp_methods = methods;
+  type.tp_doc = doc;
+  if (PyType_Ready(&type) < 0) return false;
+  Py_INCREF(&type);
+  if (PyModule_AddObject(module, name, reinterpret_cast<PyObject*>(&type)) < 0) {
+    Py_DECREF(&type);
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 PyMODINIT_FUNC PyInit_d2s_native(void) {
-  SegmentType.tp_name = "d2s_native.Segment";
-  SegmentType.tp_basicsize = sizeof(SegmentObject);
-  SegmentType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
-  SegmentType.tp_vectorcall_offset = offsetof(SegmentObject, vectorcall);
-  SegmentType.tp_call = PyVectorcall_Call;
-  SegmentType.tp_new = segment_new;
-  SegmentType.tp_dealloc = segment_dealloc;
-  SegmentType.tp_methods = segment_methods;
-  SegmentType.tp_doc = "A straight-line run of program ops run by ATen calls (see segment.cpp).";
-  if (PyType_Ready(&SegmentType) < 0) return nullptr;
   PyObject* m = PyModule_Create(&module_def);
   if (m == nullptr) return nullptr;
-  Py_INCREF(&SegmentType);
-  if (PyModule_AddObject(m, "Segment", reinterpret_cast<PyObject*>(&SegmentType)) < 0) {
-    Py_DECREF(&SegmentType);
+  if (!add_type<SegmentObject>(m, SegmentType, "Segment", "d2s_native.Segment", segment_new, segment_methods,
+                               "A straight-line run of program ops run by ATen calls (see segment.cpp).") ||
+      !add_type<FlowObject>(m, FlowType, "Flow", "d2s_native.Flow", flow_new, flow_methods,
+                            "A while or cond op whose blocks run as segments, in one C++ call (see flow.h).")) {
     Py_DECREF(m);
     return nullptr;
   }

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 import d2s
 from runtime import native
 from runtime.native import lower
+from runtime.native import plan as native_plan
 
 _AVAILABLE = native.load() is not None
 # CI builds the extension first and sets D2S_REQUIRE_NATIVE: there, these tests never skip.
@@ -386,7 +387,7 @@ def test_plan_registers_outputs_and_frees():
             op("torch.Tensor.__add__", ["t1"], "t2", (InputRef(0), 1))]
     names = {"x", "w", "t0", "t1", "t2"}
     lowered = [lower.lower(o, names) for o in ops_]
-    plan = lower.plan_segment(native.load(), ops_, lowered, live_after=lambda n: n in ("t2", "t0"))
+    plan = native_plan.plan_segment(native.load(), ops_, lowered, live_after=lambda n: n in ("t2", "t0"))
     codes = native.load().opcodes()
     kinds = native.load().operand_kinds()
     assert plan.inputs == ["x", "w"] and plan.outputs == ["t0", "t2"] and plan.output_regs == [2, 4]
