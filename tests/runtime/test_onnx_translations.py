@@ -1,0 +1,61 @@
+"""runtime/onnx_translations.py: the ATen translations d2s gives torch.onnx
+besides its library, exported with a dynamic batch and run in onnxruntime
+against eager (rtol 1e-4)."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import d2s
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+
+class _CrossEntropy(torch.nn.Module):
+    def __init__(self, weighted, reduction, smoothing, ignore):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.rand(5) + 0.5) if weighted else None
+        self.reduction, self.smoothing, self.ignore = reduction, smoothing, ignore
+
+    def forward(self, x, y):
+        return F.cross_entropy(x, y, weight=self.weight, reduction=self.reduction,
+                               label_smoothing=self.smoothing, ignore_index=self.ignore)
+
+
+def _targets(kind, shape):
+    """Probabilities over dimension 1 (or 0 unbatched), or class indices
+    with some of them the ignored index 2."""
+    if kind == "probabilities":
+        return torch.softmax(torch.randn(shape), dim=1 if len(shape) > 1 else 0)
+    classes = torch.randint(0, 5, shape[:1] + shape[2:])
+    classes.view(-1)[0] = 2  # the ignored index, and a real class in the other rows
+    return classes
+
+
+# torchlib's own function is SoftmaxCrossEntropyLoss, which refuses
+# probabilities and leaves label smoothing out (a wrong value).
+@pytest.mark.parametrize("kind, weighted, smoothing", [
+    ("probabilities", False, 0.0), ("probabilities", True, 0.2),
+    ("classes", False, 0.1), ("classes", True, 0.3)])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("spatial", [False, True])
+def test_cross_entropy_targets_and_label_smoothing(tmp_path, kind, weighted, smoothing, reduction, spatial):
+    torch.manual_seed(0)
+    model = _CrossEntropy(weighted, reduction, smoothing, ignore=-100 if kind == "probabilities" else 2).eval()
+    tail = (3, 2) if spatial else ()
+    spec = [d2s.InputSpec([None, 5, *tail])] + [
+        d2s.InputSpec([None, 5, *tail]) if kind == "probabilities" else d2s.InputSpec([None, *tail], "int64")]
+    path = str(tmp_path / "ce.onnx")
+    d2s.onnx.export(d2s.declarative(model), path, input_spec=spec)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    for batch in (2, 6):  # (a class-index program is converted for batches other than 1)
+        x = torch.randn(batch, 5, *tail)
+        y = _targets(kind, (batch, 5, *tail))
+        with torch.no_grad():
+            want = model(x, y).numpy()
+        got, = session.run(None, {names[0]: x.numpy(), names[1]: y.numpy()})
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
