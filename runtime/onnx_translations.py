@@ -14,6 +14,10 @@
                              value); probability targets and label smoothing
                              are written here as torch computes them
                              (log_softmax, then the weighted sums)
+    aten::index_put          the values cast to the tensor's dtype first, as
+                             torch does (`w[mask] = total / count`, a 0-d
+                             float64 into float32): torchlib's ScatterND
+                             takes them as they are, which ONNX refuses
 """
 
 import torch
@@ -91,9 +95,18 @@ def _smoothed_class_loss(op, nn, self, target, weight, logp_w, classes, axis, re
                   op.Mul(smooth, op.Div(op.CastLike(label_smoothing, self), classes)))
 
 
+def _index_put(self, indices, values, accumulate: bool = False):
+    from onnxscript import opset18 as op
+    from onnxscript.function_libs.torch_lib.ops import core
+    if values.dtype != self.dtype:
+        values = op.CastLike(values, self)
+    return core.aten_index_put(self, indices, values, accumulate)
+
+
 def translations():
     from onnxscript.function_libs.torch_lib.ops import core
     from . import onnx_rnn  # lazy: registers the d2s_onnx custom ops, when exporting only  # noqa: F401
     return {torch.ops.d2s_onnx.lstm.default: core.aten_lstm, torch.ops.d2s_onnx.gru.default: core.aten_gru,
             torch.ops.aten.squeeze.dim: _squeeze_dim,
-            torch.ops.aten.cross_entropy_loss.default: _cross_entropy_loss}
+            torch.ops.aten.cross_entropy_loss.default: _cross_entropy_loss,
+            torch.ops.aten.index_put.default: _index_put, torch.ops.aten._unsafe_index_put.default: _index_put}

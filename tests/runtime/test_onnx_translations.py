@@ -59,3 +59,31 @@ def test_cross_entropy_targets_and_label_smoothing(tmp_path, kind, weighted, smo
         got, = session.run(None, {names[0]: x.numpy(), names[1]: y.numpy()})
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+class _MaskedFill(torch.nn.Module):
+    """GHM loss's weights: a number computed from tensors (float64 in d2s,
+    a Python float eagerly) written through a mask, on one side of an if."""
+
+    def forward(self, pred, target):
+        weights = torch.zeros_like(pred)
+        gap = torch.abs(pred - target)
+        total = max(gap.sum().item(), 1.0)
+        picked = gap > 0.5
+        count = picked.sum().item()
+        if count > 0:
+            weights[picked] = total / count
+        return weights
+
+
+def test_index_put_casts_its_values(tmp_path):
+    path = str(tmp_path / "put.onnx")
+    model = _MaskedFill().eval()
+    d2s.onnx.export(d2s.declarative(model), path, input_spec=[d2s.InputSpec([None, 4])] * 2)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    for batch, spread in [(3, 0.0), (5, 2.0), (1, 2.0)]:  # no element picked, then some
+        pred = torch.rand(batch, 4)
+        target = pred + spread * torch.rand(batch, 4)
+        got, = session.run(None, {names[0]: pred.numpy(), names[1]: target.numpy()})
+        np.testing.assert_allclose(got, model(pred, target).numpy(), rtol=1e-4, atol=1e-5)
