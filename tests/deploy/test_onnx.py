@@ -60,10 +60,15 @@ def _check(session, feeds, expected):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("how", ["module", "translated", "directory"])
-def test_quickstart_model_every_branch_and_trip_count(tmp_path, how):
+# refine_bias 3.0: the state stays large, the loop runs all 4 trips
+@pytest.mark.parametrize("how, refine_bias", [("module", None), ("translated", None), ("directory", None),
+                                              ("module", 3.0)])
+def test_quickstart_model_every_branch_and_trip_count(tmp_path, how, refine_bias):
     torch.manual_seed(0)
     eager = GatedRefiner().eval()
+    if refine_bias is not None:
+        with torch.no_grad():
+            eager.refine.bias.fill_(refine_bias)
     model, session = _export(eager, [d2s.InputSpec([None, 8])], tmp_path, how)
     assert {"If", "Loop"} <= _op_types(model.graph)
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param  # a symbolic batch dimension
@@ -79,7 +84,10 @@ def test_quickstart_model_every_branch_and_trip_count(tmp_path, how):
         branches.add(bool(h.mean() > 0))
         with torch.no_grad():
             _check(session, [x], eager(x))
-    assert trips >= {0, 1} and branches == {True, False}
+    if refine_bias is None:
+        assert trips >= {0, 1} and branches == {True, False}
+    else:
+        assert trips >= {0, 4}
 
 
 def _gru_session(eager, path):
