@@ -18,6 +18,9 @@
                              torch does (`w[mask] = total / count`, a 0-d
                              float64 into float32): torchlib's ScatterND
                              takes them as they are, which ONNX refuses
+    aten::masked_select      not in torchlib: both operands broadcast, then
+                             Compress of the flattened tensor by the
+                             flattened mask (row-major, as torch orders it)
 """
 
 import torch
@@ -103,10 +106,18 @@ def _index_put(self, indices, values, accumulate: bool = False):
     return core.aten_index_put(self, indices, values, accumulate)
 
 
+def _masked_select(self, mask):
+    from onnxscript import opset18 as op
+    values = op.Expand(self, op.Shape(mask))  # Expand broadcasts both ways: the common shape
+    flags = op.Expand(mask, op.Shape(values))
+    return op.Compress(op.Reshape(values, _axes(op, -1)), op.Reshape(flags, _axes(op, -1)), axis=0)
+
+
 def translations():
     from onnxscript.function_libs.torch_lib.ops import core
     from . import onnx_rnn  # lazy: registers the d2s_onnx custom ops, when exporting only  # noqa: F401
     return {torch.ops.d2s_onnx.lstm.default: core.aten_lstm, torch.ops.d2s_onnx.gru.default: core.aten_gru,
             torch.ops.aten.squeeze.dim: _squeeze_dim,
             torch.ops.aten.cross_entropy_loss.default: _cross_entropy_loss,
-            torch.ops.aten.index_put.default: _index_put, torch.ops.aten._unsafe_index_put.default: _index_put}
+            torch.ops.aten.index_put.default: _index_put, torch.ops.aten._unsafe_index_put.default: _index_put,
+            torch.ops.aten.masked_select.default: _masked_select}

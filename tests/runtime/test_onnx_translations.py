@@ -87,3 +87,37 @@ def test_index_put_casts_its_values(tmp_path):
         target = pred + spread * torch.rand(batch, 4)
         got, = session.run(None, {names[0]: pred.numpy(), names[1]: target.numpy()})
         np.testing.assert_allclose(got, model(pred, target).numpy(), rtol=1e-4, atol=1e-5)
+
+
+class _PairLoss(torch.nn.Module):
+    """ParityBench's ContrastiveLoss: rows picked by masks (a size known at
+    run time), and a sum only when some are left."""
+
+    def forward(self, inputs, targets):
+        sim = inputs @ inputs.t()
+        total = 0
+        for i in range(inputs.size(0)):
+            same = torch.masked_select(sim[i], targets == targets[i])
+            far = torch.masked_select(sim[i].unsqueeze(0), (sim[i] > 0.5).unsqueeze(1))  # broadcast mask
+            extra = 0
+            if len(far) > 0:
+                extra = torch.sum(far)
+            total = total + torch.sum(1 - same) + extra
+        return total
+
+
+def test_masked_select_broadcasts_and_flattens(tmp_path):
+    path = str(tmp_path / "sel.onnx")
+    model = _PairLoss().eval()
+    torch.manual_seed(0)
+    inputs, targets = torch.rand(3, 4), torch.tensor([0, 1, 0])
+    static = d2s.declarative(model)
+    static(inputs, targets)
+    model_proto = d2s.onnx.export(static, path)
+    assert "If" in {node.op_type for node in model_proto.graph.node}
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    for scale in (1.0, 0.1):  # some similarities above 0.5, then none: both sides of the if
+        x = inputs * scale
+        got, = session.run(None, {names[0]: x.numpy(), names[1]: targets.numpy()})
+        np.testing.assert_allclose(got, model(x, targets).numpy(), rtol=1e-4, atol=1e-5)
