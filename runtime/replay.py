@@ -11,6 +11,8 @@ ExportedProgram with `torch.cond` / `while_loop`.
     (y,) = compiled.fn(x, w)
 """
 
+import dataclasses
+
 from . import traced_numpy
 from .codegen import compile_program
 from .ir import TENSOR_ARRAY, Program
@@ -51,6 +53,24 @@ UNTRACEABLE = {
 }
 
 
+def _detach(tensor, *owner):
+    return tensor.detach()
+
+
+# Kernels a tracer runs in place of the eager ones, computing the same
+# values: `.data` of a tensor held as a constant (a plain tensor attribute)
+# makes torch.export lift a fake tensor as a constant, which it then refuses;
+# detach() gives the same tensor.
+_TRACED_KERNELS = {"torch.Tensor.data": _detach}
+
+
+def _traced(opdef, op_type):
+    kernel = _TRACED_KERNELS.get(op_type)
+    if kernel is not None:
+        return dataclasses.replace(opdef, kernel=kernel)
+    return traced_numpy.traced(opdef, op_type)
+
+
 def untraceable(ops):
     """(op, reason) of the first op of `ops` in UNTRACEABLE, or None."""
     for op in ops:
@@ -86,7 +106,7 @@ def region_function(block, ops, inputs, outputs, trace_hook=None, op_defs=get_op
         copy.is_data = name in inputs
     for op in ops:
         target.append_op(op.type, op.inputs, op.outputs, op.attrs, op.origin)
-    return compile_program(program, list(inputs), list(outputs), lambda t: traced_numpy.traced(op_defs(t), t),
+    return compile_program(program, list(inputs), list(outputs), lambda t: _traced(op_defs(t), t),
                            trace_hook=trace_hook)
 
 

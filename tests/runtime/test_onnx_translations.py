@@ -121,3 +121,25 @@ def test_masked_select_broadcasts_and_flattens(tmp_path):
         x = inputs * scale
         got, = session.run(None, {names[0]: x.numpy(), names[1]: targets.numpy()})
         np.testing.assert_allclose(got, model(x, targets).numpy(), rtol=1e-4, atol=1e-5)
+
+
+class _DisparityRegression(torch.nn.Module):
+    """`.data` of a plain tensor attribute (ParityBench RealtimeStereo)."""
+
+    def __init__(self):
+        super().__init__()
+        self.disp = torch.arange(4.0).view(1, 4, 1, 1)
+
+    def forward(self, x):
+        return torch.sum(x * self.disp.data, 2, keepdim=True)
+
+
+def test_data_of_a_constant_tensor(tmp_path):
+    path = str(tmp_path / "data.onnx")
+    model = _DisparityRegression().eval()
+    d2s.onnx.export(d2s.declarative(model), path, input_spec=[d2s.InputSpec([None, 4, 3, 2])])
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for batch in (1, 5):
+        x = torch.rand(batch, 4, 3, 2)
+        got, = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+        np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-4, atol=1e-5)
