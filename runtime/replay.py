@@ -11,6 +11,9 @@ ExportedProgram with `torch.cond` / `while_loop`.
     (y,) = compiled.fn(x, w)
 """
 
+import dataclasses
+
+from . import traced_numpy
 from .codegen import compile_program
 from .ir import TENSOR_ARRAY, Program
 from .optable import get_op_def
@@ -50,14 +53,33 @@ UNTRACEABLE = {
 }
 
 
+def _detach(tensor, *owner):
+    return tensor.detach()
+
+
+# Kernels a tracer runs in place of the eager ones, computing the same
+# values: `.data` of a tensor held as a constant (a plain tensor attribute)
+# makes torch.export lift a fake tensor as a constant, which it then refuses;
+# detach() gives the same tensor.
+_TRACED_KERNELS = {"torch.Tensor.data": _detach}
+
+
+def _traced(opdef, op_type):
+    kernel = _TRACED_KERNELS.get(op_type)
+    if kernel is not None:
+        return dataclasses.replace(opdef, kernel=kernel)
+    return traced_numpy.traced(opdef, op_type)
+
+
 def untraceable(ops):
     """(op, reason) of the first op of `ops` in UNTRACEABLE, or None."""
     for op in ops:
         if op.type in UNTRACEABLE:
             return op, UNTRACEABLE[op.type]
-        if op.type.startswith("numpy."):
+        if op.type.startswith("numpy.") and not traced_numpy.has_torch_form(op.type):
             return op, ("NumPy computes it outside torch (ops/numpy_ufuncs.py), so torch's tracers see only an "
-                        "empty tensor of the result's shape; compute it with the torch function instead")
+                        "empty tensor of the result's shape, and it has no torch form (runtime/traced_numpy.py); "
+                        "compute it with the torch function instead")
     return None
 
 
@@ -84,7 +106,8 @@ def region_function(block, ops, inputs, outputs, trace_hook=None, op_defs=get_op
         copy.is_data = name in inputs
     for op in ops:
         target.append_op(op.type, op.inputs, op.outputs, op.attrs, op.origin)
-    return compile_program(program, list(inputs), list(outputs), op_defs, trace_hook=trace_hook)
+    return compile_program(program, list(inputs), list(outputs), lambda t: _traced(op_defs(t), t),
+                           trace_hook=trace_hook)
 
 
 def failing_op(compiled, error):

@@ -60,10 +60,15 @@ def _check(session, feeds, expected):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("how", ["module", "translated", "directory"])
-def test_quickstart_model_every_branch_and_trip_count(tmp_path, how):
+# refine_bias 3.0: the state stays large, the loop runs all 4 trips
+@pytest.mark.parametrize("how, refine_bias", [("module", None), ("translated", None), ("directory", None),
+                                              ("module", 3.0)])
+def test_quickstart_model_every_branch_and_trip_count(tmp_path, how, refine_bias):
     torch.manual_seed(0)
     eager = GatedRefiner().eval()
+    if refine_bias is not None:
+        with torch.no_grad():
+            eager.refine.bias.fill_(refine_bias)
     model, session = _export(eager, [d2s.InputSpec([None, 8])], tmp_path, how)
     assert {"If", "Loop"} <= _op_types(model.graph)
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param  # a symbolic batch dimension
@@ -79,7 +84,10 @@ def test_quickstart_model_every_branch_and_trip_count(tmp_path, how):
         branches.add(bool(h.mean() > 0))
         with torch.no_grad():
             _check(session, [x], eager(x))
-    assert trips >= {0, 1} and branches == {True, False}
+    if refine_bias is None:
+        assert trips >= {0, 1} and branches == {True, False}
+    else:
+        assert trips >= {0, 4}
 
 
 def _gru_session(eager, path):
@@ -440,11 +448,29 @@ def test_a_mask_selecting_rows(tmp_path, spec):
 
 @d2s.declarative
 def _numpy_scaled(x, length):
-    return x / np.sqrt(length)  # NumPy computes it in eager, and in the program when it runs
+    # NumPy computes these in eager, and in the program when it runs; the
+    # ONNX model computes them with torch's functions (runtime/traced_numpy.py)
+    return x / np.sqrt(length) + np.maximum(x, 0.5) * np.multiply(length, 3)
 
 
-def test_a_numpy_ufunc_is_refused(tmp_path):
-    x, length = torch.rand(2, 3), torch.rand(2, 3) + 1
-    torch.testing.assert_close(_numpy_scaled(x, length), _numpy_scaled.dygraph_function(x, length))
-    with pytest.raises(d2s.onnx.ExportError, match=r"'numpy.sqrt'.*NumPy computes it outside torch.*test_onnx.py"):
-        d2s.onnx.export(_numpy_scaled, str(tmp_path / "n.onnx"))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])  # int64: NumPy's sqrt gives float64
+def test_numpy_ufuncs_export_as_torch_computes_them(tmp_path, dtype):
+    path = str(tmp_path / "n.onnx")
+    length = (torch.rand(2, 3) * 5 + 1).to(dtype)
+    d2s.onnx.export(_numpy_scaled, path, input_spec=[d2s.InputSpec([None, 3]), d2s.InputSpec([None, 3], dtype)])
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for batch in (1, 4):
+        x, length = torch.rand(batch, 3), (torch.rand(batch, 3) * 5 + 1).to(dtype)
+        _check(session, [x, length], _numpy_scaled.dygraph_function(x, length))
+
+
+@d2s.declarative
+def _numpy_compared(x):
+    return x * np.greater(x, 0.5)  # eager wraps NumPy's bool result as uint8: no torch form here
+
+
+def test_a_numpy_ufunc_without_a_torch_form_is_refused(tmp_path):
+    x = torch.rand(2, 3)
+    torch.testing.assert_close(_numpy_compared(x), _numpy_compared.dygraph_function(x))
+    with pytest.raises(d2s.onnx.ExportError, match=r"'numpy.greater'.*NumPy computes it outside torch.*test_onnx.py"):
+        d2s.onnx.export(_numpy_compared, str(tmp_path / "n.onnx"))

@@ -33,8 +33,10 @@ def test_straight_line_passes_for_both_and_a_tensor_if_for_d2s_alone():
     x = torch.randn(3, 4)
     plain = onnx_coverage.run_model(nn.Sequential(nn.Linear(4, 4), nn.Hardswish()).eval(), [x], {})
     assert plain["d2s_run"] == "pass" and plain["d2s"] == "pass" and plain["torch.onnx"] == "pass"
+    assert plain["control_flow"] == []
     gated = onnx_coverage.run_model(Gate().eval(), [x], {})
     assert gated["d2s"] == "pass" and gated["torch.onnx"] == "error"  # torch.export cannot trace the if
+    assert gated["control_flow"] == ["cond"]
 
 
 class _Session:
