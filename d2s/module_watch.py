@@ -42,6 +42,12 @@ def generation():
     return _generation[0]
 
 
+# Callbacks (module, name, value) told of every plain value assigned to a
+# module attribute while they are registered: a trace under way records the
+# writes it may replay (d2s/python_writes.py). Empty outside traces.
+_plain_writes = []
+
+
 def touch():
     """Mark every cached set of training flags stale."""
     _generation[0] += 1
@@ -58,11 +64,21 @@ def is_plain_value(value):
 
 
 def plain_values(modules):
-    """(module index, name, value) of every plain attribute of `modules`
-    (`is_plain_value`), in order: a program traced with one set of them
-    must not serve another."""
-    return tuple((i, k, v) for i, m in enumerate(modules) for k, v in m.__dict__.items()
+    """(module index, name, value, its type) of every plain attribute of
+    `modules` (`is_plain_value`), in order: a program traced with one set of
+    them must not serve another. The type is part of it because 1 == 1.0 ==
+    True, while `x * self.k` differs in dtype between them."""
+    return tuple((i, k, v, _types(v)) for i, m in enumerate(modules) for k, v in m.__dict__.items()
                  if k != "training" and is_plain_value(v))
+
+
+def same_plain_value(a, b):
+    """Whether two plain values are equal and of the same types."""
+    return a is b or (a == b and _types(a) == _types(b))
+
+
+def _types(value):
+    return tuple(map(type, value)) if type(value) is tuple else type(value)
 
 
 def _on_register(module, name, value):
@@ -89,6 +105,8 @@ def _install():
         # program may have read as constants: `x * self.k`) need this.
         if name == "training" or is_plain_value(value):
             _generation[0] += 1
+            for record in _plain_writes:
+                record(self, name, value)
         setattr_(self, name, value)
 
     def __delattr__(self, name):
