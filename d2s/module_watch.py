@@ -32,6 +32,7 @@ reading the flags on every call instead would cost O(modules) per call and
 still need a tree watch.
 """
 
+import torch
 import torch.nn as nn
 from torch.nn.modules import module as _module
 
@@ -53,18 +54,23 @@ def touch():
     _generation[0] += 1
 
 
-_SCALARS = (int, float, bool, str, type(None))
+# torch's dtypes, devices, layouts and memory formats are as constant to a
+# trace as numbers (`x.to(self.dtype)`); a torch.Size is a tuple of ints.
+_SCALARS = frozenset({int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
+                      torch.memory_format})
+_TUPLES = (tuple, torch.Size)
 
 
 def is_plain_value(value):
-    """A Python number, string, None or tuple of them: what a trace reads
-    from a module attribute as a constant of the program."""
+    """A Python number, string, None, torch dtype, device, layout or memory
+    format, or a tuple of them: what a trace reads from a module attribute
+    as a constant of the program."""
     kind = type(value)
-    return kind in _SCALARS or (kind is tuple and all(type(v) in _SCALARS for v in value))
+    return kind in _SCALARS or (kind in _TUPLES and all(type(v) in _SCALARS for v in value))
 
 
 def plain_values(modules):
-    """(module index, name, value, its type) of every plain attribute of
+    """(module index, name, value, its types) of every plain attribute of
     `modules` (`is_plain_value`), in order: a program traced with one set of
     them must not serve another. The type is part of it because 1 == 1.0 ==
     True, while `x * self.k` differs in dtype between them."""
@@ -78,7 +84,7 @@ def same_plain_value(a, b):
 
 
 def _types(value):
-    return tuple(map(type, value)) if type(value) is tuple else type(value)
+    return (type(value),) + tuple(map(type, value)) if type(value) in _TUPLES else type(value)
 
 
 def _on_register(module, name, value):

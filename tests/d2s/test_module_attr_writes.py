@@ -122,7 +122,7 @@ def _run(cls, inputs):
 
 def _plain_attrs(module):
     return {name: (type(v), v) for sub_name, sub in module.named_modules() for name, v in
-            [(f"{sub_name}.{k}", v) for k, v in vars(sub).items() if k not in ("training", "forward") and not k.startswith("_")]}
+            [(f"{sub_name}.{k}", v) for k, v in vars(sub).items() if k not in ("training", "forward") and not k.startswith("_") or k == "_dtype"]}
 
 
 def _programs(static):
@@ -233,6 +233,46 @@ def test_equal_values_of_other_types_get_programs_of_their_own(values):
         eager.k = static.k = k
         want, got = eager(x), static(x)
         assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+class Casts(torch.nn.Module):
+    """torch's own constants kept on a module: read as constants, keyed as values."""
+
+    def __init__(self):
+        super().__init__()
+        self.dtype, self.shape = torch.float32, torch.Size([3, 1])
+
+    def forward(self, x):
+        return x.to(self.dtype).reshape(self.shape)
+
+
+@pytest.mark.parametrize("dtype, shape", [(torch.float64, torch.Size([3, 1])), (torch.float32, (1, 3)),
+                                          (torch.int32, torch.Size([1, 3]))])
+def test_dtypes_and_sizes_on_a_module_are_part_of_the_key(dtype, shape):
+    eager, static = Casts(), d2s.declarative(Casts())
+    x = torch.arange(3)
+    assert torch.equal(static(x), eager(x))
+    eager.dtype = static.dtype = dtype
+    eager.shape = static.shape = shape
+    want, got = eager(x), static(x)
+    assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+
+
+class KeepsDtype(torch.nn.Module):
+    """ParityBench's `self._dtype = x.dtype`."""
+
+    def __init__(self):
+        super().__init__()
+        self._dtype = None
+
+    def forward(self, x):
+        self._dtype = x.dtype
+        self.device_type = x.device.type
+        return x.float() * 2
+
+
+def test_a_dtype_written_by_forward_is_replayed():
+    _run(KeepsDtype, [torch.ones(2), torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.int64)])
 
 
 def _line(marker):
