@@ -80,15 +80,23 @@ class StateRead:
         self.var_name = var_name
 
 
-def collect(before, lifted, output_tree, fetch):
+def collect(before, lifted, output_tree, fetch, constant_ok):
     """After a trace: the stores of Variables on modules (each store's value
     appended to `fetch` through `output_tree`), with the attributes restored,
     and the state reads among the `lifted` tensors (id -> var name): those of
-    the stored attributes and of every plain attribute."""
+    the stored attributes and of every plain attribute. A tensor made from
+    no input is stored too when `constant_ok(module, name, value)` (the
+    trace assigned it outside tensor `if`s and loops); else it is left for
+    d2s/python_writes.py to refuse."""
     writes, reads = [], []
     for module, attrs, buffers in before:
         for where, name, value in _slots(module):
-            if not _holds_variable(value):
+            old = (buffers if where is module._buffers else attrs).get(name, _MISSING)
+            # A tensor made while tracing from no input (`torch.from_numpy(kernel)`,
+            # kept by the first call) is a constant of the program, stored after
+            # each run as eager stores it.
+            if not _holds_variable(value) and not (type(value) is torch.Tensor and value is not old
+                                                   and constant_ok(module, name, value)):
                 continue
             if _made_in_a_block(value):
                 # Made in a branch or loop body, it exists only there: the
@@ -100,7 +108,6 @@ def collect(before, lifted, output_tree, fetch):
                     "d2s carries local names out of those, not module attributes: assign a local name there "
                     f"and `self.{name} = ...` after the `if` or loop")
             writes.append(StateWrite(module, name, output_tree(value, fetch)))
-            old = (buffers if where is module._buffers else attrs).get(name, _MISSING)
             if old is _MISSING:
                 del where[name]
             else:

@@ -43,10 +43,10 @@ def generation():
     return _generation[0]
 
 
-# Callbacks (module, name, value) told of every plain value assigned to a
-# module attribute while they are registered: a trace under way records the
-# writes it may replay (d2s/python_writes.py). Empty outside traces.
-_plain_writes = []
+# Callbacks (module, name, value) told of every value assigned to a module
+# attribute while they are registered: a trace under way records the writes
+# it may replay (d2s/python_writes.py). Empty outside traces.
+_attribute_writes = []
 
 
 def touch():
@@ -80,7 +80,7 @@ def plain_values(modules):
 
 def same_plain_value(a, b):
     """Whether two plain values are equal and of the same types."""
-    return a is b or (a == b and _types(a) == _types(b))
+    return a is b or (is_plain_value(a) and is_plain_value(b) and a == b and _types(a) == _types(b))
 
 
 def _types(value):
@@ -111,7 +111,8 @@ def _install():
         # program may have read as constants: `x * self.k`) need this.
         if name == "training" or is_plain_value(value):
             _generation[0] += 1
-            for record in _plain_writes:
+        if _attribute_writes:
+            for record in _attribute_writes:
                 record(self, name, value)
         setattr_(self, name, value)
 

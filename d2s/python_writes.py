@@ -58,7 +58,7 @@ class Watch:
     def __init__(self, roots, functions, modules=()):
         self.where = {name: where for name, where, _ in roots}
         self.functions = functions
-        self.modules = [(name, m, _python_attrs(m)) for name, m in modules]
+        self.modules = [(name, m, _own_attrs(m)) for name, m in modules]
         for name, m, attrs in self.modules:
             self.where[_root_name(name)] = "module"
             roots = roots + [(f"{name}.{k}", "module", v) for k, v in attrs.items() if _watched(v)]
@@ -69,14 +69,14 @@ class Watch:
 
     @contextlib.contextmanager
     def recording(self):
-        module_watch._plain_writes.append(self._record)
+        module_watch._attribute_writes.append(self._record)
         try:
             yield
         finally:
-            module_watch._plain_writes.remove(self._record)
+            module_watch._attribute_writes.remove(self._record)
 
     def _record(self, module, name, value):
-        if id(module) not in self._module_ids or tracer.active() is not self._tracer:
+        if tracer.active() is not self._tracer:
             return
         key = (id(module), name)
         self._seen[key] = value
@@ -85,19 +85,26 @@ class Watch:
         if self._tracer.block.idx != 0 and not module_watch.same_plain_value(vars(module).get(name, _MISSING),
                                                                             value):
             self._branched.add(key)
+
+    def constant_ok(self, module, name, value):
+        """Whether the trace assigned `value` (a tensor made from no input)
+        to `module.name` last, outside tensor `if`s and loops: the same
+        constant for every run of the program (d2s/module_state.py stores it)."""
+        key = (id(module), name)
+        return key in self._seen and self._seen[key] is value and key not in self._branched
     def written(self):
         """Slots the trace wrote: module attributes first, then the objects."""
         slots = []
         for name, m, before in self.modules:
-            now = _python_attrs(m)
+            now = _own_attrs(m)
             slots += [Slot(m, "attr", k, f"{name}.{k}") for k in list(now) + [k for k in before if k not in now]
                       if now.get(k, _MISSING) is not before.get(k, _MISSING)
-                      and not holds_variable(vars(m).get(k))]  # (a tensor kept: module_state's)
+                      and not holds_variable(vars(m).get(k))]  # (a graph value kept: module_state's)
         return slots + self.effects.written()
 
     def restore(self):
         for _, m, before in self.modules:
-            for k, v in list(_python_attrs(m).items()):
+            for k, v in list(_own_attrs(m).items()):
                 if before.get(k, _MISSING) is not v and not holds_variable(v):
                     del vars(m)[k]
             vars(m).update({k: v for k, v in before.items() if vars(m).get(k, _MISSING) is not v})
@@ -134,9 +141,9 @@ class Watch:
         filename, lineno = _write_line(self.functions, slot, root)
         if (id(slot.obj), slot.key) in self._branched:
             raise ConversionError(
-                f"`{qualname}` assigns `{slot.name}` a Python value (not a tensor) inside an `if` or loop on "
-                "a tensor: the program runs one path per call, but every path was traced, so no one value "
-                "is right after every run; assign a local name there and "
+                f"`{qualname}` assigns `{slot.name}` a Python value or a tensor made from no input inside an "
+                "`if` or loop on a tensor: the program runs one path per call, but every path was traced, so "
+                "no one value is right after every run; assign a local name there and "
                 f"`{slot.name} = name` after the `if` or loop (the program then carries it, as a tensor)",
                 filename, lineno)
         what = {"argument": f"reached from the argument `{root}`", "global": f"reached from the global `{root}`",
@@ -189,11 +196,10 @@ def watch(function, args, kwargs, arg_names, instance=None):
     return Watch(roots, functions, modules)
 
 
-def _python_attrs(module):
+def _own_attrs(module):
     """A module's own attributes that are neither torch's (`training`,
-    `_parameters`, ...), tensors (d2s/module_state.py) nor modules."""
-    return {k: v for k, v in vars(module).items()
-            if k not in _TORCH_ATTRS and not isinstance(v, (torch.Tensor, Variable, torch.nn.Module))}
+    `_parameters`, ...) nor modules: what `restore` puts back."""
+    return {k: v for k, v in vars(module).items() if k not in _TORCH_ATTRS and not isinstance(v, torch.nn.Module)}
 
 
 def _watched(value):

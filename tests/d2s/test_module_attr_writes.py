@@ -6,6 +6,7 @@ the module holds eager's value after every call and the next call sees it.
 Inside a tensor `if` or loop a write that changes the value is refused at
 its line, the module left as it was."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -121,7 +122,8 @@ def _run(cls, inputs):
 
 
 def _plain_attrs(module):
-    return {name: (type(v), v) for sub_name, sub in module.named_modules() for name, v in
+    return {name: (type(v), v.tolist() if isinstance(v, torch.Tensor) else v)
+            for sub_name, sub in module.named_modules() for name, v in
             [(f"{sub_name}.{k}", v) for k, v in vars(sub).items() if k not in ("training", "forward") and not k.startswith("_") or k == "_dtype"]}
 
 
@@ -159,6 +161,28 @@ def test_writes_by_python_ifs_submodules_and_unchanged_values(cls, inputs):
         assert {"cond", "while"} & all_op_types(_programs(static)[-1].main_program)
 
 
+class CachesKernel(torch.nn.Module):
+    """ParityBench's LapLoss: a constant tensor built from numpy on the first
+    call, and again when the channel count changes."""
+
+    def __init__(self):
+        super().__init__()
+        self.kernel = None
+
+    def forward(self, x):
+        if self.kernel is None or self.kernel.shape[0] != x.shape[1]:
+            grid = np.arange(x.shape[1] * 3, dtype=np.float32).reshape(x.shape[1], 3)
+            self.kernel = torch.from_numpy(grid / grid.sum())
+        if x.sum() > 0:
+            x = x * 2
+        return x @ self.kernel
+
+
+def test_a_constant_tensor_kept_on_the_module_is_stored_after_each_run():
+    static = _run(CachesKernel, [torch.ones(2, 3), -torch.ones(2, 3), torch.ones(2, 4), torch.ones(1, 3)])
+    assert all("cond" in all_op_types(c.main_program) for c in _programs(static))
+
+
 class WritesInBranch(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -186,6 +210,19 @@ class WritesInLoop(torch.nn.Module):
         return x
 
 
+class ConstantInBranch(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.kernel = None
+
+    def forward(self, x):
+        if x.sum() > 0:
+            self.kernel = torch.from_numpy(np.ones(3, np.float32))  # line: ConstantInBranch
+        else:
+            self.kernel = torch.from_numpy(np.zeros(3, np.float32))
+        return x + 1
+
+
 class WritesThroughDict(torch.nn.Module):
     """Past `nn.Module.__setattr__`: the write is not seen where it happens."""
 
@@ -202,6 +239,7 @@ class WritesThroughDict(torch.nn.Module):
     (WritesInBranch, "`self.c`", "inside an `if` or loop on a tensor"),
     (WritesInLoop, "`self.steps`", "inside an `if` or loop on a tensor"),
     (WritesThroughDict, "`self.c`", "reached from the module `self`"),
+    (ConstantInBranch, "`self.kernel`", "inside an `if` or loop on a tensor"),
 ])
 def test_a_write_whose_value_depends_on_the_path_is_refused_at_its_line(cls, name, message):
     model = cls()
