@@ -144,7 +144,7 @@ class Watch:
                 f"`{qualname}` assigns `{slot.name}` a Python value or a tensor made from no input inside an "
                 "`if` or loop on a tensor: the program runs one path per call, but every path was traced, so "
                 "no one value is right after every run; assign a local name there and "
-                f"`{slot.name} = name` after the `if` or loop (the program then carries it, as a tensor)",
+                f"`{slot.name} = name` after the `if` or loop (the program then carries it)",
                 filename, lineno)
         what = {"argument": f"reached from the argument `{root}`", "global": f"reached from the global `{root}`",
                 "closure": f"reached from `{root}` of an enclosing function",

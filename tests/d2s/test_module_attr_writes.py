@@ -108,12 +108,12 @@ class SameValueInBranch(torch.nn.Module):
         return x
 
 
-def _run(cls, inputs):
+def _run(cls, inputs, input_spec=None):
     """Eager and declarative instances side by side on `inputs`: each call's
     result and the instance's attributes after it agree."""
     eager, static = cls(), cls()
     static.load_state_dict(eager.state_dict())
-    d2s.declarative(static)
+    d2s.declarative(static, input_spec=input_spec)
     for x in inputs:
         want, got = eager(x), static(x)
         assert got.dtype == want.dtype and torch.equal(got, want)
@@ -180,6 +180,31 @@ class CachesKernel(torch.nn.Module):
 
 def test_a_constant_tensor_kept_on_the_module_is_stored_after_each_run():
     static = _run(CachesKernel, [torch.ones(2, 3), -torch.ones(2, 3), torch.ones(2, 4), torch.ones(1, 3)])
+    assert all("cond" in all_op_types(c.main_program) for c in _programs(static))
+
+
+class NumberAfterBranch(torch.nn.Module):
+    """A Python int set in a tensor `if`, assigned after it: the program
+    carries it, and the attribute holds the int eager holds."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = 0
+
+    def forward(self, x):
+        if x.sum() > 0:
+            c = 1
+        else:
+            c = 2
+        self.c = c
+        self.rows = x.shape[0]  # a run-time size under an InputSpec
+        return x + self.c
+
+
+@pytest.mark.parametrize("input_spec", [None, [d2s.InputSpec([None, 2])]])
+def test_a_number_carried_by_the_program_is_stored_as_a_python_number(input_spec):
+    static = _run(NumberAfterBranch, [torch.ones(3, 2), -torch.ones(3, 2), -torch.ones(1, 2), torch.ones(4, 2)],
+                  input_spec)
     assert all("cond" in all_op_types(c.main_program) for c in _programs(static))
 
 
