@@ -80,6 +80,9 @@ class Watch:
             return
         key = (id(module), name)
         self._seen[key] = value
+        d = vars(module)
+        if not any(name in d.get(registry, ()) for registry in ("_parameters", "_buffers", "_modules")):
+            self._tracer.log_write(d, name)  # (a trace rolled back, a rejected `a and b()`, takes it back)
         # Under a tensor `if` or loop (a block of its own) every path is
         # traced: a write that changes the value happens on some paths only.
         if self._tracer.block.idx != 0 and not module_watch.same_plain_value(vars(module).get(name, _MISSING),
@@ -142,7 +145,8 @@ class Watch:
         if (id(slot.obj), slot.key) in self._branched:
             raise ConversionError(
                 f"`{qualname}` assigns `{slot.name}` a Python value or a tensor made from no input inside an "
-                "`if` or loop on a tensor: the program runs one path per call, but every path was traced, so "
+                "`if` or loop on a tensor (or an operand of `and`/`or` on one): the program runs one path per "
+                "call, but every path was traced, so "
                 "no one value is right after every run; assign a local name there and "
                 f"`{slot.name} = name` after the `if` or loop (the program then carries it)",
                 filename, lineno)

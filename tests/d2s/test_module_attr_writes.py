@@ -248,6 +248,23 @@ class ConstantInBranch(torch.nn.Module):
         return x + 1
 
 
+class WritesInAnOperand(torch.nn.Module):
+    """`and` evaluates its right operand on some paths only."""
+
+    def __init__(self):
+        super().__init__()
+        self.hit = False
+
+    def _mark(self, x):
+        self.hit = True  # line: WritesInAnOperand
+        return x.sum() > 1
+
+    def forward(self, x):
+        if x.sum() > 0 and self._mark(x):
+            x = x * 2
+        return x
+
+
 class WritesThroughDict(torch.nn.Module):
     """Past `nn.Module.__setattr__`: the write is not seen where it happens."""
 
@@ -265,6 +282,7 @@ class WritesThroughDict(torch.nn.Module):
     (WritesInLoop, "`self.steps`", "inside an `if` or loop on a tensor"),
     (WritesThroughDict, "`self.c`", "reached from the module `self`"),
     (ConstantInBranch, "`self.kernel`", "inside an `if` or loop on a tensor"),
+    (WritesInAnOperand, "`self.hit`", "inside an `if` or loop on a tensor (or an operand of `and`/`or`"),
 ])
 def test_a_write_whose_value_depends_on_the_path_is_refused_at_its_line(cls, name, message):
     model = cls()
