@@ -15,7 +15,7 @@ from runtime.errors import DecisionFailed
 from runtime.executor import Executor
 from runtime.output_tree import rebuild
 
-from . import module_state
+from . import module_state, python_writes
 
 
 class ConcreteProgram:
@@ -23,7 +23,7 @@ class ConcreteProgram:
     returned structure with Variables in it), and the compiled function."""
 
     def __init__(self, main_program, startup_program, inputs, outputs, fetch_vars, out_tree, optimize="default",
-                 state=None, layout=None):
+                 state=None, layout=None, python_writes=()):
         self.main_program = main_program
         # The feeds' strides the trace read (`x.stride()`, `is_contiguous()`,
         # strides of views of them): None when it read none; else per feed its
@@ -40,6 +40,9 @@ class ConcreteProgram:
         # module attributes after each run, attributes read at the start.
         self.state_writes, self.state_reads, self.state_fetch = state or ([], [], [])
         self.state_attrs, self.state_assumed = [], ()  # set by StaticFunction._build
+        # Plain values the trace assigned to module attributes, set again
+        # after each run (d2s/python_writes.py `replay`).
+        self.python_writes = list(python_writes)
         self.compiled = Executor().compiled(main_program, [v.name for v in inputs],
                                             [v.name for v in fetch_vars + self.state_fetch], optimize)
         self._inference = None  # the CompiledBlock for calls with grad mode off, made on the first one
@@ -51,7 +54,7 @@ class ConcreteProgram:
         self._single = out_tree == ("fetch", 0) and not self.state_writes
         # Nothing to do around the call but pass the parameters (the hit
         # path in StaticFunction.__call__ then calls the function itself).
-        self._plain = not self.state_reads and not self.state_writes and layout is None
+        self._plain = not self.state_reads and not self.state_writes and layout is None and not self.python_writes
         self.decisions = None  # the decisions.Group of the programs sharing its cache key, once there are more
 
     def run(self, tensors):
@@ -76,6 +79,8 @@ class ConcreteProgram:
             runner.reraise(entry, exc)
         if self.state_writes:
             module_state.apply_writes(self.state_writes, results[len(self.fetch_vars):], rebuild)
+        if self.python_writes:
+            python_writes.replay(self.python_writes)
         return results[0] if self._single else rebuild(self.out_tree, results)
 
 

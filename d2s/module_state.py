@@ -48,6 +48,13 @@ def _holds_variable(value):
     return next(_variables(value), None) is not None
 
 
+def _holds_symbolic(value):
+    """Whether `value` is a run-time size (torch.SymInt, ...) or a tuple holding one."""
+    if isinstance(value, tuple):
+        return any(_holds_symbolic(v) for v in value)
+    return isinstance(value, (torch.SymInt, torch.SymBool, torch.SymFloat))
+
+
 def _made_in_a_block(value):
     """Whether a Variable in `value` was made in a branch or loop body."""
     return any(v.block.idx != 0 for v in _variables(value))
@@ -80,15 +87,25 @@ class StateRead:
         self.var_name = var_name
 
 
-def collect(before, lifted, output_tree, fetch):
+def collect(before, lifted, output_tree, fetch, constant_ok):
     """After a trace: the stores of Variables on modules (each store's value
     appended to `fetch` through `output_tree`), with the attributes restored,
     and the state reads among the `lifted` tensors (id -> var name): those of
-    the stored attributes and of every plain attribute."""
+    the stored attributes and of every plain attribute. A tensor made from
+    no input, or a run-time size, is stored too when `constant_ok(module,
+    name, value)` (the trace assigned it outside tensor `if`s and loops);
+    else it is left for d2s/python_writes.py to refuse."""
     writes, reads = [], []
     for module, attrs, buffers in before:
         for where, name, value in _slots(module):
-            if not _holds_variable(value):
+            old = (buffers if where is module._buffers else attrs).get(name, _MISSING)
+            # A tensor made while tracing from no input (`torch.from_numpy(kernel)`,
+            # kept by the first call) is a constant of the program, stored after
+            # each run as eager stores it.
+            # So is a size known only when the program runs (`self.n = x.shape[0]`
+            # under an InputSpec): stored as the Python int eager stores.
+            if not _holds_variable(value) and not ((type(value) is torch.Tensor or _holds_symbolic(value))
+                                                   and value is not old and constant_ok(module, name, value)):
                 continue
             if _made_in_a_block(value):
                 # Made in a branch or loop body, it exists only there: the
@@ -99,8 +116,9 @@ def collect(before, lifted, output_tree, fetch):
                     f"`{name}` of {type(module).__name__} is assigned inside an `if` or loop on a tensor, and "
                     "d2s carries local names out of those, not module attributes: assign a local name there "
                     f"and `self.{name} = ...` after the `if` or loop")
-            writes.append(StateWrite(module, name, output_tree(value, fetch)))
-            old = (buffers if where is module._buffers else attrs).get(name, _MISSING)
+            # A value eager has as a Python number (`c` after a tensor `if` that
+            # set it to 1 or 2, `int(t)`, a size) is given back as one.
+            writes.append(StateWrite(module, name, output_tree(value, fetch, numbers=True)))
             if old is _MISSING:
                 del where[name]
             else:

@@ -32,6 +32,7 @@ reading the flags on every call instead would cost O(modules) per call and
 still need a tree watch.
 """
 
+import torch
 import torch.nn as nn
 from torch.nn.modules import module as _module
 
@@ -42,27 +43,48 @@ def generation():
     return _generation[0]
 
 
+# Callbacks (module, name, value) told of every value assigned to a module
+# attribute while they are registered: a trace under way records the writes
+# it may replay (d2s/python_writes.py). Empty outside traces.
+_attribute_writes = []
+
+
 def touch():
     """Mark every cached set of training flags stale."""
     _generation[0] += 1
 
 
-_SCALARS = (int, float, bool, str, type(None))
+# torch's dtypes, devices, layouts and memory formats are as constant to a
+# trace as numbers (`x.to(self.dtype)`); a torch.Size is a tuple of ints.
+_SCALARS = frozenset({int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
+                      torch.memory_format})
+_TUPLES = (tuple, torch.Size)
 
 
 def is_plain_value(value):
-    """A Python number, string, None or tuple of them: what a trace reads
-    from a module attribute as a constant of the program."""
+    """A Python number, string, None, torch dtype, device, layout or memory
+    format, or a tuple of them: what a trace reads from a module attribute
+    as a constant of the program."""
     kind = type(value)
-    return kind in _SCALARS or (kind is tuple and all(type(v) in _SCALARS for v in value))
+    return kind in _SCALARS or (kind in _TUPLES and all(type(v) in _SCALARS for v in value))
 
 
 def plain_values(modules):
-    """(module index, name, value) of every plain attribute of `modules`
-    (`is_plain_value`), in order: a program traced with one set of them
-    must not serve another."""
-    return tuple((i, k, v) for i, m in enumerate(modules) for k, v in m.__dict__.items()
+    """(module index, name, value, its types) of every plain attribute of
+    `modules` (`is_plain_value`), in order: a program traced with one set of
+    them must not serve another. The type is part of it because 1 == 1.0 ==
+    True, while `x * self.k` differs in dtype between them."""
+    return tuple((i, k, v, _types(v)) for i, m in enumerate(modules) for k, v in m.__dict__.items()
                  if k != "training" and is_plain_value(v))
+
+
+def same_plain_value(a, b):
+    """Whether two plain values are equal and of the same types."""
+    return a is b or (is_plain_value(a) and is_plain_value(b) and a == b and _types(a) == _types(b))
+
+
+def _types(value):
+    return (type(value),) + tuple(map(type, value)) if type(value) in _TUPLES else type(value)
 
 
 def _on_register(module, name, value):
@@ -89,6 +111,9 @@ def _install():
         # program may have read as constants: `x * self.k`) need this.
         if name == "training" or is_plain_value(value):
             _generation[0] += 1
+        if _attribute_writes:
+            for record in _attribute_writes:
+                record(self, name, value)
         setattr_(self, name, value)
 
     def __delattr__(self, name):

@@ -21,16 +21,20 @@ After:   ConversionError at that line: `COUNTS['calls']` (a global of the
 """
 
 import ast
+import contextlib
 import inspect
 import textwrap
 import types
+import weakref
 
 import torch
 
+from ops import tracer
 from runtime.errors import ConversionError
 
 from runtime.ir import Variable
 
+from . import module_watch
 from .module_state import _TORCH_ATTRS
 from .operators.effects import _MISSING, Effects, Slot, cell_bound
 from .output_types import holds_variable
@@ -45,46 +49,107 @@ class Watch:
     """What the objects a trace can reach held before it: `roots` are
     (user name, where, object), where is "argument", "global", "closure" or
     "module"; `modules` are (user name, module) for the user's modules,
-    whose Python attributes (not tensors: module_state's) are compared."""
+    whose Python attributes (not tensors: module_state's) are compared.
+    While `recording`, it also sees each plain value assigned to a module
+    attribute (module_watch), and where: a write the trace made outside
+    every tensor branch and loop body, of a plain value, is the same for
+    every run of the program and is replayed after each (`refuse_written`)."""
 
     def __init__(self, roots, functions, modules=()):
         self.where = {name: where for name, where, _ in roots}
         self.functions = functions
-        self.modules = [(name, m, _python_attrs(m)) for name, m in modules]
+        self.modules = [(name, m, _own_attrs(m)) for name, m in modules]
         for name, m, attrs in self.modules:
             self.where[_root_name(name)] = "module"
             roots = roots + [(f"{name}.{k}", "module", v) for k, v in attrs.items() if _watched(v)]
         self.effects = Effects((), roots=[(name, value) for name, _, value in roots])
+        self._tracer = tracer.active()
+        self._module_ids = {id(m) for _, m, _ in self.modules}
+        self._seen, self._branched = {}, set()  # (id(module), name) -> the last value written; those under a branch
 
+    @contextlib.contextmanager
+    def recording(self):
+        module_watch._attribute_writes.append(self._record)
+        try:
+            yield
+        finally:
+            module_watch._attribute_writes.remove(self._record)
+
+    def _record(self, module, name, value):
+        if tracer.active() is not self._tracer:
+            return
+        key = (id(module), name)
+        self._seen[key] = value
+        d = vars(module)
+        if not any(name in d.get(registry, ()) for registry in ("_parameters", "_buffers", "_modules")):
+            self._tracer.log_write(d, name)  # (a trace rolled back, a rejected `a and b()`, takes it back)
+        # Under a tensor `if` or loop (a block of its own) every path is
+        # traced: a write that changes the value happens on some paths only.
+        if self._tracer.block.idx != 0 and not module_watch.same_plain_value(vars(module).get(name, _MISSING),
+                                                                            value):
+            self._branched.add(key)
+
+    def constant_ok(self, module, name, value):
+        """Whether the trace assigned `value` (a tensor made from no input)
+        to `module.name` last, outside tensor `if`s and loops: the same
+        constant for every run of the program (d2s/module_state.py stores it)."""
+        key = (id(module), name)
+        return key in self._seen and self._seen[key] is value and key not in self._branched
     def written(self):
         """Slots the trace wrote: module attributes first, then the objects."""
         slots = []
         for name, m, before in self.modules:
-            now = _python_attrs(m)
+            now = _own_attrs(m)
             slots += [Slot(m, "attr", k, f"{name}.{k}") for k in list(now) + [k for k in before if k not in now]
                       if now.get(k, _MISSING) is not before.get(k, _MISSING)
-                      and not holds_variable(vars(m).get(k))]  # (a tensor kept: module_state's)
+                      and not holds_variable(vars(m).get(k))]  # (a graph value kept: module_state's)
         return slots + self.effects.written()
 
     def restore(self):
         for _, m, before in self.modules:
-            for k, v in list(_python_attrs(m).items()):
+            for k, v in list(_own_attrs(m).items()):
                 if before.get(k, _MISSING) is not v and not holds_variable(v):
                     del vars(m)[k]
             vars(m).update({k: v for k, v in before.items() if vars(m).get(k, _MISSING) is not v})
         self.effects.restore()
 
     def refuse_written(self, qualname):
-        """Raise ConversionError for the first object the trace wrote (after
-        putting every object back), else nothing."""
+        """Raise ConversionError for the first object the trace wrote that a
+        program cannot write again when it runs (after putting every object
+        back). Else put the module attributes it wrote back as they were,
+        and return those writes, (module, name, value), for the program to
+        replay after each run (`replay`)."""
         slots = self.written()
-        if not slots:
-            return
+        replays = [slot for slot in slots if self._replayable(slot)]
+        refused = [slot for slot in slots if slot not in replays]
+        writes = [(weakref.ref(slot.obj), slot.key, slot.get()) for slot in replays]
         self.restore()
-        slot = slots[0]
+        if refused:
+            self._refuse(qualname, refused[0])
+        return writes
+
+    def _replayable(self, slot):
+        """A plain value the trace assigned to a module attribute, last
+        through `nn.Module.__setattr__` (which `_record` saw), outside every
+        tensor branch and loop (or giving the value it already held)."""
+        key = (id(slot.obj), slot.key)
+        value = slot.get()
+        return id(slot.obj) in self._module_ids and slot.kind == "attr" and module_watch.is_plain_value(value) \
+            and key in self._seen and module_watch.same_plain_value(self._seen[key], value) \
+            and key not in self._branched
+
+    def _refuse(self, qualname, slot):
         root = _root_name(slot.name)
         where = self.where.get(root, "argument")
         filename, lineno = _write_line(self.functions, slot, root)
+        if (id(slot.obj), slot.key) in self._branched:
+            raise ConversionError(
+                f"`{qualname}` assigns `{slot.name}` a Python value or a tensor made from no input inside an "
+                "`if` or loop on a tensor (or an operand of `and`/`or` on one): the program runs one path per "
+                "call, but every path was traced, so "
+                "no one value is right after every run; assign a local name there and "
+                f"`{slot.name} = name` after the `if` or loop (the program then carries it)",
+                filename, lineno)
         what = {"argument": f"reached from the argument `{root}`", "global": f"reached from the global `{root}`",
                 "closure": f"reached from `{root}` of an enclosing function",
                 "module": f"a Python value (not a tensor) reached from the module `{root}`"}[where]
@@ -95,6 +160,16 @@ class Watch:
             "changed once, while the program is built, and never when it runs (eager changes it on every "
             "call); return the new value and assign it in the caller, or keep tensor state on the module "
             "(`self.x = ...`, carried across calls)", filename, lineno)
+
+
+def replay(writes):
+    """Assign the module attributes a program's trace wrote ((module
+    reference, name, value), `refuse_written`), as each eager call does;
+    an attribute already holding its value is left (no needless new key)."""
+    for ref, name, value in writes:
+        module = ref()
+        if module is not None and not module_watch.same_plain_value(vars(module).get(name, _MISSING), value):
+            setattr(module, name, value)
 
 
 def watch(function, args, kwargs, arg_names, instance=None):
@@ -125,11 +200,10 @@ def watch(function, args, kwargs, arg_names, instance=None):
     return Watch(roots, functions, modules)
 
 
-def _python_attrs(module):
+def _own_attrs(module):
     """A module's own attributes that are neither torch's (`training`,
-    `_parameters`, ...), tensors (d2s/module_state.py) nor modules."""
-    return {k: v for k, v in vars(module).items()
-            if k not in _TORCH_ATTRS and not isinstance(v, (torch.Tensor, Variable, torch.nn.Module))}
+    `_parameters`, ...) nor modules: what `restore` puts back."""
+    return {k: v for k, v in vars(module).items() if k not in _TORCH_ATTRS and not isinstance(v, torch.nn.Module)}
 
 
 def _watched(value):
@@ -200,12 +274,14 @@ def _write_line(functions, slot, root):
             trees.append((fn, first, ast.parse(textwrap.dedent("".join(lines)))))
         except (OSError, TypeError, SyntaxError):
             continue
-    for test in (lambda node: _writes(node, root) and _writes_attr(node, slot, True),
-                 lambda node: _writes(node, root), lambda node: _writes_attr(node, slot)):
-        for fn, first, tree in trees:
-            for node in ast.walk(tree):
-                if test(node):
-                    return fn.__code__.co_filename, first + node.lineno - 1
+    # A constructor's assignments (`self.c = 0`) are not the trace's: searched after the rest.
+    for group in ([t for t in trees if t[0].__name__ != "__init__"], [t for t in trees if t[0].__name__ == "__init__"]):
+        for test in (lambda node: _writes(node, root) and _writes_attr(node, slot, True),
+                     lambda node: _writes(node, root), lambda node: _writes_attr(node, slot)):
+            for fn, first, tree in group:
+                for node in ast.walk(tree):
+                    if test(node):
+                        return fn.__code__.co_filename, first + node.lineno - 1
     code = getattr(functions[0], "__code__", None) if functions else None
     return (code.co_filename, code.co_firstlineno) if code else (None, None)
 

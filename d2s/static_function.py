@@ -409,21 +409,22 @@ class StaticFunction:
                 # Trace with autograd on whatever the caller's mode: only a
                 # `no_grad` block inside the function marks ops gradient-free.
                 sym_args, sym_kwargs = self._as_called(sym_args, sym_kwargs, form)
-                with CaptureMode(), torch.enable_grad():
+                with CaptureMode(), torch.enable_grad(), written.recording():
                     out = converted(*self._full_args(sym_args), **sym_kwargs)
                 self._refuse_changed_arguments(args, kwargs, made, state, arg_names)
                 fetch = []
                 out_tree = _output_tree(out, fetch, numbers=True)
                 state_fetch = []
-                writes, reads = module_state.collect(before, tr.lifted, _output_tree, state_fetch)
+                writes, reads = module_state.collect(before, tr.lifted, _output_tree, state_fetch,
+                                                     written.constant_ok)
                 reads += module_state.global_reads(self._converted_functions(), tr.lifted,
                                                    {r.var_name for r in reads})
                 self._refuse_global_state(main)
-                written.refuse_written(self._function.__qualname__)
+                replays = written.refuse_written(self._function.__qualname__)
                 layout = self._layout_checks(main, feeds, leaves, tr) if tr.reads_layout else None
             main.verify()
             concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree, key[-1],
-                                       (writes, reads, state_fetch) if writes or reads else None, layout)
+                                       (writes, reads, state_fetch) if writes or reads else None, layout, replays)
             self._keep(key, concrete, self._note_state(writes, reads))
             if _debug.level() >= 2:
                 print(f"[d2s] program of {self._function.__qualname__}:\n{main.to_string()}", file=sys.stderr)

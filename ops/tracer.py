@@ -29,6 +29,7 @@ from . import ambient_modes, cold_start, host_random
 from .examples import example_int
 
 _current = contextvars.ContextVar("d2s_tracer", default=None)
+_MISSING = object()  # a `python_writes` entry's value before: the key was absent
 _implicit = weakref.WeakKeyDictionary()
 
 
@@ -54,12 +55,13 @@ class Mark:
     and variable counts (blocks only grow while tracing, variables in
     insertion order)."""
 
-    __slots__ = ("block", "blocks", "guards")
+    __slots__ = ("block", "blocks", "guards", "writes")
 
     def __init__(self, tracer):
         self.block = tracer.block
         self.blocks = [(len(b.ops), len(b.vars)) for b in tracer.program.blocks]
         self.guards = tracer._shapes.emitted if tracer._shapes is not None else 0
+        self.writes = len(tracer.python_writes)
 
 
 class Tracer:
@@ -79,6 +81,9 @@ class Tracer:
         self.sides = []         # (condition, side) of each tensor `if` side being traced, innermost last
         self.reads_layout = False  # the trace read strides (`x.stride()`, `is_contiguous()`): see _strides
         self.layout_read_at = None  # where it first did: the user's (file, line, text)
+        # (namespace dict, key, value before) of Python attribute writes made while
+        # tracing that a rollback takes back (d2s logs module attribute assignments).
+        self.python_writes = []
         self._shapes = None     # ops.symbolic.Shapes, made on the first dynamic dimension
         self._token = None
         self._cold = None       # cold_start.dynamo_free while the trace is active
@@ -172,10 +177,16 @@ class Tracer:
     def mark(self):
         return Mark(self)
 
+    def log_write(self, namespace, key):
+        """Note that `namespace[key]` (an object's `__dict__`) is about to be
+        assigned: a rollback past this point puts back what it holds now."""
+        self.python_writes.append((namespace, key, namespace.get(key, _MISSING)))
+
     def rollback(self, mark):
         """Remove everything recorded since `mark`: blocks created after it,
         ops and variables added to older blocks, bindings of removed
-        variables, and the tracer's entries for them."""
+        variables, the tracer's entries for them, and the logged Python
+        attribute writes (`python_writes`)."""
         program = self.program
         program.truncate_blocks(len(mark.blocks))
         for block, (n_ops, n_vars) in zip(program.blocks, mark.blocks):
@@ -186,6 +197,12 @@ class Tracer:
         live = program.global_block().vars
         self.lifted = {k: n for k, n in self.lifted.items() if n in live}
         self.block = mark.block
+        while len(self.python_writes) > mark.writes:  # newest first: the oldest value is what stays
+            namespace, key, before = self.python_writes.pop()
+            if before is _MISSING:
+                namespace.pop(key, None)
+            else:
+                namespace[key] = before
         if self._shapes is not None:
             # Assumptions whose checks were rolled back are checked again at the next op.
             self._shapes.emitted = min(self._shapes.emitted, mark.guards)

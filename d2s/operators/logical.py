@@ -14,6 +14,7 @@ from ops.user_frames import error_at_user_line
 from runtime.errors import ConversionError
 from runtime.optable import get_op_def
 
+from .effects import Effects
 from .raising import raising_as_op
 from .state import constant, is_var
 
@@ -56,6 +57,7 @@ def _short_circuit(a, rhs, op, rhs_when, test):
     it, and the ``cond`` yields Python's value."""
     tr = tracer.current()
     mark = tr.mark()
+    effects = Effects((rhs,))
     try:
         b = rhs()
     except ConversionError:
@@ -63,9 +65,12 @@ def _short_circuit(a, rhs, op, rhs_when, test):
     except Exception:  # noqa: BLE001 - raised only where Python evaluates rhs: see below
         exact = False
     else:
-        exact = unobservable_since(tr, mark) and (test or _op_is_the_value(a, b))
+        # (A Python attribute write rhs() made, `self.hit = True`, is observable too.)
+        exact = unobservable_since(tr, mark) and len(tr.python_writes) == mark.writes \
+            and (test or _op_is_the_value(a, b))
         if not exact and not test:
             _check_one_value(a, b, "and" if rhs_when else "or")
+    _refuse_python_writes(effects, "and" if rhs_when else "or")
     if exact:
         return op(a, as_bool_var(b))
     tr.rollback(mark)
@@ -77,6 +82,19 @@ def _short_circuit(a, rhs, op, rhs_when, test):
     if rhs_when:
         return cf.cond(pred, evaluated, kept)
     return cf.cond(pred, kept, evaluated)
+
+
+def _refuse_python_writes(effects, word):
+    """``rhs()`` runs on some paths only, and wrote a Python object the
+    operands reach (`box.hit = True` in a helper): an `if` stages such a
+    write per path (effects.py), an operand cannot; refuse, objects put back."""
+    slots = effects.written()
+    if slots:
+        effects.restore()
+        raise error_at_user_line(
+            f"the right operand of `{word}` on a tensor writes `{slots[0].name}`, a Python object: it runs "
+            f"only on the paths where `{word}` needs it, and d2s stages such writes only in an `if`; write "
+            f"`if` statements instead (`if a:` then `if b:`)")
 
 
 def _op_is_the_value(a, b):

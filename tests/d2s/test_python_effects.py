@@ -283,7 +283,20 @@ def list_grows_in_loop(x):
     return len(box.c)
 
 
+def _mark(box, x):
+    box.c = 1
+    return x.sum() > 1
+
+
+def write_in_an_and_operand(x):
+    box = Box(0)
+    if x.sum() > 0 and _mark(box, x):
+        x = x * 2
+    return x, box.c
+
+
 @pytest.mark.parametrize("fn,message", [
+    (write_in_an_and_operand, r"the right operand of `and` on a tensor writes `box.c`, a Python object"),
     (set_in_one_branch_only, r"'box.d' is set in a branch of the `if` on a tensor at this line but has no "
                              r"value on the other path; set it before the `if`"),
     (set_first_in_loop, r"'box.d' is first set inside this loop on a tensor; a loop variable needs a value before "
