@@ -217,6 +217,70 @@ def test_a_run_that_changed_state_before_its_check_is_refused_not_repeated():
         assert torch.equal(model(x, mask), Normalized.forward(model, x, mask))
 
 
+class WrittenThenMasked(torch.nn.Module):
+    """An in-place write before the None-or-tensor decision: into a
+    temporary the run made (MobileBERT's NoNorm, `h * w + b`, which the
+    in-place pass runs as `mul_`/`add_` on the linear's result), or into
+    the caller's input."""
+
+    def __init__(self, write):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.w = torch.nn.Parameter(torch.randn(3))
+        self.b = torch.nn.Parameter(torch.randn(3))
+        self.write = write
+
+    def forward(self, x, mask):
+        h = self.lin(x)
+        if self.write == "temporary, by the user":
+            h.mul_(self.w)
+        elif self.write == "temporary, by the pass":
+            h = h * self.w + self.b
+        elif self.write == "temporary's view":
+            h[0].mul_(self.w)
+        elif self.write == "input's view":
+            x[0].mul_(self.w)
+            h = h + x
+        elif self.write == "input, through dropout":  # in eval mode dropout returns its input itself
+            F.dropout(x, 0.5, training=self.training).mul_(self.w)
+            h = h + x
+        else:
+            x.mul_(self.w)
+            h = h + x
+        return attend(h, mask)
+
+
+@pytest.mark.parametrize("write", ["temporary, by the user", "temporary, by the pass", "temporary's view"])
+@pytest.mark.parametrize("masks", [[PADDED, FULL, PADDED], [FULL, PADDED, FULL]])
+def test_a_write_into_a_temporary_before_the_check_converts_again(write, masks):
+    model = WrittenThenMasked(write).eval()
+    static = d2s.declarative(WrittenThenMasked(write).eval())
+    static.load_state_dict(model.state_dict())
+    x = torch.randn(2, 3, 3)
+    with torch.no_grad():  # the in-place pass runs where autograd is off
+        for mask in masks:
+            assert torch.equal(static(x, mask), model(x, mask))
+    programs = list(static.forward.program_cache)
+    assert len(programs) == 2
+    assert all("cond" in _ops(c.main_program) for c in programs)
+
+
+@pytest.mark.parametrize("write", ["input", "input's view", "input, through dropout"])
+def test_a_write_into_what_the_caller_may_hold_is_refused_not_repeated(write):
+    model = WrittenThenMasked(write).eval()
+    static = d2s.declarative(WrittenThenMasked(write).eval())
+    static.load_state_dict(model.state_dict())
+    x = torch.randn(2, 3, 3)
+    with torch.no_grad():
+        assert torch.equal(static(x.clone(), PADDED), model(x.clone(), PADDED))
+        given = x.clone()
+        with pytest.raises(RuntimeError, match="cannot convert again and rerun this call.*mul_"):
+            static(given, FULL)
+    expected = x.clone()
+    WrittenThenMasked.forward(model, expected, FULL)
+    assert torch.equal(given, expected)  # written once, as the one eager call would
+
+
 class DroppedThenMasked(torch.nn.Module):
     """Dropout before the None-or-tensor decision, as every transformers
     encoder runs its embeddings' dropout before building its mask."""
