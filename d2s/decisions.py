@@ -37,7 +37,8 @@ from runtime.passes._util import attr_names
 
 # Ops whose result is always a new tensor of its own (never an input or a
 # view of one): an in-place write into it changes nothing a caller holds.
-_FRESH = hoist_constants.FRESH | inplace.FRESH | {"torch.clone", "torch.Tensor.clone"}
+_FRESH = hoist_constants.FRESH | inplace.FRESH | {"torch.clone", "torch.Tensor.clone"} | {
+    f"torch.{n}_like" for n in ("zeros", "ones", "empty", "full")}
 
 
 class Group:
@@ -199,7 +200,14 @@ def _temporary(program, name, seen=None):
 
 
 def _fresh(op):
-    """An op whose result is a tensor of its own, whatever its inputs."""
+    """An op whose result is a tensor of its own, whatever its inputs: a
+    new result (`_FRESH`) or a factory, which reads sizes only (`torch.zeros`
+    at a run-time size; not `as_tensor` or a sparse constructor, which may
+    hand on the tensors they are given)."""
     if op.sub_blocks() or "out" in (op.attrs.get("kwargs") or {}):
         return False
-    return op.type in _FRESH or not op.input_names
+    if op.type in _FRESH or not op.input_names:
+        return True
+    name = op.type.rsplit(".", 1)[-1]
+    return (is_registered(op.type) and get_op_def(op.type).factory and name != "as_tensor"
+            and not name.startswith("sparse"))

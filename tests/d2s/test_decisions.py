@@ -238,6 +238,10 @@ class WrittenThenMasked(torch.nn.Module):
             h = h * self.w + self.b
         elif self.write == "temporary's view":
             h[0].mul_(self.w)
+        elif self.write == "factory at a run-time size":  # wav2vec2's feature-vector mask
+            z = torch.zeros(x.shape[0], x.shape[1])
+            z[:, 0] = 1.0
+            h = h + z[:, :, None]
         elif self.write == "input's view":
             x[0].mul_(self.w)
             h = h + x
@@ -250,7 +254,8 @@ class WrittenThenMasked(torch.nn.Module):
         return attend(h, mask)
 
 
-@pytest.mark.parametrize("write", ["temporary, by the user", "temporary, by the pass", "temporary's view"])
+@pytest.mark.parametrize("write", ["temporary, by the user", "temporary, by the pass", "temporary's view",
+                                   "factory at a run-time size"])
 @pytest.mark.parametrize("masks", [[PADDED, FULL, PADDED], [FULL, PADDED, FULL]])
 def test_a_write_into_a_temporary_before_the_check_converts_again(write, masks):
     model = WrittenThenMasked(write).eval()
@@ -263,6 +268,23 @@ def test_a_write_into_a_temporary_before_the_check_converts_again(write, masks):
     programs = list(static.forward.program_cache)
     assert len(programs) == 2
     assert all("cond" in _ops(c.main_program) for c in programs)
+
+
+@pytest.mark.parametrize("write", ["temporary, by the pass", "factory at a run-time size"])
+def test_a_saved_model_reruns_a_write_into_a_temporary_on_its_other_path(write, tmp_path):
+    model = WrittenThenMasked(write).eval()
+    spec = [d2s.InputSpec([None, None, 3]), d2s.InputSpec([None, None])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d2s.jit.save(model, str(tmp_path / "m"), input_spec=spec)
+    assert _paths(tmp_path / "m") == 1
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    with torch.no_grad():
+        for x, mask in [(torch.randn(2, 3, 3), PADDED), (torch.randn(2, 3, 3), FULL), (torch.randn(4, 5, 3),
+                                                                                       torch.ones(4, 5))]:
+            assert torch.equal(loaded(x, mask), model(x, mask))
+    ops = [_ops(p) for p in [loaded.program] + [part[0] for part in loaded._paths]]
+    assert all("cond" in o and "decision_failed" in o for o in ops)
 
 
 @pytest.mark.parametrize("write", ["input", "input's view", "input, through dropout"])
