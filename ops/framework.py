@@ -452,4 +452,10 @@ def zeros_of(shape, dtype, kind="tensor"):
 
 
 def zeros_placeholder(like):
-    return zeros_of(like.shape, like.dtype, like.kind)
+    """Zeros standing in for `like` on a path that never yields it (a
+    branch that returns or raises first): a number where `like` stands for
+    one, so a Python number merged with it stays a number (`isinstance`)."""
+    out = zeros_of(like.shape, like.dtype, like.kind)
+    if isinstance(out, Variable):
+        out.python_number = bool(like.python_number)
+    return out
