@@ -83,6 +83,13 @@ _BINARY = {
 }
 
 
+def _operator_of(expr):
+    """The Python operator of a sympy node, by its class or the nearest
+    base that has one: torch's CleanDiv (a FloorDiv it knows to be exact,
+    after a view by 16 of a size) is a FloorDiv."""
+    return next((_BINARY[t] for t in type(expr).__mro__ if t in _BINARY), None)
+
+
 class Shapes:
     """The ShapeEnv and FakeTensorMode of one trace, and what links its
     symbols to the program: display names, the (Variable, dim) each symbol
@@ -302,7 +309,7 @@ class Shapes:
                 if a != 1:
                     var = self._binary(operator.floordiv, var, a, expr, value)
         else:
-            fn = operator.not_ if isinstance(expr, sympy.Not) else _BINARY.get(type(expr))
+            fn = operator.not_ if isinstance(expr, sympy.Not) else _operator_of(expr)
             if fn is None:
                 return None
             args = list(expr.args)

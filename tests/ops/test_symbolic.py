@@ -5,6 +5,7 @@ import textwrap
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import d2s
 
@@ -195,3 +196,28 @@ def test_layout_checks_on_several_sizes_leave_every_size_to_one_program(tmp_path
         expected = model(x, mask)
         assert torch.equal(loaded(x, mask), expected) and torch.equal(static(x, mask), expected)
     assert len(static.forward.program_cache) == 1
+
+
+PATCH_WEIGHT = torch.randn(2, 3, 4, 4)
+
+
+def patches(x):
+    # timm's PatchEmbed asserts the sides divide by the patch, so the patch
+    # grid's sides are torch's CleanDiv (an exact FloorDiv); then its
+    # resample_abs_pos_embed: `not is_exporting() and h * w + 1 == n`, a run-time bool
+    _, _, H, W = x.shape
+    torch._assert(H % 4 == 0, "height")
+    torch._assert(W % 4 == 0, "width")
+    y = F.conv2d(x, PATCH_WEIGHT, stride=4).permute(0, 2, 3, 1)
+    b, h, w, c = y.shape
+    if not torch.jit.is_scripting() and h * w + 1 == 5:
+        if h == w:
+            return y.reshape(b, -1, c)
+    return y.reshape(b, -1, c) * 2
+
+
+def test_a_condition_on_an_exact_division_of_sizes_is_read_at_run_time():
+    static = d2s.declarative(patches, input_spec=[d2s.InputSpec([None, 3, None, None])])
+    _run_all(static, patches, [(torch.randn(2, 3, 8, 8),), (torch.randn(1, 3, 16, 8),), (torch.randn(3, 3, 4, 12),)])
+    (concrete,) = list(static.program_cache)
+    assert "cond" in {op.type for op in concrete.main_program.global_block().ops}
