@@ -9,6 +9,7 @@ captured torch calls.
 """
 
 import builtins
+import math
 import operator
 
 import torch
@@ -162,7 +163,8 @@ def scalar_op_type(fn):
 
 SCALAR_FUNCTIONS = (operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.pow,
                     operator.neg, operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge,
-                    operator.and_, operator.or_, operator.not_, operator.pos, max, min)
+                    operator.and_, operator.or_, operator.not_, operator.pos, max, min,
+                    operator.truediv, math.ceil, math.floor)  # `math.ceil(h / 2)` of a size
 for _fn in SCALAR_FUNCTIONS:
     register(OpDef(scalar_op_type(_fn), kernel=_fn))
 # The Python int a 0-d integer tensor stands for (`int(t)` given where eager passes an int).

@@ -228,6 +228,8 @@ HOSTILE = {
     "a dimension '-inf'": (_dim("-inf"), "bad dimension "),
     "a dimension of code": (_dim("__import__(os)"), "bad dimension "),
     "a dimension naming a word": (_dim("s0 + batch"), "bad dimension "),
+    "a dimension calling through math.": (_dim("math.os.system(s0)"), "bad dimension "),
+    "a dimension with a float": (_dim("math.ceil(1.5)"), "bad dimension "),
     "a dimension of 2**62": (_dim(2**62), "bad dimension 4611686018427387904"),
     "a dimension of -2": (_dim(-2), "bad dimension -2"),
     "a float dimension": (_dim(2.5), "bad dimension 2.5"),

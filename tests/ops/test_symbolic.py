@@ -1,6 +1,7 @@
 """Symbolic shapes: dynamic dimensions are ShapeEnv symbols, sizes are
 SymInts while tracing and Python ints when the program runs."""
 
+import math
 import textwrap
 
 import pytest
@@ -221,3 +222,25 @@ def test_a_condition_on_an_exact_division_of_sizes_is_read_at_run_time():
     _run_all(static, patches, [(torch.randn(2, 3, 8, 8),), (torch.randn(1, 3, 16, 8),), (torch.randn(3, 3, 4, 12),)])
     (concrete,) = list(static.program_cache)
     assert "cond" in {op.type for op in concrete.main_program.global_block().ops}
+
+
+def padded_to_patches(x):
+    # timm's MobileViT: sides rounded up to whole patches with math.ceil(H / 4), resized when they differ
+    B, C, H, W = x.shape
+    new_h, new_w = math.ceil(H / 4) * 4, math.ceil(W / 4) * 4
+    if new_h != H or new_w != W:
+        x = F.interpolate(x, size=(new_h, new_w), mode="bilinear", align_corners=True)
+    return x.reshape(B, C, new_h // 4, 4, new_w // 4, 4).mean((3, 5))
+
+
+def test_ceil_of_a_true_division_of_sizes_is_computed_at_run_time(tmp_path):
+    static = d2s.declarative(padded_to_patches, input_spec=[d2s.InputSpec([None, 3, None, None])])
+    inputs = [(torch.randn(2, 3, 8, 8),), (torch.randn(1, 3, 9, 8),), (torch.randn(3, 3, 6, 13),)]
+    _run_all(static, padded_to_patches, inputs)
+    (concrete,) = list(static.program_cache)
+    ops = {op.type for op in concrete.main_program.global_block().ops}
+    assert {"cond", "math.ceil", "operator.truediv"} <= ops
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    for (x,) in inputs:
+        assert torch.equal(loaded(x), padded_to_patches(x))
