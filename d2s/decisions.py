@@ -21,13 +21,24 @@ raises the DecisionFailed (naming the decision) for inputs it cannot serve.
 
 A failed run is run again only when nothing it did before the check can
 be seen: an in-place write to an input or a parameter, a random draw or a
-print before it would happen twice, so such a program refuses instead.
+print before it would happen twice, so such a program refuses instead. An
+in-place write into a temporary the run made itself (`h * w` on a linear's
+result, run as `mul_` by the in-place pass) is made afresh by the second
+run, and does not stop it; a write into anything that may share a caller's
+memory (a view, a branch's or loop's result) still does.
 """
 
 from ops import control_flow
 from runtime import modes, runner
 from runtime.errors import DecisionFailed
 from runtime.optable import get_op_def, is_registered
+from runtime.passes import hoist_constants, inplace
+from runtime.passes._util import attr_names
+
+# Ops whose result is always a new tensor of its own (never an input or a
+# view of one): an in-place write into it changes nothing a caller holds.
+_FRESH = hoist_constants.FRESH | inplace.FRESH | {"torch.clone", "torch.Tensor.clone"} | {
+    f"torch.{n}_like" for n in ("zeros", "ones", "empty", "full")}
 
 
 class Group:
@@ -158,18 +169,45 @@ def _observable(op):
         return modes.mode_value(op) is not False
     if not opdef.mutates:
         return False
-    program = op.block.program
-    for name in op.input_names:
-        var = _find(op.block, name)
-        if var is not None and (var.persistable or var.is_data or name in program.bound):
-            return True
-    return False
+    return not _temporary(op.block.program, op.input("X")[0])
 
 
-def _find(block, name):
-    while True:
-        if name in block.vars:
-            return block.vars[name]
-        if block.parent_idx < 0:
-            return None
-        block = block.program.blocks[block.parent_idx]
+def _temporary(program, name, seen=None):
+    """Whether `name` (what an in-place op writes: its first input) can only
+    be memory the run itself made, which a second run makes afresh: traced
+    back through what gives it, every path ends at an op returning a new
+    tensor (`linear`, `x * w`: the in-place pass writes into such results;
+    `clone`, a factory), never at a feed, a parameter or a tensor bound from
+    outside that a view, `dropout` in eval mode or a branch may hand on."""
+    seen = set() if seen is None else seen
+    if name in seen:
+        return True
+    seen.add(name)
+    held = [b.vars[name] for b in program.blocks if name in b.vars]
+    if name in program.bound or any(v.persistable or v.is_data for v in held):
+        return False
+    writers = [op for block in program.blocks for op in block.ops if name in op.output_names
+               and not (is_registered(op.type) and get_op_def(op.type).mutates)]
+    if not writers:
+        return False  # made where we cannot see
+    for op in writers:
+        if _fresh(op):
+            continue
+        read = op.input_names + attr_names(op) if op.sub_blocks() else op.input_names
+        if not all(_temporary(program, n, seen) for n in read):
+            return False
+    return True
+
+
+def _fresh(op):
+    """An op whose result is a tensor of its own, whatever its inputs: a
+    new result (`_FRESH`) or a factory, which reads sizes only (`torch.zeros`
+    at a run-time size; not `as_tensor` or a sparse constructor, which may
+    hand on the tensors they are given)."""
+    if op.sub_blocks() or "out" in (op.attrs.get("kwargs") or {}):
+        return False
+    if op.type in _FRESH or not op.input_names:
+        return True
+    name = op.type.rsplit(".", 1)[-1]
+    return (is_registered(op.type) and get_op_def(op.type).factory and name != "as_tensor"
+            and not name.startswith("sparse"))

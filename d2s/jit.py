@@ -6,12 +6,13 @@ source, as a `TranslatedLayer`: an `nn.Module` whose weights are trainable
 
 import contextlib
 import re
+import warnings
 
 import torch
 
 from ops.autograd_function import has_live_ops, inline_for_save
 from runtime import foreign_tracers, modes, output_tree, runner
-from runtime.errors import DecisionFailed
+from runtime.errors import ConversionError, DecisionFailed
 from runtime.executor import Executor
 from runtime.io import prune_program, read_model, save_model
 from runtime.ir import torch_dtype
@@ -36,15 +37,16 @@ def _example(spec):
 
 
 def _examples(static, input_spec):
-    """Zeros tensors to trace `input_spec` with: example tensors as given,
-    `None` dimensions at the sizes of the user's latest call where it fits
-    (d2s/save_sizes.py), never a made-up 2 that changes the program."""
+    """Lists of zeros tensors to trace `input_spec` with, in the order to
+    try them: example tensors as given, `None` dimensions at the sizes of
+    the user's latest call where it fits, else at default sizes, small to
+    large (d2s/save_sizes.py), never a made-up 2 that changes the program."""
     for s in input_spec:
         if not isinstance(s, (InputSpec, torch.Tensor)):
             raise TypeError(f"input_spec entries must be d2s.InputSpec or tensors, got {type(s).__name__}")
     specs = [s if isinstance(s, InputSpec) else InputSpec.from_tensor(s) for s in input_spec]
-    sizes = save_sizes.example_sizes(static, specs)
-    return [s if isinstance(s, torch.Tensor) else save_sizes.example(s, n) for s, n in zip(input_spec, sizes)]
+    return [[s if isinstance(s, torch.Tensor) else save_sizes.example(s, n) for s, n in zip(input_spec, sizes)]
+            for sizes in save_sizes.sizes_to_try(static, specs)]
 
 
 def _static_of(layer_or_function, input_spec):
@@ -76,11 +78,16 @@ def concrete_to_save(static, input_spec, what):
                 f"(to {what} or to d2s.declarative)")
         return static, None, concrete
     specs = [s if isinstance(s, InputSpec) else InputSpec.from_tensor(s) for s in input_spec]
-    examples = _examples(static, input_spec)
-    static = StaticFunction(static._function, specs, instance=static._instance)
-    concrete = static.get_concrete_program(*examples)
-    save_sizes.refuse_pinned_sizes(concrete, specs, examples)
-    return static, examples, concrete
+    first = None
+    for examples in _examples(static, input_spec):
+        fresh = StaticFunction(static._function, specs, instance=static._instance)
+        try:
+            concrete = fresh.get_concrete_program(*examples)
+            save_sizes.refuse_pinned_sizes(concrete, specs, examples)
+            return fresh, examples, concrete
+        except Exception as exc:  # noqa: BLE001 - larger default sizes may serve; else the first error
+            first = first or exc
+    raise first
 
 
 def _with_functions_inlined(static, examples, concrete):
@@ -193,7 +200,7 @@ def save(layer_or_function, path, input_spec=None):
         return
     static = _static_of(layer_or_function, input_spec)
     modules = _modules_of(static)
-    mode, same = None, False
+    mode, same, one_mode = None, False, None
     static, examples, concrete = concrete_to_save(static, input_spec, "jit.save")
     both_modes = examples is not None
     inline = has_live_ops(concrete.main_program)
@@ -206,13 +213,29 @@ def save(layer_or_function, path, input_spec=None):
         if modules:
             mode = "train" if modules[0].training else "eval"
             if both_modes:
-                other = _part(_concrete_in_mode(static, examples, modules, mode == "eval"))
-                if _same_program(main, other):
+                other, one_mode = _other_mode(static, examples, modules, mode)
+                if other is not None and _same_program(main, other):
                     same = True  # one program serves both modes, whatever its ops
                 else:
                     alternate = other
     state = _module_state(static._instance) if isinstance(static._instance, torch.nn.Module) else None
-    save_model(path, main, mode=mode, alternate=alternate, state=state, both_modes=same, paths=paths)
+    save_model(path, main, mode=mode, alternate=alternate, state=state, both_modes=same, paths=paths,
+               one_mode=one_mode)
+
+
+def _other_mode(static, examples, modules, mode):
+    """(the part for the mode other than `mode`, None), or (None, why)
+    when that mode's code cannot be converted (wav2vec2 draws its training
+    masks with numpy): the model is saved for `mode` only, with a warning,
+    and the loaded layer refuses to switch, saying why."""
+    other = "eval" if mode == "train" else "train"
+    try:
+        return _part(_concrete_in_mode(static, examples, modules, mode == "eval")), None
+    except ConversionError as exc:
+        why = (f"its {other}-mode program could not be converted when it was saved, so only {mode} mode "
+               f"was saved: {str(exc).strip().splitlines()[0][:1000]}")
+        warnings.warn(f"jit.save: {why}", stacklevel=3)
+        return None, why
 
 
 def _retrace(static, examples):
@@ -237,7 +260,7 @@ class TranslatedLayer(torch.nn.Module):
     an error, never the other mode's program run silently."""
 
     def __init__(self, program, feed_names, fetch_vars, mode=None, alternate=None, state=None, outputs=None,
-                 state_updates=(), both_modes=False, paths=(), optimize="default"):
+                 state_updates=(), both_modes=False, paths=(), optimize="default", one_mode=None):
         super().__init__()
         # The level of passes and native code its calls run (runtime/passes), as for a declarative call.
         self._optimize = check_level(optimize)
@@ -248,7 +271,8 @@ class TranslatedLayer(torch.nn.Module):
         self._mode_ops = sorted({op.type for op, _ in modes.mode_ops(program)})
         if mode is None and alternate is None:
             mode = modes.mode_from_ops(program)  # saved without a mode: what its ops say, if they agree
-        if (self._mode_ops and not both_modes) or alternate is not None:
+        self._one_mode = one_mode  # why the other mode's program is missing
+        if (self._mode_ops and not both_modes) or alternate is not None or one_mode is not None:
             self._programs = {mode: main}  # mode None: ops that disagree, neither mode known
         else:
             self._programs = {"train": main, "eval": main}  # traced the same in both, or no op differs
@@ -350,6 +374,8 @@ class TranslatedLayer(torch.nn.Module):
     # -- modes -------------------------------------------------------------------------
     def train(self, mode=True):
         key = "train" if mode else "eval"
+        if key not in self._programs and self._one_mode is not None:
+            raise RuntimeError(f"cannot switch this loaded model to {key} mode: {self._one_mode}")
         if key not in self._programs:
             built = (f"was built in {self._saved_mode} mode" if self._saved_mode else
                      "was saved without its mode, and its ops do not agree on one")
@@ -420,7 +446,7 @@ class TranslatedLayer(torch.nn.Module):
         if mode is not None and other is not None and other is not main:
             alternate = other
         save_model(path, main, mode=mode, alternate=alternate, state=_module_state(self),
-                   both_modes=other is main, paths=self._paths)
+                   both_modes=other is main, paths=self._paths, one_mode=self._one_mode)
 
     def __repr__(self):
         block = self.program.global_block()
@@ -455,4 +481,4 @@ def load(path, optimize=None):
     return TranslatedLayer(model.program, model.feed_names, [block.vars[n] for n in model.fetch_names],
                            mode=model.mode, alternate=model.alternate, state=state, outputs=model.outputs,
                            state_updates=model.state_updates, both_modes=model.both_modes, paths=model.paths,
-                           optimize=optimize)
+                           optimize=optimize, one_mode=model.one_mode)

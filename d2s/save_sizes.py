@@ -23,6 +23,11 @@ from runtime.optable import get_op_def, is_registered
 # downsampling CNN still has 2x2 left; a sequence fits the usual position
 # tables). Examples from the user decide instead whenever there are any.
 DEFAULT_SIZES = (2, 64)
+# Where the traced program at 64 does not serve (the check above refuses it,
+# or tracing fails: audio whose conv stack leaves one frame of 64 samples, a
+# network that downsamples 64 pixels to nothing), the other dimensions are
+# traced again at these larger sizes, in order; the first that serves wins.
+LARGER = (256, 1024)
 # Sizes near and far from the traced size n at which the saved program
 # must accept some input: a check failing at all of them pins the
 # dimension to one size (half: a table of at most n positions passes).
@@ -31,9 +36,21 @@ PROBES = (("half", lambda n: max(2, n // 2)), ("one more", lambda n: n + 1), ("t
 MAX_OPS = 256  # ops replayed for one check
 
 
-def example_sizes(static, specs):
+def sizes_to_try(static, specs):
+    """The example sizes to trace at, in order: example_sizes, then, where
+    dimensions took the default, the same with LARGER ones."""
+    tries = [example_sizes(static, specs)]
+    for n in LARGER:
+        sizes = example_sizes(static, specs, n)
+        if sizes not in tries:
+            tries.append(sizes)
+    return tries
+
+
+def example_sizes(static, specs, length=DEFAULT_SIZES[1]):
     """Per spec, the sizes to trace at: the latest call's where its input
-    matches the spec (rank, dtype, static sizes), else DEFAULT_SIZES."""
+    matches the spec (rank, dtype, static sizes), else DEFAULT_SIZES (with
+    `length` for dimensions other than the batch)."""
     concrete = static.concrete_program
     called = list(concrete.inputs) if concrete is not None else []
     out = []
@@ -43,7 +60,7 @@ def example_sizes(static, specs):
                                  or any(s != -1 and s != d for s, d in zip(spec.shape, seen))):
             seen = None
         out.append([d if d != -1 else (seen[k] if seen is not None and type(seen[k]) is int and seen[k] >= 2
-                                       else DEFAULT_SIZES[min(k, 1)])
+                                       else (DEFAULT_SIZES[0], length)[min(k, 1)])
                     for k, d in enumerate(spec.shape)])
     return out
 

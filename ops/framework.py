@@ -9,6 +9,7 @@ captured torch calls.
 """
 
 import builtins
+import math
 import operator
 
 import torch
@@ -162,7 +163,8 @@ def scalar_op_type(fn):
 
 SCALAR_FUNCTIONS = (operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.pow,
                     operator.neg, operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge,
-                    operator.and_, operator.or_, operator.not_, operator.pos, max, min)
+                    operator.and_, operator.or_, operator.not_, operator.pos, max, min,
+                    operator.truediv, math.ceil, math.floor)  # `math.ceil(h / 2)` of a size
 for _fn in SCALAR_FUNCTIONS:
     register(OpDef(scalar_op_type(_fn), kernel=_fn))
 # The Python int a 0-d integer tensor stands for (`int(t)` given where eager passes an int).
@@ -470,4 +472,10 @@ def zeros_of(shape, dtype, kind="tensor"):
 
 
 def zeros_placeholder(like):
-    return zeros_of(like.shape, like.dtype, like.kind)
+    """Zeros standing in for `like` on a path that never yields it (a
+    branch that returns or raises first): a number where `like` stands for
+    one, so a Python number merged with it stays a number (`isinstance`)."""
+    out = zeros_of(like.shape, like.dtype, like.kind)
+    if isinstance(out, Variable):
+        out.python_number = bool(like.python_number)
+    return out

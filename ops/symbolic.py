@@ -30,6 +30,7 @@ first dynamic dimension of a trace: a static trace does not pay for sympy.
 import contextlib
 import dataclasses
 import logging
+import math
 import operator
 
 import sympy
@@ -80,7 +81,17 @@ _BINARY = {
     sympy.Pow: operator.pow, sym_fns.Max: max, sym_fns.Min: min, sympy.Max: max, sympy.Min: min,
     sympy.Eq: operator.eq, sympy.Ne: operator.ne, sympy.Lt: operator.lt, sympy.Le: operator.le,
     sympy.Gt: operator.gt, sympy.Ge: operator.ge, sympy.And: operator.and_, sympy.Or: operator.or_,
+    sym_fns.IntTrueDiv: operator.truediv,
 }
+# Functions of one argument: `math.ceil(h / 2)` of a size is CeilToInt(IntTrueDiv(h, 2)).
+_UNARY = {sympy.Not: operator.not_, sym_fns.CeilToInt: math.ceil, sym_fns.FloorToInt: math.floor}
+
+
+def _operator_of(expr):
+    """The Python operator of a sympy node, by its class or the nearest
+    base that has one: torch's CleanDiv (a FloorDiv it knows to be exact,
+    after a view by 16 of a size) is a FloorDiv."""
+    return next((_BINARY[t] for t in type(expr).__mro__ if t in _BINARY), None)
 
 
 class Shapes:
@@ -302,7 +313,8 @@ class Shapes:
                 if a != 1:
                     var = self._binary(operator.floordiv, var, a, expr, value)
         else:
-            fn = operator.not_ if isinstance(expr, sympy.Not) else _BINARY.get(type(expr))
+            unary = _UNARY.get(type(expr))
+            fn = unary or _operator_of(expr)
             if fn is None:
                 return None
             args = list(expr.args)
@@ -315,7 +327,7 @@ class Shapes:
             for k, p in enumerate(parts[1:], 1):
                 partial = expr.func(*args[:k + 1]) if k + 1 < len(args) else expr
                 var = self._binary(fn, var, p, partial, value if partial is expr else None)
-            if fn is operator.not_:
+            if unary is not None:
                 var = self._binary(fn, var, None, expr, value)
         self._values[expr] = var
         return var
@@ -333,6 +345,8 @@ class Shapes:
             return value
         if _is_bool(expr):
             return self.env.create_symboolnode(expr)
+        if isinstance(expr, (sym_fns.IntTrueDiv, sym_fns.FloatTrueDiv)):
+            return self.env.create_symfloatnode(expr, hint=float(self.env.guarding_hint_or_throw(expr)))
         return self.env.create_symintnode(expr, hint=int(self.env.guarding_hint_or_throw(expr)))
 
     def _usable(self, var):
@@ -345,9 +359,10 @@ class Shapes:
     def _append(self, op_type_, inputs, args, value, block=None):
         """One op computing a Python number from `inputs`; its SCALAR output."""
         block = block if block is not None and self.tracer.block.is_under(block) else self.tracer.block
-        is_bool = isinstance(value, torch.SymBool)
-        out = block.create_var(name=block.program.unique_name("size"), shape=(),
-                               dtype="bool" if is_bool else "int64", kind=SCALAR, stop_gradient=True)
+        dtype = "bool" if isinstance(value, torch.SymBool) else "float64" if isinstance(value, torch.SymFloat) \
+            else "int64"
+        out = block.create_var(name=block.program.unique_name("size"), shape=(), dtype=dtype, kind=SCALAR,
+                               stop_gradient=True)
         block.append_op(op_type_, inputs={"X": inputs}, outputs={"Out": [out]},
                         attrs={"args": args, "kwargs": {}, "out": OutputRef(0)}, origin=user_origin())
         self.scalars[id(out)] = value

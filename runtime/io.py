@@ -39,8 +39,8 @@ PARAMS_FILE = "params.safetensors"
 FORMAT_NAME = "d2s.inference_model"
 
 SavedModel = namedtuple("SavedModel", "program feed_names fetch_names params format_version producer "
-                                     "mode alternate state outputs state_updates both_modes paths",
-                        defaults=(None, None, None, None, (), False, ()))
+                                     "mode alternate state outputs state_updates both_modes paths one_mode",
+                        defaults=(None, None, None, None, (), False, (), None))
 SavedModel.__doc__ = """A validated model directory, parameters not yet bound
 (`params`: name -> tensor). What `python -m d2s inspect` shows. `mode` is
 "train" or "eval", the mode the program was traced in, or None (not
@@ -55,7 +55,9 @@ the module state that persistable holds becomes that fetch's value.
 so it serves both whatever its ops (runtime/modes.py). `paths` are
 `Alternate`s of `mode` too: programs converted for other sides of the
 decisions `program` holds (d2s/save_paths.py), tried in order when a run
-raises DecisionFailed."""
+raises DecisionFailed. `one_mode`: why the program of the other mode is
+missing (it could not be converted), or None; a loaded layer then refuses
+to switch to that mode, whatever its ops."""
 
 Alternate = namedtuple("Alternate", "mode program feed_names fetch_names outputs state_updates",
                        defaults=(None, ()))
@@ -85,7 +87,7 @@ def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_
     save_model(dirname, (program, feeded_var_names, target_vars), mode=program.mode or mode_from_ops(program))
 
 
-def save_model(dirname, main, mode=None, alternate=None, state=None, both_modes=False, paths=()):
+def save_model(dirname, main, mode=None, alternate=None, state=None, both_modes=False, paths=(), one_mode=None):
     """`save_inference_model` for one program or a train/eval pair.
 
     `main` and `alternate` are (program, feeds, targets[, outputs[,
@@ -100,6 +102,8 @@ def save_model(dirname, main, mode=None, alternate=None, state=None, both_modes=
     programs do not read. `both_modes`: `main` was traced in both modes and
     came out the same (no `alternate` then). `paths`: parts like `main`,
     converted for other sides of its decisions (d2s/save_paths.py).
+    `one_mode`: why `main` serves `mode` only (the other mode's program
+    could not be converted), or None.
     """
     params = {}
     doc = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "producer": producer_versions()}
@@ -110,6 +114,8 @@ def save_model(dirname, main, mode=None, alternate=None, state=None, both_modes=
         doc["alternate"] = {"mode": MODES[1 - MODES.index(mode)], **_saved_part(alternate, params)}
     if both_modes:
         doc["both_modes"] = True
+    if one_mode is not None:
+        doc["one_mode"] = one_mode
     if paths:
         doc["paths"] = [_saved_part(p, params) for p in paths]
     if state is not None:
@@ -463,7 +469,8 @@ def read_model(dirname, device=None, limits=None):
     programs = [program] + ([alternate.program] if alternate else []) + [p.program for p in paths]
     params = _read_params(params_path, programs, state, device)
     return SavedModel(program, feed_names, fetch_names, params, doc["format_version"], doc["producer"],
-                      mode, alternate, state, outputs, updates, doc.get("both_modes", False), paths)
+                      mode, alternate, state, outputs, updates, doc.get("both_modes", False), paths,
+                      doc.get("one_mode"))
 
 
 def _parse_paths(doc, mode, where, limits):
@@ -586,6 +593,11 @@ def _parse_modes_and_state(doc, where, limits):
         alternate = Alternate(alternate["mode"], *_parse_part(alternate, f"{where}: alternate", limits))
     if doc.get("both_modes", False) not in (True, False) or doc.get("both_modes") and alternate is not None:
         raise ModelFormatError(f"{where}: \"both_modes\" must be true or false, and false with an \"alternate\"")
+    one_mode = doc.get("one_mode")
+    if one_mode is not None and (not isinstance(one_mode, str) or len(one_mode) > 2000 or mode is None
+                                 or alternate is not None or doc.get("both_modes")):
+        raise ModelFormatError(f"{where}: \"one_mode\" must be a short text, with a \"mode\" and without "
+                               "\"alternate\" or \"both_modes\"")
     state = doc.get("state")
     if state is not None:
         if not isinstance(state, dict) or set(state) != {"parameters", "buffers"}:

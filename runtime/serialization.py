@@ -39,13 +39,16 @@ _SYMBOLIC_DIM = re.compile(r"[A-Za-z0-9_ +\-*/%(),]{1,200}")
 _DIM_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DIM_SYMBOL = re.compile(r"[a-z]{1,4}[0-9]{1,6}")
 _DIM_FUNCTIONS = frozenset("Max Min Abs floor ceiling Mod FloorDiv CeilDiv CleanDiv PythonMod IntTrueDiv "
-                           "FloorToInt CeilToInt TruncToInt ModularIndexing Identity".split())
+                           "FloorToInt CeilToInt TruncToInt ModularIndexing Identity ceil trunc".split())
+# ... which torch's printer writes `math.ceil(s1 / 4)` (a side rounded up to whole patches).
+_MATH_PREFIX = "math."
 # Sizes of real tensors stay far below this; 2**62 elements is no model's.
 MAX_DIM = 2**40
 
 
 def _valid_dim(d):
     if isinstance(d, str):
+        d = d.replace(_MATH_PREFIX, "")
         return bool(_SYMBOLIC_DIM.fullmatch(d)) and all(
             _DIM_SYMBOL.fullmatch(w) or w in _DIM_FUNCTIONS for w in _DIM_WORD.findall(d))
     return isinstance(d, int) and not isinstance(d, bool) and -1 <= d <= MAX_DIM

@@ -56,8 +56,11 @@ _SITE_DIRS = tuple({os.path.join(os.path.realpath(p), "")
 
 # ... except these parts of torch, plain Python over tensors whose type
 # checks (`isinstance(value, torch.Tensor)` in a distribution's argument
-# validation) must see a graph tensor as a tensor, as converted code does.
-_CONVERTED_TORCH = ("torch.distributions",)
+# validation) must see a graph tensor as a tensor, as converted code does;
+# and the containers, whose `nn.Sequential.forward` calls the user's
+# modules (timm's blocks): called as it is, it would run their forwards
+# unconverted, where `x.shape` of a graph tensor has no run-time sizes.
+_CONVERTED_TORCH = ("torch.distributions", "torch.nn.modules.container")
 
 
 def _is_user_code(obj):

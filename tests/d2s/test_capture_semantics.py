@@ -479,6 +479,46 @@ def test_gradient_does_not_flow_through_item(sign):
     assert torch.equal(grads[0], grads[1])
 
 
+# -- nn.Sequential: converted like user code, so the modules it calls are too --------------------------
+
+class Heads(nn.Module):
+    """timm's Attention under a Sequential: sizes read from `x.shape` at
+    run time, and a tensor `if`."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        h = self.qkv(x).reshape(B, N, 3, 2, C // 2).sum(2).flatten(2)
+        if h.mean() > 0:
+            h = -h
+        return h[:, : N - 1]
+
+
+class Stack(nn.Module):
+    def __init__(self, blocks):
+        super().__init__()
+        self.blocks = blocks
+
+    def forward(self, x):
+        return self.blocks(x * 2)
+
+
+@pytest.mark.parametrize("wrap", [lambda m: Stack(nn.Sequential(m)), lambda m: Stack(nn.Sequential(nn.Identity(), m))])
+def test_modules_a_sequential_calls_are_converted(wrap):
+    torch.manual_seed(0)
+    model = wrap(Heads()).eval()
+    static = d2s.declarative(model, input_spec=[d2s.InputSpec([None, None, 8])])
+    for shape in [(2, 5, 8), (1, 3, 8), (3, 7, 8)]:
+        for sign in (1.0, -1.0):
+            x = sign * torch.randn(shape)
+            assert torch.equal(static(x), model(x))
+    (concrete,) = list(static.forward.program_cache)
+    assert "cond" in {op.type for op in concrete.main_program.global_block().ops}
+
+
 # -- torch.distributions: converted like user code (its isinstance checks see a tensor) -------------
 
 def gaussian_nll(mu, sigma, target):

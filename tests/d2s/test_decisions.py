@@ -217,6 +217,92 @@ def test_a_run_that_changed_state_before_its_check_is_refused_not_repeated():
         assert torch.equal(model(x, mask), Normalized.forward(model, x, mask))
 
 
+class WrittenThenMasked(torch.nn.Module):
+    """An in-place write before the None-or-tensor decision: into a
+    temporary the run made (MobileBERT's NoNorm, `h * w + b`, which the
+    in-place pass runs as `mul_`/`add_` on the linear's result), or into
+    the caller's input."""
+
+    def __init__(self, write):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.w = torch.nn.Parameter(torch.randn(3))
+        self.b = torch.nn.Parameter(torch.randn(3))
+        self.write = write
+
+    def forward(self, x, mask):
+        h = self.lin(x)
+        if self.write == "temporary, by the user":
+            h.mul_(self.w)
+        elif self.write == "temporary, by the pass":
+            h = h * self.w + self.b
+        elif self.write == "temporary's view":
+            h[0].mul_(self.w)
+        elif self.write == "factory at a run-time size":  # wav2vec2's feature-vector mask
+            z = torch.zeros(x.shape[0], x.shape[1])
+            z[:, 0] = 1.0
+            h = h + z[:, :, None]
+        elif self.write == "input's view":
+            x[0].mul_(self.w)
+            h = h + x
+        elif self.write == "input, through dropout":  # in eval mode dropout returns its input itself
+            F.dropout(x, 0.5, training=self.training).mul_(self.w)
+            h = h + x
+        else:
+            x.mul_(self.w)
+            h = h + x
+        return attend(h, mask)
+
+
+@pytest.mark.parametrize("write", ["temporary, by the user", "temporary, by the pass", "temporary's view",
+                                   "factory at a run-time size"])
+@pytest.mark.parametrize("masks", [[PADDED, FULL, PADDED], [FULL, PADDED, FULL]])
+def test_a_write_into_a_temporary_before_the_check_converts_again(write, masks):
+    model = WrittenThenMasked(write).eval()
+    static = d2s.declarative(WrittenThenMasked(write).eval())
+    static.load_state_dict(model.state_dict())
+    x = torch.randn(2, 3, 3)
+    with torch.no_grad():  # the in-place pass runs where autograd is off
+        for mask in masks:
+            assert torch.equal(static(x, mask), model(x, mask))
+    programs = list(static.forward.program_cache)
+    assert len(programs) == 2
+    assert all("cond" in _ops(c.main_program) for c in programs)
+
+
+@pytest.mark.parametrize("write", ["temporary, by the pass", "factory at a run-time size"])
+def test_a_saved_model_reruns_a_write_into_a_temporary_on_its_other_path(write, tmp_path):
+    model = WrittenThenMasked(write).eval()
+    spec = [d2s.InputSpec([None, None, 3]), d2s.InputSpec([None, None])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d2s.jit.save(model, str(tmp_path / "m"), input_spec=spec)
+    assert _paths(tmp_path / "m") == 1
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    with torch.no_grad():
+        for x, mask in [(torch.randn(2, 3, 3), PADDED), (torch.randn(2, 3, 3), FULL), (torch.randn(4, 5, 3),
+                                                                                       torch.ones(4, 5))]:
+            assert torch.equal(loaded(x, mask), model(x, mask))
+    ops = [_ops(p) for p in [loaded.program] + [part[0] for part in loaded._paths]]
+    assert all("cond" in o and "decision_failed" in o for o in ops)
+
+
+@pytest.mark.parametrize("write", ["input", "input's view", "input, through dropout"])
+def test_a_write_into_what_the_caller_may_hold_is_refused_not_repeated(write):
+    model = WrittenThenMasked(write).eval()
+    static = d2s.declarative(WrittenThenMasked(write).eval())
+    static.load_state_dict(model.state_dict())
+    x = torch.randn(2, 3, 3)
+    with torch.no_grad():
+        assert torch.equal(static(x.clone(), PADDED), model(x.clone(), PADDED))
+        given = x.clone()
+        with pytest.raises(RuntimeError, match="cannot convert again and rerun this call.*mul_"):
+            static(given, FULL)
+    expected = x.clone()
+    WrittenThenMasked.forward(model, expected, FULL)
+    assert torch.equal(given, expected)  # written once, as the one eager call would
+
+
 class DroppedThenMasked(torch.nn.Module):
     """Dropout before the None-or-tensor decision, as every transformers
     encoder runs its embeddings' dropout before building its mask."""
@@ -333,5 +419,36 @@ def test_tensor_if_giving_a_run_time_size_merges_it():
     static = d2s.declarative(size_of_side, input_spec=[d2s.InputSpec([None, None])])
     for x in (torch.ones(2, 3), -torch.ones(4, 5), torch.ones(1, 7)):
         assert torch.equal(static(x), size_of_side(x))
+    (concrete,) = list(static.program_cache)
+    assert "cond" in _ops(concrete.main_program)
+
+
+def cached_length(k):
+    # transformers' DynamicLayer.get_seq_length: 0 for an empty cache, else a size
+    if k.numel() == 0:
+        return 0
+    return k.shape[-2]
+
+
+def length_first(k):
+    if k.numel() != 0:
+        return k.shape[-2]
+    return 0
+
+
+@pytest.mark.parametrize("length", [cached_length, length_first])
+def test_a_number_returned_early_or_a_run_time_size_stays_a_number(length):
+    # T5 at a dynamic save: `n.clone() if isinstance(n, torch.Tensor) else n`
+    # had no one answer, as the path that returned early yielded a tensor
+    # placeholder where it merged with the Python 0.
+    def shifted(x):
+        n = length(x)
+        n = n.clone() if isinstance(n, torch.Tensor) else n
+        return x * n + (1 if isinstance(n, int) else 2)
+
+    static = d2s.declarative(shifted, input_spec=[d2s.InputSpec([None, None, 4])])
+    for shape in [(2, 3, 4), (0, 3, 4), (1, 5, 4), (2, 0, 4)]:
+        x = torch.randn(shape)
+        assert torch.equal(static(x), shifted(x))
     (concrete,) = list(static.program_cache)
     assert "cond" in _ops(concrete.main_program)

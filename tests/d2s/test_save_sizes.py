@@ -124,3 +124,41 @@ def test_checks_failing_at_every_other_size_are_a_failed_save(tmp_path):
     d2s.jit.save(model, str(tmp_path / "m"), input_spec=[d2s.InputSpec([None, 3, 2, 2])])
     x = torch.randn(5, 3, 2, 2)
     assert torch.equal(d2s.jit.load(str(tmp_path / "m"))(x), model(x))
+
+
+class Deep(nn.Module):
+    """Six unpadded stride-2 convolutions: 64 pixels shrink to nothing
+    (31, 15, 7, 3, 1, then a 3x3 kernel on 1x1), so tracing at the default
+    64 fails; the default sizes grow until one serves."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.Sequential(*[nn.Conv2d(3 if i == 0 else 4, 4, 3, stride=2) for i in range(6)])
+
+    def forward(self, x):
+        h = self.convs(x)
+        if h.mean() > 0:
+            h = h * 2
+        return F.adaptive_avg_pool2d(h, 1).flatten(1)
+
+
+def test_default_sizes_grow_until_the_model_traces(tmp_path):
+    model = Deep().eval()
+    spec = d2s.InputSpec([None, 3, None, None])
+    assert save_sizes.sizes_to_try(d2s.declarative(model).forward, [spec]) == [
+        [[2, 3, n, n]] for n in (save_sizes.DEFAULT_SIZES[1],) + save_sizes.LARGER]
+    d2s.jit.save(model, str(tmp_path / "m"), input_spec=[spec])
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    assert "cond" in _ops(loaded.program)
+    for shape in [(1, 3, 200, 256), (3, 3, 256, 256), (2, 3, 300, 220)]:
+        for sign in (1, -1):
+            x = sign * torch.randn(shape).abs()
+            assert torch.equal(loaded(x), model(x))
+
+
+def test_sizes_the_user_gave_are_not_grown():
+    # the latest call fits the spec: its sizes only, and its error stays the error
+    model = ConvHead().eval()
+    static = d2s.declarative(model)
+    static(torch.randn(2, 3, 2, 2))
+    assert save_sizes.sizes_to_try(static.forward, [d2s.InputSpec([None, 3, None, None])]) == [[[2, 3, 2, 2]]]

@@ -182,3 +182,39 @@ def test_a_program_traced_the_same_in_both_modes_serves_both(tmp_path):
         torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=0)
     d2s.jit.save(loaded, str(tmp_path / "again"))  # a loaded layer saves what it knows
     assert json.loads(open(tmp_path / "again" / "program.json").read())["both_modes"] is True
+
+
+class TrainingReadsValues(nn.Module):
+    """Training-only Python that d2s cannot convert (wav2vec2's SpecAugment
+    reads the lengths with `.tolist()` and draws with numpy)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        if self.training:
+            h = h * len(x.sum(-1).tolist())
+        if h.sum() > 0:
+            h = h + 1
+        return h
+
+
+def test_a_mode_that_cannot_be_converted_is_left_out_and_refused(tmp_path):
+    model = TrainingReadsValues().eval()
+    spec = [d2s.InputSpec([None, 4])]
+    with pytest.warns(UserWarning, match="train-mode program could not be converted"):
+        d2s.jit.save(model, str(tmp_path / "m"), input_spec=spec)
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    assert "cond" in [op.type for op in loaded.program.global_block().ops]
+    for x in (torch.randn(3, 4).abs(), -torch.randn(5, 4).abs()):
+        assert torch.equal(loaded(x), model(x))
+    # no op of the program differs between the modes, yet train() is refused: the Python did
+    with pytest.raises(RuntimeError, match="cannot switch this loaded model to train mode: its train-mode program"):
+        loaded.train()
+    d2s.jit.save(loaded, str(tmp_path / "again"))  # saved again from the loaded model: still one mode
+    with pytest.raises(RuntimeError, match="could not be converted"):
+        d2s.jit.load(str(tmp_path / "again")).train()
+    with pytest.raises(d2s.ConversionError, match="tolist"):  # saved in train mode: that mode must convert
+        d2s.jit.save(model.train(), str(tmp_path / "train"), input_spec=spec)

@@ -1,10 +1,12 @@
 """Symbolic shapes: dynamic dimensions are ShapeEnv symbols, sizes are
 SymInts while tracing and Python ints when the program runs."""
 
+import math
 import textwrap
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import d2s
 
@@ -195,3 +197,84 @@ def test_layout_checks_on_several_sizes_leave_every_size_to_one_program(tmp_path
         expected = model(x, mask)
         assert torch.equal(loaded(x, mask), expected) and torch.equal(static(x, mask), expected)
     assert len(static.forward.program_cache) == 1
+
+
+PATCH_WEIGHT = torch.randn(2, 3, 4, 4)
+
+
+def patches(x):
+    # timm's PatchEmbed asserts the sides divide by the patch, so the patch
+    # grid's sides are torch's CleanDiv (an exact FloorDiv); then its
+    # resample_abs_pos_embed: `not is_exporting() and h * w + 1 == n`, a run-time bool
+    _, _, H, W = x.shape
+    torch._assert(H % 4 == 0, "height")
+    torch._assert(W % 4 == 0, "width")
+    y = F.conv2d(x, PATCH_WEIGHT, stride=4).permute(0, 2, 3, 1)
+    b, h, w, c = y.shape
+    if not torch.jit.is_scripting() and h * w + 1 == 5:
+        if h == w:
+            return y.reshape(b, -1, c)
+    return y.reshape(b, -1, c) * 2
+
+
+def test_a_condition_on_an_exact_division_of_sizes_is_read_at_run_time():
+    static = d2s.declarative(patches, input_spec=[d2s.InputSpec([None, 3, None, None])])
+    _run_all(static, patches, [(torch.randn(2, 3, 8, 8),), (torch.randn(1, 3, 16, 8),), (torch.randn(3, 3, 4, 12),)])
+    (concrete,) = list(static.program_cache)
+    assert "cond" in {op.type for op in concrete.main_program.global_block().ops}
+
+
+def padded_to_patches(x):
+    # timm's MobileViT: sides rounded up to whole patches with math.ceil(H / 4), resized when they differ
+    B, C, H, W = x.shape
+    new_h, new_w = math.ceil(H / 4) * 4, math.ceil(W / 4) * 4
+    if new_h != H or new_w != W:
+        x = F.interpolate(x, size=(new_h, new_w), mode="bilinear", align_corners=True)
+    return x.reshape(B, C, new_h // 4, 4, new_w // 4, 4).mean((3, 5))
+
+
+def test_ceil_of_a_true_division_of_sizes_is_computed_at_run_time(tmp_path):
+    static = d2s.declarative(padded_to_patches, input_spec=[d2s.InputSpec([None, 3, None, None])])
+    inputs = [(torch.randn(2, 3, 8, 8),), (torch.randn(1, 3, 9, 8),), (torch.randn(3, 3, 6, 13),)]
+    _run_all(static, padded_to_patches, inputs)
+    (concrete,) = list(static.program_cache)
+    ops = {op.type for op in concrete.main_program.global_block().ops}
+    assert {"cond", "math.ceil", "operator.truediv"} <= ops
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    for (x,) in inputs:
+        assert torch.equal(loaded(x), padded_to_patches(x))
+
+
+class Fold(torch.nn.Module):
+    """timm's MobileViT block: unfold to patches after a resize to whole
+    patches, a linear over them, fold back. The sizes after the resize are
+    symbols of their own (inference sampled them); the fold's checks read
+    them from the resized tensor when the program runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = self.conv(x)
+        B, C, H, W = x.shape
+        new_h, new_w = math.ceil(H / 2) * 2, math.ceil(W / 2) * 2
+        nh, nw = new_h // 2, new_w // 2
+        if new_h != H or new_w != W:
+            x = F.interpolate(x, size=(new_h, new_w), mode="bilinear", align_corners=True)
+        x = x.reshape(B, C, nh, 2, nw, 2).permute(0, 1, 3, 5, 2, 4).reshape(B, C, -1, nh * nw)
+        x = self.lin(x.transpose(1, 3)).transpose(1, 3)
+        x = x.reshape(B, C, 2, 2, nh, nw).permute(0, 1, 4, 2, 5, 3)
+        return x.reshape(B, C, nh * 2, nw * 2)
+
+
+def test_sizes_an_op_made_are_read_from_its_result_at_run_time(tmp_path):
+    model = Fold().eval()
+    d2s.jit.save(model, str(tmp_path / "m"), input_spec=[d2s.InputSpec([None, 3, None, None])])
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    assert "cond" in {op.type for op in loaded.program.global_block().ops}
+    for hw in ((64, 64), (18, 30), (12, 10)):
+        x = torch.randn(2, 3, *hw)
+        assert torch.allclose(loaded(x), model(x), atol=1e-6)
