@@ -139,7 +139,6 @@ def _build_outputs(meta, block, opdef, inputs, outs, stop_gradient):
                                or not (meta.dtype.is_floating_point or meta.dtype.is_complex))
         var.strides = meta.strides
         outs.append(var)
-        _note_sizes(var)
         return var, OutputRef(len(outs) - 1)
     if isinstance(meta, (torch.SymInt, torch.SymBool, torch.SymFloat)):
         return meta, None  # a value known by its symbol: computed from sizes where it is used
@@ -153,20 +152,6 @@ def _build_outputs(meta, block, opdef, inputs, outs, stop_gradient):
             return tuple(values), tuple(trees)
         return values, trees
     return meta, meta
-
-
-def _note_sizes(var):
-    """Each symbol among `var`'s dimensions that nothing is read from yet
-    (one inference sampled at two sizes, `F.interpolate` to a size rounded
-    up with `math.ceil`) is read from `var` when the program runs, as
-    `var.shape` in user code would make it: a later check on it can then
-    be computed (ops/symbolic.py)."""
-    if not any(isinstance(d, str) for d in var.dims):
-        return
-    shapes = tracer.current().shapes
-    for i, d in enumerate(var.dims):
-        if isinstance(d, str):
-            shapes.note_source(shapes.symint(d, var, i), var, i)
 
 
 def stands_for_number(value):

@@ -244,37 +244,3 @@ def test_ceil_of_a_true_division_of_sizes_is_computed_at_run_time(tmp_path):
     loaded = d2s.jit.load(str(tmp_path / "m"))
     for (x,) in inputs:
         assert torch.equal(loaded(x), padded_to_patches(x))
-
-
-class Fold(torch.nn.Module):
-    """timm's MobileViT block: unfold to patches after a resize to whole
-    patches, a linear over them, fold back. The sizes after the resize are
-    symbols of their own (inference sampled them); the fold's checks read
-    them from the resized tensor when the program runs."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
-        self.lin = torch.nn.Linear(4, 4)
-
-    def forward(self, x):
-        x = self.conv(x)
-        B, C, H, W = x.shape
-        new_h, new_w = math.ceil(H / 2) * 2, math.ceil(W / 2) * 2
-        nh, nw = new_h // 2, new_w // 2
-        if new_h != H or new_w != W:
-            x = F.interpolate(x, size=(new_h, new_w), mode="bilinear", align_corners=True)
-        x = x.reshape(B, C, nh, 2, nw, 2).permute(0, 1, 3, 5, 2, 4).reshape(B, C, -1, nh * nw)
-        x = self.lin(x.transpose(1, 3)).transpose(1, 3)
-        x = x.reshape(B, C, 2, 2, nh, nw).permute(0, 1, 4, 2, 5, 3)
-        return x.reshape(B, C, nh * 2, nw * 2)
-
-
-def test_sizes_an_op_made_are_read_from_its_result_at_run_time(tmp_path):
-    model = Fold().eval()
-    d2s.jit.save(model, str(tmp_path / "m"), input_spec=[d2s.InputSpec([None, 3, None, None])])
-    loaded = d2s.jit.load(str(tmp_path / "m"))
-    assert "cond" in {op.type for op in loaded.program.global_block().ops}
-    for hw in ((64, 64), (18, 30), (12, 10)):
-        x = torch.randn(2, 3, *hw)
-        assert torch.allclose(loaded(x), model(x), atol=1e-6)
