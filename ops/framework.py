@@ -452,4 +452,10 @@ def zeros_of(shape, dtype, kind="tensor"):
 
 
 def zeros_placeholder(like):
-    return zeros_of(like.shape, like.dtype, like.kind)
+    """Zeros standing in for `like` on a path where it is never read: a
+    number where `like` stands for one (a `return 0` on one path of a
+    lowered `return` is a number on every path that reads it)."""
+    out = zeros_of(like.shape, like.dtype, like.kind)
+    if like.kind != TENSOR_ARRAY and not like.shape and getattr(like, "python_number", False):
+        out.python_number = True
+    return out
