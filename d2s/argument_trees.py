@@ -26,6 +26,9 @@ def flatten_args(value, specs, tensors, depth=0):
         tensors.append(value)
         # torch.Size hashes and compares as the tuple of its sizes.
         return ("tensor", value.shape, value.dtype, value.device, value.requires_grad)
+    if isinstance(value, torch.Generator):
+        tensors.append(value)  # a feed as well: each call's own generator (see `is_generator`)
+        return ("generator", value.device)
     if isinstance(value, (list, tuple)):
         return (type(value).__name__,) + tuple(flatten_args(v, specs, tensors, depth + 1) for v in value)
     if type(value) is dict:
@@ -49,9 +52,10 @@ def flatten_args(value, specs, tensors, depth=0):
 
 
 def tensor_leaves(value, path, depth=0):
-    """(where, tensor) for each tensor of `value` ("args[0]", "kwargs['h']"),
-    in the order `flatten_args` collects them; used to name feeds."""
-    if isinstance(value, torch.Tensor):
+    """(where, tensor) for each tensor (or generator) of `value` ("args[0]",
+    "kwargs['h']"), in the order `flatten_args` collects them; used to name
+    feeds."""
+    if isinstance(value, (torch.Tensor, torch.Generator)):
         yield path, value
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
@@ -69,7 +73,7 @@ def replace_tensors(value, feeds, path="", made=None, depth=0):
     """`value` with its tensors replaced by `feeds` (in `tensor_leaves`
     order); a user type holding tensors becomes a copy holding them
     (d2s/input_trees.py), recorded in `made`."""
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, (torch.Tensor, torch.Generator)):
         return feeds.pop(0)
     if isinstance(value, (list, tuple)):
         items = [replace_tensors(v, feeds, f"{path}[{i}]", made, depth + 1) for i, v in enumerate(value)]
@@ -95,11 +99,25 @@ def mode_of(instance, args, kwargs):
 def python_object(value):
     """An argument the trace may have written graph values into (an empty
     cache it filled): not a tensor, a module, a number or a string."""
-    return not isinstance(value, (torch.Tensor, torch.nn.Module, Variable, int, float, str, type(None)))
+    return not isinstance(value, (torch.Tensor, torch.Generator, torch.nn.Module, Variable, int, float, str,
+                                  type(None)))
+
+
+def is_feed(value):
+    """A tensor, or a `torch.Generator`: a call's generator is a feed of the
+    program like its tensors (a generator kind Variable while tracing), so
+    the random ops that take it draw from the one each call passes, and a
+    new generator object (or a saved model's caller's) needs no program of
+    its own."""
+    return isinstance(value, (torch.Tensor, torch.Generator))
+
+
+def is_generator(value):
+    return isinstance(value, torch.Generator)
 
 
 class FeedLeaf(NamedTuple):
-    """One tensor of a call's arguments, in feed order."""
+    """One tensor (or generator) of a call's arguments, in feed order."""
     path: str  # where it is, for names and messages: "args[0][1]", "kwargs['h']"
     tensor: torch.Tensor
     position: Optional[int]  # the positional argument it is (not one inside it): its InputSpec, its name
@@ -109,9 +127,9 @@ class FeedLeaf(NamedTuple):
 def feed_leaves(args, kwargs):
     """The tensors of a call (positional arguments, then keywords), in the
     order `flatten_args` collects them and `replace_tensors` takes feeds."""
-    leaves = [FeedLeaf(path, t, i if isinstance(a, torch.Tensor) else None, None)
+    leaves = [FeedLeaf(path, t, i if is_feed(a) else None, None)
               for i, a in enumerate(args) for path, t in tensor_leaves(a, f"args[{i}]", 1)]
-    leaves += [FeedLeaf(path, t, None, k if isinstance(v, torch.Tensor) else None)
+    leaves += [FeedLeaf(path, t, None, k if is_feed(v) else None)
                for k, v in kwargs.items() for path, t in tensor_leaves(v, f"kwargs[{k!r}]", 1)]
     return leaves
 

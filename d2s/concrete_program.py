@@ -13,6 +13,7 @@ import torch
 from runtime import runner
 from runtime.errors import DecisionFailed
 from runtime.executor import Executor
+from runtime.ir import GENERATOR
 from runtime.output_tree import rebuild
 
 from . import module_state, python_writes
@@ -56,6 +57,9 @@ class ConcreteProgram:
         # path in StaticFunction.__call__ then calls the function itself).
         self._plain = not self.state_reads and not self.state_writes and layout is None and not self.python_writes
         self.decisions = None  # the decisions.Group of the programs sharing its cache key, once there are more
+        # Generator feeds (a `torch.Generator` argument): their states are kept
+        # before each run, so a run that breaks a decision can be repeated.
+        self.draws_from_feeds = any(v.kind == GENERATOR for v in inputs)
 
     def run(self, tensors):
         program = self.main_program

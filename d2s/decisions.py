@@ -26,11 +26,17 @@ in-place write into a temporary the run made itself (`h * w` on a linear's
 result, run as `mul_` by the in-place pass) is made afresh by the second
 run, and does not stop it; a write into anything that may share a caller's
 memory (a view, a branch's or loop's result) still does.
+Draws from a `torch.Generator` the call passed (a generator feed) are an
+exception: the generators' states are kept before the run and put back
+before running again (`generator_states`), so the draws are made once.
 """
+
+import torch
 
 from ops import control_flow
 from runtime import modes, runner
 from runtime.errors import DecisionFailed
+from runtime.ir import GENERATOR
 from runtime.optable import get_op_def, is_registered
 from runtime.passes import hoist_constants, inplace
 from runtime.passes._util import attr_names
@@ -50,22 +56,35 @@ class Group:
         self.programs = [first]
 
 
-def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None):
+def generator_states(feeds):
+    """(generator, its state) for each generator among a call's feeds,
+    taken before the run (see the module docstring)."""
+    return [(g, g.get_state()) for g in feeds if type(g) is torch.Generator]
+
+
+def restore_generators(states):
+    for g, state in states:
+        g.set_state(state)
+
+
+def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None, states=()):
     """The result of the call whose run of `concrete` raised `failure`
     (a DecisionFailed): another program of the key's group whose decisions
     hold for these inputs, else one converted for them now (`form`: how the
-    caller passed the arguments, StaticFunction._as_called)."""
-    failing = _refuse_repeated_effects(concrete, failure)
+    caller passed the arguments, StaticFunction._as_called; `states`: the
+    states of its generators before the run, `generator_states`)."""
+    failing = _refuse_repeated_effects(concrete, failure, bool(states))
     group = concrete.decisions or Group(concrete)
     concrete.decisions = group
     cache = static.program_cache
     for other in group.programs:
         if other is concrete or not _fits(other, tensors):
             continue
+        restore_generators(states)
         try:
             result = other.run(tensors)
         except DecisionFailed as again:
-            _refuse_repeated_effects(other, again)
+            _refuse_repeated_effects(other, again, bool(states))
             continue
         _hold(cache, key, group)
         cache.put(key, other)  # the most recent first: the next such call is a plain hit
@@ -83,6 +102,7 @@ def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None):
     fresh.decisions = group
     group.programs.append(fresh)
     cache.last = fresh
+    restore_generators(states)  # (converting drew nothing from them)
     return fresh.run(tensors)
 
 
@@ -109,7 +129,7 @@ def _fits(concrete, tensors):
                for d, n in zip(var.dims, t.shape) if type(d) is int and d >= 0)
 
 
-def _refuse_repeated_effects(concrete, failure):
+def _refuse_repeated_effects(concrete, failure, generators_restored=False):
     """Raise `failure` (naming why) when the failed run did something
     observable before its check, which running again would repeat; else
     the op that raised it."""
@@ -118,7 +138,7 @@ def _refuse_repeated_effects(concrete, failure):
         op = op or (entry is not None and runner._failing_op(entry, failure.__traceback__)) or None
     if op is None:
         raise failure
-    effect = _effect_before(op)
+    effect = _effect_before(op, generators_restored)
     if effect is None:
         return op
     where = f" (created at {effect.origin[0]}:{effect.origin[1]})" if effect.origin else ""
@@ -129,9 +149,10 @@ def _refuse_repeated_effects(concrete, failure):
         "path before any other, or move the decision before that op") from None
 
 
-def _effect_before(failing):
+def _effect_before(failing, generators_restored=False):
     """An observable op the run executed before `failing`: in the global
-    block before the op that holds it, or anywhere in that op's blocks."""
+    block before the op that holds it, or anywhere in that op's blocks
+    (a draw from a generator feed is not, where `generators_restored`)."""
     top = failing
     while top.block.parent_idx >= 0:
         top = _holder(top)
@@ -140,7 +161,7 @@ def _effect_before(failing):
     ops = top.block.ops
     before = ops[:ops.index(top)] if top in ops else ops
     candidates = list(_walk(before)) + [o for b in top.sub_blocks() for o in _walk(b.ops)]
-    return next((o for o in candidates if o is not failing and _observable(o)), None)
+    return next((o for o in candidates if o is not failing and _observable(o, generators_restored)), None)
 
 
 def _holder(op):
@@ -157,12 +178,14 @@ def _walk(ops):
             yield from _walk(block.ops)
 
 
-def _observable(op):
+def _observable(op, generators_restored=False):
     if op.type == "print":
         return True
     if not is_registered(op.type):
         return False
     opdef = get_op_def(op.type)
+    if opdef.random and generators_restored and _draws_from_a_feed(op):
+        return False  # its generator is put back before the run is repeated
     if opdef.random:
         # dropout in eval mode (`train=False`, a constant of the program)
         # draws nothing: every transformers model runs one before its masks
@@ -211,3 +234,18 @@ def _fresh(op):
     name = op.type.rsplit(".", 1)[-1]
     return (is_registered(op.type) and get_op_def(op.type).factory and name != "as_tensor"
             and not name.startswith("sparse"))
+
+
+def _draws_from_a_feed(op):
+    """Whether `op` draws from a generator the call passed (`generator=g`
+    with `g` a generator feed), not from torch's global generator."""
+    return any(getattr(_find(op.block, n), "kind", None) == GENERATOR for n in op.input_names)
+
+
+def _find(block, name):
+    while True:
+        if name in block.vars:
+            return block.vars[name]
+        if block.parent_idx < 0:
+            return None
+        block = block.program.blocks[block.parent_idx]

@@ -19,6 +19,8 @@ import collections
 import torch
 import torch.utils._pytree as pytree
 
+from runtime.ir import Variable
+
 _MAX_DEPTH = 16
 
 
@@ -38,13 +40,13 @@ def node(value, depth=0):
     everything else (tensors, builtin containers, modules, plain values,
     objects holding no tensor)."""
     cls = type(value)
-    if cls in (list, tuple, dict) or isinstance(value, (torch.Tensor, torch.nn.Module, type)) \
+    if cls in (list, tuple, dict) or isinstance(value, (torch.Tensor, torch.nn.Module, type, Variable)) \
             or hasattr(value, "_fields") or depth > _MAX_DEPTH:
         return None
     if cls in pytree.SUPPORTED_NODES:
         children, context = pytree.SUPPORTED_NODES[cls].flatten_fn(value)
         structure = _frozen(context)
-        if structure is None:
+        if structure is _UNHASHABLE:
             return None
         unflatten = pytree.SUPPORTED_NODES[cls].unflatten_fn
         return Node(cls, ("pytree", structure), [(f"[{i}]", c) for i, c in enumerate(children)],
@@ -73,15 +75,18 @@ def _setitem(obj):
     return collections.OrderedDict.__setitem__ if isinstance(obj, collections.OrderedDict) else dict.__setitem__
 
 
+_UNHASHABLE = object()
+
+
 def _frozen(context):
-    """A hashable form of a pytree context (lists as tuples), or None."""
+    """A hashable form of a pytree context (lists as tuples), or _UNHASHABLE."""
     if isinstance(context, (list, tuple)):
         items = [_frozen(c) for c in context]
-        return None if any(i is None and c is not None for i, c in zip(items, context)) else tuple(items)
+        return _UNHASHABLE if any(i is _UNHASHABLE for i in items) else tuple(items)
     try:
         hash(context)
     except TypeError:
-        return None
+        return _UNHASHABLE
     return context
 
 
@@ -90,6 +95,8 @@ def _holds_tensor(value, depth, seen):
     read by identity) is reachable from `value`."""
     if isinstance(value, torch.Tensor):
         return not isinstance(value, torch.nn.Parameter)
+    if isinstance(value, Variable):
+        return True  # a graph value (an object a branch or loop carries, d2s/operators/state.py)
     if value is None or isinstance(value, (str, bytes, int, float, type, torch.nn.Module)) \
             or depth > 4 or id(value) in seen:
         return False

@@ -15,11 +15,11 @@ from runtime import foreign_tracers, modes, output_tree, runner
 from runtime.errors import ConversionError, DecisionFailed
 from runtime.executor import Executor
 from runtime.io import prune_program, read_model, save_model
-from runtime.ir import torch_dtype
+from runtime.ir import GENERATOR, torch_dtype
 from runtime.passes import check_level
 from runtime.serialization import program_to_dict
 
-from . import module_state, save_paths, save_sizes, slot_values
+from . import decisions, module_state, save_paths, save_sizes, slot_values
 from .graph import Graph
 from .decorator import declarative
 from .input_spec import InputSpec
@@ -40,13 +40,22 @@ def _examples(static, input_spec):
     """Lists of zeros tensors to trace `input_spec` with, in the order to
     try them: example tensors as given, `None` dimensions at the sizes of
     the user's latest call where it fits, else at default sizes, small to
-    large (d2s/save_sizes.py), never a made-up 2 that changes the program."""
+    large (d2s/save_sizes.py), never a made-up 2 that changes the program;
+    a fresh generator for a `torch.Generator` entry (a generator argument,
+    which the loaded model takes from its caller)."""
     for s in input_spec:
-        if not isinstance(s, (InputSpec, torch.Tensor)):
-            raise TypeError(f"input_spec entries must be d2s.InputSpec or tensors, got {type(s).__name__}")
-    specs = [s if isinstance(s, InputSpec) else InputSpec.from_tensor(s) for s in input_spec]
-    return [[s if isinstance(s, torch.Tensor) else save_sizes.example(s, n) for s, n in zip(input_spec, sizes)]
+        if not isinstance(s, (InputSpec, torch.Tensor, torch.Generator)):
+            raise TypeError(f"input_spec entries must be d2s.InputSpec, tensors or a torch.Generator (for a "
+                            f"generator argument), got {type(s).__name__}")
+    specs = _specs(input_spec)
+    return [[torch.Generator(s.device) if isinstance(s, torch.Generator) else s if isinstance(s, torch.Tensor)
+             else save_sizes.example(s, n) for s, n in zip(input_spec, sizes)]
             for sizes in save_sizes.sizes_to_try(static, specs)]
+
+
+def _specs(input_spec):
+    """The InputSpec of each entry (a tensor's own; a generator stays itself)."""
+    return [s if isinstance(s, (InputSpec, torch.Generator)) else InputSpec.from_tensor(s) for s in input_spec]
 
 
 def _static_of(layer_or_function, input_spec):
@@ -77,7 +86,7 @@ def concrete_to_save(static, input_spec, what):
                 f"on example inputs first, or pass input_spec=[d2s.InputSpec([None, ...], 'float32'), ...] "
                 f"(to {what} or to d2s.declarative)")
         return static, None, concrete
-    specs = [s if isinstance(s, InputSpec) else InputSpec.from_tensor(s) for s in input_spec]
+    specs = _specs(input_spec)
     first = None
     for examples in _examples(static, input_spec):
         fresh = StaticFunction(static._function, specs, instance=static._instance)
@@ -98,9 +107,10 @@ def _with_functions_inlined(static, examples, concrete):
     if examples is None:
         if static._n_positional != len(concrete.inputs):
             return static, examples, concrete  # Python arguments too: save refuses, naming the Function
-        specs = [InputSpec([None if isinstance(d, str) or d == -1 else d for d in v.dims], v.dtype)
+        specs = [torch.Generator() if v.kind == GENERATOR else
+                 InputSpec([None if isinstance(d, str) or d == -1 else d for d in v.dims], v.dtype)
                  for v in concrete.inputs]
-        examples = [_example(s) for s in specs]
+        examples = [s if isinstance(s, torch.Generator) else _example(s) for s in specs]
         static = StaticFunction(static._function, specs, instance=static._instance)
     static = StaticFunction(static._function, static._input_spec, instance=static._instance)
     return static, examples, static.get_concrete_program(*examples)
@@ -201,6 +211,7 @@ def save(layer_or_function, path, input_spec=None):
     static = _static_of(layer_or_function, input_spec)
     modules = _modules_of(static)
     mode, same, one_mode = None, False, None
+    called = static
     static, examples, concrete = concrete_to_save(static, input_spec, "jit.save")
     both_modes = examples is not None
     inline = has_live_ops(concrete.main_program)
@@ -210,6 +221,8 @@ def save(layer_or_function, path, input_spec=None):
         main, alternate = _part(concrete), None
         paths = [_part(c) for c in save_paths.other_paths(
             lambda: _retrace(static, examples), concrete.main_program)] if examples is not None else []
+        paths += [part for part in map(_part, save_paths.converted_paths(called, concrete))
+                  if not any(_same_program(part, other) for other in [main] + paths)]
         if modules:
             mode = "train" if modules[0].training else "eval"
             if both_modes:
@@ -248,6 +261,18 @@ def _retrace(static, examples):
 class _State(torch.nn.Module):
     """Holds the parameters and buffers under one prefix of the original
     module's state-dict keys (`encode` of `encode.weight`)."""
+
+
+def _fits(part, inputs):
+    """Whether `inputs` have the ranks and static sizes of the feeds of
+    `part` (a saved program and its feed names)."""
+    block = part[0].global_block()
+    for name, value in zip(part[1], inputs):
+        var = block.vars[name]
+        if var.kind != GENERATOR and isinstance(value, torch.Tensor) and (
+                len(var.shape) != value.dim() or any(d not in (-1, n) for d, n in zip(var.shape, value.shape))):
+            return False
+    return True
 
 
 class TranslatedLayer(torch.nn.Module):
@@ -400,16 +425,23 @@ class TranslatedLayer(torch.nn.Module):
             raise TypeError(f"this model takes {len(self.feed_names)} inputs ({', '.join(self.feed_names)}), "
                             f"got {len(inputs)}")
         part = (self.program, self.feed_names, self.fetch_vars, self._outputs, self._updates)
+        states = decisions.generator_states(inputs) if self._paths else ()
         try:
             return self._run_part(part, inputs)
         except DecisionFailed as failure:
             # Inputs taking a side this program was not converted for: the
             # path converted for it, if one was saved and the failed run
-            # changed nothing a second run would change again.
+            # changed nothing a second run would change again (its draws from
+            # the caller's generators are undone: `states`).
             if not self._paths or self.program is not self._main[0] \
-                    or not save_paths.may_rerun(self._runner(part).entry(), failure):
+                    or not save_paths.may_rerun(self._runner(part).entry(), failure, bool(states)):
                 raise
-            return save_paths.run_paths(self._paths, lambda path: self._run_part(path, inputs), failure)
+
+            def run(path):
+                decisions.restore_generators(states)
+                return self._run_part(path, inputs)
+            # (A path converted for other static sizes, a one-token prompt's, is for those sizes only.)
+            return save_paths.run_paths([p for p in self._paths if _fits(p, inputs)], run, failure)
 
     def _runner(self, part):
         """The LeveledProgram running `part`'s program at this layer's level."""
@@ -450,7 +482,8 @@ class TranslatedLayer(torch.nn.Module):
 
     def __repr__(self):
         block = self.program.global_block()
-        show = lambda v: f"{v.name}: {v.dtype_name}[{', '.join('any' if d == -1 else str(d) for d in v.shape)}]"
+        show = lambda v: f"{v.name}: generator" if v.kind == GENERATOR else \
+            f"{v.name}: {v.dtype_name}[{', '.join('any' if d == -1 else str(d) for d in v.shape)}]"
         feeds = ", ".join(show(block.vars[n]) for n in self.feed_names)
         fetches = ", ".join(show(v) for v in self.fetch_vars)
         n_params = sum(p.numel() for p in self.parameters())

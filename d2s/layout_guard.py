@@ -1,6 +1,8 @@
 """Programs that read their feeds' strides (`x.stride()`, `is_contiguous()`):
 the layout a trace assumed, and whether a call's tensors have it."""
 
+import torch
+
 from runtime.errors import ConversionError
 
 
@@ -24,6 +26,8 @@ def layout_guard(feeds, tensors, origin):
 
 def layout_matches(layout, tensors):
     for strides, t in zip(layout, tensors):
+        if not isinstance(t, torch.Tensor):
+            continue  # a generator feed has no layout
         if strides is None:
             if not t.is_contiguous():
                 return False

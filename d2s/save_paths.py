@@ -18,6 +18,7 @@ refuses inputs taking it with the DecisionFailed that names it.
 """
 
 from ops import control_flow
+from ops.autograd_function import has_live_ops
 from runtime import runner
 from runtime.errors import DecisionFailed
 
@@ -67,16 +68,36 @@ def other_paths(retrace, program):
     return found
 
 
-def may_rerun(compiled, failure):
+def converted_paths(static, concrete):
+    """The programs the calls of `static` converted under other decisions
+    for the key of its latest call (d2s/decisions.py: a prompt of one token
+    where torch decides `q_len > 1`, the other side of a tensor `if`) that
+    take the feeds `concrete` takes, in its mode: a saved model holds them
+    as paths too, so it serves every input the declarative function served."""
+    latest = static.concrete_program
+    group = getattr(latest, "decisions", None) if latest is not None else None
+    if group is None:
+        return []
+    feeds = _feeds(concrete)
+    return [p for p in group.programs if p is not concrete and _feeds(p) == feeds
+            and p.main_program.mode == concrete.main_program.mode and not has_live_ops(p.main_program)]
+
+
+def _feeds(concrete):
+    return [(v.name, v.kind, v.dtype, len(v.dims)) for v in concrete.inputs]
+
+
+def may_rerun(compiled, failure, generators_restored=False):
     """Whether the run of `compiled` that raised `failure` (a
     DecisionFailed) did nothing observable before its check (an in-place
-    write to a parameter, a random draw, a print), so another path may run
-    the same inputs."""
+    write to a parameter, a random draw, a print; a draw from a generator
+    the call passed, where its state is put back first:
+    `generators_restored`), so another path may run the same inputs."""
     op = None
     for exc in (failure, failure.__cause__):  # the runner re-raises the op's error naming the op
         if op is None and exc is not None:
             op = runner._failing_op(compiled, exc.__traceback__)
-    return op is not None and decisions._effect_before(op) is None
+    return op is not None and decisions._effect_before(op, generators_restored) is None
 
 
 def run_paths(paths, run, failure):

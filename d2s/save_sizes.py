@@ -55,6 +55,9 @@ def example_sizes(static, specs, length=DEFAULT_SIZES[1]):
     called = list(concrete.inputs) if concrete is not None else []
     out = []
     for i, spec in enumerate(specs):
+        if not hasattr(spec, "shape"):  # a generator argument
+            out.append(None)
+            continue
         seen = called[i].dims if i < len(called) and len(called) == len(specs) else None
         if seen is not None and (len(seen) != len(spec.shape) or called[i].dtype_name != spec.dtype
                                  or any(s != -1 and s != d for s, d in zip(spec.shape, seen))):
@@ -75,7 +78,8 @@ def refuse_pinned_sizes(concrete, specs, examples):
     model saved so would refuse every input but the traced size. Checks the
     replay cannot evaluate (sizes read from tensor data) are left to run
     time."""
-    for var, spec, t in zip(concrete.inputs, specs, examples):
+    tensors = [(var, spec, t) for var, spec, t in zip(concrete.inputs, specs, examples) if hasattr(spec, "shape")]
+    for var, spec, t in tensors:
         pinned = [k for k, (d, now) in enumerate(zip(spec.shape, var.dims)) if d == -1 and type(now) is int]
         if pinned:  # torch decided the size (`x + table`): every other size is refused
             raise ValueError(
@@ -86,15 +90,15 @@ def refuse_pinned_sizes(concrete, specs, examples):
     program = concrete.main_program
     block = program.global_block()
     checks = [op for op in block.ops if op.type == "check_sizes"]
-    if not checks or not any(-1 in s.shape for s in specs):
+    if not checks or not any(-1 in s.shape for _, s, _ in tensors):
         return
     failing = None
     for _, probe in PROBES:
         feeds = {}
-        for var, spec, t in zip(concrete.inputs, specs, examples):
+        for var, spec, t in tensors:
             shape = [probe(n) if d == -1 else n for d, n in zip(spec.shape, t.shape)]
             feeds[var.name] = torch.empty(shape, dtype=t.dtype, device="meta")
-        if all(f.shape == t.shape for f, t in zip(feeds.values(), examples)):
+        if all(f.shape == t.shape for f, (_, _, t) in zip(feeds.values(), tensors)):
             continue  # the traced sizes themselves (half of 2 is 2)
         replay = _Replay(program, feeds)
         failed = [op for op in checks if replay.holds(op) is False]
@@ -105,10 +109,10 @@ def refuse_pinned_sizes(concrete, specs, examples):
         return
     message = failing.attrs["args"][1] if len(failing.attrs.get("args", ())) > 1 else "a size check"
     raise ValueError(
-        f"cannot save with these None dimensions: traced at sizes {[list(t.shape) for t in examples]}, the program "
-        f"holds a check that fails at {', '.join(name for name, _ in PROBES)} those sizes, so the saved model "
-        f"would refuse real inputs: {message}. Call the model on a real input before saving (its sizes are traced), "
-        "or give the dimension's size in the InputSpec")
+        f"cannot save with these None dimensions: traced at sizes {[list(t.shape) for _, _, t in tensors]}, "
+        f"the program holds a check that fails at {', '.join(name for name, _ in PROBES)} those sizes, so the "
+        f"saved model would refuse real inputs: {message}. Call the model on a real input before saving (its "
+        "sizes are traced), or give the dimension's size in the InputSpec")
 
 
 class _Unknown(Exception):

@@ -25,14 +25,15 @@ from ops.tracer import Tracer
 from runtime import _debug, foreign_tracers
 from runtime import runner
 from runtime.errors import ConversionError, DecisionFailed
-from runtime.ir import Program, Variable, program_guard, torch_dtype
+from runtime.ir import GENERATOR, Program, Variable, program_guard, torch_dtype
 from runtime.output_tree import rebuild
 from runtime.passes import check_level
 
 from . import conversion, decisions, input_trees, module_state, module_watch, python_writes
-from .argument_trees import (SymbolicArguments, feed_leaves, feed_name, flatten_args, mode_of, python_object,
-                             replace_tensors, tensor_leaves)
+from .argument_trees import (SymbolicArguments, feed_leaves, feed_name, flatten_args, is_generator, mode_of,
+                             python_object, replace_tensors, tensor_leaves)
 from .concrete_program import ConcreteProgram
+from .input_spec import InputSpec
 from .layout_guard import layout_guard, layout_matches
 from .output_types import holds_variable, output_tree as _output_tree
 from .program_cache import Identities, ProgramCache, with_state_part
@@ -54,7 +55,10 @@ class StaticFunction:
         self._optimize = None if optimize is None else check_level(optimize)
         self._instance = instance
         self._input_spec = list(input_spec) if input_spec is not None else None
-        self._specs = dict(enumerate(self._input_spec)) if self._input_spec else None
+        # The InputSpecs by position (an example `torch.Generator` in the list
+        # stands for a generator argument: a feed with no spec).
+        self._specs = {i: s for i, s in enumerate(self._input_spec) if isinstance(s, InputSpec)} \
+            if self._input_spec else None
         self.program_cache = ProgramCache()
         # instance -> its program cache (`__get__`), for a class-level method.
         self._caches = weakref.WeakKeyDictionary() if instance is None else None
@@ -331,10 +335,11 @@ class StaticFunction:
         if concrete.layout is not None:
             concrete = self._for_layout(concrete, key, args, kwargs, tensors, form)
         translator.last = cache.last = concrete
+        states = decisions.generator_states(tensors) if concrete.draws_from_feeds else ()
         try:
             return concrete.run(tensors)
         except DecisionFailed as exc:
-            return decisions.rerun(self, key, concrete, args, kwargs, tensors, exc, form)
+            return decisions.rerun(self, key, concrete, args, kwargs, tensors, exc, form, states)
 
     def _inline(self, args, kwargs):
         """Called on Variables (static code inside program_guard): run the
@@ -436,9 +441,15 @@ class StaticFunction:
         by its parameter name and its own shape."""
         spec = self._input_spec[leaf.position] if leaf.position is not None and self._input_spec \
             and leaf.position < len(self._input_spec) else None
+        spec = spec if isinstance(spec, InputSpec) else None
         name = spec.name if spec is not None and spec.name else feed_name(leaf, arg_names)
         name = name if name not in main.global_block().vars else main.unique_name(name)
         t = leaf.tensor
+        if is_generator(t):
+            # The generator each call passes (runtime/runner.convert_feed): its
+            # random ops draw from it when the program runs, never while tracing.
+            return main.global_block().create_var(name=name, shape=(), dtype="uint8", kind=GENERATOR,
+                                                  is_data=True, stop_gradient=True)
         shape = spec.shape if spec is not None else tuple(t.shape)
         fixed = [(i, n) for i, (d, n) in enumerate(zip(shape, t.shape)) if exact and d == -1 and n < 2]
         shape = tuple(n if (i, n) in fixed else d for i, (d, n) in enumerate(zip(shape, t.shape)))

@@ -21,6 +21,7 @@ iterations actually taken.
 import ast
 import contextlib
 import os
+import re
 
 import math
 
@@ -281,7 +282,7 @@ def _merge_branch_values(i, a, b, tblock, fblock, tr, names, return_names, lines
             "branch of an `if` on a tensor; the ranks must agree")
     shape = live_dims or tuple(x if x == y else -1 for x, y in zip(va.dims, vb.dims))
     parent = tr.block
-    out = parent.create_var(name=tr.program.unique_name(names[i] if names and i < len(names) else "cond_out"),
+    out = parent.create_var(name=tr.program.unique_name(_base(names, i, "cond_out")),
                             shape=shape, dtype=va.dtype, kind=va.kind,
                             stop_gradient=va.stop_gradient and vb.stop_gradient)
     out.python_number = numbers[0] and numbers[1]
@@ -307,7 +308,7 @@ def _merge_arrays(label, va, vb, tr, names, i):
             "append tensors of one rank and dtype on every path")
     ref = known[0] if known else va
     shape = tuple(x if x == y else -1 for x, y in zip(va.dims, vb.dims)) if len(known) == 2 else ref.dims
-    out = tr.block.create_var(name=tr.program.unique_name(names[i] if names and i < len(names) else "cond_out"),
+    out = tr.block.create_var(name=tr.program.unique_name(_base(names, i, "cond_out")),
                               shape=shape, dtype=ref.dtype, kind=TENSOR_ARRAY,
                               stop_gradient=va.stop_gradient and vb.stop_gradient)
     out.elem_known = bool(known)
@@ -361,8 +362,19 @@ def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=
         # Values no program output can hold on both paths: convert the path
         # these inputs take, and make the other one a decision check.
         taken = _forced_side(origin)
-        taken = _example_side(tr, pred) if taken is None else taken
+        if taken is None:
+            # The side the run on these very inputs takes, right after this
+            # conversion (checked when it runs): replayed at the inputs' own
+            # sizes, which the trace has as 2 where they are 0 or 1.
+            taken = _example_side(tr, pred, real_sizes=True)
+            if taken is not None and origin:
+                tr.example_sides.setdefault(tuple(origin[:2]), taken)
         taken = _forced_side(origin, _FALLBACK) if taken is None else taken
+        if taken is None and origin:
+            # The side the example inputs took at this very line elsewhere in
+            # the trace (a mask helper run for the prompt, then again in the
+            # loop that feeds one token at a time, where replay cannot tell).
+            taken = tr.example_sides.get(tuple(origin[:2]))
         if taken is None:
             # Which path these inputs take is unknown: the side holding
             # tensors where the other holds None, else the true side; a run
@@ -468,10 +480,11 @@ def _unmergeable(message):
     return _Unmergeable(err.message, err.filename, err.lineno)
 
 
-def _example_side(tr, pred):
+def _example_side(tr, pred, real_sizes=False):
     """True/False: the side of `pred` the inputs being traced take; None
-    when replaying the ops that compute it cannot tell."""
-    value = tr.example_int(pred, None)
+    when replaying the ops that compute it cannot tell (`real_sizes`: see
+    ops/examples.py)."""
+    value = tr.example_int(pred, None, real_sizes)
     return None if value is None else bool(value)
 
 
@@ -775,7 +788,14 @@ def _graph_while(cond_fn, body_fn, values, names, return_names, maybe_undefined=
 
 
 def _base(names, i, default):
-    return names[i] if names and i < len(names) and names[i].isidentifier() else default
+    """A variable name for output `i`: the user's name, with what is not a
+    name character made `_` (a slot `cache.layers[0].keys` carried by an
+    op: `cache_layers_0_keys`), else `default`."""
+    name = names[i] if names and i < len(names) else None
+    if not isinstance(name, str):
+        return default
+    name = re.sub(r"\W+", "_", name).strip("_")
+    return name if name.isidentifier() else default
 
 
 def _dn(dtype):

@@ -36,15 +36,25 @@ class _Unknown(Exception):
     pass
 
 
-def example_int(tracer, var):
+def example_int(tracer, var, real_sizes=False):
     """The Python int `var` (a one-element integer tensor) holds for the
     example inputs of this trace, or None when it cannot be told by replaying
-    pure ops."""
+    pure ops. Sizes known only at run time are their symbols' hints, as the
+    trace has them (a size of 1 is traced as 2: what the trace decides on
+    sizes must follow its hints). `real_sizes`: the value for the example
+    inputs as they are, their sizes read from their tensors (what a run on
+    them computes: a `.view(batch, -1)` of an example of batch 1 fails at
+    the hint 2), else as the trace has them."""
     if not tracer.examples:
         return None
+    value = _example(tracer, var, True) if real_sizes else None
+    return _example(tracer, var, False) if value is None else value
+
+
+def _example(tracer, var, real_sizes):
     try:
         with _without_function_modes(), torch._C.DisableTorchFunction(), torch.no_grad():
-            value = _Replay(tracer).value(var)
+            value = _Replay(tracer, real_sizes).value(var)
             if isinstance(value, torch.Tensor):
                 if value.numel() != 1 or value.dtype.is_floating_point or value.dtype.is_complex:
                     return None
@@ -55,8 +65,9 @@ def example_int(tracer, var):
 
 
 class _Replay:
-    def __init__(self, tracer):
+    def __init__(self, tracer, real_sizes=False):
         self.tracer = tracer
+        self.real_sizes = real_sizes
         self.memo = {}
         self.budget = MAX_OPS
 
@@ -71,6 +82,14 @@ class _Replay:
         if var.kind == TENSOR_ARRAY:
             raise _Unknown(var.name)
         if var.kind == SCALAR:
+            # `real_sizes`: a size read from an example tensor is that tensor's
+            # size (the symbol's hint is 2 where the example's size is 0 or 1).
+            found = _producer(var) if self.real_sizes else None
+            if found is not None:
+                try:
+                    return self._run(*found)
+                except _Unknown:
+                    pass
             sym = tr.shapes.scalars.get(id(var)) if tr._shapes is not None else None
             hint = getattr(getattr(sym, "node", None), "hint", None)
             if hint is None:

@@ -472,10 +472,10 @@ def zeros_of(shape, dtype, kind="tensor"):
 
 
 def zeros_placeholder(like):
-    """Zeros standing in for `like` on a path that never yields it (a
-    branch that returns or raises first): a number where `like` stands for
-    one, so a Python number merged with it stays a number (`isinstance`)."""
+    """Zeros standing in for `like` on a path where it is never read: a
+    number where `like` stands for one (a `return 0` on one path of a
+    lowered `return` is a number on every path that reads it)."""
     out = zeros_of(like.shape, like.dtype, like.kind)
-    if isinstance(out, Variable):
-        out.python_number = bool(like.python_number)
+    if like.kind != TENSOR_ARRAY and not like.shape and getattr(like, "python_number", False):
+        out.python_number = True
     return out

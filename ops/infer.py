@@ -22,7 +22,7 @@ import torch
 
 from runtime.attrs import InputRef
 from runtime.errors import ConversionError
-from runtime.ir import SCALAR, TENSOR_ARRAY, Variable
+from runtime.ir import GENERATOR, SCALAR, TENSOR_ARRAY, Variable
 
 from .cold_start import dynamo_free
 
@@ -49,7 +49,19 @@ def _meta_input(v):
 
 
 def _is_symbolic(v):
-    return isinstance(v, Variable) and (v.kind != "tensor" or any(isinstance(d, str) or d == -1 for d in v.dims))
+    return isinstance(v, Variable) and v.kind != GENERATOR and (
+        v.kind != "tensor" or any(isinstance(d, str) or d == -1 for d in v.dims))
+
+
+def _standin_generators(args, kwargs, inputs):
+    """`args`/`kwargs` with a fresh `torch.Generator` in place of each
+    generator feed (the user's generator, given to the program when it
+    runs): inference draws nothing from the generator a run will use."""
+    if not any(isinstance(v, Variable) and v.kind == GENERATOR for v in inputs):
+        return args, kwargs
+    values = [torch.Generator(v.device) if isinstance(v, Variable) and v.kind == GENERATOR else InputRef(i)
+              for i, v in enumerate(inputs)]
+    return substitute(args, values), substitute(kwargs, values)
 
 
 def substitute(tree, values):
@@ -98,6 +110,7 @@ def infer(fn, args, kwargs, inputs, tracer, factory=False):
 
 
 def _infer(fn, args, kwargs, inputs, tracer, factory):
+    args, kwargs = _standin_generators(args, kwargs, inputs)
     # The inference runs are real torch calls: keep capture modes out of them.
     if not any(_is_symbolic(v) for v in inputs):
         try:

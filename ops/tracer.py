@@ -79,6 +79,7 @@ class Tracer:
         self.expanding = set()  # Python-level torch functions whose body is being captured
         self.examples = {}      # feed name -> the tensor of the call being traced (ops/examples.py)
         self.sides = []         # (condition, side) of each tensor `if` side being traced, innermost last
+        self.example_sides = {}  # (file, line) -> the side of an unmergeable `if` the example inputs took there
         self.reads_layout = False  # the trace read strides (`x.stride()`, `is_contiguous()`): see _strides
         self.layout_read_at = None  # where it first did: the user's (file, line, text)
         # (namespace dict, key, value before) of Python attribute writes made while
@@ -109,10 +110,11 @@ class Tracer:
         if any(d == -1 or isinstance(d, str) for d in var.dims):
             self.shapes.symbolize(var, hints)
 
-    def example_int(self, var, default):
+    def example_int(self, var, default, real_sizes=False):
         """The int the integer tensor `var` holds for the call being traced
-        (a size symbol's hint), else `default`."""
-        value = example_int(self, var)
+        (a size symbol's hint; see examples.example_int for `real_sizes`),
+        else `default`."""
+        value = example_int(self, var, real_sizes)
         return default if value is None else value
 
     def new_guards(self):

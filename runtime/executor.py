@@ -17,7 +17,7 @@ import torch
 from . import _debug, foreign_tracers
 from . import native, passes
 from .codegen import compile_program
-from .runner import check_shape, convert_input, run_compiled  # noqa: F401 - run_compiled re-exported
+from .runner import check_shape, convert_feed, convert_input, run_compiled  # noqa: F401 - re-exported
 from .ir import Program, Variable, default_main_program
 from .optable import get_op_def
 
@@ -180,7 +180,9 @@ class Executor:
     def _to_tensor(self, value, var, copy):
         """The feed tensor (see runner.convert_input); `copy`: the program
         writes this feed in place, so it must not share the caller's memory."""
-        tensor = convert_input(value, var.name, var.dtype, var.shape, "feed", self.place.device)
+        tensor = convert_feed(value, var, "feed", self.place.device)
+        if not isinstance(tensor, torch.Tensor):
+            return tensor  # a generator: the program draws from the caller's own
         # A tensor passed through, or one made from an array, may share memory with the caller's.
         shares = tensor is value or not isinstance(value, torch.Tensor)
         return tensor.clone() if copy and shares else tensor

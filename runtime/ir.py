@@ -42,6 +42,9 @@ TENSOR = "tensor"
 TENSOR_ARRAY = "tensor_array"
 # A Python number at run time (a size, or arithmetic on sizes): shape ().
 SCALAR = "scalar"
+# A `torch.Generator` fed to the program (an argument of a declarative call):
+# the ops that take `generator=` draw from the one each run is given.
+GENERATOR = "generator"
 
 
 def dtype_name(dtype):
@@ -200,7 +203,9 @@ class Variable:
             flags.append("data")
         if self.stop_gradient and not (self.persistable or self.is_data):
             flags.append("stop_gradient")
-        if self.kind != TENSOR:
+        if self.kind == GENERATOR:
+            head = f"{self.name}: {self.kind}"
+        elif self.kind != TENSOR:
             head = f"{self.name}: {self.kind}<{self._dtype}>"
         else:
             head = f"{self.name}: {self._dtype}[{', '.join(str(d) for d in self._shape)}]"
@@ -218,6 +223,11 @@ class Variable:
         # Only reached for names the class does not define: tensor methods.
         if name.startswith("__") or Variable._method_hook is None:
             raise AttributeError(name)
+        if self.kind == GENERATOR:
+            raise AttributeError(
+                f"`{name}` of the torch.Generator {self.name!r}: a generator passed to a declarative function is "
+                "an input of its program, which only the ops that draw from it (`generator=...`) use when it runs; "
+                "seed or read it outside the function")
         return Variable._method_hook(self, name)
 
     # Identity semantics: Variables are graph nodes, `==` builds an op.

@@ -27,7 +27,7 @@ definition a fresh name.
 
 import itertools
 
-from .ir import TENSOR_ARRAY, torch_dtype
+from .ir import GENERATOR, TENSOR_ARRAY, torch_dtype
 from .optable import get_op_def
 from .onnx_checks import conjunction, gated, is_check, lower_check
 from .onnx_common import _ELEM, _NUMPY, OnnxExportError, _origin, _span, elem_type, op_error
@@ -357,6 +357,9 @@ def program_to_onnx(program, feed_names, fetch_names, params, opset_version=None
     inputs = []
     for feed in feed_names:
         var = block.vars[feed]
+        if var.kind == GENERATOR:
+            raise OnnxExportError(f"the program takes the torch.Generator {feed!r}, and an ONNX model cannot draw "
+                                  "the numbers torch's generator draws; export a function without random draws")
         dims = [f"{feed}_dim{i}" if d == -1 else d for i, d in enumerate(var.shape)]
         inputs.append(helper.make_tensor_value_info(feed, elem_type(var.dtype_name), dims))
     initializers = []

@@ -16,14 +16,17 @@
     fed to an int64 feed is a TypeError naming the feed, never a silent
     truncation to 2;
   - shape: the rank and every static dimension must match (-1 in the
-    feed's shape is any size), else a ValueError naming the feed.
+    feed's shape is any size), else a ValueError naming the feed;
+  - a generator feed (a `torch.Generator` argument of the traced function)
+    takes a `torch.Generator`, which the program's random ops draw from
+    (advancing it, as eager does); anything else is a TypeError naming it.
 """
 
 import numpy as np
 import torch
 
 from .errors import OpRuntimeError
-from .ir import dtype_name
+from .ir import GENERATOR, dtype_name
 from .passes import check_level
 
 _KINDS = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
@@ -115,11 +118,22 @@ def _describe(value):
 
 
 def convert_inputs(values, feed_vars, what="feed", device=None):
-    """`convert_input` for each (value, Variable), after checking the count."""
+    """`convert_feed` for each (value, Variable), after checking the count."""
     if len(values) != len(feed_vars):
         names = ", ".join(v.name for v in feed_vars)
         raise TypeError(f"expected {len(feed_vars)} input(s) ({names}), got {len(values)}")
-    return [convert_input(v, var.name, var.dtype, var.shape, what, device) for v, var in zip(values, feed_vars)]
+    return [convert_feed(v, var, what, device) for v, var in zip(values, feed_vars)]
+
+
+def convert_feed(value, var, what="feed", device=None):
+    """`value` for the feed Variable `var`: `convert_input` for a tensor
+    feed, the generator itself for a generator feed."""
+    if var.kind == GENERATOR:
+        if not isinstance(value, torch.Generator):
+            raise TypeError(f"{what} {var.name!r} expects a torch.Generator (the program's random ops draw from "
+                            f"it), got {_describe(value)}")
+        return value
+    return convert_input(value, var.name, var.dtype, var.shape, what, device)
 
 
 def run(entry, inputs, params):

@@ -24,14 +24,14 @@ import re
 from .attrs import InputRef, OutputRef, decode, encode, leaves, refs
 from .errors import ModelFormatError
 from .format_rules import check_collisions, check_name, check_size, current_limits
-from .ir import SCALAR, TENSOR, TENSOR_ARRAY, Block, Program, dtype_name
+from .ir import GENERATOR, SCALAR, TENSOR, TENSOR_ARRAY, Block, Program, dtype_name
 from .optable import empty_table_hint, get_op_def, is_registered
 from .signatures import CallError, check_call
 
 # 2: symbolic dimensions ("s0", "2*s0") in shapes; scalar variables.
 FORMAT_VERSION = 2
 
-_KINDS = (TENSOR, TENSOR_ARRAY, SCALAR)
+_KINDS = (TENSOR, TENSOR_ARRAY, SCALAR, GENERATOR)
 # The text of a symbolic dimension: symbols (s0, u1), integers, arithmetic
 # and the size functions sympy prints; never evaluated, but only this, so a
 # dimension cannot read "nan", "inf" or code.

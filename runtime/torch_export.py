@@ -14,7 +14,7 @@ in a loop) are refused with the reason, naming the user's line.
 
 import torch
 
-from .ir import TENSOR_ARRAY
+from .ir import GENERATOR, TENSOR_ARRAY
 from .optable import get_op_def
 from .onnx_regions import example_inputs
 from .replay import AliasingError, check_aliasing, op_reads, reads_and_writes, region_function, untraceable
@@ -58,6 +58,10 @@ def _op_defs(op_type):
 
 def _check(program):
     """Refuse what torch.cond / while_loop cannot express, before tracing."""
+    for var in program.global_block().vars.values():
+        if var.kind == GENERATOR:
+            raise TorchExportError(f"the program takes the torch.Generator {var.name!r}, which an ExportedProgram "
+                                   "cannot take as an input")
     for block in program.blocks:
         for op in block.ops:
             if op.type in _VALUE_CHECKS:

@@ -13,10 +13,12 @@ from ops.user_frames import error_at_user_line
 from runtime.errors import ConversionError
 from runtime.ir import TENSOR_ARRAY, Variable
 
-from .effects import Effects, EffectsChanged, is_missing, known_slots, merge_slots, remember_slots
+from .effects import (Effects, EffectsChanged, is_missing, known_deep, known_slots, merge_slots, remember_deep,
+                      remember_slots)
 from .raising import raising_as_op
-from .state import (LoopFirst, State, Undefined, constant, describe, flatten, is_var, loop_init, maybe_unbound,
-                    refill, refuse_list_aliases, unflatten)
+from .state import (Deeper, LoopFirst, State, Undefined, changed_objects, constant, describe, flatten, is_var,
+                    local_object_paths, loop_init, maybe_unbound, object_alias, refill, refuse_list_aliases,
+                    unflatten)
 
 
 def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), return_flags=(), lines=(),
@@ -72,6 +74,17 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     effects = Effects((true_fn, false_fn), covered={id(obj) for obj, _ in before[1]})
     slots = known_slots(effects, true_fn.__code__)
     old = dict(zip(state, before[0]))
+    # Paths of user objects the branches bind to different ones (`out = model(x)`
+    # on one side): carried as their parts (state.changed_objects).
+    deep = known_deep(true_fn.__code__)
+    # Objects that existed before the `if`: one that another name or a
+    # container also holds is never taken apart (`_branch`).
+    existed = ({id(v) for v in before[0]} | {id(obj) for _, obj, _, _ in effects.saved}, effects)
+    visible, block = set(), tr.block  # the blocks whose values the code after the `if` sees
+    while block is not None:
+        visible.add(block.idx)
+        block = block.program.blocks[block.parent_idx] if block.parent_idx >= 0 else None
+    existed += (visible,)
     while True:
         mark = tr.mark()
         outs = tuple(outputs) + tuple(extra)
@@ -83,7 +96,7 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
         slot_specs, written = {}, []
         branches = [_branch(st, before, fn, side, outs, arrays, seen, specs, leaf_names,
                             return_names, return_flags, jump, jump_flags, extra, exited, tensor_lists,
-                            (effects, slots, slot_specs, written), flagged)
+                            (effects, slots, slot_specs, written), flagged, deep, existed)
                     for fn, side, exited in ((true_fn, "true", exits[0]), (false_fn, "false", exits[1]))]
         try:
             merged = cf.cond(pred, *branches, names=leaf_names, return_names=tuple(return_names),
@@ -93,6 +106,13 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
             st.restore(before)
             effects.restore()
             slots = retry.slots
+            deep |= set(retry.paths)
+            continue
+        except Deeper as retry:
+            tr.rollback(mark)
+            st.restore(before)
+            effects.restore()
+            deep |= set(retry.paths)
             continue
         except _AsArrays as retry:
             tr.rollback(mark)
@@ -117,6 +137,7 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     st.restore(before)
     effects.restore()
     remember_slots(true_fn.__code__, slots)
+    remember_deep(true_fn.__code__, deep)
     if isinstance(merged, cf.Unreachable):  # both branches raise: nothing after the `if` runs
         return st.get()
     leaves = iter(merged)
@@ -209,7 +230,8 @@ def _mark_exit(code):
 
 
 def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, return_names, return_flags,
-            jump=None, jump_flags=(), extra=(), exited=False, tensor_lists=None, python_effects=None, flagged=()):
+            jump=None, jump_flags=(), extra=(), exited=False, tensor_lists=None, python_effects=None, flagged=(),
+            deep=frozenset(), existed=(frozenset(), None, frozenset())):
     """The function `cf.cond` traces for one side: run the branch from the
     state `before`, then return its outputs flattened (tuples and lists are
     flattened: the op merges their elements), except the outputs in `arrays`,
@@ -234,18 +256,34 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
         exited = entry[1] or exited
         if not isinstance(result, cf.Unreachable):  # a side that raises leaves nothing behind
             written.extend(effects.written())
+        values = st.get(outputs)
+        replaced = []
+        if side == "false" and "true" in seen and not isinstance(result, cf.Unreachable):
+            replaced = [p for k, (a, b) in enumerate(zip(seen["true"], values)) if k not in arrays
+                        for p in changed_objects(a, b, deep, (outputs[k],)) if p not in deep
+                        and not _held_elsewhere(p, outputs, (seen["true"], values), existed)]
+        elif side == "false" and ("true" in seen or not isinstance(result, cf.Unreachable)):
+            # One side raises on every path: the other's values pass as they are,
+            # but an object holding values of its own block leaves it as its parts.
+            live = seen["true"] if "true" in seen else values
+            replaced = [p for k, v in enumerate(live) if k not in arrays
+                        for p in local_object_paths(v, existed[2], (outputs[k],)) if p not in deep]
         if side == "false":
             found = merge_slots(slots, written)
             if len(found) > len(slots):
-                raise EffectsChanged(found)
+                raise EffectsChanged(found, replaced)
         if isinstance(result, cf.Unreachable):
+            if replaced:
+                raise Deeper(replaced)
             return cf.Unreachable(side)
-        seen[side] = values = st.get(outputs)
+        seen[side] = values
         tensor_lists[side] = _tensor_lists(values)
         if side == "false":
             became_arrays = _lists_become_arrays(seen, arrays)
             if became_arrays:
                 raise _AsArrays(became_arrays)
+            if replaced:
+                raise Deeper(replaced)
         returned = any(values[outputs.index(f)] is True for f in return_flags)
         # Names a path that took a break/continue may still read (each jump taken narrows them).
         still_read = [set(live) for f, live in jump_flags if values[outputs.index(f)] is True]
@@ -268,7 +306,7 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
             true_spec = specs["true"][k] if side == "false" and "true" in specs else None
             if isinstance(value, Undefined) and true_spec is not None:
                 value = unflatten(iter(lambda: value, None), true_spec)
-            flat, spec = flatten(value)
+            flat, spec = flatten(value, True, deep, (outputs[k],))
             leaves += flat
             specs[side].append(spec)
             if side == "true" or "true" not in specs:
@@ -303,6 +341,20 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
                 raise structure
         return tuple(leaves)
     return run
+
+
+def _held_elsewhere(path, outputs, sides, existed):
+    """Whether the object a side binds at the top-level `path` existed
+    before the `if` and another name or a container holds it too
+    (state.object_alias): taken apart, the name would be bound to a rebuilt
+    object where eager keeps that one. Such objects stay whole: values no
+    op output holds on both paths, a program per side (d2s/decisions.py)."""
+    ids, effects, _ = existed
+    if len(path) != 1 or effects is None:
+        return False
+    k = outputs.index(path[0])
+    named = [(path[0], values[k]) for values in sides if id(values[k]) in ids]
+    return object_alias(named, effects) is not None
 
 
 class _Drop(Exception):

@@ -39,11 +39,14 @@ _OPAQUE = (type, types.ModuleType, types.BuiltinFunctionType, types.MethodType, 
 
 
 class EffectsChanged(Exception):
-    """Trace the construct again carrying these slots (found written by the last trace)."""
+    """Trace the construct again carrying these slots (found written by the
+    last trace), and taking apart the objects at `paths` (found replaced by
+    it: d2s/operators/state.py `Deeper`)."""
 
-    def __init__(self, slots):
+    def __init__(self, slots, paths=()):
         super().__init__(len(slots))
         self.slots = slots
+        self.paths = paths
 
 
 class Slot:
@@ -172,6 +175,21 @@ def known_slots(effects, code):
 def remember_slots(code, slots):
     if slots:
         _KNOWN.setdefault(tracer.current(), {})[code] = slots
+
+
+# The paths of user objects each construct carried as their parts when it was
+# last traced (d2s/operators/state.py `changed_objects`), per trace, for the
+# same reason: an enclosing loop's retrace starts from them.
+_DEEP = weakref.WeakKeyDictionary()
+
+
+def known_deep(code):
+    return set(_DEEP.get(tracer.current(), {}).get(code, ()))
+
+
+def remember_deep(code, deep):
+    if deep:
+        _DEEP.setdefault(tracer.current(), {})[code] = frozenset(deep)
 
 
 def is_missing(value):

@@ -12,7 +12,7 @@ from ops import tracer
 from ops.recording import graph_tensor, number_or_tensor, size as _variable_size, stands_for_number
 from ops.user_frames import error_at_user_line
 from ops.wrapped_numbers import number_dtype
-from runtime.ir import Variable
+from runtime.ir import GENERATOR, Variable
 
 from .for_loops import Rows, convert_enumerate, convert_range, convert_zip
 from .logical import unobservable_since
@@ -99,6 +99,8 @@ def convert_isinstance(value, classinfo):
 def _types(value):
     """The Python types eager code can have for graph tensor `value`: its
     number type where it stands for a number, `torch.Tensor` where it is one."""
+    if getattr(value, "kind", None) == GENERATOR:
+        return [torch.Generator]  # a generator argument (a feed of the program)
     number = bool if value.dtype == torch.bool else float if value.dtype.is_floating_point else int
     if number_or_tensor(value):
         return [number, torch.Tensor]

@@ -18,6 +18,8 @@ from ops.recording import is_symbolic_value
 from ops.user_frames import INTERNAL_DIRS, error_at_user_line, user_origin
 from runtime.ir import Variable
 
+from .. import input_trees
+
 Undefined = cf.Undefined
 
 
@@ -94,20 +96,35 @@ def _containers(value, saved, seen):
         _containers(item, saved, seen)
 
 
-def flatten(value, lists=True):
+def flatten(value, lists=True, deep=(), path=()):
     """(leaves, spec) of nested tuples, dicts and (with `lists`) lists; spec
-    None for a single value. Dict specs keep the keys, in order."""
+    None for a single value. Dict specs keep the keys, in order. A user
+    object holding tensors (`carried_node`: a dataclass or ModelOutput, a
+    registered pytree class, a named tuple, a cache object) is taken apart
+    too where its `path` (the names, keys, indices and attribute labels
+    leading to it from the top) is in `deep`: a `NodeSpec`. Elsewhere it is
+    one value, kept by identity (see `changed_objects`)."""
     if type(value) is dict:
         leaves, specs = [], []
         for k, v in value.items():
-            flat, spec = flatten(v, lists)
+            flat, spec = flatten(v, lists, deep, path + (k,))
             leaves += flat
             specs.append((k, spec))
         return leaves, (dict, tuple(specs))
+    if deep and path in deep:
+        n = carried_node(value)
+        if n is not None:
+            leaves, specs = [], []
+            for label, v in n.children:
+                # (A list in an object, as a cache's layers, is one of its parts: a fixed length.)
+                flat, spec = flatten(v, True, deep, path + (label,))
+                leaves += flat
+                specs.append(spec)
+            return leaves, NodeSpec(n, tuple(specs))
     if isinstance(value, tuple) or (lists and isinstance(value, list)):
         leaves, specs = [], []
-        for v in value:
-            flat, spec = flatten(v, lists)
+        for i, v in enumerate(value):
+            flat, spec = flatten(v, lists, deep, path + (i,))
             leaves += flat
             specs.append(spec)
         return leaves, (type(value), tuple(specs))
@@ -118,15 +135,118 @@ def unflatten(leaves, spec):
     """The value `flatten` took apart, from an iterator of its leaves."""
     if spec is None:
         return next(leaves)
+    if isinstance(spec, NodeSpec):
+        return spec.node.rebuild([unflatten(leaves, s) for s in spec.children])
     kind, specs = spec
     if kind is dict:
         return {k: unflatten(leaves, s) for k, s in specs}
-    return kind(unflatten(leaves, s) for s in specs)
+    items = (unflatten(leaves, s) for s in specs)
+    return kind(*items) if hasattr(kind, "_fields") else kind(items)  # a named tuple takes its fields
+
+
+class NodeSpec:
+    """The spec of a user object `flatten` took apart: its class and
+    structure (keys, attribute names, pytree context) and its children's
+    specs; equal specs rebuild the same kind of object. `node` (an
+    input_trees.Node of one such object) rebuilds it."""
+
+    __slots__ = ("node", "children", "_key")
+
+    def __init__(self, node, children):
+        self.node, self.children = node, children
+        self._key = (node.cls, node.structure, children)
+
+    def __eq__(self, other):
+        return isinstance(other, NodeSpec) and self._key == other._key
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __repr__(self):
+        return f"NodeSpec({self.node.cls.__name__})"
+
+
+def carried_node(value):
+    """The input_trees.Node of a user object a branch or loop can carry as
+    its parts (a dataclass or ModelOutput, a class registered with
+    torch.utils._pytree, a named tuple, a plain object holding tensors or
+    graph values), else None."""
+    if isinstance(value, Undefined):
+        return None  # (a name with no value yet: asking it anything raises UnboundLocalError)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        cls = type(value)
+        return input_trees.Node(cls, ("namedtuple", tuple(value._fields)),
+                                [(f".{f}", v) for f, v in zip(value._fields, value)], lambda new: cls(*new))
+    return input_trees.node(value)
+
+
+def changed_objects(old, new, deep=(), path=(), lists=True):
+    """The paths (as `flatten` gives them, with the same `lists`) at which
+    `old` holds a user object (`carried_node`) that `flatten` keeps whole
+    and `new` holds another object of the same class: a branch or loop that
+    rebinds a name to a new object (`out = model(x)` in a loop body)
+    carries it as its parts, so the op can merge them (`flatten(...,
+    deep=...)`). The same object on both sides stays one value: its
+    in-place changes are d2s/operators/effects.py's."""
+    if old is new or type(old) is not type(new):
+        return []
+    if type(old) is dict:
+        if list(old) != list(new):
+            return []
+        return [p for k in old for p in changed_objects(old[k], new[k], deep, path + (k,), lists)]
+    if path not in deep:
+        if carried_node(old) is not None and carried_node(new) is not None:
+            return [path]
+        if (isinstance(old, tuple) or (lists and isinstance(old, list))) and len(old) == len(new):
+            return [p for i, (a, b) in enumerate(zip(old, new))
+                    for p in changed_objects(a, b, deep, path + (i,), lists)]
+        return []
+    a, b = carried_node(old), carried_node(new)
+    if a is None or b is None or len(a.children) != len(b.children):
+        return []
+    return [p for (label, x), (_, y) in zip(a.children, b.children)
+            for p in changed_objects(x, y, deep, path + (label,), True)]
+
+
+def local_object_paths(value, visible, path=(), lists=True):
+    """The paths (as `flatten` gives them) of the user objects in `value`
+    that hold a graph value of a block outside `visible` (block indexes:
+    the block of a branch op and the blocks around it), and of the objects
+    holding those: a branch's own values, which leave it only as the op's
+    outputs. (An object the only live side of a tensor `if` binds, the
+    other side raising on every path, is taken apart for that reason.)"""
+    if type(value) is dict:
+        return [p for k, v in value.items() for p in local_object_paths(v, visible, path + (k,), lists)]
+    n = carried_node(value)
+    if n is not None:
+        inner = [p for label, v in n.children for p in local_object_paths(v, visible, path + (label,), True)]
+        local = any(isinstance(v, Variable) and v.block.idx not in visible for _, v in n.children)
+        return [path] + inner if inner or local else []
+    if isinstance(value, tuple) or (lists and isinstance(value, list)):
+        return [p for i, v in enumerate(value) for p in local_object_paths(v, visible, path + (i,), lists)]
+    return []
+
+
+class Deeper(Exception):
+    """Trace the construct again taking apart the objects at these paths
+    (`changed_objects`)."""
+
+    def __init__(self, paths):
+        super().__init__(paths)
+        self.paths = paths
 
 
 def describe(spec):
     if spec is None:
         return "single value"
+    if isinstance(spec, NodeSpec):
+        kind, *parts = spec.node.structure
+        what = f"{spec.node.cls.__name__} object"
+        if kind == "object":
+            return f"{what} with attributes {list(parts[0])}" + (f" and keys {list(parts[1])}" if parts[1] else "")
+        if kind == "namedtuple":
+            return f"{what} with fields {list(parts[0])}"
+        return f"{what} ({parts[0]!r:.60})"
     if spec[0] is dict:
         return f"dict with keys {[k for k, _ in spec[1]]}"
     return f"{spec[0].__name__} of {len(spec[1])}"
@@ -220,6 +340,40 @@ def refuse_list_aliases(names, values):
             f"changes: the program holds the list as a tensor array bound to {name!r} only, "
             "so the other name would not see the change; use one name for the list (a helper "
             "builds and returns its own list)")
+
+
+def refuse_object_aliases(named, effects):
+    """Refuse, at the user's line, an object that a graph loop or branch
+    takes apart (`flatten` with `deep`: the name is bound to a rebuilt object
+    after the op) when it existed before the construct and another name
+    (`other_names`) or a container the construct reaches (`effects`, an
+    `Effects`) also holds it: eager keeps that object under the name on the
+    paths that do not rebind it, so a change made through one name would
+    show through the other. `named`: (name, object) pairs."""
+    message = object_alias(named, effects)
+    if message is not None:
+        raise error_at_user_line(message)
+
+
+def object_alias(named, effects):
+    """The message `refuse_object_aliases` raises, or None."""
+    objects = {id(obj): name for name, obj in named}
+    if not objects:
+        return None
+    for other, name, where in other_names(objects):
+        return _alias_message(f"{other!r}{where} is another name for", name)
+    for kind, holder, contents, holder_name in effects.saved:
+        for value in contents if kind == "list" else contents.values():
+            if id(value) in objects:
+                return _alias_message(f"{holder_name!r} holds", objects[id(value)])
+    return None
+
+
+def _alias_message(held, name):
+    return (f"{held} the object {name!r}, which this tensor loop or `if` may bind to another object: the "
+            f"program carries {name!r} as its parts and rebuilds it after the op, so on the paths where eager "
+            f"keeps the object a change made through one would not show through the other; use one name "
+            "for it (or copy it: `copy.copy(obj)`)")
 
 
 def loop_init(value):

@@ -8,11 +8,12 @@ from ops.user_frames import error_at_user_line
 from runtime.ir import Variable
 
 from .branches import convert_ifelse
-from .effects import Effects, EffectsChanged, is_missing, known_slots, merge_slots, remember_slots
+from .effects import (Effects, EffectsChanged, is_missing, known_deep, known_slots, merge_slots, remember_deep,
+                      remember_slots)
 from .for_loops import PythonItemsInGraphLoop, convert_for_test
 from .raising import raising_as_op
-from .state import (LoopFirst, State, Undefined, describe, flatten, is_var, loop_init, maybe_unbound, refill,
-                    refuse_list_aliases, unflatten)
+from .state import (Deeper, LoopFirst, State, Undefined, carried_node, changed_objects, describe, flatten, is_var,
+                    loop_init, maybe_unbound, refill, refuse_list_aliases, refuse_object_aliases, unflatten)
 
 
 def convert_while(test, body, names, return_names=(), counter=None):
@@ -48,13 +49,20 @@ def convert_while(test, body, names, return_names=(), counter=None):
     # each slot it writes is one more loop variable, set after the op.
     effects = Effects((test, body), covered={id(obj) for obj, _ in snapshot[1]})
     slots = known_slots(effects, body.__code__)
+    # Paths of the user objects the body rebinds to new ones (`out = model(x)`):
+    # carried as their parts (state.changed_objects).
+    deep = known_deep(body.__code__)
     while True:
         try:
-            result = _graph_loop(test, body, names, return_names, st, effects, slots)
+            result = _graph_loop(test, body, names, return_names, st, effects, slots, deep)
             remember_slots(body.__code__, slots)
+            remember_deep(body.__code__, deep)
             return result
         except EffectsChanged as retry:
             slots = retry.slots
+            deep |= set(retry.paths)
+        except Deeper as retry:
+            deep |= set(retry.paths)
         except PythonItemsInGraphLoop:
             tr.rollback(mark)
             st.restore(snapshot)
@@ -92,13 +100,18 @@ def _guarded(test, body, names, return_names, counter, st):
     return st.get()
 
 
-def _graph_loop(test, body, names, return_names, st, effects, slots):
+def _graph_loop(test, body, names, return_names, st, effects, slots, deep=frozenset()):
     """The ``while`` op over the loop variables ``names``, then the object
     ``slots`` of ``effects`` (see ``effects.py``), each as its leaves."""
     # A dict or tuple the loop carries is carried as its leaves (a dict changed
     # in place stays the same dict, as in eager); its keys and length must stay.
+    # So is a user object at a path in `deep`, one the body replaces with a new
+    # one of its class (`out = model(x)`): its class and structure must stay.
     start = st.get()
-    layout = [flatten(v, lists=False)[1] if type(v) in (dict, tuple) else None for v in start]
+    refuse_object_aliases([(n, v) for n, v in zip(names, start) if (n,) in deep and carried_node(v) is not None],
+                          effects)
+    layout = [flatten(v, False, deep, (n,))[1] if type(v) in (dict, tuple) or (n,) in deep else None
+              for n, v in zip(names, start)]
     slot_start = [slot.get() for slot in slots]
     for slot, value in zip(slots, slot_start):
         if is_missing(value):
@@ -117,14 +130,18 @@ def _graph_loop(test, body, names, return_names, st, effects, slots):
 
     def pack(values):
         found = merge_slots(slots, effects.written())
+        replaced = [p for name, old, value in zip(names, start, values)
+                    for p in changed_objects(old, value, deep, (name,), lists=False) if p not in deep]
         if len(found) > len(slots):
-            raise EffectsChanged(found)
+            raise EffectsChanged(found, replaced)
+        if replaced:
+            raise Deeper(replaced)
         leaves = []
         for name, value, spec in zip(names, values, layout):
             if spec is None:
                 leaves.append(value)
                 continue
-            flat, now = flatten(value, lists=False)
+            flat, now = flatten(value, False, deep, (name,))
             if now != spec:
                 raise error_at_user_line(
                     f"loop variable {name!r} is a {describe(spec)} before the loop but a {describe(now)} after "
@@ -154,7 +171,7 @@ def _graph_loop(test, body, names, return_names, st, effects, slots):
         return pack(st.get())
 
     leaf_names = [n for n, v, spec in zip(names, start, layout)
-                  for _ in (flatten(v, lists=False)[0] if spec is not None else [v])]
+                  for _ in (flatten(v, False, deep, (n,))[0] if spec is not None else [v])]
     leaf_names += [slot.name for slot, v in zip(slots, slot_start) for _ in flatten(v)[0]]
     refuse_list_aliases(names, start)
     maybe = [n for n, v in zip(names, start)

@@ -150,7 +150,9 @@ CONTAINERS = ["dd['u'] = dd['u'] + a", "dd['c'] = dd['c'] + 1", "h = (h[1], h[0]
 LISTS = ["ys.append(a * {s})", "zs.append(b)", "a = a + torch.stack(ys).mean(0)", "k = k + len(zs)",
          "b = b + torch.cat(ys).view(-1, 3).sum(0) * {s}", "ws.append(a + b)", "k = k + len(ws) - len(zs)"]
 # Writes to an object's attributes and to items of containers in containers (no name rebound).
+# `ob = Obj(...)` rebinds the name to a new object: carried as its parts.
 OBJECTS = ["ob.v = ob.v + a", "ob.n = ob.n + 1", "ob.v = torch.tanh(ob.v) * {s}", "a = a + ob.v",
+           "ob = Obj(ob.v * {s} + a)",
            "nest['l'][0] = nest['l'][0] + b", "nest['l'][1] = nest['l'][1] + 1",
            "nest['d']['w'] = nest['d']['w'] * {s} + a", "b = b + nest['d']['w'] * {s}"]
 # A name first assigned in a loop's body and read after the loop (unbound after zero trips).
