@@ -26,13 +26,13 @@ keeping both programs.
 import contextlib
 import os
 import sys
-import threading
 
 import torch
 
 from runtime.errors import DecisionFailed
 
 from .registry import OpDef, register
+from .trace_patches import WhileTracing
 from .user_frames import INTERNAL_DIRS, error_at_user_line
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
@@ -40,8 +40,6 @@ _real_grad = torch._C.is_grad_enabled
 _real_inference = torch._C.is_inference_mode_enabled
 _real_set_grad = torch._C._set_grad_enabled
 
-_lock = threading.Lock()
-_depth = 0
 _tracing = None  # `tracer.active`, given by the tracer
 
 
@@ -112,24 +110,26 @@ def caller_modes():
     return (_real_grad(), _real_inference())
 
 
+def _install():
+    torch.is_grad_enabled = is_grad_enabled
+    torch.is_inference_mode_enabled = is_inference_mode_enabled
+    torch._C._set_grad_enabled = _set_grad_enabled
+
+
+def _uninstall():
+    torch.is_grad_enabled = _real_grad
+    torch.is_inference_mode_enabled = _real_inference
+    torch._C._set_grad_enabled = _real_set_grad
+
+
+_patches = WhileTracing(_install, _uninstall)
+
+
 @contextlib.contextmanager
 def answer_caller_modes(tracing):
     """Wrap the mode queries for the duration of a trace (`tracing()`: the
     tracer of the calling context, or None)."""
-    global _depth, _tracing
-    with _lock:
-        _tracing = tracing
-        if _depth == 0:
-            torch.is_grad_enabled = is_grad_enabled
-            torch.is_inference_mode_enabled = is_inference_mode_enabled
-            torch._C._set_grad_enabled = _set_grad_enabled
-        _depth += 1
-    try:
+    global _tracing
+    _tracing = tracing
+    with _patches.held():
         yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0:
-                torch.is_grad_enabled = _real_grad
-                torch.is_inference_mode_enabled = _real_inference
-                torch._C._set_grad_enabled = _real_set_grad

@@ -24,15 +24,13 @@ and after, and a change is refused too.
 import contextlib
 import random
 import sys
-import threading
 
 from runtime.errors import ConversionError
 
+from .trace_patches import WhileTracing
 from .user_frames import error_at_user_line
 
-_lock = threading.Lock()
-_depth = 0        # traces under way, all threads
-_originals = []   # (module, name, function) replaced while _depth > 0
+_originals = []   # (module, name, function) replaced while a trace is under way
 _tracing = None   # `tracer.active`, given by the tracer (ops/tracer.py imports this module)
 
 _WHAT_INSTEAD = ("draw with torch instead (torch.rand, torch.randn, torch.randint, torch.randperm, "
@@ -103,27 +101,20 @@ def _states():
     return out
 
 
+_patches = WhileTracing(_install, _uninstall)
+
+
 @contextlib.contextmanager
 def refuse_global_draws(tracing):
     """Refuse global-state draws in the tracing context for the duration;
     `tracing()` says whether the calling context traces."""
-    global _depth, _tracing
-    with _lock:
-        _tracing = tracing
-        if _depth == 0:
-            _install()
-        _depth += 1
-    before = _states()
-    failed = True
-    try:
+    global _tracing
+    _tracing = tracing
+    with _patches.held():
+        before = _states()
         yield
-        failed = False
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0:
-                _uninstall()
-    if not failed and _states() != before:
+        changed = _states() != before
+    if changed:
         # No user line to name: the call went through a name the wrappers
         # never saw (or another thread drew meanwhile).
         raise ConversionError(

@@ -27,6 +27,11 @@ from . import tracer, wrapped_numbers
 from .infer import Meta, infer, substitute
 from .user_frames import SYMBOLIC_TYPES, _user_names, error_at_user_line, user_name, user_origin
 
+# torch's own function: while a trace is under way `torch.is_grad_enabled`
+# is a wrapper that answers the user's code (ops/ambient_modes.py); every
+# recorded op asks for the trace's real mode.
+_grad_enabled = torch._C.is_grad_enabled
+
 
 # -- lifting real tensors --------------------------------------------------------
 
@@ -333,7 +338,7 @@ def record(opdef, fn, args, kwargs):
     if opdef.mutates:
         result, out_tree = None, None
     else:
-        stop_gradient = _stop_gradient(refs.inputs) or not torch.is_grad_enabled()
+        stop_gradient = _stop_gradient(refs.inputs) or not _grad_enabled()
         result, out_tree = _build_outputs(meta, block, opdef, refs.inputs, outs, stop_gradient)
         if (isinstance(result, Variable) and result.shape == () and refs.inputs
                 and all(stands_for_number(v) for v in refs.inputs)):
@@ -350,7 +355,7 @@ def record(opdef, fn, args, kwargs):
         outs = [refs.inputs[0]]
         result = refs.inputs[0] if returns_tensor else None
     attrs = {"args": args_tree, "kwargs": kwargs_tree, "out": out_tree}
-    if not torch.is_grad_enabled():
+    if not _grad_enabled():
         # Recorded inside `with torch.no_grad():` in the user's code: the
         # op must run without autograd when the program runs, too.
         attrs["no_grad"] = True

@@ -87,9 +87,7 @@ class Tracer:
         self.python_writes = []
         self._shapes = None     # ops.symbolic.Shapes, made on the first dynamic dimension
         self._token = None
-        self._cold = None       # cold_start.dynamo_free while the trace is active
-        self._host_random = None  # host_random.refuse_global_draws while the trace is active
-        self._modes = None        # ambient_modes.answer_caller_modes while the trace is active
+        self._patches = None    # what the trace changes in torch/random/numpy while active (__enter__)
         self.caller_modes = None  # (grad, inference) of the caller, read on entry
         self.modes_read = {}      # "grad"/"inference" -> the caller's mode the user's code read
         self.user_enabled_grad = False  # the user's code turned gradients on inside the trace
@@ -129,18 +127,17 @@ class Tracer:
         if self._token is not None:
             raise RuntimeError("a Tracer is active already; make a new one per trace")
         self._token = _current.set(self)
+        self._patches = contextlib.ExitStack()
         # Sizes are compared and symbols made outside shape inference too
         # (`if x.size(0) > 2:` in user code): keep torch._dynamo unloaded for the whole trace.
-        self._cold = cold_start.dynamo_free().__enter__()
+        self._patches.enter_context(cold_start.dynamo_free())
         # A draw from Python's or numpy's global random state would be a
         # constant of the program (ops/host_random.py).
-        self._host_random = host_random.refuse_global_draws(active)
-        self._host_random.__enter__()
+        self._patches.enter_context(host_random.refuse_global_draws(active))
         # The user's code asking for the grad/inference mode sees the
         # caller's, and the program checks it (ops/ambient_modes.py).
         self.caller_modes = ambient_modes.caller_modes()
-        self._modes = ambient_modes.answer_caller_modes(active)
-        self._modes.__enter__()
+        self._patches.enter_context(ambient_modes.answer_caller_modes(active))
         return self
 
     def __exit__(self, exc_type, *exc):
@@ -150,15 +147,12 @@ class Tracer:
             if exc_type is None and self.modes_read:
                 ambient_modes.check_modes_first(self.program, self.modes_read)
         finally:
+            patches, self._patches = self._patches, None
             try:
-                self._modes.__exit__(None, None, None)
-                self._host_random.__exit__(exc_type, *exc)
+                patches.__exit__(exc_type, *exc)  # the last entered first; host_random may refuse here
             finally:
-                self._host_random = self._modes = None
-                self._cold.__exit__(None, None, None)
-            self._cold = None
-            _current.reset(self._token)
-            self._token = None
+                _current.reset(self._token)
+                self._token = None
 
     # -- blocks ----------------------------------------------------------------------
     def new_block(self):

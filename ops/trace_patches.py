@@ -1,0 +1,39 @@
+"""Module attributes replaced while any trace is under way.
+
+ops/host_random.py and ops/ambient_modes.py wrap functions of `random`,
+`numpy.random` and torch for the duration of traces: the first trace to
+start (in any thread) installs the wrappers, the last to finish puts the
+originals back. Each wrapper decides per call whether its calling context
+traces, so other threads keep the originals' behaviour.
+
+    patches = WhileTracing(install, uninstall)
+    with patches.held():      # one per trace
+        ...
+"""
+
+import contextlib
+import threading
+
+
+class WhileTracing:
+    """`install()` on the first `held()` under way, `uninstall()` when the
+    last one ends."""
+
+    def __init__(self, install, uninstall):
+        self._install, self._uninstall = install, uninstall
+        self._lock = threading.Lock()
+        self._depth = 0
+
+    @contextlib.contextmanager
+    def held(self):
+        with self._lock:
+            if self._depth == 0:
+                self._install()
+            self._depth += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._uninstall()
