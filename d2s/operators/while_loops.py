@@ -158,11 +158,17 @@ def _graph_loop(test, body, names, return_names, st, effects, slots, deep=frozen
             leaves += flat
         return leaves
 
+    # Each trace of the test or the body (cf.while_loop traces the body again
+    # when a shape relaxes or a list becomes a tensor array) starts from the
+    # objects as they were before the loop: a slot an earlier trace wrote and
+    # that is not (yet) carried must not hand that trace's values to this one.
     def cond_fn(*leaves):
+        effects.restore()
         st.set(unpack(leaves))
         return test()
 
     def body_fn(*leaves):
+        effects.restore()
         st.set(unpack(leaves))
         if isinstance(raising_as_op(body)(), cf.Unreachable):
             # The body raises on every path (`raise`, `[1, 2, 3][4]`): a `raise`

@@ -106,7 +106,9 @@ class Return(Transformer):
             # The flag first: once the body returned, the test must not run again.
             s.test = self.expression("not flag and test", s.test, test=s.test, flag=self.flag)
             if s.orelse:  # `else` runs only when the loop ended normally, never after a return
-                s.orelse = self.template("if not flag:\n    orelse", s.orelse[0], flag=self.flag,
+                # (`else: flag = True` as in `_block`: the side that returned reads nothing it leaves unset.)
+                s.orelse = self.template("if not flag:\n    orelse\nelse:\n    flag = True", s.orelse[0],
+                                         flag=self.flag,
                                          orelse=self._block(s.orelse))
         elif not map_bodies(s, self._block):
             raise self.ctx.error(s, f"`return` inside `{type(s).__name__}` is not supported")

@@ -163,6 +163,44 @@ CASES = {
                     dd["u"] *= 0.5
             return a + dd["u"] + dd["c"]
         """, ("cond", "while")),
+    # Seed final26, program 735: the `if not do_return` that return lowering puts around a loop's `else`
+    # had no `else: do_return = True`, so its other side looked live and `ok` "undefined" there.
+    "return_in_loop_else_then_name_read_in_body": ({}, """
+        def f(x, m, n):
+            a = x * 1.0
+            t = x.sum()
+            s = 0.0
+            ok = (x > 0).any()
+            w1 = 0
+            while w1 < n:
+                w1 += 1
+                for row in m:
+                    pass
+                else:
+                    ok = (a > -0.5).any()
+                    if s < -2.0:
+                        return a
+                if t < -0.5:
+                    if ok:
+                        a = a + 1.0
+            return a
+        """, ("cond", "while")),
+    # Seed final26, program 1170: a body that always raises, traced again (a list became a tensor
+    # array), read the item its first trace wrote (`nest['l'][0]`): a value of a discarded block.
+    "raising_body_retraced_reads_no_stale_item": ({}, """
+        def f(x, m, n):
+            a = x * 1.0
+            b = torch.zeros_like(x)
+            ws = []
+            nest = {'l': [x * 0.5, 0]}
+            w = 0
+            while w < 1 and a.sum() < 1.0:
+                w += 1
+                nest['l'][0] = nest['l'][0] + b
+                ws.append(a + b)
+                assert False, 'fuzz: the loop ran'
+            return a + len(ws) * 3 + nest['l'][0]
+        """, ("while",)),
 }
 
 
