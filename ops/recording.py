@@ -317,14 +317,7 @@ def record(opdef, fn, args, kwargs):
             args, kwargs, changed = decide_bools(args, kwargs, opdef.type)
             if changed:
                 return record(opdef, fn, args, kwargs)
-        shapes = ", ".join(f"{name}: {v.dtype_name}[{', '.join(map(str, v.dims))}]"
-                           for name, v in zip(_user_names(refs.inputs), refs.inputs))
-        # Eager never runs a branch or loop body these inputs skip; d2s traces them all.
-        where = "" if block.parent_idx < 0 else (
-            " (d2s traces every branch and loop body, also one that these inputs never run)")
-        error = error_at_user_line(f"`{opdef.type}` fails on inputs ({shapes}): {exc}{where}")
-        error.kernel_failed = True  # on a side of a tensor `if` these inputs skip: see control_flow.decide_failed_side
-        raise error from None
+        raise _kernel_failed(exc, opdef, refs, block) from None
     numbers = wrapped_numbers.number_inputs(refs.inputs, stands_for_number)
     if numbers and wrapped_numbers.can_differ(refs.inputs, numbers):
         meta = _as_eager_numbers(opdef, fn, args_tree, kwargs_tree, refs, numbers, meta, tr)
@@ -334,26 +327,7 @@ def record(opdef, fn, args, kwargs):
         raise error_at_user_line(
             f"`{opdef.type}` returns a Python number computed from tensor values, which are known only when "
             "the program runs; keep the result a tensor")
-    outs = []
-    if opdef.mutates:
-        result, out_tree = None, None
-    else:
-        stop_gradient = _stop_gradient(refs.inputs) or not _grad_enabled()
-        result, out_tree = _build_outputs(meta, block, opdef, refs.inputs, outs, stop_gradient)
-        if (isinstance(result, Variable) and result.shape == () and refs.inputs
-                and all(stands_for_number(v) for v in refs.inputs)):
-            result.python_number = True
-        if isinstance(result, Variable) and result.shape == () and refs.inputs:
-            varying = [number_or_tensor(v) for v in refs.inputs if number_or_tensor(v)]
-            if varying and all(stands_for_number(v) or number_or_tensor(v) for v in refs.inputs):
-                result.number_or_tensor = varying[0]  # `s * 2`: a number where `s` is one
-    if opdef.mutates:
-        # An in-place op writes its first input; `out` names it so the
-        # executor knows the op's result is that same tensor.
-        returns_tensor = isinstance(meta, Meta)
-        out_tree = OutputRef(0) if returns_tensor else None
-        outs = [refs.inputs[0]]
-        result = refs.inputs[0] if returns_tensor else None
+    result, outs, out_tree = _results(opdef, meta, block, refs)
     attrs = {"args": args_tree, "kwargs": kwargs_tree, "out": out_tree}
     if not _grad_enabled():
         # Recorded inside `with torch.no_grad():` in the user's code: the
@@ -365,6 +339,40 @@ def record(opdef, fn, args, kwargs):
     # so an input that breaks the op's own preconditions gets the op's error.
     emit_guards(tr)
     return result
+
+
+def _kernel_failed(exc, opdef, refs, block):
+    """The ConversionError, at the user's line, for a kernel that failed on
+    the op's inferred inputs."""
+    shapes = ", ".join(f"{name}: {v.dtype_name}[{', '.join(map(str, v.dims))}]"
+                       for name, v in zip(_user_names(refs.inputs), refs.inputs))
+    # Eager never runs a branch or loop body these inputs skip; d2s traces them all.
+    where = "" if block.parent_idx < 0 else (
+        " (d2s traces every branch and loop body, also one that these inputs never run)")
+    error = error_at_user_line(f"`{opdef.type}` fails on inputs ({shapes}): {exc}{where}")
+    error.kernel_failed = True  # on a side of a tensor `if` these inputs skip: see control_flow.decide_failed_side
+    return error
+
+
+def _results(opdef, meta, block, refs):
+    """The op's result for the user (Variables in place of tensors), its
+    output Variables and its `out` tree."""
+    if opdef.mutates:
+        # An in-place op writes its first input; `out` names it so the
+        # executor knows the op's result is that same tensor.
+        returns_tensor = isinstance(meta, Meta)
+        return (refs.inputs[0] if returns_tensor else None), [refs.inputs[0]], (
+            OutputRef(0) if returns_tensor else None)
+    outs = []
+    stop_gradient = _stop_gradient(refs.inputs) or not _grad_enabled()
+    result, out_tree = _build_outputs(meta, block, opdef, refs.inputs, outs, stop_gradient)
+    if isinstance(result, Variable) and result.shape == () and refs.inputs:
+        if all(stands_for_number(v) for v in refs.inputs):
+            result.python_number = True
+        varying = [number_or_tensor(v) for v in refs.inputs if number_or_tensor(v)]
+        if varying and all(stands_for_number(v) or number_or_tensor(v) for v in refs.inputs):
+            result.number_or_tensor = varying[0]  # `s * 2`: a number where `s` is one
+    return result, outs, out_tree
 
 
 def _as_eager_numbers(opdef, fn, args_tree, kwargs_tree, refs, numbers, meta, tr):

@@ -115,32 +115,62 @@ def _defined_in(block):
 def _match(op, program):
     """The fused op's (kind, time_dim, inputs, outputs) for `op`, or None."""
     body, test = op.attrs["body_block"], op.attrs["cond_block"]
-    loop_vars, body_outs, outs = op.attrs["loop_vars"], op.attrs["body_outs"], op.output("Out")
     if len(test.ops) != 1 or len(body.ops) not in (3, 4):
         return None
     append = _single(body, "array_append")
     if len(body.ops) == 4 and (append is None or body.ops[-1] is not append):
         return None  # the fourth op may only be `hs.append(h')`, after the cell
+    bound = _match_bound(op, test)
+    step_slice = bound and _match_step_and_slice(body, bound[0])
+    cell = step_slice and _match_cell(body, step_slice[1])
+    if not cell:
+        return None
+    ctr, n, n_arg = bound
+    step, _, seq, time_dim = step_slice
+    kind, n_state, state, weights, biases, new_state = cell
+    loop = _match_loop_vars(op, ctr, step, state, new_state, append)
+    if loop is None:
+        return None
+    carried, collect = loop
+    inside = _defined_in(body) | _defined_in(test) | set(op.attrs["loop_vars"])
+    if any(name in inside for name in [seq, n, *weights, *biases] if name is not None):
+        return None
+    var = find_var(program, seq)
+    if var is None or len(var.shape) != 3:
+        return None
+    init = dict(zip(op.attrs["loop_vars"], op.input("Init")))
+    out_of = dict(zip(op.attrs["loop_vars"], op.output("Out")))
+    inputs = [seq, n, init[ctr], init[state[0]], init[state[1]] if n_state == 2 else None,
+              *weights, *biases, *[init[v] for v in carried]]
+    outputs = [out_of[ctr], out_of[state[0]], out_of[state[1]] if n_state == 2 else None,
+               *[out_of[v] for v in carried]]
+    collect_at = None if collect is None else len(inputs) - len(carried) + carried.index(collect)
+    return kind, time_dim, inputs, outputs, n_arg, collect_at
+
+
+def _match_bound(op, test):
+    """The test `ctr < n`: (ctr, n, n's argument), n a variable or an int."""
     (lt,) = test.ops
     if lt.type != "torch.Tensor.__lt__" or lt.output("Out") != [op.attrs["cond_out"]] or lt.attrs.get("kwargs"):
         return None
     ctr_arg, n_arg = lt.attrs["args"]
     ctr = _input_of(lt, ctr_arg)
-    if ctr not in loop_vars:
+    if ctr not in op.attrs["loop_vars"]:
         return None
     n = _input_of(lt, n_arg)
     if n is None and type(n_arg) is not int:
         return None
+    return ctr, n, n_arg
+
+
+def _match_step_and_slice(body, ctr):
+    """`ctr' = ctr + 1` and `x_t = seq[:, ctr]` (or `seq[ctr]`): (step, get, seq, time_dim)."""
     step = _single(body, "torch.Tensor.__add__")
     get = _single(body, "torch.Tensor.__getitem__")
-    cell = next((o for o in body.ops if o.type in _CELLS), None)
-    if step is None or get is None or cell is None or cell.attrs.get("kwargs"):
+    if step is None or get is None:
         return None
-    kind, n_state = _CELLS[cell.type]
-    # ctr' = ctr + 1
     if step.attrs["args"] != (InputRef(0), 1) or step.input("X") != [ctr]:
         return None
-    # x_t = seq[:, ctr] or seq[ctr]
     seq_arg, index = get.attrs["args"]
     seq = _input_of(get, seq_arg)
     if index == InputRef(1) or index == (InputRef(1),):
@@ -152,24 +182,39 @@ def _match(op, program):
         return None
     if seq is None or get.input("X")[1:] != [ctr] or get.input("X")[0] != seq:
         return None
-    # the cell: (x_t, state, w_ih, w_hh, b_ih, b_hh)
+    return step, get, seq, time_dim
+
+
+def _match_cell(body, get):
+    """The cell `(x_t, state, w_ih, w_hh, b_ih, b_hh)` on the slice `get` gives:
+    (kind, number of state tensors, state, weights, biases, new state)."""
+    cell = next((o for o in body.ops if o.type in _CELLS), None)
+    if cell is None or cell.attrs.get("kwargs"):
+        return None
+    kind, n_state = _CELLS[cell.type]
     args = cell.attrs["args"]
     if len(args) != 6 or _input_of(cell, args[0]) != get.output("Out")[0]:
         return None
     state_arg = args[1]
-    state = [_input_of(cell, a) for a in (state_arg if n_state == 2 else (state_arg,))]
     if n_state == 2 and not (isinstance(state_arg, tuple) and len(state_arg) == 2):
         return None
+    state = [_input_of(cell, a) for a in (state_arg if n_state == 2 else (state_arg,))]
     weights = [_input_of(cell, a) for a in args[2:4]]
     biases = [_input_of(cell, a) if a is not None else None for a in args[4:6]]
     if None in weights or (None in biases and biases != [None, None]):
         return None
-    new_state = cell.output("Out")
     if cell.attrs.get("out") != (tuple(OutputRef(i) for i in range(n_state)) if n_state == 2 else OutputRef(0)):
         return None
-    # Loop variables: ctr and the state, each updated by its own step, and
-    # any the loop carries unchanged.
-    updates = dict(zip(loop_vars, body_outs))
+    return kind, n_state, state, weights, biases, cell.output("Out")
+
+
+def _match_loop_vars(op, ctr, step, state, new_state, append):
+    """Loop variables: ctr and the state, each updated by its own step, the
+    list `append` collects into (if any), and any the loop carries unchanged:
+    (carried, collect)."""
+    body, test = op.attrs["body_block"], op.attrs["cond_block"]
+    loop_vars = op.attrs["loop_vars"]
+    updates = dict(zip(loop_vars, op.attrs["body_outs"]))
     collect = None
     if append is not None:
         # hs = array_append(hs, h'): a list the loop carries, read by nothing else in the loop.
@@ -180,24 +225,11 @@ def _match(op, program):
                 or any(collect in o.input_names for o in test.ops)):
             return None
     carried = [v for v in loop_vars if updates[v] == v and v not in (ctr, *state)]
-    if set(loop_vars) - set(carried) != {ctr, *state} or len(loop_vars) != n_state + 1 + len(carried):
+    if set(loop_vars) - set(carried) != {ctr, *state} or len(loop_vars) != len(state) + 1 + len(carried):
         return None
     if updates[ctr] != step.output("Out")[0] or [updates[s] for s in state] != new_state:
         return None
-    inside = _defined_in(body) | _defined_in(test) | set(loop_vars)
-    if any(name in inside for name in [seq, n, *weights, *biases] if name is not None):
-        return None
-    var = find_var(program, seq)
-    if var is None or len(var.shape) != 3:
-        return None
-    init = dict(zip(loop_vars, op.input("Init")))
-    out_of = dict(zip(loop_vars, outs))
-    inputs = [seq, n, init[ctr], init[state[0]], init[state[1]] if n_state == 2 else None,
-              *weights, *biases, *[init[v] for v in carried]]
-    outputs = [out_of[ctr], out_of[state[0]], out_of[state[1]] if n_state == 2 else None,
-               *[out_of[v] for v in carried]]
-    collect_at = None if collect is None else len(inputs) - len(carried) + carried.index(collect)
-    return kind, time_dim, inputs, outputs, n_arg, collect_at
+    return carried, collect
 
 
 def run(ctx):
