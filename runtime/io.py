@@ -16,20 +16,20 @@ Saving writes a fresh directory next to the target and swaps it in, so an
 interrupted save leaves the previous model loadable.
 """
 
+import functools
 import json
 import os
-import shutil
-import tempfile
-import uuid
 from collections import namedtuple
 
 import torch
 
+from .atomic_dir import write_atomically
 from .errors import ModelFormatError, ProgramError
 from .executor import resolve_persistables
 from .ir import Variable, default_main_program
 from .modes import mode_from_ops
 from .optable import get_op_def
+from .prune import prune_program
 from . import output_tree
 from .format_rules import check_name, check_size, current_limits, escape
 from .serialization import FORMAT_VERSION, program_from_dict, program_to_dict
@@ -128,7 +128,13 @@ def save_model(dirname, main, mode=None, alternate=None, state=None, both_modes=
     written = json.loads(text)
     _parse_document(written, "program being saved")
     _parse_modes_and_state(written, "program being saved", None)
-    _write_atomically(dirname, text, params)
+    write_atomically(dirname, {PROGRAM_FILE: text}, {PARAMS_FILE: functools.partial(_save_params, params)})
+
+
+def _save_params(params, path):
+    from safetensors.torch import save_file
+
+    save_file(params, path, metadata={"format": FORMAT_NAME, "format_version": str(FORMAT_VERSION)})
 
 
 def _refuse_live_ops(program):
@@ -254,166 +260,6 @@ def producer_versions():
     except Exception:  # noqa: BLE001 - running from a source tree without metadata
         d2s_version = "unknown"
     return {"d2s": d2s_version, "torch": torch.__version__.split("+")[0]}
-
-
-# -- pruning ---------------------------------------------------------------------------
-
-def prune_program(program, feed_names, fetch_names):
-    """A copy of `program` with only what computing `fetch_names` needs.
-
-    Walks the global block backwards: an op is kept if it writes a needed
-    name (in-place ops write their first input, which is also an output) or
-    has a side effect, then everything it reads becomes needed. A control-flow
-    op reads and writes everything its sub-blocks do. Training-only ops are
-    always dropped; blocks only dropped ops used are removed and the rest
-    renumbered. Global variables nothing kept mentions are removed.
-    """
-    copy = program.copy()
-    block = copy.global_block()
-    # Checks of assumed input sizes (op extra "size_check") go with the
-    # inputs they read: a check of a data variable that is not fed is dropped.
-    unfed = {v.name for v in copy.data_vars() if v.name not in feed_names}
-    for op in block.ops:
-        reads, writes, _ = _effects(op, get_op_def)
-        if reads & unfed:
-            unfed |= writes
-    needed = set(fetch_names)
-    kept = []
-    for op in reversed(block.ops):
-        opdef = get_op_def(op.type)
-        if opdef.training_only:
-            continue
-        reads, writes, side_effect = _effects(op, get_op_def)
-        if side_effect and opdef.size_check and reads & unfed:
-            continue
-        if side_effect or writes & needed:
-            kept.append(op)
-            needed |= reads
-    block.ops = kept[::-1]
-
-    mentioned = set(feed_names) | set(fetch_names)
-    for op in block.ops:
-        reads, writes, _ = _effects(op, get_op_def)
-        mentioned |= reads | writes
-    unfed = [v.name for v in copy.data_vars() if v.name in mentioned and v.name not in feed_names]
-    if unfed:
-        raise ValueError(f"the targets depend on data variable(s) {unfed}, which are not in feeded_var_names")
-    block.vars = {n: v for n, v in block.vars.items() if n in mentioned}
-    _drop_unused_blocks(copy)
-    copy.bound = {v.name: program.bound[v.name] for v in copy.persistable_vars() if v.name in program.bound}
-    copy.device = program.device
-    copy._changed()
-    return copy
-
-
-def _effects(op, get_op_def):
-    """(names read, names written, has a side effect) of `op`, including
-    its sub-blocks and the names its attributes list (a branch may yield an
-    outer variable no op of the branch reads)."""
-    reads = set(op.input_names)
-    writes = set(op.output_names)
-    opdef = get_op_def(op.type)
-    side_effect = opdef.side_effect
-    if opdef.mutates and op.input("X"):
-        # Updating module state in place (batch norm's num_batches_tracked
-        # += 1) is an effect that outlives the run, wanted or not by a fetch.
-        target = op.input("X")[0]
-        state = op.block.program.global_block().vars.get(target)
-        side_effect = side_effect or (state is not None and state.persistable)
-    for value in op.attrs.values():
-        if isinstance(value, str):
-            reads.add(value)
-        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
-            reads.update(value)
-    for sub in op.sub_blocks():
-        for inner in sub.ops:
-            r, w, s = _effects(inner, get_op_def)
-            reads |= r | w
-            writes |= w
-            side_effect = side_effect or s
-    return reads, writes, side_effect
-
-
-def _drop_unused_blocks(program):
-    used = {0}
-    stack = [program.global_block()]
-    while stack:
-        for op in stack.pop().ops:
-            for sub in op.sub_blocks():
-                if sub.idx not in used:
-                    used.add(sub.idx)
-                    stack.append(sub)
-    blocks = [b for b in program.blocks if b.idx in used]
-    new_index = {b.idx: i for i, b in enumerate(blocks)}
-    for b in blocks:
-        # Sub-block attributes hold Block objects, so they follow the renumbering.
-        b.parent_idx = new_index[b.parent_idx] if b.parent_idx >= 0 else -1
-    for i, b in enumerate(blocks):
-        b.idx = i
-    program.blocks = blocks
-
-
-# -- writing ---------------------------------------------------------------------------
-
-def _write_atomically(dirname, program_text, params):
-    from safetensors.torch import save_file
-
-    target = os.path.abspath(dirname)
-    parent, base = os.path.split(target)
-    _check_replaceable(target)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{base}.saving-", dir=parent)
-    try:
-        with open(os.path.join(staging, PROGRAM_FILE), "w", encoding="utf-8") as f:
-            f.write(program_text)
-            f.flush()
-            os.fsync(f.fileno())
-        params_path = os.path.join(staging, PARAMS_FILE)
-        save_file(params, params_path, metadata={"format": FORMAT_NAME, "format_version": str(FORMAT_VERSION)})
-        _fsync_path(params_path)
-        _fsync_path(staging)
-        _swap_in(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    _fsync_path(parent)
-
-
-def _check_replaceable(target):
-    if not os.path.lexists(target):
-        return
-    if not os.path.isdir(target) or os.path.islink(target):
-        raise FileExistsError(f"{target} exists and is not a directory; choose another path for the model")
-    others = sorted(set(os.listdir(target)) - {PROGRAM_FILE, PARAMS_FILE})
-    if others:
-        # Saving replaces the whole directory; never delete the user's files.
-        raise FileExistsError(f"{target} contains files that are not part of a saved model ({', '.join(others[:5])}); "
-                              "save into an empty or new directory")
-
-
-def _swap_in(staging, target):
-    """Move `staging` to `target`, replacing a previous model: the old one is
-    renamed aside first and restored if the second rename fails."""
-    if not os.path.exists(target):
-        os.rename(staging, target)
-        return
-    parent, base = os.path.split(target)
-    aside = os.path.join(parent, f".{base}.old-{uuid.uuid4().hex[:8]}")
-    os.rename(target, aside)
-    try:
-        os.rename(staging, target)
-    except BaseException:
-        os.rename(aside, target)
-        raise
-    shutil.rmtree(aside, ignore_errors=True)
-
-
-def _fsync_path(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # -- loading ---------------------------------------------------------------------------

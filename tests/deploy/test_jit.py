@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 
 import d2s
+import runtime.atomic_dir
 import runtime.io
 from runtime.errors import OpRuntimeError
 
@@ -310,7 +311,7 @@ def _fail_swap(monkeypatch):
         if len(calls) == 2:
             raise OSError("disk full (simulated)")
         return real_rename(src, dst)
-    monkeypatch.setattr(runtime.io.os, "rename", rename)
+    monkeypatch.setattr(runtime.atomic_dir.os, "rename", rename)
 
 
 def _fail_params_write(monkeypatch):
@@ -324,7 +325,7 @@ def _fail_params_write(monkeypatch):
 def _fail_fsync(monkeypatch):
     def fsync(path):
         raise OSError("I/O error (simulated)")
-    monkeypatch.setattr(runtime.io, "_fsync_path", fsync)
+    monkeypatch.setattr(runtime.atomic_dir, "_fsync_path", fsync)
 
 
 def _fail_document(monkeypatch):

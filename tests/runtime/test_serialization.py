@@ -381,7 +381,7 @@ def _fail_params_midway(monkeypatch):
 
 
 def _fail_swap(monkeypatch):
-    import runtime.io
+    import runtime.atomic_dir
     real_rename = os.rename
     calls = []
 
@@ -390,12 +390,12 @@ def _fail_swap(monkeypatch):
         if len(calls) == 2:  # the old model is aside, the new one not yet in
             raise OSError("rename failed")
         real_rename(src, dst)
-    monkeypatch.setattr(runtime.io.os, "rename", rename)
+    monkeypatch.setattr(runtime.atomic_dir.os, "rename", rename)
 
 
 def _fail_fsync(monkeypatch):
-    import runtime.io
-    monkeypatch.setattr(runtime.io, "_fsync_path", lambda path: (_ for _ in ()).throw(OSError("fsync failed")))
+    import runtime.atomic_dir
+    monkeypatch.setattr(runtime.atomic_dir, "_fsync_path", lambda path: (_ for _ in ()).throw(OSError("fsync failed")))
 
 
 def _unserialisable_value(monkeypatch, program):

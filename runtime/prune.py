@@ -1,0 +1,104 @@
+"""Pruning a program to what computing its fetches needs (saving an
+inference model keeps only that part).
+
+Before: the training program (forward, loss, optimizer ops, every block).
+After:  the ops the fetch targets depend on, their blocks renumbered, the
+        variables they mention; checks of inputs that are not fed dropped.
+"""
+
+from .optable import get_op_def
+
+
+def prune_program(program, feed_names, fetch_names):
+    """A copy of `program` with only what computing `fetch_names` needs.
+
+    Walks the global block backwards: an op is kept if it writes a needed
+    name (in-place ops write their first input, which is also an output) or
+    has a side effect, then everything it reads becomes needed. A control-flow
+    op reads and writes everything its sub-blocks do. Training-only ops are
+    always dropped; blocks only dropped ops used are removed and the rest
+    renumbered. Global variables nothing kept mentions are removed.
+    """
+    copy = program.copy()
+    block = copy.global_block()
+    # Checks of assumed input sizes (op extra "size_check") go with the
+    # inputs they read: a check of a data variable that is not fed is dropped.
+    unfed = {v.name for v in copy.data_vars() if v.name not in feed_names}
+    for op in block.ops:
+        reads, writes, _ = _effects(op, get_op_def)
+        if reads & unfed:
+            unfed |= writes
+    needed = set(fetch_names)
+    kept = []
+    for op in reversed(block.ops):
+        opdef = get_op_def(op.type)
+        if opdef.training_only:
+            continue
+        reads, writes, side_effect = _effects(op, get_op_def)
+        if side_effect and opdef.size_check and reads & unfed:
+            continue
+        if side_effect or writes & needed:
+            kept.append(op)
+            needed |= reads
+    block.ops = kept[::-1]
+
+    mentioned = set(feed_names) | set(fetch_names)
+    for op in block.ops:
+        reads, writes, _ = _effects(op, get_op_def)
+        mentioned |= reads | writes
+    unfed = [v.name for v in copy.data_vars() if v.name in mentioned and v.name not in feed_names]
+    if unfed:
+        raise ValueError(f"the targets depend on data variable(s) {unfed}, which are not in feeded_var_names")
+    block.vars = {n: v for n, v in block.vars.items() if n in mentioned}
+    _drop_unused_blocks(copy)
+    copy.bound = {v.name: program.bound[v.name] for v in copy.persistable_vars() if v.name in program.bound}
+    copy.device = program.device
+    copy._changed()
+    return copy
+
+
+def _effects(op, get_op_def):
+    """(names read, names written, has a side effect) of `op`, including
+    its sub-blocks and the names its attributes list (a branch may yield an
+    outer variable no op of the branch reads)."""
+    reads = set(op.input_names)
+    writes = set(op.output_names)
+    opdef = get_op_def(op.type)
+    side_effect = opdef.side_effect
+    if opdef.mutates and op.input("X"):
+        # Updating module state in place (batch norm's num_batches_tracked
+        # += 1) is an effect that outlives the run, wanted or not by a fetch.
+        target = op.input("X")[0]
+        state = op.block.program.global_block().vars.get(target)
+        side_effect = side_effect or (state is not None and state.persistable)
+    for value in op.attrs.values():
+        if isinstance(value, str):
+            reads.add(value)
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            reads.update(value)
+    for sub in op.sub_blocks():
+        for inner in sub.ops:
+            r, w, s = _effects(inner, get_op_def)
+            reads |= r | w
+            writes |= w
+            side_effect = side_effect or s
+    return reads, writes, side_effect
+
+
+def _drop_unused_blocks(program):
+    used = {0}
+    stack = [program.global_block()]
+    while stack:
+        for op in stack.pop().ops:
+            for sub in op.sub_blocks():
+                if sub.idx not in used:
+                    used.add(sub.idx)
+                    stack.append(sub)
+    blocks = [b for b in program.blocks if b.idx in used]
+    new_index = {b.idx: i for i, b in enumerate(blocks)}
+    for b in blocks:
+        # Sub-block attributes hold Block objects, so they follow the renumbering.
+        b.parent_idx = new_index[b.parent_idx] if b.parent_idx >= 0 else -1
+    for i, b in enumerate(blocks):
+        b.idx = i
+    program.blocks = blocks
