@@ -4,6 +4,7 @@
 import contextlib
 import sys
 import threading
+import weakref
 
 import torch
 
@@ -86,14 +87,14 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
         block = block.program.blocks[block.parent_idx] if block.parent_idx >= 0 else None
     existed += (visible,)
     # Names a side leaves unbound, or maybe unbound (a tensor loop or `if` in
-    # it first assigned them), where a later read sees them (`_unbound_here`).
-    first_bound = set()
+    # it first assigned them), where a later read sees them (`_find_unbound`).
+    first_bound = set(_FIRST_BOUND.get(tr, {}).get(true_fn.__code__, ()))
     while True:
         mark = tr.mark()
         outs = tuple(outputs) + tuple(extra)
         # Names that may be unbound after the `if`: first assigned in an
         # earlier graph loop (bound only when it ran), or found so by
-        # `_unbound_here`; each also carries, as one more output, whether it is bound.
+        # `_find_unbound`; each also carries, as one more output, whether it is bound.
         flagged = [k for k, name in enumerate(outs) if name in first_bound or (
             name in old and (maybe_unbound(old[name]) or isinstance(old[name], LoopFirst)))]
         seen, specs, leaf_names, tensor_lists = {}, {}, [], {}
@@ -101,7 +102,7 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
         branches = [_branch(st, before, fn, side, outs, arrays, seen, specs, leaf_names,
                             return_names, return_flags, jump, jump_flags, extra, exited, tensor_lists,
                             (effects, slots, slot_specs, written), flagged, deep, existed,
-                            (kinds, dict(zip(outputs, lines or ()))))
+                            (kinds, dict(zip(outputs, lines or ())), first_bound))
                     for fn, side, exited in ((true_fn, "true", exits[0]), (false_fn, "false", exits[1]))]
         try:
             merged = cf.cond(pred, *branches, names=leaf_names, return_names=tuple(return_names),
@@ -147,6 +148,8 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     effects.restore()
     remember_slots(true_fn.__code__, slots)
     remember_deep(true_fn.__code__, deep)
+    if first_bound:
+        _FIRST_BOUND.setdefault(tr, {})[true_fn.__code__] = frozenset(first_bound)
     if isinstance(merged, cf.Unreachable):  # both branches raise: nothing after the `if` runs
         return st.get()
     leaves = iter(merged)
@@ -173,7 +176,12 @@ def _keep_unbound_flag(name, old, sides, merged, k, flag):
     (`_bound_flag`), says so when the program runs."""
     if all(v is old for v in sides):
         merged[k] = old
-    elif any(v is old or isinstance(v, Undefined) or maybe_unbound(v) for v in sides):
+    elif isinstance(merged[k], Undefined):
+        # The sides that bind it became `decision_failed` checks (values of
+        # theirs could not be merged with the other side's, cf.cond): where
+        # this program goes on, the name is unbound.
+        merged[k] = old if isinstance(old, Undefined) else Undefined(name)
+    elif any(isinstance(v, Undefined) or maybe_unbound(v) for v in sides):
         if not isinstance(merged[k], Variable):
             # (A Python value bound on one path only: no op output to flag.)
             raise error_at_user_line(
@@ -189,7 +197,7 @@ def _bound_flag(value, old):
     one path), else True."""
     if isinstance(value, Undefined):  # (not bound yet: the loop's first trip, `LoopFirst`)
         return constant(False)
-    if value is old or maybe_unbound(value):
+    if maybe_unbound(value):  # (also `old` itself, left as it was)
         return value.unbound_unless
     return constant(True)
 
@@ -241,7 +249,7 @@ def _mark_exit(code):
 
 def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, return_names, return_flags,
             jump=None, jump_flags=(), extra=(), exited=False, tensor_lists=None, python_effects=None, flagged=(),
-            deep=frozenset(), existed=(frozenset(), None, frozenset()), unbound=({}, {})):
+            deep=frozenset(), existed=(frozenset(), None, frozenset()), unbound=({}, {}, set())):
     """The function `cf.cond` traces for one side: run the branch from the
     state `before`, then return its outputs flattened (tuples and lists are
     flattened: the op merges their elements), except the outputs in `arrays`,
@@ -254,11 +262,12 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
     `slots` has both sides traced again with it (``EffectsChanged``).
     `flagged`: the outputs that may be unbound after the `if`; whether each
     is bound is one more output, after the slots. `unbound` is ``(kinds,
-    lines)``: each side's `_kind` of each output go to `kinds` (the false
-    side then asks `_unbound_here` which ones need a flag); `lines` maps
-    an output to the user's lines where each side assigns it."""
+    lines, first_bound)``: each side's `_kind` of each output go to `kinds`
+    (the false side then asks `_find_unbound` which ones need a flag, other
+    than the names in `first_bound`); `lines` maps an output to the user's
+    lines where each side assigns it."""
     effects, slots, slot_specs, written = python_effects
-    kinds, lines = unbound
+    kinds, lines, first_bound = unbound
 
     def run():
         nonlocal exited
@@ -290,7 +299,7 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
             if replaced:
                 raise Deeper(replaced)
             if side == "false":
-                _unbound_here(kinds, outputs, flagged, return_names, lines, jump)
+                _find_unbound(kinds, outputs, flagged, first_bound, return_names, lines, jump)
             return cf.Unreachable(side)
         seen[side] = values
         tensor_lists[side] = _tensor_lists(values)
@@ -314,12 +323,14 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
         for k, value in enumerate(values):
             if k in arrays and type(value) is list:
                 value = loop_init(value)
-            # (A name that may be unbound after the `if`, unbound on this
-            # side: a placeholder, its flag False, `_bound_flag`.)
-            if isinstance(value, Undefined) and (returned or outputs[k] in return_names or k in flagged or isinstance(
+            if isinstance(value, Undefined) and (returned or outputs[k] in return_names or isinstance(
                     value, LoopFirst) or any(outputs[k] not in live for live in still_read)):
                 value = cf.Unreachable(outputs[k])
             kinds.setdefault(side, []).append((_kind(value), value))
+            # (A name that may be unbound after the `if`, unbound on this
+            # side: a placeholder, its flag False, `_bound_flag`.)
+            if isinstance(value, Undefined) and k in flagged:
+                value = cf.Unreachable(outputs[k])
             true_spec = specs["true"][k] if side == "false" and "true" in specs else None
             if isinstance(value, Undefined) and true_spec is not None:
                 value = unflatten(iter(lambda: value, None), true_spec)
@@ -350,7 +361,7 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
             if side == "true" or "true" not in specs:
                 leaf_names.append(outputs[k])
         if side == "false":
-            _unbound_here(kinds, outputs, flagged, return_names, lines, jump)
+            _find_unbound(kinds, outputs, flagged, first_bound, return_names, lines, jump)
             grown = _lists_of_tensors_that_differ(tensor_lists, specs, arrays)
             if grown:
                 raise _AsArrays(grown)
@@ -387,19 +398,21 @@ def _kind(value):
     return "maybe" if maybe_unbound(value) else "bound"
 
 
-def _unbound_here(kinds, outputs, flagged, return_names, lines, jump):
+def _find_unbound(kinds, outputs, flagged, first_bound, return_names, lines, jump):
     """Once both sides are traced: raise `_MaybeUnbound` for the outputs not
-    yet `flagged` that a later read may find unbound (one side binds the
-    name, the other does not, or may not), as Python's scoping has it: the
-    `if` is traced again with a flag for each (`_bound_flag`), and a read
-    raises UnboundLocalError when the program took a path that left it
+    yet in `first_bound` that a later read may find unbound (one side binds
+    the name, the other does not, or may not), as Python's scoping has it:
+    the `if` is traced again with a flag for each (`_bound_flag`), and a
+    read raises UnboundLocalError when the program took a path that left it
     unbound (`convert_load`). A value no program output can leave unset on
     some paths (a string, None, a list or tuple) is refused at the user's
-    line. (The lowered return value is not a name: its own mechanism.)"""
+    line. Names `flagged` for a loop that first assigned them before the
+    `if` are `_keep_unbound_flag`'s; the lowered return value is not a name
+    (cf.cond gives it a placeholder where a path has not returned)."""
     sides = [(side, kinds[side]) for side in ("true", "false") if side in kinds]
     found = set()
     for k, name in enumerate(outputs):
-        if k in flagged or name in return_names:
+        if name in return_names or (k in flagged and name not in first_bound):
             continue
         here = {side: kind[k] for side, kind in sides}
         states = {state for state, _ in here.values()}
@@ -408,7 +421,7 @@ def _unbound_here(kinds, outputs, flagged, return_names, lines, jump):
                 if state == "bound" and not _flaggable(value):
                     raise _unflaggable(name, side, value, here, lines, jump)
             found.add(name)
-    if found:
+    if found - first_bound:
         raise _MaybeUnbound(found)
 
 
@@ -446,8 +459,17 @@ def _where(lines, name, side):
     return f"line {line}" if line is not None else "its value from before the `if`"
 
 
+# The names each `if` (by its true branch's code) carried with a flag when it
+# was last traced, per trace: an enclosing branch or loop traces it again, and
+# starting from them spares it a retry each time (an `elif` chain would
+# otherwise trace its last arm 2**length times). A name carried with a flag
+# that both sides bind in a later trace is bound after the `if` (its flag
+# unused: `_keep_unbound_flag`).
+_FIRST_BOUND = weakref.WeakKeyDictionary()
+
+
 class _MaybeUnbound(Exception):
-    """Retry the ``if`` carrying a bound flag for these names (`_unbound_here`)."""
+    """Retry the ``if`` carrying a bound flag for these names (`_find_unbound`)."""
 
     def __init__(self, names):
         super().__init__(names)

@@ -136,6 +136,16 @@ def in_a_python_range_loop(x):
     return y
 
 
+def bound_before_the_if_in_a_later_iteration(x):
+    # The second iteration's `if` (the same code, traced again) has `y`
+    # bound before it.
+    for i in range(3):
+        if x.sum() > i:
+            y = x + i
+        y = y * 2
+    return y
+
+
 def first_assigned_by_a_loop_in_one_branch(x):
     # Was a silent wrong result: zero trips of the loop returned the placeholder.
     if x.sum() >= 0:
@@ -192,6 +202,7 @@ CASES = [
     (then_rebound_on_every_path, EVERY, ("cond",)),
     (returned_with_other_values, EVERY, ("cond",)),
     (in_a_python_range_loop, EVERY, ("cond",)),
+    (bound_before_the_if_in_a_later_iteration, EVERY, ("cond",)),
     (first_assigned_by_a_loop_in_one_branch, EVERY + [torch.zeros(0, 2) - 1], ("cond", "while")),
     (after_a_tensor_break, EVERY + [torch.ones(2, 2) * 5], ("cond", "while")),
     (tensor_loop_in_a_python_loop_a_tensor_break_ends, EVERY + [torch.ones(1, 2) * 0.75], ("cond", "while")),
@@ -282,6 +293,25 @@ def test_gradients_flow_from_the_path_that_bound_it_only(x):
     with pytest.raises(UnboundLocalError, match="'y'"):
         static(-x, w.clone().requires_grad_())
     assert len(static.program_cache) == 1
+
+
+def with_a_value_no_program_merges(x):
+    # `m` is None on one path and a tensor on the other (and not tested with
+    # `is None`): a program converts the side its inputs take, the other side
+    # is a decision check (d2s/decisions.py), so `y` is bound in one program
+    # and unbound in the other.
+    m = None
+    if x.sum() > 0:
+        y = x + 1
+        m = x * 2
+    return x * 2, y, m
+
+
+@pytest.mark.parametrize("inputs", [[NEG3, ROWS3, MIXED, ROWS1], [ROWS3, NEG3, ROWS1, ROWS0]])
+def test_an_if_converted_for_one_side_binds_the_name_on_that_side_only(inputs):
+    static = d2s.declarative(with_a_value_no_program_merges, input_spec=SPEC)
+    for x in inputs:
+        _check(static, with_a_value_no_program_merges, x)
 
 
 def string_on_one_path(x):
