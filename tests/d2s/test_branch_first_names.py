@@ -178,6 +178,16 @@ def tensor_loop_in_a_python_loop_a_tensor_break_ends(x):
     return v
 
 
+def tensor_loop_in_a_python_loop_a_tensor_return_ends(x):
+    # Was a silent wrong result: zeros for zero rows, where eager raises.
+    for c in (1.0, 2.0, 3.0):
+        if x.sum() > c:
+            return x[0] * c
+        for row in x:
+            v = row * c
+    return v
+
+
 ROWS0 = torch.ones(0, 2)
 ROWS1 = torch.ones(1, 2)
 ROWS3 = torch.arange(6.0).reshape(3, 2)
@@ -206,6 +216,7 @@ CASES = [
     (first_assigned_by_a_loop_in_one_branch, EVERY + [torch.zeros(0, 2) - 1], ("cond", "while")),
     (after_a_tensor_break, EVERY + [torch.ones(2, 2) * 5], ("cond", "while")),
     (tensor_loop_in_a_python_loop_a_tensor_break_ends, EVERY + [torch.ones(1, 2) * 0.75], ("cond", "while")),
+    (tensor_loop_in_a_python_loop_a_tensor_return_ends, EVERY + [torch.ones(1, 2) * 1.25], ("cond", "while")),
 ]
 
 # Every path that reads the name bound it first.
