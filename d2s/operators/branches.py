@@ -168,12 +168,13 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
 
 
 def _keep_unbound_flag(name, old, sides, merged, k, flag):
-    """A name that may be unbound (first assigned in a graph loop) stays that
-    value, with its flag, where no branch assigns it; where every branch
-    that reaches the merge binds it, it is bound; otherwise (a side leaves
-    it as it was, unbound or maybe unbound) it is bound after the `if` when
-    the path taken bound it: `flag`, the op's output that each side sets
-    (`_bound_flag`), says so when the program runs."""
+    """A name that may be unbound (first assigned in a graph loop, or on one
+    path of this or an earlier `if`: `_find_unbound`) stays that value, with
+    its flag, where no branch assigns it; where every branch that reaches
+    the merge binds it, it is bound; otherwise (a side leaves it unbound or
+    maybe unbound) it is bound after the `if` when the path taken bound it:
+    `flag`, the op's output that each side sets (`_bound_flag`), says so
+    when the program runs."""
     if all(v is old for v in sides):
         merged[k] = old
     elif isinstance(merged[k], Undefined):
