@@ -4,6 +4,7 @@
 import contextlib
 import sys
 import threading
+import weakref
 
 import torch
 
@@ -85,18 +86,23 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
         visible.add(block.idx)
         block = block.program.blocks[block.parent_idx] if block.parent_idx >= 0 else None
     existed += (visible,)
+    # Names a side leaves unbound, or maybe unbound (a tensor loop or `if` in
+    # it first assigned them), where a later read sees them (`_find_unbound`).
+    first_bound = set(_FIRST_BOUND.get(tr, {}).get(true_fn.__code__, ()))
     while True:
         mark = tr.mark()
         outs = tuple(outputs) + tuple(extra)
-        # Names first assigned in an earlier graph loop (bound only when it
-        # ran): each also carries, as one more output, whether it is bound.
-        flagged = [k for k, name in enumerate(outs)
-                   if name in old and (maybe_unbound(old[name]) or isinstance(old[name], LoopFirst))]
+        # Names that may be unbound after the `if`: first assigned in an
+        # earlier graph loop (bound only when it ran), or found so by
+        # `_find_unbound`; each also carries, as one more output, whether it is bound.
+        flagged = [k for k, name in enumerate(outs) if name in first_bound or (
+            name in old and (maybe_unbound(old[name]) or isinstance(old[name], LoopFirst)))]
         seen, specs, leaf_names, tensor_lists = {}, {}, [], {}
-        slot_specs, written = {}, []
+        slot_specs, written, kinds = {}, [], {}
         branches = [_branch(st, before, fn, side, outs, arrays, seen, specs, leaf_names,
                             return_names, return_flags, jump, jump_flags, extra, exited, tensor_lists,
-                            (effects, slots, slot_specs, written), flagged, deep, existed)
+                            (effects, slots, slot_specs, written), flagged, deep, existed,
+                            (kinds, dict(zip(outputs, lines or ())), first_bound))
                     for fn, side, exited in ((true_fn, "true", exits[0]), (false_fn, "false", exits[1]))]
         try:
             merged = cf.cond(pred, *branches, names=leaf_names, return_names=tuple(return_names),
@@ -125,6 +131,10 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
             tr.rollback(mark)
             extra.remove(retry.name)
             continue
+        except _MaybeUnbound as retry:
+            tr.rollback(mark)
+            first_bound |= retry.names
+            continue
         except ConversionError:
             if not extra:
                 raise
@@ -138,6 +148,8 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     effects.restore()
     remember_slots(true_fn.__code__, slots)
     remember_deep(true_fn.__code__, deep)
+    if first_bound:
+        _FIRST_BOUND.setdefault(tr, {})[true_fn.__code__] = frozenset(first_bound)
     if isinstance(merged, cf.Unreachable):  # both branches raise: nothing after the `if` runs
         return st.get()
     leaves = iter(merged)
@@ -156,14 +168,21 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
 
 
 def _keep_unbound_flag(name, old, sides, merged, k, flag):
-    """A name that may be unbound (first assigned in a graph loop) stays that
-    value, with its flag, where no branch assigns it; where every branch
-    that reaches the merge binds it, it is bound; otherwise it is bound
-    after the `if` when the path taken bound it: `flag`, the op's output
-    that each side sets (`_bound_flag`), says so when the program runs."""
+    """A name that may be unbound (first assigned in a graph loop, or on one
+    path of this or an earlier `if`: `_find_unbound`) stays that value, with
+    its flag, where no branch assigns it; where every branch that reaches
+    the merge binds it, it is bound; otherwise (a side leaves it unbound or
+    maybe unbound) it is bound after the `if` when the path taken bound it:
+    `flag`, the op's output that each side sets (`_bound_flag`), says so
+    when the program runs."""
     if all(v is old for v in sides):
         merged[k] = old
-    elif any(v is old or maybe_unbound(v) for v in sides):
+    elif isinstance(merged[k], Undefined):
+        # The sides that bind it became `decision_failed` checks (values of
+        # theirs could not be merged with the other side's, cf.cond): where
+        # this program goes on, the name is unbound.
+        merged[k] = old if isinstance(old, Undefined) else Undefined(name)
+    elif any(isinstance(v, Undefined) or maybe_unbound(v) for v in sides):
         if not isinstance(merged[k], Variable):
             # (A Python value bound on one path only: no op output to flag.)
             raise error_at_user_line(
@@ -179,7 +198,7 @@ def _bound_flag(value, old):
     one path), else True."""
     if isinstance(value, Undefined):  # (not bound yet: the loop's first trip, `LoopFirst`)
         return constant(False)
-    if value is old or maybe_unbound(value):
+    if maybe_unbound(value):  # (also `old` itself, left as it was)
         return value.unbound_unless
     return constant(True)
 
@@ -231,7 +250,7 @@ def _mark_exit(code):
 
 def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, return_names, return_flags,
             jump=None, jump_flags=(), extra=(), exited=False, tensor_lists=None, python_effects=None, flagged=(),
-            deep=frozenset(), existed=(frozenset(), None, frozenset())):
+            deep=frozenset(), existed=(frozenset(), None, frozenset()), unbound=({}, {}, set())):
     """The function `cf.cond` traces for one side: run the branch from the
     state `before`, then return its outputs flattened (tuples and lists are
     flattened: the op merges their elements), except the outputs in `arrays`,
@@ -242,9 +261,14 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
     objects' slots carried as outputs after the named ones (each side's
     flattening specs go to `slot_specs`); a slot written that is not among
     `slots` has both sides traced again with it (``EffectsChanged``).
-    `flagged`: the outputs that may be unbound before the `if`; whether each
-    is bound is one more output, after the slots."""
+    `flagged`: the outputs that may be unbound after the `if`; whether each
+    is bound is one more output, after the slots. `unbound` is ``(kinds,
+    lines, first_bound)``: each side's `_kind` of each output go to `kinds`
+    (the false side then asks `_find_unbound` which ones need a flag, other
+    than the names in `first_bound`); `lines` maps an output to the user's
+    lines where each side assigns it."""
     effects, slots, slot_specs, written = python_effects
+    kinds, lines, first_bound = unbound
 
     def run():
         nonlocal exited
@@ -275,6 +299,8 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
         if isinstance(result, cf.Unreachable):
             if replaced:
                 raise Deeper(replaced)
+            if side == "false":
+                _find_unbound(kinds, outputs, flagged, first_bound, return_names, lines, jump)
             return cf.Unreachable(side)
         seen[side] = values
         tensor_lists[side] = _tensor_lists(values)
@@ -298,10 +324,13 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
         for k, value in enumerate(values):
             if k in arrays and type(value) is list:
                 value = loop_init(value)
-            # (A name the loop first assigns, unbound on this side: a
-            # placeholder, its flag False, `_bound_flag`.)
             if isinstance(value, Undefined) and (returned or outputs[k] in return_names or isinstance(
                     value, LoopFirst) or any(outputs[k] not in live for live in still_read)):
+                value = cf.Unreachable(outputs[k])
+            kinds.setdefault(side, []).append((_kind(value), value))
+            # (A name that may be unbound after the `if`, unbound on this
+            # side: a placeholder, its flag False, `_bound_flag`.)
+            if isinstance(value, Undefined) and k in flagged:
                 value = cf.Unreachable(outputs[k])
             true_spec = specs["true"][k] if side == "false" and "true" in specs else None
             if isinstance(value, Undefined) and true_spec is not None:
@@ -333,6 +362,7 @@ def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, retu
             if side == "true" or "true" not in specs:
                 leaf_names.append(outputs[k])
         if side == "false":
+            _find_unbound(kinds, outputs, flagged, first_bound, return_names, lines, jump)
             grown = _lists_of_tensors_that_differ(tensor_lists, specs, arrays)
             if grown:
                 raise _AsArrays(grown)
@@ -355,6 +385,96 @@ def _held_elsewhere(path, outputs, sides, existed):
     k = outputs.index(path[0])
     named = [(path[0], values[k]) for values in sides if id(values[k]) in ids]
     return object_alias(named, effects) is not None
+
+
+def _kind(value):
+    """How a side leaves an output: "gone" (no later read sees it: the side
+    returned, raised or jumped), "unbound", "maybe" (a tensor loop or `if`
+    in the side first assigned it: its flag says whether a run bound it),
+    or "bound"."""
+    if isinstance(value, cf.Unreachable):
+        return "gone"
+    if isinstance(value, Undefined):
+        return "unbound"
+    return "maybe" if maybe_unbound(value) else "bound"
+
+
+def _find_unbound(kinds, outputs, flagged, first_bound, return_names, lines, jump):
+    """Once both sides are traced: raise `_MaybeUnbound` for the outputs not
+    yet in `first_bound` that a later read may find unbound (one side binds
+    the name, the other does not, or may not), as Python's scoping has it:
+    the `if` is traced again with a flag for each (`_bound_flag`), and a
+    read raises UnboundLocalError when the program took a path that left it
+    unbound (`convert_load`). A value no program output can leave unset on
+    some paths (a string, None, a list or tuple) is refused at the user's
+    line. Names `flagged` for a loop that first assigned them before the
+    `if` are `_keep_unbound_flag`'s; the lowered return value is not a name
+    (cf.cond gives it a placeholder where a path has not returned)."""
+    sides = [(side, kinds[side]) for side in ("true", "false") if side in kinds]
+    found = set()
+    for k, name in enumerate(outputs):
+        if name in return_names or (k in flagged and name not in first_bound):
+            continue
+        here = {side: kind[k] for side, kind in sides}
+        states = {state for state, _ in here.values()}
+        if "maybe" in states or {"unbound", "bound"} <= states:
+            for side, (state, value) in here.items():
+                if state == "bound" and not _flaggable(value):
+                    raise _unflaggable(name, side, value, here, lines, jump)
+            found.add(name)
+    if found - first_bound:
+        raise _MaybeUnbound(found)
+
+
+def _flaggable(value):
+    """Whether a `cond` output can hold `value` with a placeholder on the
+    path that leaves the name unbound: a tensor (or tensor array), a size,
+    or a Python number (a 0-d tensor in the merge)."""
+    if isinstance(value, (bool, int, float)) or isinstance(value, torch.Tensor):
+        return True
+    return is_var(value)
+
+
+def _unflaggable(name, side, value, here, lines, jump):
+    """The ConversionError for `name`, bound to `value` (not `_flaggable`) by
+    `side` and left unbound (or maybe unbound) by the other side."""
+    other = "false" if side == "true" else "true"
+    why = (f"a name left unbound on one path must hold a tensor or a number on the others, and {name!r} "
+           f"holds a value of type `{type(value).__name__}` there")
+    if jump is not None and side == "true":
+        kind, jump_line = jump[:2]
+        return error_at_user_line(
+            f"{name!r} is assigned at {_where(lines, name, side)}, after the `{kind}` at line {jump_line} that a "
+            f"tensor decides, but not on the path that takes the `{kind}`, and is not defined before it; {why}: "
+            "assign it before the loop")
+    left = ("not in the {} branch" if here[other][0] == "unbound"
+            else "may be left unbound by the {} branch (a loop or `if` on a tensor there binds it on some paths "
+            "only)").format(other)
+    return error_at_user_line(
+        f"{name!r} is assigned in the {side} branch ({_where(lines, name, side)}) but {left} of the `if` on a "
+        f"tensor at this line, and is not defined before it; {why}: assign it before the if or in both branches")
+
+
+def _where(lines, name, side):
+    line = lines.get(name, (None, None))[0 if side == "true" else 1]
+    return f"line {line}" if line is not None else "its value from before the `if`"
+
+
+# The names each `if` (by its true branch's code) carried with a flag when it
+# was last traced, per trace: an enclosing branch or loop traces it again, and
+# starting from them spares it a retry each time (an `elif` chain would
+# otherwise trace its last arm 2**length times). A name carried with a flag
+# that both sides bind in a later trace is bound after the `if` (its flag
+# unused: `_keep_unbound_flag`).
+_FIRST_BOUND = weakref.WeakKeyDictionary()
+
+
+class _MaybeUnbound(Exception):
+    """Retry the ``if`` carrying a bound flag for these names (`_find_unbound`)."""
+
+    def __init__(self, names):
+        super().__init__(names)
+        self.names = names
 
 
 class _Drop(Exception):

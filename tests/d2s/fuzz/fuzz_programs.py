@@ -17,7 +17,8 @@ and tuples of functions (unrolled, also when a tensor ends them), loop
 ``append`` then ``torch.stack``/``len``, tensors grown with ``torch.cat``,
 augmented assignment, in-place ops and calls to helper functions that have
 control flow of their own, locals first assigned in every arm of an ``if``
-(or in the arms that do not return/break/continue) and read after it, `int()`/`float()` of tensors, `len`/`.shape`,
+(or in the arms that do not return/break/continue, or in all arms but one: eager then raises
+UnboundLocalError on a path that skips it) and read after it, `int()`/`float()` of tensors, `len`/`.shape`,
 `assert`s that hold and `raise`/`assert` checks that fail on some inputs,
 `zip`, a dict changed in place and a tuple rebuilt, `any`/`all`/`max`/`min`
 of tensors, `or` as a value, keyword arguments, attributes of a local object
@@ -331,9 +332,12 @@ def _texts(stmt):
 
 
 class _Generator:
-    def __init__(self, rng, grad, top, depth):
+    def __init__(self, rng, grad, top, depth, unbound=None):
         self.rng, self.grad, self.top, self.depth = rng, grad, top, depth
         self.names = 0
+        # Choices added after programs were first generated draw from this
+        # stream of their own, so the other choices of a seed stay the same.
+        self.unbound = unbound or random.Random(0)
 
     def fresh(self, prefix):
         self.names += 1
@@ -421,19 +425,23 @@ class _Generator:
 
     def local_in_arms(self, if_stmt):
         """Define a fresh local at the end of every arm of `if_stmt` (before an arm's final exit, or
-        after it: dead code) and return the statement after the `if` that reads it."""
+        after it: dead code), or sometimes of every arm but one (Python's scoping: a path that skips it
+        and reads it raises UnboundLocalError, and so must the program), and return the statement after
+        the `if` that reads it."""
         r = self.rng
         v = self.fresh("v")
         arms = [if_stmt.body, if_stmt.orelse]
         while len(arms[-1]) == 1 and isinstance(arms[-1][0], If):  # `elif` chains: each arm, and the last else
             arms[-1:] = [arms[-1][0].body, arms[-1][0].orelse]
-        for arm in arms:
+        skipped = self.unbound.randrange(len(arms)) if self.unbound.random() < 0.3 else None
+        for i, arm in enumerate(arms):
             define = Simple("local", self.fill(f"{v} = {r.choice(LOCAL_VALUES)}"))
+            at = len(arm)
             if arm and isinstance(arm[-1], Simple) and arm[-1].kind in ("return", "break", "continue") \
                     and r.random() < 0.5:
-                arm.insert(len(arm) - 1, define)
-            else:
-                arm.append(define)
+                at -= 1
+            if i != skipped:  # (the choices above are drawn all the same: the stream stays the same)
+                arm.insert(at, define)
         return Simple("local", self.fill(r.choice(LOCAL_USES), v=v))
 
     def loop(self, depth, targets, branch):
@@ -528,7 +536,7 @@ def generate(seed, top=5, depth=3):
     `top`: at most this many statements at the top level; `depth`: nesting of `if`s and loops."""
     rng = random.Random(seed)
     grad = rng.random() < 0.3
-    gen = _Generator(rng, grad, top, depth)
+    gen = _Generator(rng, grad, top, depth, random.Random(f"{seed}/unbound"))
     body = gen.block(0, False, [])
     program = Program(seed, list(STATE), body, rows=rng.randint(1, 3), grad=grad, pair=rng.random() < 0.2)
     program.state = [v for v in STATE if v in program.used_names() or v in ("a",)]
