@@ -112,6 +112,13 @@ def variables(fn, enclosing=frozenset()):
     return (set(enclosing) - inner.globals) | own
 
 
+def own_locals(fn):
+    """The names function ``fn`` binds in its own scope (not its parameters,
+    nor names it declares ``global`` or ``nonlocal``): Python's locals of it."""
+    inner = analyze(fn.body if isinstance(fn.body, list) else [fn.body])
+    return inner.bound - inner.nonlocals - inner.globals - parameter_names(fn.args)
+
+
 def parameter_names(args):
     names = [a.id for a in args.posonlyargs + args.args + args.kwonlyargs]
     names += [a.id for a in (args.vararg, args.kwarg) if a is not None]

@@ -19,8 +19,11 @@ JUMP = "jump"
 EXITS = "exits"
 # On a call of a nested function (activity.py): the enclosing names it rebinds.
 REBINDS = "rebinds"
+# On a function (undefined.py, read by kept_locals.py): the names the user's
+# code binds in its own scope, before any pass drops unreachable statements.
+LOCALS = "locals"
 
-_KEYS = frozenset({JUMP_LIVE, JUMP, EXITS, REBINDS})
+_KEYS = frozenset({JUMP_LIVE, JUMP, EXITS, REBINDS, LOCALS})
 _ATTR = "_d2s_anno"
 
 

@@ -536,7 +536,9 @@ def _structure_error(specs, outputs, extra=()):
 
 
 def convert_ifexp(pred, true_fn, false_fn):
-    """``true_fn() if pred else false_fn()``; a ``cond`` op for a graph ``pred``."""
+    """``true_fn() if pred else false_fn()``; a ``cond`` op for a graph ``pred``.
+    As for an ``if``, a side that raises while it is traced (it reads a name
+    no path bound) raises when a run takes it (``raising_as_op``)."""
     if not is_var(pred):
         return true_fn() if pred else false_fn()
-    return cf.cond(pred, true_fn, false_fn)
+    return cf.cond(pred, raising_as_op(true_fn), raising_as_op(false_fn))

@@ -11,6 +11,9 @@ matters and is part of the design:
  4. ForLoop       ``for`` -> ``while`` over ``convert_for_iter/test/next``
  5. Return        early ``return`` -> ``do_return``/``retval`` flags (needs only ``while``)
  6. BreakContinue ``break``/``continue`` -> flags; loop ``else`` -> guarded block
+ 6b. KeptLocals   a name only the statements 5-6 dropped as unreachable assigned stays
+                  a local: bound to ``Undefined`` at the top (a read is eager's
+                  ``UnboundLocalError``, never a global of that name)
  7. WhileLoop     ``while`` -> ``convert_while`` (loops are now jump-free)
  8. IfElse        ``if`` -> ``convert_ifelse`` (also the guards passes 5-6 produced)
  9. IfExp         ``a if c else b`` -> ``convert_ifexp``
@@ -40,6 +43,7 @@ from .break_continue import BreakContinue
 from .calls import Call
 from .for_loops import ForLoop
 from .if_else import IfElse
+from .kept_locals import KeptLocals
 from .ifexp import IfExp
 from .list_append import ListAppend
 from .logical import Logical
@@ -58,6 +62,7 @@ PIPELINE = [
     ForLoop,
     Return,
     BreakContinue,
+    KeptLocals,
     WhileLoop,
     IfElse,
     IfExp,

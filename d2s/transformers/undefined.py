@@ -28,7 +28,7 @@ marks the calls of closures that rebind this function's variables:
 
 import gast
 
-from ..ast_tools import activity, definedness
+from ..ast_tools import activity, anno, definedness
 from .base import Transformer
 
 
@@ -42,6 +42,9 @@ class UndefinedLoads(Transformer):
         # Also on the user's own code: which calls rebind this function's variables
         # through a closure's `nonlocal` (for the analyses of the later passes).
         activity.mark_closure_calls(node)
+        # Which names are this function's locals is Python's compile-time fact;
+        # kept_locals.py keeps it after unreachable code is dropped.
+        anno.setanno(node, anno.LOCALS, frozenset(activity.own_locals(node)))
         return self.generic_visit(node)
 
     def visit_Name(self, node):

@@ -279,7 +279,8 @@ def test_transformer(name):
 
 def test_pipeline_has_every_transformer_once_in_order():
     names = [t.__name__ for t in T.PIPELINE]
-    assert names == ["Unsupported", "Annotations", "UndefinedLoads", "ForLoop", "Return", "BreakContinue", "WhileLoop", "IfElse", "IfExp",
+    assert names == ["Unsupported", "Annotations", "UndefinedLoads", "ForLoop", "Return", "BreakContinue", "KeptLocals",
+                     "WhileLoop", "IfElse", "IfExp",
                      "Logical", "Assert", "AugAssign", "ListAppend", "Shape", "Subscripts", "TryScope", "Call"]
 
 
