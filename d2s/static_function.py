@@ -20,6 +20,7 @@ import torch
 
 from ops.capture import CaptureMode
 from ops import tracer
+from ops.control_flow import Unreachable
 from ops.framework import check_dims as fw_check_dims, check_strides as fw_check_strides
 from ops.tracer import Tracer
 from runtime import _debug, foreign_tracers
@@ -35,6 +36,7 @@ from .argument_trees import (SymbolicArguments, feed_leaves, feed_name, flatten_
 from .concrete_program import ConcreteProgram
 from .input_spec import InputSpec
 from .layout_guard import layout_guard, layout_matches
+from .operators.raising import raising_after_raise_ops
 from .output_types import holds_variable, output_tree as _output_tree
 from .program_cache import Identities, ProgramCache, with_state_part
 from .translator_state import STATE
@@ -415,7 +417,10 @@ class StaticFunction:
                 # `no_grad` block inside the function marks ops gradient-free.
                 sym_args, sym_kwargs = self._as_called(sym_args, sym_kwargs, form)
                 with CaptureMode(), torch.enable_grad(), written.recording():
-                    out = converted(*self._full_args(sym_args), **sym_kwargs)
+                    out = raising_after_raise_ops(lambda: converted(*self._full_args(sym_args), **sym_kwargs),
+                                                  main)()
+                if isinstance(out, Unreachable):  # every run raises: at an earlier raise op or at the last
+                    out = None
                 self._refuse_changed_arguments(args, kwargs, made, state, arg_names)
                 fetch = []
                 out_tree = _output_tree(out, fetch, numbers=True)

@@ -74,3 +74,27 @@ def _complete(tr, mark):
         return True
     used = {sub.idx for b in blocks for op in b.ops for sub in op.sub_blocks()}
     return new <= used
+
+
+def raising_after_raise_ops(fn, program):
+    """``fn`` for the whole function being traced. An error its top level
+    raises (not a ConversionError, not torch refusing sizes) fails the
+    conversion, as it fails every eager call, unless the program already
+    holds a ``raise`` op, which a run may reach first (a loop body that
+    raises on every path: eager raises there for inputs that take a trip,
+    and here for the others). Then it becomes a ``raise`` op too, and the
+    function yields ``Unreachable``."""
+    def run():
+        tr = tracer.current()
+        mark = tr.mark()
+        try:
+            return fn()
+        except ConversionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's error, raised when a run gets here
+            if (cf.raised_by_torch(exc) or tr.block is not program.global_block() or not _complete(tr, mark)
+                    or not any(op.type == "raise" for block in program.blocks for op in block.ops)):
+                raise
+            fw.raise_(exc)
+            return cf.Unreachable("function")
+    return run

@@ -201,6 +201,28 @@ CASES = {
                 assert False, 'fuzz: the loop ran'
             return a + len(ws) * 3 + nest['l'][0]
         """, ("while",)),
+    # Seed nov27, program 2998: a loop body that raises on every path (it reads `v6`, which no path
+    # binds), then a read of `v8`, first assigned after that raise: the read raised while converting,
+    # for every input, where eager raises `v6` in the loop's first trip (a raise op, then one for `v8`).
+    "read_after_a_loop_whose_body_always_raises": ({}, """
+        def f(x, m, n):
+            a = x * 1.0
+            b = torch.zeros_like(x)
+            t = x.sum()
+            k = 0
+            s = 0.0
+            w2 = 0
+            while w2 < n:
+                w2 += 1
+                if k == 1 or s > -2.0:
+                    pass
+                else:
+                    v6 = b + 2.5
+                b = b * 0.5 + v6
+                v8 = a * 1.5
+            t = t + v8.sum()
+            return a + b + t + k + s
+        """, ("while",)),
 }
 
 
