@@ -346,8 +346,11 @@ def cause(exc):
 
 # -- the columns -------------------------------------------------------------------------------
 
-class ColumnTimeout(Exception):
-    pass
+class ColumnTimeout(BaseException):
+    """A column ran past --timeout. Not an Exception: d2s retries a failed
+    trace at larger sizes (`except Exception`), which would swallow it and
+    let the column run on until the model's whole process is killed, losing
+    the row's other columns."""
 
 
 def _alarm(signum, frame):
@@ -454,7 +457,7 @@ def worker(name, columns, timeout):
         with torch.no_grad():
             expected = [model(**args) for _, args in inputs]
         signal.alarm(0)
-    except Exception as exc:  # noqa: BLE001
+    except (Exception, ColumnTimeout) as exc:  # noqa: BLE001 - eager itself ran past --timeout too
         row["eager"] = ["fail", cause(exc)]
         print(json.dumps(row))
         return

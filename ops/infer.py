@@ -194,7 +194,9 @@ def _symbolic_runs(fn, args, kwargs, inputs, shapes, factory, as_int, meta):
 def _same_shape_at(fn, args, kwargs, inputs, shapes, factory, result, sizes):
     """Whether the op's real output shapes, with the symbols of `sizes`
     ({symbol: size}) at those sizes and every other symbol at its example
-    size, are what the symbolic result says for that point (a meta run)."""
+    size, are what the symbolic result says for that point (a meta run);
+    None where the symbolic result has no size at that point (a division
+    by a size that is 0 there)."""
     point = {s: int(v) for s, v in shapes.env.backed_var_to_val.items()}
     point.update(sizes)
 
@@ -224,7 +226,10 @@ def _same_shape_at(fn, args, kwargs, inputs, shapes, factory, result, sizes):
         return False
     except Exception:  # noqa: BLE001 - the op itself refuses that size, as eager does: no check needed
         return True
-    return _shapes_match(result, real, at)
+    try:
+        return _shapes_match(result, real, at)
+    except Exception:  # noqa: BLE001 - no size there (`s5 // nh` at nh = 0): this point tells nothing
+        return None
 
 
 def _shapes_match(symbolic, real, at):

@@ -244,3 +244,39 @@ def test_ceil_of_a_true_division_of_sizes_is_computed_at_run_time(tmp_path):
     loaded = d2s.jit.load(str(tmp_path / "m"))
     for (x,) in inputs:
         assert torch.equal(loaded(x), padded_to_patches(x))
+
+
+class Fold(torch.nn.Module):
+    """timm's MobileViT block: a resize to whole patches (under a condition
+    on sizes), unfold to patches, a linear over them, fold back. The fold's
+    view decides on `size // patches`; probing that decision at a size where
+    the patch count is 0 must not abandon the symbolic shapes."""
+
+    def __init__(self, patch):
+        super().__init__()
+        self.patch = patch
+        self.conv = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        p = self.patch
+        x = self.conv(x)
+        B, C, H, W = x.shape
+        new_h, new_w = math.ceil(H / p) * p, math.ceil(W / p) * p
+        nh, nw = new_h // p, new_w // p
+        if new_h != H or new_w != W:
+            x = F.interpolate(x, size=(new_h, new_w), mode="bilinear", align_corners=True)
+        x = x.reshape(B, C, nh, p, nw, p).permute(0, 1, 3, 5, 2, 4).reshape(B, C, -1, nh * nw)
+        x = self.lin(x.transpose(1, 3)).transpose(1, 3)
+        x = x.reshape(B, C, p, p, nh, nw).permute(0, 1, 4, 2, 5, 3)
+        return x.reshape(B, C, nh * p, nw * p)
+
+
+@pytest.mark.parametrize("patch", [2, 3])
+def test_a_view_of_sizes_divided_by_a_patch_count_stays_symbolic(tmp_path, patch):
+    model = Fold(patch).eval()
+    d2s.jit.save(model, str(tmp_path / "m"), input_spec=[d2s.InputSpec([None, 3, None, None])])
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    for hw in ((64, 64), (18, 30), (12, 10), (13, 9)):
+        x = torch.randn(2, 3, *hw)
+        assert torch.allclose(loaded(x), model(x), atol=1e-6), hw
