@@ -9,7 +9,9 @@ that d2s and torch.onnx alike exported outside the tolerance). d2s
 translates mean, instance norm, group norm and batch norm over the batch
 with a corrected mean and a second pass over the centred values
 (runtime/onnx_translations.py): here each is exported and its error
-against float64 is held within a small factor of eager's."""
+against float64 is held within a small factor of eager's. And small
+constants torch.onnx's optimizer deleted as no-ops (runtime/onnx_regions.py
+`optimize`) stay."""
 
 import copy
 
@@ -138,3 +140,26 @@ def test_mean_of_non_finite(special, tmp_path):
     for g, e in zip(_run(session, x), eager):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5, equal_nan=True)
 
+
+class SmallConstants(torch.nn.Module):
+    """Constants torch.onnx's optimizer took for no-ops (within abs 1e-8 /
+    rel 1e-5 of 0 or 1) and deleted: an epsilon under a square root (a
+    channel of variance 0 became 0 / 0), a scale a hair from 1."""
+
+    def forward(self, x):
+        centred = x - x.mean(dim=-1, keepdim=True)
+        normed = centred / torch.sqrt((centred ** 2).mean(dim=-1, keepdim=True) + 1e-8)
+        return normed, torch.sqrt(x + 1e-9), x * 1.000001, x / 1.000001, x - 1e-9
+
+
+def test_small_constants_are_not_dropped(tmp_path):
+    path = str(tmp_path / "c.onnx")
+    d2s.onnx.export(d2s.declarative(SmallConstants()), path, input_spec=[d2s.InputSpec([None, 6])])
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    x = torch.tensor([[0.0] * 6, [2.0] * 6, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]])  # rows 0, 1: variance 0
+    with torch.no_grad():
+        eager = [t.numpy() for t in SmallConstants()(x)]
+    got = _run(session, x)
+    assert not np.isnan(got[0]).any()
+    for g, e in zip(got, eager):
+        np.testing.assert_allclose(g, e, rtol=1e-7, atol=0)
