@@ -35,6 +35,12 @@
                              x - m1; the norms are two passes over the
                              centred values (x - m1) - c. LayerNormalization
                              is as good as eager and stays.
+    aten::_native_batch_norm_legit, native_batch_norm,
+    aten::_native_batch_norm_legit_functional  in training mode: torchlib's
+                             functions normalise with the running statistics
+                             when given them (a silent wrong value for a
+                             module in train mode); here with the batch's,
+                             the running statistics updated as torch does
 """
 
 import torch
@@ -205,7 +211,7 @@ def _normalize(op, x, rank, axes, eps):
     centred = op.Sub(r, c)
     var = _block_mean(op, op.Mul(centred, centred), rank, axes)
     rstd = op.Reciprocal(op.Sqrt(op.Add(var, op.CastLike(eps, var))))
-    return op.Mul(centred, rstd), op.Add(m1, c), rstd
+    return op.Mul(centred, rstd), op.Add(m1, c), rstd, var
 
 
 def _channel_affine(op, y, weight, bias, rank):
@@ -227,7 +233,7 @@ def _instance_norm(input, weight=None, bias=None, running_mean=None, running_var
         return core.aten_instance_norm(input, weight, bias, running_mean, running_var, use_input_stats,
                                        momentum, eps, cudnn_enabled)
     rank = len(input.shape)
-    y, _, _ = _normalize(op, input, rank, list(range(2, rank)), eps)
+    y = _normalize(op, input, rank, list(range(2, rank)), eps)[0]
     return _channel_affine(op, y, weight, bias, rank)
 
 
@@ -239,7 +245,7 @@ def _native_group_norm(input, weight=None, bias=None, N=None, C=None, HxW=None, 
         return core.aten_native_group_norm(input, weight, bias, N, C, HxW, group, eps)
     rank = len(input.shape)
     grouped = op.Reshape(input, _axes(op, 0, group, -1))  # [N, G, C / G * HxW]
-    y, mean, rstd = _normalize(op, grouped, 3, [2], eps)
+    y, mean, rstd, _ = _normalize(op, grouped, 3, [2], eps)
     y = _channel_affine(op, op.Reshape(y, op.Shape(input), allowzero=True), weight, bias, rank)
     two = _axes(op, 2)
     return y, op.Squeeze(mean, two), op.Squeeze(rstd, two)
@@ -261,9 +267,48 @@ def _batch_norm_no_stats(input, weight=None, bias=None, training: bool = False, 
         return core.aten__native_batch_norm_no_stats(input, weight, bias, training, momentum, eps)
     rank = len(input.shape)
     axes = [0, *range(2, rank)]
-    y, mean, rstd = _normalize(op, input, rank, axes, eps)
+    y, mean, rstd, _ = _normalize(op, input, rank, axes, eps)
     y = _channel_affine(op, y, weight, bias, rank)
     return y, op.Squeeze(mean, _axes(op, *axes)), op.Squeeze(rstd, _axes(op, *axes))
+
+
+def _batch_norm_training(input, weight, bias, running_mean, running_var, training, momentum, eps, functional):
+    """Batch norm in training mode: torchlib's function normalises with the
+    running statistics when it is given them (it sets training to False),
+    a silent wrong value for a module in train mode; here the batch's own
+    statistics, and for the functional form the running statistics
+    updated as torch updates them (the unbiased variance)."""
+    from onnxscript import opset18 as op
+    from onnxscript.function_libs.torch_lib.ops import core
+    if not training or not _float(input.dtype) or input.shape is None or len(input.shape) < 2:
+        if functional:
+            return core.aten__native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var,
+                                                                 training, momentum, eps)
+        return core.aten_native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+    rank = len(input.shape)
+    axes = [0, *range(2, rank)]
+    y, mean, rstd, var = _normalize(op, input, rank, axes, eps)
+    y = _channel_affine(op, y, weight, bias, rank)
+    squeeze = _axes(op, *axes)
+    mean, rstd, var = op.Squeeze(mean, squeeze), op.Squeeze(rstd, squeeze), op.Squeeze(var, squeeze)
+    if not functional:
+        return y, mean, rstd
+    n = op.CastLike(op.Div(op.Size(input), op.Shape(input, start=1, end=2)), var)
+    unbiased = op.Mul(var, op.Div(n, op.Sub(n, op.CastLike(1.0, n))))
+    keep = op.CastLike(1.0 - momentum, running_mean)
+    new_mean = op.Add(op.Mul(running_mean, keep), op.CastLike(op.Mul(mean, op.CastLike(momentum, mean)), running_mean))
+    new_var = op.Add(op.Mul(running_var, keep), op.CastLike(op.Mul(unbiased, op.CastLike(momentum, var)), running_var))
+    return y, mean, rstd, new_mean, new_var
+
+
+def _native_batch_norm(input, weight=None, bias=None, running_mean=None, running_var=None,
+                       training: bool = False, momentum: float = 0.1, eps: float = 1e-05):
+    return _batch_norm_training(input, weight, bias, running_mean, running_var, training, momentum, eps, False)
+
+
+def _batch_norm_functional(input, weight=None, bias=None, running_mean=None, running_var=None,
+                           training: bool = False, momentum: float = 0.1, eps: float = 1e-05):
+    return _batch_norm_training(input, weight, bias, running_mean, running_var, training, momentum, eps, True)
 
 
 def translations():
@@ -278,4 +323,7 @@ def translations():
             torch.ops.aten.instance_norm.default: _instance_norm,
             torch.ops.aten.native_group_norm.default: _native_group_norm,
             torch.ops.aten.group_norm.default: _group_norm,
-            torch.ops.aten._native_batch_norm_legit.no_stats: _batch_norm_no_stats}
+            torch.ops.aten._native_batch_norm_legit.no_stats: _batch_norm_no_stats,
+            torch.ops.aten._native_batch_norm_legit.default: _native_batch_norm,
+            torch.ops.aten.native_batch_norm.default: _native_batch_norm,
+            torch.ops.aten._native_batch_norm_legit_functional.default: _batch_norm_functional}
