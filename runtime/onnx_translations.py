@@ -165,8 +165,9 @@ def _block_mean(op, x, rank, axes):
     total = op.ReduceSum(op.ReduceSum(shaped, last, keepdims=0), last, keepdims=0)  # [kept dims]
     mean = op.Div(total, op.CastLike(n, total))
     sizes = []
-    for i in range(rank):  # the kept-dims shape: the input's sizes, 1 for the reduced axes
-        sizes.append(op.Constant(value_ints=[1]) if i in axes else op.Shape(x, start=perm.index(i), end=perm.index(i) + 1))
+    for i in range(rank):  # the kept-dims shape: the input's sizes (x is transposed), 1 for the reduced axes
+        j = perm.index(i)
+        sizes.append(op.Constant(value_ints=[1]) if i in axes else op.Shape(x, start=j, end=j + 1))
     return op.Reshape(mean, op.Concat(*sizes, axis=0), allowzero=1)
 
 
