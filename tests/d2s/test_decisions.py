@@ -171,7 +171,9 @@ def rows(x, n):
 
 @pytest.mark.parametrize("fn, cases, count", [
     (add, [(3, 3), (1, 3), (4, 1), (5, 5)], 3),   # s0 == s1, then a broadcast from either side
-    (rows, [(6, 3), (0, 3), (8, 2), (0, 2)], 2),  # s0 // s1 != 0, then no rows at all
+    # `s0 // s1 != 0` is shape-neutral (no rows gives shape (0,) from the same program): one program
+    # (ops/symbolic._shape_neutral no longer gives up at a probe size that divides by zero).
+    (rows, [(6, 3), (0, 3), (8, 2), (0, 2)], 1),
 ])
 def test_failed_size_assumption_converts_again(fn, cases, count):
     static = d2s.declarative(fn, input_spec=[d2s.InputSpec([None]), d2s.InputSpec([None])])
