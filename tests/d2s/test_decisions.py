@@ -171,9 +171,6 @@ def rows(x, n):
 
 @pytest.mark.parametrize("fn, cases, count", [
     (add, [(3, 3), (1, 3), (4, 1), (5, 5)], 3),   # s0 == s1, then a broadcast from either side
-    # `s0 // s1 != 0` is shape-neutral (no rows gives shape (0,) from the same program): one program
-    # (ops/symbolic._shape_neutral no longer gives up at a probe size that divides by zero).
-    (rows, [(6, 3), (0, 3), (8, 2), (0, 2)], 1),
 ])
 def test_failed_size_assumption_converts_again(fn, cases, count):
     static = d2s.declarative(fn, input_spec=[d2s.InputSpec([None]), d2s.InputSpec([None])])
@@ -183,6 +180,19 @@ def test_failed_size_assumption_converts_again(fn, cases, count):
     assert len(static.program_cache) == count
     assert all("check_sizes" in _ops(c.main_program) or "check_dims" in _ops(c.main_program)
                for c in static.program_cache)
+
+
+def test_a_shape_neutral_size_assumption_needs_no_check():
+    # `s0 // s1 != 0` for `reshape(-1, s1)` is shape-neutral: no rows gives shape (0,) from the same
+    # program (ops/symbolic._shape_neutral no longer gives up at a probe size dividing by zero).
+    static = d2s.declarative(rows, input_spec=[d2s.InputSpec([None]), d2s.InputSpec([None])])
+    for a, b in [(6, 3), (0, 3), (8, 2), (0, 2)]:
+        x, y = torch.randn(a), torch.randn(b)
+        assert torch.equal(static(x, y), rows(x, y))
+    assert len(static.program_cache) == 1
+    for a, b in [(0, 0), (5, 0), (7, 2)]:  # torch's own reshape errors, from the program
+        with pytest.raises(RuntimeError, match=r"shape|reshape"):
+            static(torch.randn(a), torch.randn(b))
 
 
 def test_converting_again_counts_toward_the_many_programs_warning(monkeypatch):
