@@ -14,6 +14,7 @@ import torch
 import d2s
 
 from test_translate_control_flow import all_op_types
+from unbound_names import outcome, run_executor
 
 
 def tensor_on_the_true_path(x):
@@ -223,20 +224,6 @@ CASES = [
 NEVER_READ_UNBOUND = (read_only_on_the_path_that_bound_it, then_rebound_on_every_path)
 
 
-def _outcome(fn, x):
-    try:
-        return fn(x)
-    except UnboundLocalError as exc:
-        return exc
-
-
-def _executor(concrete, x):
-    feed = {concrete.inputs[0].name: x}
-    out = d2s.Executor().run(concrete.main_program, feed=feed, fetch_list=concrete.fetch_vars,
-                             return_numpy=False)
-    return out[0] if len(out) == 1 else tuple(out)
-
-
 def _assert_same(got, want):
     if isinstance(want, tuple):
         assert isinstance(got, (tuple, list)) and len(got) == len(want)
@@ -248,7 +235,7 @@ def _assert_same(got, want):
 
 def _check(run, fn, x):
     """`run(x)` gives what eager `fn(x)` gives, or raises its UnboundLocalError."""
-    eager = _outcome(fn, x)
+    eager = outcome(fn, x)
     if isinstance(eager, UnboundLocalError):
         name = str(eager).split("'")[1]  # the name eager finds unbound
         with pytest.raises(UnboundLocalError, match=f"cannot access local variable '{name}' where it is not "
@@ -266,9 +253,9 @@ def test_bound_as_python_binds_it_on_every_path(fn, inputs, ops):
     static = d2s.declarative(fn, input_spec=SPEC)
     outcomes = set()
     for x in inputs:
-        outcomes.add(type(_outcome(fn, x)) is UnboundLocalError)
+        outcomes.add(type(outcome(fn, x)) is UnboundLocalError)
         _check(static, fn, x)
-        _check(lambda x: _executor(static.program_cache.last, x), fn, x)
+        _check(lambda x: run_executor(static.program_cache.last, x), fn, x)
     # The inputs take a path that binds the name and one that does not (which,
     # but for two cases, then reads it).
     assert outcomes == ({False} if fn in NEVER_READ_UNBOUND else {True, False})

@@ -11,6 +11,7 @@ import torch
 import d2s
 
 from test_translate_control_flow import all_op_types
+from unbound_names import outcome, run_executor
 
 # Globals named like the locals below: a converted function that lost the
 # locals read these (the same shape: no error, a silent wrong value).
@@ -57,35 +58,22 @@ CASES = [
 ]
 
 
-def _outcome(fn, x):
-    try:
-        return fn(x)
-    except UnboundLocalError as exc:
-        return exc
-
-
-def _executor(concrete, x):
-    feed = {concrete.inputs[0].name: x}
-    return d2s.Executor().run(concrete.main_program, feed=feed, fetch_list=concrete.fetch_vars,
-                              return_numpy=False)[0]
-
-
 @pytest.mark.parametrize("fn, inputs, ops", CASES, ids=[c[0].__name__ for c in CASES])
 def test_a_name_only_unreachable_code_assigns_stays_local(fn, inputs, ops):
     static = d2s.declarative(fn, input_spec=[d2s.InputSpec([None, 2], torch.float32)])
     reached_the_read = False
     for x in inputs:
-        eager = _outcome(fn, x)
+        eager = outcome(fn, x)
         if isinstance(eager, UnboundLocalError):
             reached_the_read = True
             name = str(eager).split("'")[1]
             with pytest.raises(UnboundLocalError, match=f"'{name}'"):
                 static(x)
             with pytest.raises(UnboundLocalError, match=f"'{name}'"):
-                _executor(static.program_cache.last, x)
+                run_executor(static.program_cache.last, x)
             continue
         assert torch.equal(static(x), eager), (x, static(x), eager)
-        assert torch.equal(_executor(static.program_cache.last, x), eager)
+        assert torch.equal(run_executor(static.program_cache.last, x), eager)
     assert reached_the_read
     assert len(static.program_cache) == 1
     assert set(ops) <= all_op_types(static.program_cache.last.main_program)

@@ -13,6 +13,7 @@ import torch
 import d2s
 
 from test_translate_control_flow import all_op_types
+from unbound_names import outcome, run_executor
 
 
 def then_if_on_one_path(x):
@@ -132,33 +133,20 @@ CASES = [
 ]
 
 
-def _outcome(fn, x):
-    try:
-        return fn(x)
-    except UnboundLocalError as exc:
-        return exc
-
-
-def _executor(concrete, x):
-    feed = {concrete.inputs[0].name: x}
-    return d2s.Executor().run(concrete.main_program, feed=feed, fetch_list=concrete.fetch_vars,
-                              return_numpy=False)[0]
-
-
 @pytest.mark.parametrize("fn, inputs, ops", CASES, ids=[c[0].__name__ for c in CASES])
 def test_bound_as_python_binds_it_on_every_path(fn, inputs, ops):
     static = d2s.declarative(fn, input_spec=[d2s.InputSpec([None, 2], torch.float32)])
     for x in inputs:
-        eager = _outcome(fn, x)
+        eager = outcome(fn, x)
         if isinstance(eager, UnboundLocalError):
             name = str(eager).split("'")[1]  # the name eager finds unbound
             with pytest.raises(UnboundLocalError, match=f"'{name}'"):
                 static(x)
             with pytest.raises(UnboundLocalError, match=f"'{name}'"):
-                _executor(static.program_cache.last, x)
+                run_executor(static.program_cache.last, x)
             continue
         assert torch.equal(static(x), eager), (x, static(x), eager)
-        assert torch.equal(_executor(static.program_cache.last, x), eager)
+        assert torch.equal(run_executor(static.program_cache.last, x), eager)
     assert len(static.program_cache) == 1
     assert set(ops) <= all_op_types(static.program_cache.last.main_program)
 
