@@ -6,7 +6,7 @@ and checks it when it runs (DESIGN, Semantics 3 and 8):
 - size assumptions (`check_sizes` ops: `s0 != 1` for a `zip` over rows,
   `(s0 % s1) != 0` for a reshape), and
 - the side of a tensor `if` d2s could convert only for inputs that take it
-  (`decision_failed` ops, ops/control_flow.py): the branches give values
+  (`decision_failed` ops, ops/control_flow/sides.py): the branches give values
   no program output holds on both paths (`None` and a tensor), or tracing
   the side never taken fails (`if q_len == 1:` holding a view valid only
   for length 1).

@@ -3,7 +3,7 @@
 A tensor `if` whose sides give values no program output holds on both
 (None and a tensor: transformers' mask helpers return None for a mask of
 all ones) is converted for the side the example inputs take; the other
-side is a `decision_failed` op (ops/control_flow.py). In memory a run that
+side is a `decision_failed` op (ops/control_flow/sides.py). In memory a run that
 reaches it converts again (d2s/decisions.py). A saved model cannot convert,
 and the examples `jit.save` traces with are zeros, so they take one side
 only: a BERT saved so refuses every unpadded batch.

@@ -277,7 +277,7 @@ def _decision_failed_kernel(message):
 
 # The first op of a branch d2s converted only as "not taken": its inputs
 # could not be merged with the other branch's, or tracing it failed, for
-# the inputs the program was converted from (ops/control_flow.py).
+# the inputs the program was converted from (ops/control_flow/sides.py).
 register(OpDef("decision_failed", kernel=_decision_failed_kernel, side_effect=True))
 
 

@@ -109,7 +109,7 @@ class Variable:
     # methods); `Program.copy` keeps them; saving keeps `elem_known` only
     # (the others matter while tracing).
     python_number = False  # a 0-d value eager code has as a Python number (ops/recording.py stands_for_number)
-    python_literal = False  # made from a number literal: its dtype is weak (ops/control_flow.py _Spec)
+    python_literal = False  # made from a number literal: its dtype is weak (ops/control_flow/while_op.py _Spec)
     number_or_tensor = None  # the user's name, when eager has it as a number on some paths, a tensor on others
     elem_known = True  # tensor arrays: False while no path has given it an element (shape and dtype unknown)
     strides = None  # the strides eager gives this value (ops/infer.py), when tracing knows them

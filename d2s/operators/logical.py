@@ -115,7 +115,7 @@ def _check_one_value(a, b, word):
         dtype, rank = b.dtype, len(b.shape)
     elif isinstance(b, (bool, int, float)):
         # The `cond` merging a number with a tensor gives the number the tensor's dtype: a float joins the
-        # default float dtype (ops/control_flow.py _merge).
+        # default float dtype (ops/control_flow/merge.py).
         dtype, rank = torch.get_default_dtype() if isinstance(b, float) else fw.python_number_dtype(b), 0
     else:
         return  # _as_value says what is wrong

@@ -381,7 +381,7 @@ def loop_init(value):
     the numbers' own dtypes (a float: float64), Python lists tensor arrays."""
     if isinstance(value, (bool, int, float)):
         var = constant(value)
-        var.python_literal = True  # its dtype is weak, as the number's (ops/control_flow.py _Spec)
+        var.python_literal = True  # its dtype is weak, as the number's (ops/control_flow/while_op.py _Spec)
         return var
     if type(value) is list:
         return fw.array_from_list(value) if value else fw.array_create()

@@ -1,0 +1,235 @@
+"""One parent-level value for each output of a tensor `if`, from the value
+each side gives it.
+
+    tensor / tensor         a new Variable (sizes that differ become -1)
+    number / tensor         the number takes the tensor's dtype
+    same Python value       that value, as in eager
+    undefined on one side   a zeros placeholder where a later read cannot
+                            happen (the function returned), else an error
+    unreachable side        the live side's value (the dead side raises)
+    None / tensor return    the None side raises when a run takes it
+"""
+
+import dataclasses
+
+import torch
+
+from runtime.errors import ConversionError
+from runtime.ir import TENSOR_ARRAY, Variable
+
+from .. import framework
+from ..recording import number_or_tensor, stands_for_number
+from ..user_frames import error_at_user_line, user_origin
+from .undefined import Undefined, Unreachable
+from .values import as_var, assigned_at, output_label, same_python_value, tensor_like, var_base
+
+
+class Unmergeable(ConversionError):
+    """Branch values no program output can hold on both paths."""
+
+
+def unmergeable(message):
+    err = error_at_user_line(message)
+    return Unmergeable(err.message, err.filename, err.lineno)
+
+
+@dataclasses.dataclass
+class IfSite:
+    """One tensor `if` whose sides are traced: its blocks, and how messages
+    name its outputs (`names[i]`; `lines[name]`: the lines where each side
+    assigns it; `jump` (kind, line): the `if` guards the statements after a
+    `break`/`continue`)."""
+
+    tr: object
+    tblock: object
+    fblock: object
+    names: object = None
+    return_names: tuple = ()
+    lines: object = None
+    jump: object = None
+
+    def name(self, i):
+        return self.names[i] if self.names and i < len(self.names) else None
+
+    def label(self, i):
+        return output_label(self.names, i, self.return_names)
+
+    def block(self, true_side):
+        return self.tblock if true_side else self.fblock
+
+
+def merge(t_leaves, f_leaves, site, strict=False):
+    """Each output's merged value, and the `cond` op's outputs with the
+    names each side yields for them."""
+    merged, outs, t_names, f_names = [], [], [], []
+    for i, (a, b) in enumerate(zip(t_leaves, f_leaves)):
+        value, yielded = merge_branch_values(i, a, b, site, strict)
+        merged.append(value)
+        if yielded is not None:
+            outs.append(value)
+            t_names.append(yielded[0])
+            f_names.append(yielded[1])
+    return merged, outs, t_names, f_names
+
+
+def merge_branch_values(i, a, b, site, strict=False):
+    """The parent-level value for output i given each branch's value, plus
+    the names each branch yields (None when no op output is needed)."""
+    label, name = site.label(i), site.name(i)
+    live_dims = None
+    if isinstance(a, Unreachable) or isinstance(b, Unreachable):
+        live = b if isinstance(a, Unreachable) else a
+        if isinstance(live, Undefined) or not tensor_like(live):
+            return live, None  # only the live branch goes on: its Python value, as it is
+        a, b, live_dims = _fill_unreachable(a, b, site)
+    a_undef, b_undef = isinstance(a, Undefined), isinstance(b, Undefined)
+    if a_undef and b_undef:
+        return a, None
+    if a_undef or b_undef:
+        a, b = _fill_undefined(a, b, site, label, name)
+    if same_python_value(a, b):
+        # Either way the same Python value (`do_return = True` in both arms
+        # of an inner `if`): it stays that value, as in eager, so later code
+        # can still tell that this path has returned.
+        return a, None
+    if name in site.return_names and (a is None) != (b is None) and tensor_like(b if a is None else a):
+        a, b = _fill_none_return(a, b, site, strict)
+    if a is None or b is None or not (tensor_like(a) and tensor_like(b)):
+        raise _python_values_differ(a, b, site, label, name)
+    return _merged_var(i, a, b, site, label, live_dims)
+
+
+def _fill_unreachable(a, b, site):
+    """The dead side raises before it yields: a zeros placeholder there,
+    and the live side's sizes for the merged value (symbolic ones too,
+    which the filler's inference does not keep: a mask of fresh sizes then
+    fails to broadcast at save)."""
+    dead_true = isinstance(a, Unreachable)
+    live = b if dead_true else a
+    with site.tr.block_guard(site.block(dead_true)):
+        filler = framework.zeros_placeholder(as_var(live))
+    live_dims = live.dims if isinstance(live, Variable) else None
+    return (filler, b, live_dims) if dead_true else (a, filler, live_dims)
+
+
+def _fill_undefined(a, b, site, label, name):
+    """A value one side leaves undefined: a placeholder when it is the
+    function's returned value (a path that returned never reads it), else
+    the error naming where the other side assigns it."""
+    a_undef = isinstance(a, Undefined)
+    if name not in site.return_names and site.jump is not None:  # the guard of the statements after a jump
+        kind, jump_line = site.jump
+        raise error_at_user_line(
+            f"{label} is assigned at {assigned_at(site.lines, name, 'true')}, after the `{kind}` at line "
+            f"{jump_line} that a tensor decides, but not on the path that takes the `{kind}`, and is not defined "
+            "before it; assign it before the loop")
+    if name not in site.return_names:
+        side, other = ("false", "true") if a_undef else ("true", "false")
+        raise error_at_user_line(
+            f"{label} is assigned in the {side} branch ({assigned_at(site.lines, name, side)}) but not in the "
+            f"{other} branch of the `if` on a tensor at this line, and is not defined before it; assign it "
+            "before the if or in both branches")
+    defined = b if a_undef else a
+    with site.tr.block_guard(site.block(a_undef)):
+        filler = framework.zeros_placeholder(as_var(defined))
+    return (filler, b) if a_undef else (a, filler)
+
+
+def _fill_none_return(a, b, site, strict):
+    """`return None` (often the implicit one after an `if`/`elif` chain) on
+    one path, a tensor on the other: a program has one output type. `cond`
+    converts the path the example inputs take (see `sides.specialise`);
+    where it cannot tell which, the None path raises when a run takes it."""
+    if strict:
+        raise Unmergeable("None on one path, a tensor on the other")
+    with site.tr.block_guard(site.block(a is None)):
+        framework.raise_(RuntimeError(
+            "this run takes a path on which the function returns None, where other paths return a tensor; "
+            "a program returns the same kind of value on every path (d2s staged the tensor path); "
+            "return a tensor on every path"), origin=user_origin())
+        filler = framework.zeros_placeholder(as_var(b if a is None else a))
+    return (filler, b) if a is None else (a, filler)
+
+
+def _python_values_differ(a, b, site, label, name):
+    """The error for two sides' values that are not both tensors or numbers."""
+    if a is None or b is None:
+        none, tensor = ("true", "false") if a is None else ("false", "true")
+        return unmergeable(
+            f"{label} is a tensor in the {tensor} branch ({assigned_at(site.lines, name, tensor)}) but None in "
+            f"the {none} branch ({assigned_at(site.lines, name, none)}) of the `if` on a tensor at this line; "
+            "give it a tensor value in both branches")
+    if type(a) is type(b):
+        shown = f" ({_short(a)} and {_short(b)})" if isinstance(a, (str, bytes)) else ""
+        return unmergeable(
+            f"{label} is a Python {type(a).__name__} that differs between the branches{shown} of the `if` "
+            "on a tensor at this line; a program carries only tensors and numbers out of a tensor `if`: "
+            "give it one value on both paths, or compute a tensor (an index, a code) in the branches and "
+            "pick the Python value after the program runs")
+    return unmergeable(
+        f"{label} is a Python {type(a).__name__} in the true branch but a {type(b).__name__} in the false "
+        "branch of the `if` on a tensor at this line; only tensors and numbers can differ between branches")
+
+
+def _merged_var(i, a, b, site, label, live_dims):
+    """A new parent Variable for a tensor or number on each side."""
+    tr = site.tr
+    ref = a if isinstance(a, (Variable, torch.Tensor)) else b if isinstance(b, (Variable, torch.Tensor)) else None
+    dtype = ref.dtype if ref is not None else None
+    with tr.block_guard(site.tblock):
+        va = as_var(a, dtype if not isinstance(a, (Variable, torch.Tensor)) else None)
+    with tr.block_guard(site.fblock):
+        vb = as_var(b, dtype if not isinstance(b, (Variable, torch.Tensor)) else None)
+    if va.kind == vb.kind == TENSOR_ARRAY:
+        return _merge_arrays(label, va, vb, site, i)
+    numbers = (stands_for_number(va), stands_for_number(vb))
+    if va.kind == vb.kind and va.dtype != vb.dtype and numbers[0] != numbers[1]:
+        # A Python number on one path, a tensor on the other: the number
+        # takes the tensor's dtype, which is what torch reads it as wherever
+        # it meets tensors (ops/wrapped_numbers.py).
+        if numbers[0]:
+            with tr.block_guard(site.tblock):
+                va = framework.cast(va, vb.dtype)
+        else:
+            with tr.block_guard(site.fblock):
+                vb = framework.cast(vb, va.dtype)
+    if va.kind != vb.kind or va.dtype != vb.dtype:
+        raise error_at_user_line(
+            f"{label} has dtype {va.dtype_name} in the true branch but {vb.dtype_name} in the false "
+            "branch of an `if` on a tensor; cast one of them so both agree")
+    if len(va.shape) != len(vb.shape):
+        raise error_at_user_line(
+            f"{label} has shape {list(va.shape)} in the true branch but {list(vb.shape)} in the false "
+            "branch of an `if` on a tensor; the ranks must agree")
+    shape = live_dims or tuple(x if x == y else -1 for x, y in zip(va.dims, vb.dims))
+    out = tr.block.create_var(name=tr.program.unique_name(var_base(site.names, i, "cond_out")),
+                              shape=shape, dtype=va.dtype, kind=va.kind,
+                              stop_gradient=va.stop_gradient and vb.stop_gradient)
+    out.python_number = numbers[0] and numbers[1]
+    varying = number_or_tensor(va) or number_or_tensor(vb) or (label if numbers[0] != numbers[1] else None)
+    if varying:  # a number on one path, a tensor on the other
+        out.number_or_tensor = varying
+    return out, (va.name, vb.name)
+
+
+def _short(value):
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _merge_arrays(label, va, vb, site, i):
+    """A tensor array from each branch: an array with no element yet (an
+    empty list on that path) takes the element shape of the other."""
+    known = [v for v in (va, vb) if getattr(v, "elem_known", True)]
+    if len(known) == 2 and (len(va.shape) != len(vb.shape) or va.dtype != vb.dtype):
+        raise error_at_user_line(
+            f"{label} holds {va.dtype_name}{list(va.shape)} elements in the true branch but "
+            f"{vb.dtype_name}{list(vb.shape)} elements in the false branch of an `if` on a tensor; "
+            "append tensors of one rank and dtype on every path")
+    ref = known[0] if known else va
+    shape = tuple(x if x == y else -1 for x, y in zip(va.dims, vb.dims)) if len(known) == 2 else ref.dims
+    out = site.tr.block.create_var(name=site.tr.program.unique_name(var_base(site.names, i, "cond_out")),
+                                   shape=shape, dtype=ref.dtype, kind=TENSOR_ARRAY,
+                                   stop_gradient=va.stop_gradient and vb.stop_gradient)
+    out.elem_known = bool(known)
+    return out, (va.name, vb.name)

@@ -1,0 +1,298 @@
+"""The `while` op: `while cond_fn(*vs): vs = body_fn(*vs)`, a graph op as
+soon as the condition is a Variable.
+
+A graph loop traces its condition and body once into sub-blocks, with one
+Variable per loop variable; when a trip changes what a variable is (a
+dimension, a number becoming a tensor, an array's first element) the spec
+widens and the body is traced again, until a trace leaves every spec as
+it found it.
+"""
+
+import ast
+import dataclasses
+
+import torch
+
+from runtime.errors import ConversionError
+from runtime.ir import TENSOR_ARRAY, Variable, dtype_name, torch_dtype
+
+from .. import framework, tracer
+from ..recording import graph_condition, graph_tensor, number_or_tensor, stands_for_number
+from ..registry import OpDef, register
+from ..user_frames import SYMBOLIC_TYPES, error_at_user_line, user_origin
+from .undefined import Undefined
+from .values import as_var, check_pred, outer_reads, output_label, var_base
+
+_MAX_TRACES = 6
+
+
+def _emit_while(op, gen):
+    loop_vars = op.attrs["loop_vars"]
+    body_outs = op.attrs["body_outs"]
+    init = [gen.assign(gen.store(v), gen.load(x)) for v, x in zip(loop_vars, op.input("Init"))]
+    # Results of loop-invariant ops (runtime/passes/hoist_invariants.py):
+    # None before the loop, computed in the first trip, kept across trips.
+    once = [n for o in op.attrs["body_block"].ops if o.attrs.get("once") for n in o.output("Out")]
+    init += [gen.assign(gen.store(n), ast.Constant(None)) for n in once]
+    cond_stmts = gen.emit_block(op.attrs["cond_block"], keep=[op.attrs["cond_out"]])
+    test = gen.load(op.attrs["cond_out"])  # as in _emit_cond: `not v` is `not bool(v)`
+    stop = ast.If(test=ast.UnaryOp(op=ast.Not(), operand=test), body=[ast.Break()], orelse=[])
+    body = gen.emit_block(op.attrs["body_block"], keep=set(body_outs) | set(loop_vars) | set(once))
+    rebind = []
+    if loop_vars:
+        rebind = [gen.assign(ast.Tuple(elts=[gen.store(v) for v in loop_vars], ctx=ast.Store()),
+                             ast.Tuple(elts=[gen.load(o) for o in body_outs], ctx=ast.Load()))]
+    loop = ast.While(test=ast.Constant(True), body=cond_stmts + [stop] + body + rebind, orelse=[])
+    results = [gen.assign(gen.store(o), gen.load(v)) for o, v in zip(op.output("Out"), loop_vars)]
+    if once:
+        results.append(ast.Delete(targets=[ast.Name(id=gen.local(n), ctx=ast.Del()) for n in once]))
+    return init + [loop] + results
+
+
+register(OpDef("while", emit=_emit_while, inputs=("Init", "X"), outputs=("Out",),
+               attrs=("cond_block", "body_block", "loop_vars", "cond_out", "body_outs")))
+
+
+class _Spec:
+    """What one loop variable is at the top of every iteration."""
+
+    def __init__(self, value, name):
+        self.name = name
+        # A Python number (or the 0-d constant a converted loop made of one)
+        # has a weak dtype: the first iteration's tensor dtype wins, as in
+        # eager `total = 0; for ...: total += t.mean()`.
+        self.python_number = (isinstance(value, (int, float, bool)) and not isinstance(value, torch.Tensor)) \
+            or (isinstance(value, Variable) and value.python_literal)
+        self.kind = value.kind if isinstance(value, Variable) else (TENSOR_ARRAY if isinstance(value, list) else "tensor")
+        self.shape = (tuple(value.dims) if isinstance(value, Variable) else tuple(value.shape)
+                      if isinstance(value, torch.Tensor) else ())
+        if isinstance(value, (Variable, torch.Tensor)):
+            self.dtype = value.dtype
+        elif self.python_number:
+            self.dtype = framework.python_number_dtype(value)
+        else:
+            self.dtype = None
+        self.elem_known = getattr(value, "elem_known", True)
+        self.number = stands_for_number(value)  # until an iteration makes it a tensor
+        # The user's name once trips disagree on number or tensor (ops.recording.number_or_tensor).
+        self.varies = number_or_tensor(value)
+
+    def describe(self, var):
+        """`var` with what this spec knows beyond its shape and dtype."""
+        var.elem_known = self.elem_known
+        var.python_number = self.number
+        if self.varies:
+            var.number_or_tensor = self.varies
+        return var
+
+    def widen(self, nv, label):
+        """Take in `nv`, the value a trip gives the variable: True when the
+        spec changed (the body is traced again); an error for a change no
+        loop variable may make (kind, a tensor's dtype, rank)."""
+        changed = False
+        if not self.varies and (self.number != stands_for_number(nv) or number_or_tensor(nv)):
+            # A number on the first trip and a tensor after it (or the
+            # other way round): `isinstance` has no one answer.
+            self.varies = number_or_tensor(nv) or label
+            changed = True
+        was_number = self.python_number or self.number
+        if self.number and not stands_for_number(nv):
+            self.number = False
+            changed = True
+        if nv.kind != self.kind:
+            raise error_at_user_line(f"loop variable {label} changes from a {self.kind} to a {nv.kind} in the loop")
+        if self.kind == TENSOR_ARRAY and not self.elem_known:
+            if getattr(nv, "elem_known", False):
+                self.shape, self.dtype, self.elem_known = nv.dims, nv.dtype, True
+                changed = True
+            return changed
+        if nv.dtype != self.dtype:
+            if was_number:
+                # Python arithmetic keeps a number (`n + 0.5` of an int is a
+                # float); a tensor it meets makes it that tensor's dtype.
+                self.dtype = torch.promote_types(self.dtype, nv.dtype) if stands_for_number(nv) else nv.dtype
+                return True
+            raise error_at_user_line(
+                f"loop variable {label} has dtype {dtype_name(self.dtype)} before the loop but {nv.dtype_name} "
+                "after one iteration; cast it so the dtype stays the same")
+        if len(nv.shape) != len(self.shape):
+            raise error_at_user_line(
+                f"loop variable {label} has shape {list(self.shape)} before the loop but {list(nv.shape)} "
+                "after one iteration; its rank must stay the same")
+        relaxed = tuple(a if a == b else -1 for a, b in zip(self.shape, nv.dims))
+        if relaxed != self.shape:
+            self.shape = relaxed
+            changed = True
+        return changed
+
+
+def _is_loop_carried(value):
+    return isinstance(value, (Variable, torch.Tensor, int, float, bool, list) + SYMBOLIC_TYPES) and not isinstance(value, Undefined)
+
+
+def while_loop(cond_fn, body_fn, loop_vars, names=None, return_names=(), maybe_undefined=()):
+    """`while cond_fn(*vs): vs = body_fn(*vs)`, returning the final values; a
+    graph `while` op as soon as the condition is a Variable.
+
+    In a graph loop, Python numbers become 0-d tensors and lists become
+    tensor arrays; a loop variable whose shape changes between iterations
+    gets -1 in the changing dimensions (the body is traced again); a dtype
+    change is a ConversionError naming the variable. `body_fn` must be
+    re-runnable from its arguments. Names in `return_names` and
+    `maybe_undefined` may start undefined (a zeros placeholder until the
+    body assigns them; the caller tells a run whether it did).
+    """
+    values = list(loop_vars)
+    tr = tracer.current()
+    while True:
+        mark = tr.mark()
+        c = graph_condition(cond_fn(*values))
+        if isinstance(c, Variable):
+            check_pred(c)
+            # This evaluation only told us the loop is a graph loop: the
+            # `while` op computes its condition in its own block.
+            tr.rollback(mark)
+            return _graph_while(cond_fn, body_fn, values, names, return_names, maybe_undefined)
+        if isinstance(c, torch.Tensor):
+            c = bool(c)
+        if not c:
+            return values
+        values = list(body_fn(*values))
+        if len(values) != len(loop_vars):
+            raise ConversionError(f"while_loop body returned {len(values)} values for {len(loop_vars)} loop variables")
+
+
+@dataclasses.dataclass
+class _Trip:
+    """One trace of the loop: its blocks, the condition's Variable, the
+    body's arguments and results, and which of them the op carries."""
+
+    body: object
+    cblock: object
+    cond: Variable
+    args: list
+    carried: list
+    new: list
+
+
+def _graph_while(cond_fn, body_fn, values, names, return_names, maybe_undefined=()):
+    tr = tracer.current()
+    parent = tr.block
+    origin = user_origin()
+    values = [graph_tensor(v) for v in values]  # run-time sizes carried by the loop: 0-d tensors
+    specs = _initial_specs(values, names, return_names, maybe_undefined)
+    for _attempt in range(_MAX_TRACES):
+        mark = tr.mark()
+        trip = _trace_trip(tr, cond_fn, body_fn, values, specs, names)
+        if not _settle(tr, trip, values, specs, names, return_names):
+            break
+        tr.rollback(mark)
+    else:
+        raise error_at_user_line(f"the shapes of the loop variables did not settle after {_MAX_TRACES} traces")
+    return _append_while(tr, parent, origin, trip, values, specs, names)
+
+
+def _initial_specs(values, names, return_names, maybe_undefined):
+    """Per loop variable: a `_Spec`; "constant" for a Python object the loop
+    must not change; "undefined" for a name with no value before the loop;
+    None for one that may start undefined (a returned value, a name the
+    caller tracks): a zeros placeholder until the body assigns it."""
+    specs = []
+    for i, v in enumerate(values):
+        if isinstance(v, Undefined):
+            name = names[i] if names and i < len(names) else None
+            specs.append(None if name in return_names or name in maybe_undefined else "undefined")
+        elif _is_loop_carried(v):
+            specs.append(_Spec(v, output_label(names, i, return_names)))
+        else:
+            specs.append("constant")
+    return specs
+
+
+def _trace_trip(tr, cond_fn, body_fn, values, specs, names):
+    """Trace the condition and the body once, from one Variable per spec."""
+    program = tr.program
+    body = tr.new_block()
+    carried, args = [], []
+    for i, (v, spec) in enumerate(zip(values, specs)):
+        if isinstance(spec, _Spec):
+            var = body.create_var(name=program.unique_name(var_base(names, i, "loop_var")), shape=spec.shape,
+                                  dtype=spec.dtype or "float32", kind=spec.kind, stop_gradient=False)
+            carried.append(i)
+            args.append(spec.describe(var))
+        else:
+            args.append(v)
+    cblock = program.create_block(body.idx)
+    with tr.block_guard(cblock):
+        c = cond_fn(*args)
+        c = as_var(c) if not isinstance(c, Variable) else c
+    check_pred(c)
+    with tr.block_guard(body):
+        new = list(body_fn(*args))
+    return _Trip(body, cblock, c, args, carried, new)
+
+
+def _settle(tr, trip, values, specs, names, return_names):
+    """Check each value the trip gives against its spec, widening the
+    specs; True when one changed (the loop is traced again)."""
+    changed = False
+    for i, (v, spec) in enumerate(zip(trip.new, specs)):
+        label = output_label(names, i, return_names)
+        if spec == "constant":
+            if v is not values[i]:
+                raise error_at_user_line(f"loop variable {label} is a Python {type(values[i]).__name__} that the "
+                                         "loop body changes; only tensors and numbers can change in a tensor loop")
+            continue
+        if spec == "undefined" or (spec is None and isinstance(v, Undefined)):
+            if not isinstance(v, Undefined):
+                raise error_at_user_line(
+                    f"{label} is first assigned inside a loop over a tensor condition and used after it; "
+                    f"it must be defined before the loop")
+            continue
+        if spec is None:  # a return value first produced inside the loop
+            with tr.block_guard(trip.body):
+                probe = as_var(v)
+            specs[i] = _Spec(probe, label)
+            specs[i].shape = tuple(d if isinstance(d, int) and d != -1 else 1 for d in probe.dims)  # 1: a placeholder's size
+            changed = True
+            continue
+        if isinstance(v, Undefined) or v is None:
+            raise error_at_user_line(f"loop variable {label} has no value after an iteration of the loop")
+        with tr.block_guard(trip.body):
+            nv = as_var(v, spec.dtype if not isinstance(v, (Variable, torch.Tensor)) else None)
+        trip.new[i] = nv
+        changed = spec.widen(nv, label) or changed
+    return changed
+
+
+def _initial_value(v, spec):
+    """The value before the loop, in the parent block, as the spec's type."""
+    if isinstance(v, Undefined):
+        return framework.zeros_of(spec.shape, spec.dtype)
+    var = as_var(v, spec.dtype if spec.python_number else None)
+    if var.dtype != spec.dtype and spec.kind != TENSOR_ARRAY:
+        var = framework.cast(var, spec.dtype)
+    return var
+
+
+def _append_while(tr, parent, origin, trip, values, specs, names):
+    """The `while` op of the settled trace; returns the loop's results."""
+    program = tr.program
+    init = [_initial_value(values[i], specs[i]) for i in trip.carried]
+    outs = [specs[i].describe(parent.create_var(
+        name=program.unique_name(var_base(names, i, "loop_out")), shape=specs[i].shape, dtype=specs[i].dtype,
+        kind=specs[i].kind, stop_gradient=not torch_dtype(specs[i].dtype).is_floating_point))
+        for i in trip.carried]
+    loop_names = [trip.args[i].name for i in trip.carried]
+    inputs = [n for n in outer_reads([trip.body, trip.cblock]) if n not in loop_names]
+    parent.append_op("while", inputs={"Init": init, "X": inputs}, outputs={"Out": outs},
+                     attrs={"cond_block": trip.cblock, "body_block": trip.body, "loop_vars": loop_names,
+                            "cond_out": trip.cond.name, "body_outs": [trip.new[i].name for i in trip.carried]},
+                     origin=origin)
+    result = list(trip.new)
+    for o, i in zip(outs, trip.carried):
+        result[i] = o
+    for i, spec in enumerate(specs):
+        if spec == "constant" or spec == "undefined" or spec is None:
+            result[i] = values[i]
+    return result
