@@ -2,6 +2,7 @@
 """
 
 import contextlib
+import dataclasses
 import sys
 import threading
 import weakref
@@ -61,107 +62,173 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
             _mark_exit(sys._getframe(1).f_code)
         return st.get()
     before = st.snapshot()
-    tr = tracer.current()
-    # Outputs carried as one tensor array: a list that a tensor loop in one
-    # branch turned into an array is turned into one in the other branch too.
-    arrays = set()
-    # A list or dict the branches change in place that no later code reads by its
-    # name may still be read through another name bound to it (`alias = ys`): it
-    # is an output too, unless the branches leave it different shapes (then it is
-    # dropped: one program cannot hold both, and its own name is not read again).
-    extra = [n for n, v in zip(state, before[0]) if n not in outputs and type(v) in (list, dict)]
-    # Other Python objects the branches reach (`res["a"][0] = 2`, `foo.c = y`):
-    # each slot a branch writes is one more output, set after the op.
-    effects = Effects((true_fn, false_fn), covered={id(obj) for obj, _ in before[1]})
-    slots = known_slots(effects, true_fn.__code__)
-    old = dict(zip(state, before[0]))
-    # Paths of user objects the branches bind to different ones (`out = model(x)`
-    # on one side): carried as their parts (state.changed_objects).
-    deep = known_deep(true_fn.__code__)
-    # Objects that existed before the `if`: one that another name or a
-    # container also holds is never taken apart (`_branch`).
-    existed = ({id(v) for v in before[0]} | {id(obj) for _, obj, _, _ in effects.saved}, effects)
-    visible, block = set(), tr.block  # the blocks whose values the code after the `if` sees
+    site = _IfSite(st, before, tuple(outputs), tuple(return_names), return_flags,
+                   dict(zip(outputs, lines or ())), jump, jump_flags, true_fn.__code__,
+                   Effects((true_fn, false_fn), covered={id(obj) for obj, _ in before[1]}))
+    merged, trace = _trace_cond(pred, site, ((true_fn, "true", exits[0]), (false_fn, "false", exits[1])))
+    return _after_cond(site, trace, merged)
+
+
+@dataclasses.dataclass(eq=False)
+class _IfSite:
+    """One `if` on a graph tensor: what every trace of its two sides shares
+    (the facts of the call site, the state before the `if`), and what the
+    retries of `_trace_cond` learned to carry or take apart (each retry
+    traces both sides again from `before`)."""
+    st: State
+    before: tuple  # st.snapshot() before the `if`
+    outputs: tuple  # the names a later read sees (without `extra`)
+    return_names: tuple
+    return_flags: tuple
+    lines: dict  # output -> the user's lines where each side first assigns it
+    jump: tuple  # (kind, line, live) or None: see `convert_ifelse`
+    jump_flags: tuple
+    code: object  # the true branch's code: the key of what earlier traces learned
+    effects: Effects
+    # Set by __post_init__ (the last five grown by `learn`):
+    tr: object = dataclasses.field(init=False)  # the tracer
+    old: dict = dataclasses.field(init=False)  # state name -> its value before the `if`
+    existed: tuple = dataclasses.field(init=False)  # `_held_elsewhere`, `local_object_paths`
+    extra: list = dataclasses.field(init=False)
+    slots: list = dataclasses.field(init=False)
+    deep: set = dataclasses.field(init=False)
+    arrays: set = dataclasses.field(init=False)
+    first_bound: set = dataclasses.field(init=False)
+
+    def __post_init__(self):
+        self.tr = tr = tracer.current()
+        # Outputs carried as one tensor array: a list that a tensor loop in one
+        # branch turned into an array is turned into one in the other branch too.
+        self.arrays = set()
+        # A list or dict the branches change in place that no later code reads by its
+        # name may still be read through another name bound to it (`alias = ys`): it
+        # is an output too, unless the branches leave it different shapes (then it is
+        # dropped: one program cannot hold both, and its own name is not read again).
+        self.extra = [n for n, v in zip(self.st.names, self.before[0])
+                      if n not in self.outputs and type(v) in (list, dict)]
+        # Other Python objects the branches reach (`res["a"][0] = 2`, `foo.c = y`):
+        # each slot a branch writes is one more output, set after the op.
+        self.slots = known_slots(self.effects, self.code)
+        self.old = dict(zip(self.st.names, self.before[0]))
+        # Paths of user objects the branches bind to different ones (`out = model(x)`
+        # on one side): carried as their parts (state.changed_objects).
+        self.deep = known_deep(self.code)
+        # Objects that existed before the `if`: one that another name or a
+        # container also holds is never taken apart (`_held_elsewhere`); and the
+        # blocks whose values the code after the `if` sees.
+        self.existed = ({id(v) for v in self.before[0]} | {id(obj) for _, obj, _, _ in self.effects.saved},
+                        self.effects, _visible_blocks(tr.block))
+        # Names a side leaves unbound, or maybe unbound (a tensor loop or `if` in
+        # it first assigned them), where a later read sees them (`_find_unbound`).
+        self.first_bound = set(_FIRST_BOUND.get(tr, {}).get(self.code, ()))
+
+    def learn(self, retry, outs):
+        """Take in what a trace's `retry` (an exception `_trace_cond` retries
+        on) found to carry: slots, objects to take apart, tensor arrays, an
+        extra output to drop, names to carry with a bound flag. `outs`: the
+        outputs of that trace."""
+        if isinstance(retry, (EffectsChanged, Deeper)):
+            self.st.restore(self.before)
+            self.effects.restore()
+            if isinstance(retry, EffectsChanged):
+                self.slots = retry.slots
+            self.deep |= set(retry.paths)
+        elif isinstance(retry, _AsArrays):
+            grown = [outs[k] for k in retry.outputs if outs[k] in self.old]
+            refuse_list_aliases(grown, [self.old[n] for n in grown])
+            self.arrays |= retry.outputs
+        elif isinstance(retry, _Drop):
+            self.extra.remove(retry.name)
+        else:
+            self.first_bound |= retry.names
+
+
+def _visible_blocks(block):
+    """The indices of `block` and the blocks around it: the blocks whose
+    values the code after an `if` traced in `block` sees."""
+    visible = set()
     while block is not None:
         visible.add(block.idx)
         block = block.program.blocks[block.parent_idx] if block.parent_idx >= 0 else None
-    existed += (visible,)
-    # Names a side leaves unbound, or maybe unbound (a tensor loop or `if` in
-    # it first assigned them), where a later read sees them (`_find_unbound`).
-    first_bound = set(_FIRST_BOUND.get(tr, {}).get(true_fn.__code__, ()))
-    while True:
-        mark = tr.mark()
-        outs = tuple(outputs) + tuple(extra)
+    return visible
+
+
+class _Trace:
+    """What one trace of both sides of an `if` collects for the op and the
+    merge after it, per side ("true", "false"): the values of the outputs
+    (`seen`), their flattening specs (`specs`; the slots' in `slot_specs`),
+    the indices of the lists of tensors (`tensor_lists`), how each side
+    leaves each output (`kinds`, `_kind`); and the op's names of the leaves
+    (`leaf_names`), the slots the sides wrote (`written`)."""
+
+    def __init__(self, site):
+        self.outs = site.outputs + tuple(site.extra)
         # Names that may be unbound after the `if`: first assigned in an
         # earlier graph loop (bound only when it ran), or found so by
         # `_find_unbound`; each also carries, as one more output, whether it is bound.
-        flagged = [k for k, name in enumerate(outs) if name in first_bound or (
-            name in old and (maybe_unbound(old[name]) or isinstance(old[name], LoopFirst)))]
-        seen, specs, leaf_names, tensor_lists = {}, {}, [], {}
-        slot_specs, written, kinds = {}, [], {}
-        branches = [_branch(st, before, fn, side, outs, arrays, seen, specs, leaf_names,
-                            return_names, return_flags, jump, jump_flags, extra, exited, tensor_lists,
-                            (effects, slots, slot_specs, written), flagged, deep, existed,
-                            (kinds, dict(zip(outputs, lines or ())), first_bound))
-                    for fn, side, exited in ((true_fn, "true", exits[0]), (false_fn, "false", exits[1]))]
+        self.flagged = [k for k, name in enumerate(self.outs) if name in site.first_bound or (
+            name in site.old and (maybe_unbound(site.old[name]) or isinstance(site.old[name], LoopFirst)))]
+        self.seen, self.specs, self.leaf_names, self.tensor_lists = {}, {}, [], {}
+        self.slot_specs, self.written, self.kinds = {}, [], {}
+
+    def names_leaves(self, side):
+        """Whether the leaves of `side` give the op's leaf names: the true
+        side's do, the false side's where the true side raised (no specs)."""
+        return side == "true" or "true" not in self.specs
+
+
+def _trace_cond(pred, site, sides):
+    """The `cond` op of the `if` over `sides` ((branch function, "true" or
+    "false", whether it never falls through) each), traced again from the
+    state before the `if` while a trace finds more to carry (`_IfSite.learn`);
+    -> (the op's outputs, the trace that made it)."""
+    tr = site.tr
+    while True:
+        mark = tr.mark()
+        trace = _Trace(site)
+        branches = [_branch(site, trace, fn, side, exited) for fn, side, exited in sides]
         try:
-            merged = cf.cond(pred, *branches, names=leaf_names, return_names=tuple(return_names),
-                             lines=dict(zip(outputs, lines or ())), jump=jump and jump[:2])
-        except EffectsChanged as retry:
+            merged = cf.cond(pred, *branches, names=trace.leaf_names, return_names=site.return_names,
+                             lines=site.lines, jump=site.jump and site.jump[:2])
+        except (EffectsChanged, Deeper, _AsArrays, _Drop, _MaybeUnbound) as retry:
             tr.rollback(mark)
-            st.restore(before)
-            effects.restore()
-            slots = retry.slots
-            deep |= set(retry.paths)
-            continue
-        except Deeper as retry:
-            tr.rollback(mark)
-            st.restore(before)
-            effects.restore()
-            deep |= set(retry.paths)
-            continue
-        except _AsArrays as retry:
-            tr.rollback(mark)
-            old = dict(zip(state, before[0]))
-            grown = [outs[k] for k in retry.outputs if outs[k] in old]
-            refuse_list_aliases(grown, [old[n] for n in grown])
-            arrays |= retry.outputs
-            continue
-        except _Drop as retry:
-            tr.rollback(mark)
-            extra.remove(retry.name)
-            continue
-        except _MaybeUnbound as retry:
-            tr.rollback(mark)
-            first_bound |= retry.names
+            site.learn(retry, trace.outs)
             continue
         except ConversionError:
-            if not extra:
+            if not site.extra:
                 raise
             # The containers read by no later name may be what the op cannot
             # merge (elements of other dtypes): without them, as before.
             tr.rollback(mark)
-            extra = []
+            site.extra = []
             continue
-        break
-    st.restore(before)
-    effects.restore()
-    remember_slots(true_fn.__code__, slots)
-    remember_deep(true_fn.__code__, deep)
-    if first_bound:
-        _FIRST_BOUND.setdefault(tr, {})[true_fn.__code__] = frozenset(first_bound)
+        return merged, trace
+
+
+def _after_cond(site, trace, merged):
+    """Bind the outputs to the op's outputs `merged` (and set the slots),
+    keeping what this trace learned for the next trace of the same `if`;
+    -> the state's values after the `if`."""
+    st, old, outs = site.st, site.old, trace.outs
+    st.restore(site.before)
+    site.effects.restore()
+    remember_slots(site.code, site.slots)
+    remember_deep(site.code, site.deep)
+    if site.first_bound:
+        _FIRST_BOUND.setdefault(site.tr, {})[site.code] = frozenset(site.first_bound)
     if isinstance(merged, cf.Unreachable):  # both branches raise: nothing after the `if` runs
         return st.get()
     leaves = iter(merged)
-    merged = [unflatten(leaves, spec) for spec in specs.get("true", specs.get("false"))]
-    for slot, spec in zip(slots, slot_specs.get("true", slot_specs.get("false", ()))):
+    merged = [unflatten(leaves, spec) for spec in trace.specs.get("true", trace.specs.get("false"))]
+    for slot, spec in zip(site.slots, trace.slot_specs.get("true", trace.slot_specs.get("false", ()))):
         slot.set(unflatten(leaves, spec))
-    for k in flagged:
-        _keep_unbound_flag(outs[k], old[outs[k]], [values[k] for values in seen.values()], merged, k, next(leaves))
+    sides = trace.seen.values()  # (each side's values: a side that raised has none)
+    for k in trace.flagged:
+        _keep_unbound_flag(outs[k], old[outs[k]], [values[k] for values in sides], merged, k, next(leaves))
     # A list or dict both branches changed in place (rather than rebinding its name) is
     # changed in place here too: other names bound to it see the change, as in eager.
     for k, name in enumerate(outs):
-        if name in old and all(values[k] is old[name] for values in seen.values()):
+        if name in old and all(values[k] is old[name] for values in sides):
             merged[k] = refill(old[name], merged[k])
     st.set(merged, outs)
     return st.get()
@@ -248,129 +315,177 @@ def _mark_exit(code):
         marks[-1][1] = True
 
 
-def _branch(st, before, fn, side, outputs, arrays, seen, specs, leaf_names, return_names, return_flags,
-            jump=None, jump_flags=(), extra=(), exited=False, tensor_lists=None, python_effects=None, flagged=(),
-            deep=frozenset(), existed=(frozenset(), None, frozenset()), unbound=({}, {}, set())):
-    """The function `cf.cond` traces for one side: run the branch from the
-    state `before`, then return its outputs flattened (tuples and lists are
-    flattened: the op merges their elements), except the outputs in `arrays`,
-    which are tensor arrays. A value no later use can see (the branch
-    returned, or it is the return value and undefined) is `Unreachable`; a
-    branch that raises yields one `Unreachable` for all its values.
-    `python_effects` is ``(effects, slots, slot_specs, written)``: the
-    objects' slots carried as outputs after the named ones (each side's
-    flattening specs go to `slot_specs`); a slot written that is not among
-    `slots` has both sides traced again with it (``EffectsChanged``).
-    `flagged`: the outputs that may be unbound after the `if`; whether each
-    is bound is one more output, after the slots. `unbound` is ``(kinds,
-    lines, first_bound)``: each side's `_kind` of each output go to `kinds`
-    (the false side then asks `_find_unbound` which ones need a flag, other
-    than the names in `first_bound`); `lines` maps an output to the user's
-    lines where each side assigns it."""
-    effects, slots, slot_specs, written = python_effects
-    kinds, lines, first_bound = unbound
+def _branch(site, trace, fn, side, exited):
+    """The function `cf.cond` traces for one side: run the branch `fn` from
+    the state before the `if`, then return its outputs flattened (tuples and
+    lists are flattened: the op merges their elements), except the outputs in
+    `site.arrays`, which are tensor arrays; then the objects' slots
+    (`site.slots`), then, for each output `trace.flagged` (one that may be
+    unbound after the `if`), whether it is bound. A value no later use can
+    see (the branch returned, or it is the return value and undefined) is
+    `Unreachable`; a branch that raises yields one `Unreachable` for all its
+    values. The false side, traced second, compares the two sides and raises
+    for a retry (`_IfSite.learn`) where they need more carried: a slot written
+    that is not among the slots (``EffectsChanged``), objects to take apart
+    (``Deeper``), lists to carry as tensor arrays, names to flag
+    (`_find_unbound`). `exited`: the side never falls through in the user's
+    code."""
 
     def run():
         nonlocal exited
-        st.restore(before)
-        effects.restore()
-        prior = st.get(outputs)
-        with _exit_scope(fn) as entry:
-            result = raising_as_op(fn)()
-        exited = entry[1] or exited
-        if not isinstance(result, cf.Unreachable):  # a side that raises leaves nothing behind
-            written.extend(effects.written())
-        values = st.get(outputs)
-        replaced = []
-        if side == "false" and "true" in seen and not isinstance(result, cf.Unreachable):
-            replaced = [p for k, (a, b) in enumerate(zip(seen["true"], values)) if k not in arrays
-                        for p in changed_objects(a, b, deep, (outputs[k],)) if p not in deep
-                        and not _held_elsewhere(p, outputs, (seen["true"], values), existed)]
-        elif side == "false" and ("true" in seen or not isinstance(result, cf.Unreachable)):
-            # One side raises on every path: the other's values pass as they are,
-            # but an object holding values of its own block leaves it as its parts.
-            live = seen["true"] if "true" in seen else values
-            replaced = [p for k, v in enumerate(live) if k not in arrays
-                        for p in local_object_paths(v, existed[2], (outputs[k],)) if p not in deep]
+        result, prior, values, ran_to_an_exit = _run_side(site, trace, fn)
+        exited = ran_to_an_exit or exited
+        raised = isinstance(result, cf.Unreachable)
+        replaced = _replaced_objects(site, trace, side, values, raised)
         if side == "false":
-            found = merge_slots(slots, written)
-            if len(found) > len(slots):
+            found = merge_slots(site.slots, trace.written)
+            if len(found) > len(site.slots):
                 raise EffectsChanged(found, replaced)
-        if isinstance(result, cf.Unreachable):
+        if raised:
             if replaced:
                 raise Deeper(replaced)
             if side == "false":
-                _find_unbound(kinds, outputs, flagged, first_bound, return_names, lines, jump)
+                _find_unbound(site, trace)
             return cf.Unreachable(side)
-        seen[side] = values
-        tensor_lists[side] = _tensor_lists(values)
+        trace.seen[side] = values
+        trace.tensor_lists[side] = _tensor_lists(values)
         if side == "false":
-            became_arrays = _lists_become_arrays(seen, arrays)
+            became_arrays = _lists_become_arrays(trace.seen, site.arrays)
             if became_arrays:
                 raise _AsArrays(became_arrays)
             if replaced:
                 raise Deeper(replaced)
-        returned = any(values[outputs.index(f)] is True for f in return_flags)
-        # Names a path that took a break/continue may still read (each jump taken narrows them).
-        still_read = [set(live) for f, live in jump_flags if values[outputs.index(f)] is True]
-        if side == "false" and jump is not None:
-            still_read.append(set(jump[2]))
-        if exited and not returned:
-            # Every path of this side returned or jumped: it may still be read by
-            # the jumps whose flag it may have set (none: it returned).
-            still_read.append(set().union(*(live for f, live in jump_flags
-                                            if values[outputs.index(f)] is not False)))
-        leaves, specs[side] = [], []
-        for k, value in enumerate(values):
-            if k in arrays and type(value) is list:
-                value = loop_init(value)
-            if isinstance(value, Undefined) and (returned or outputs[k] in return_names or isinstance(
-                    value, LoopFirst) or any(outputs[k] not in live for live in still_read)):
-                value = cf.Unreachable(outputs[k])
-            kinds.setdefault(side, []).append((_kind(value), value))
-            # (A name that may be unbound after the `if`, unbound on this
-            # side: a placeholder, its flag False, `_bound_flag`.)
-            if isinstance(value, Undefined) and k in flagged:
-                value = cf.Unreachable(outputs[k])
-            true_spec = specs["true"][k] if side == "false" and "true" in specs else None
-            if isinstance(value, Undefined) and true_spec is not None:
-                value = unflatten(iter(lambda: value, None), true_spec)
-            flat, spec = flatten(value, True, deep, (outputs[k],))
-            leaves += flat
-            specs[side].append(spec)
-            if side == "true" or "true" not in specs:
-                leaf_names.extend([outputs[k]] * len(flat))
-        slot_specs[side] = []
-        for slot in slots:
-            value = slot.get()
-            if is_missing(value):
-                raise error_at_user_line(
-                    f"{slot.name!r} is set in a branch of the `if` on a tensor at this line but has no value on "
-                    "the other path; set it before the `if` (or in both branches)")
-            flat, spec = flatten(value)
-            leaves += flat
-            slot_specs[side].append(spec)
-            if side == "true" or "true" not in specs:
-                leaf_names.extend([slot.name] * len(flat))
-            if side == "false" and "true" in slot_specs and slot_specs["true"][len(slot_specs[side]) - 1] != spec:
-                raise error_at_user_line(
-                    f"{slot.name!r} is a {describe(slot_specs['true'][len(slot_specs[side]) - 1])} in the true "
-                    f"branch but a {describe(spec)} in the false branch of the `if` on a tensor at this line; "
-                    "a Python list, tuple or dict cannot change its length or keys under a tensor condition")
-        for k in flagged:
+        leaves = _output_leaves(site, trace, side, values, exited)
+        leaves += _slot_leaves(site, trace, side)
+        for k in trace.flagged:
             leaves.append(_bound_flag(values[k], prior[k]))
-            if side == "true" or "true" not in specs:
-                leaf_names.append(outputs[k])
+            if trace.names_leaves(side):
+                trace.leaf_names.append(trace.outs[k])
         if side == "false":
-            _find_unbound(kinds, outputs, flagged, first_bound, return_names, lines, jump)
-            grown = _lists_of_tensors_that_differ(tensor_lists, specs, arrays)
-            if grown:
-                raise _AsArrays(grown)
-            structure = _structure_error(specs, outputs, extra)
-            if structure is not None:
-                raise structure
+            _compare_sides(site, trace)
         return tuple(leaves)
     return run
+
+
+def _run_side(site, trace, fn):
+    """Run the branch `fn` from the state before the `if` (a side that
+    raises as a `raise` op: `raising_as_op`); -> (its result, the outputs'
+    values before it and after it, whether it took an arm that never falls
+    through of an `if` on a Python value in it)."""
+    site.st.restore(site.before)
+    site.effects.restore()
+    prior = site.st.get(trace.outs)
+    with _exit_scope(fn) as entry:
+        result = raising_as_op(fn)()
+    if not isinstance(result, cf.Unreachable):  # a side that raises leaves nothing behind
+        trace.written.extend(site.effects.written())
+    return result, prior, site.st.get(trace.outs), entry[1]
+
+
+def _replaced_objects(site, trace, side, values, raised):
+    """The paths of the user objects, not yet taken apart (`site.deep`), that
+    the false side (its `values`; `raised`: it raised on every path) binds
+    to other objects than the true side (`state.changed_objects`) or, where
+    one side raises on every path, that hold values of the other's own
+    block: the `if` is traced again taking them apart (``Deeper``)."""
+    outputs, arrays, deep = trace.outs, site.arrays, site.deep
+    if side == "false" and "true" in trace.seen and not raised:
+        true_values = trace.seen["true"]
+        return [p for k, (a, b) in enumerate(zip(true_values, values)) if k not in arrays
+                for p in changed_objects(a, b, deep, (outputs[k],)) if p not in deep
+                and not _held_elsewhere(p, outputs, (true_values, values), site.existed)]
+    if side == "false" and ("true" in trace.seen or not raised):
+        # One side raises on every path: the other's values pass as they are,
+        # but an object holding values of its own block leaves it as its parts.
+        live = trace.seen["true"] if "true" in trace.seen else values
+        return [p for k, v in enumerate(live) if k not in arrays
+                for p in local_object_paths(v, site.existed[2], (outputs[k],)) if p not in deep]
+    return []
+
+
+def _output_leaves(site, trace, side, values, exited):
+    """The op's leaves for the outputs' `values` on `side` (each output's
+    flattening spec goes to `trace.specs`, how the side leaves it to
+    `trace.kinds`): a value no later read can see is `Unreachable`.
+    `exited`: the side never falls through in the user's code."""
+    outputs, specs = trace.outs, trace.specs
+    returned = any(values[outputs.index(f)] is True for f in site.return_flags)
+    still_read = _still_read(site, side, outputs, values, exited and not returned)
+    leaves, specs[side] = [], []
+    for k, value in enumerate(values):
+        if k in site.arrays and type(value) is list:
+            value = loop_init(value)
+        if isinstance(value, Undefined) and (returned or outputs[k] in site.return_names or isinstance(
+                value, LoopFirst) or any(outputs[k] not in live for live in still_read)):
+            value = cf.Unreachable(outputs[k])
+        trace.kinds.setdefault(side, []).append((_kind(value), value))
+        # (A name that may be unbound after the `if`, unbound on this
+        # side: a placeholder, its flag False, `_bound_flag`.)
+        if isinstance(value, Undefined) and k in trace.flagged:
+            value = cf.Unreachable(outputs[k])
+        true_spec = specs["true"][k] if side == "false" and "true" in specs else None
+        if isinstance(value, Undefined) and true_spec is not None:
+            value = unflatten(iter(lambda: value, None), true_spec)
+        flat, spec = flatten(value, True, site.deep, (outputs[k],))
+        leaves += flat
+        specs[side].append(spec)
+        if trace.names_leaves(side):
+            trace.leaf_names.extend([outputs[k]] * len(flat))
+    return leaves
+
+
+def _still_read(site, side, outputs, values, exited):
+    """The sets of names that a path of `side` which took a break/continue
+    may still read (each jump taken narrows them). `exited`: the side never
+    falls through in the user's code and no return flag of it is True."""
+    still_read = [set(live) for f, live in site.jump_flags if values[outputs.index(f)] is True]
+    if side == "false" and site.jump is not None:
+        still_read.append(set(site.jump[2]))
+    if exited:
+        # Every path of this side returned or jumped: it may still be read by
+        # the jumps whose flag it may have set (none: it returned).
+        still_read.append(set().union(*(live for f, live in site.jump_flags
+                                        if values[outputs.index(f)] is not False)))
+    return still_read
+
+
+def _slot_leaves(site, trace, side):
+    """The op's leaves for the objects' slots on `side` (their flattening
+    specs go to `trace.slot_specs`); a slot must have a value on both sides
+    and the same structure."""
+    leaves, slot_specs = [], trace.slot_specs
+    slot_specs[side] = []
+    for i, slot in enumerate(site.slots):
+        value = slot.get()
+        if is_missing(value):
+            raise error_at_user_line(
+                f"{slot.name!r} is set in a branch of the `if` on a tensor at this line but has no value on "
+                "the other path; set it before the `if` (or in both branches)")
+        flat, spec = flatten(value)
+        leaves += flat
+        slot_specs[side].append(spec)
+        if trace.names_leaves(side):
+            trace.leaf_names.extend([slot.name] * len(flat))
+        if side == "false" and "true" in slot_specs and slot_specs["true"][i] != spec:
+            raise error_at_user_line(
+                f"{slot.name!r} is a {describe(slot_specs['true'][i])} in the true "
+                f"branch but a {describe(spec)} in the false branch of the `if` on a tensor at this line; "
+                "a Python list, tuple or dict cannot change its length or keys under a tensor condition")
+    return leaves
+
+
+def _compare_sides(site, trace):
+    """Once both sides are traced: raise for a retry where a name needs a
+    bound flag (`_find_unbound`) or lists of tensors differ in length (carried
+    as tensor arrays); raise where the sides leave an output different
+    structures (`_structure_error`)."""
+    _find_unbound(site, trace)
+    grown = _lists_of_tensors_that_differ(trace.tensor_lists, trace.specs, site.arrays)
+    if grown:
+        raise _AsArrays(grown)
+    structure = _structure_error(trace.specs, trace.outs, site.extra)
+    if structure is not None:
+        raise structure
 
 
 def _held_elsewhere(path, outputs, sides, existed):
@@ -399,7 +514,7 @@ def _kind(value):
     return "maybe" if maybe_unbound(value) else "bound"
 
 
-def _find_unbound(kinds, outputs, flagged, first_bound, return_names, lines, jump):
+def _find_unbound(site, trace):
     """Once both sides are traced: raise `_MaybeUnbound` for the outputs not
     yet in `first_bound` that a later read may find unbound (one side binds
     the name, the other does not, or may not), as Python's scoping has it:
@@ -410,17 +525,18 @@ def _find_unbound(kinds, outputs, flagged, first_bound, return_names, lines, jum
     line. Names `flagged` for a loop that first assigned them before the
     `if` are `_keep_unbound_flag`'s; the lowered return value is not a name
     (cf.cond gives it a placeholder where a path has not returned)."""
+    kinds, first_bound = trace.kinds, site.first_bound
     sides = [(side, kinds[side]) for side in ("true", "false") if side in kinds]
     found = set()
-    for k, name in enumerate(outputs):
-        if name in return_names or (k in flagged and name not in first_bound):
+    for k, name in enumerate(trace.outs):
+        if name in site.return_names or (k in trace.flagged and name not in first_bound):
             continue
         here = {side: kind[k] for side, kind in sides}
         states = {state for state, _ in here.values()}
         if "maybe" in states or {"unbound", "bound"} <= states:
             for side, (state, value) in here.items():
                 if state == "bound" and not _flaggable(value):
-                    raise _unflaggable(name, side, value, here, lines, jump)
+                    raise _unflaggable(name, side, value, here, site.lines, site.jump)
             found.add(name)
     if found - first_bound:
         raise _MaybeUnbound(found)

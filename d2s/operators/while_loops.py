@@ -103,60 +103,15 @@ def _guarded(test, body, names, return_names, counter, st):
 def _graph_loop(test, body, names, return_names, st, effects, slots, deep=frozenset()):
     """The ``while`` op over the loop variables ``names``, then the object
     ``slots`` of ``effects`` (see ``effects.py``), each as its leaves."""
-    # A dict or tuple the loop carries is carried as its leaves (a dict changed
-    # in place stays the same dict, as in eager); its keys and length must stay.
-    # So is a user object at a path in `deep`, one the body replaces with a new
-    # one of its class (`out = model(x)`): its class and structure must stay.
     start = st.get()
-    refuse_object_aliases([(n, v) for n, v in zip(names, start) if (n,) in deep and carried_node(v) is not None],
-                          effects)
-    layout = [flatten(v, False, deep, (n,))[1] if type(v) in (dict, tuple) or (n,) in deep else None
-              for n, v in zip(names, start)]
-    slot_start = [slot.get() for slot in slots]
-    for slot, value in zip(slots, slot_start):
-        if is_missing(value):
-            raise error_at_user_line(
-                f"{slot.name!r} is first set inside this loop on a tensor; a loop variable needs a value before "
-                "the loop: set it before the loop")
-    slot_layout = [flatten(v)[1] for v in slot_start]
-
-    def unpack(leaves):
-        it = iter(leaves)
-        values = [next(it) if spec is None else refill(old, unflatten(it, spec))
-                  for old, spec in zip(start, layout)]
-        for slot, spec in zip(slots, slot_layout):
-            slot.set(unflatten(it, spec))
-        return values
-
-    def pack(values):
-        found = merge_slots(slots, effects.written())
-        replaced = [p for name, old, value in zip(names, start, values)
-                    for p in changed_objects(old, value, deep, (name,), lists=False) if p not in deep]
-        if len(found) > len(slots):
-            raise EffectsChanged(found, replaced)
-        if replaced:
-            raise Deeper(replaced)
-        leaves = []
-        for name, value, spec in zip(names, values, layout):
-            if spec is None:
-                leaves.append(value)
-                continue
-            flat, now = flatten(value, False, deep, (name,))
-            if now != spec:
-                raise error_at_user_line(
-                    f"loop variable {name!r} is a {describe(spec)} before the loop but a {describe(now)} after "
-                    "one iteration; a loop over a tensor condition cannot change the length or keys of a "
-                    "Python tuple or dict: build it before the loop with every entry it will have")
-            leaves += flat
-        for slot, spec in zip(slots, slot_layout):
-            flat, now = flatten(slot.get())
-            if now != spec:
-                raise error_at_user_line(
-                    f"{slot.name!r} is a {describe(spec)} before the loop but a {describe(now)} after one "
-                    "iteration; a loop over a tensor condition cannot change the length or keys of a Python "
-                    "list, tuple or dict it does not carry by name: build it before the loop with every entry")
-            leaves += flat
-        return leaves
+    carried = _Carried(names, start, effects, slots, deep)
+    leaf_names = carried.leaf_names()
+    refuse_list_aliases(names, start)
+    maybe = [n for n, v in zip(names, start)
+             if (isinstance(v, Undefined) or maybe_unbound(v)) and n not in return_names]
+    carried.start = start = [LoopFirst(n) if n in maybe and isinstance(v, Undefined) else v
+                             for n, v in zip(names, start)]
+    init = [loop_init(v) for v in carried.pack(start)]
 
     # Each trace of the test or the body (cf.while_loop traces the body again
     # when a shape relaxes or a list becomes a tensor array) starts from the
@@ -164,26 +119,18 @@ def _graph_loop(test, body, names, return_names, st, effects, slots, deep=frozen
     # that is not (yet) carried must not hand that trace's values to this one.
     def cond_fn(*leaves):
         effects.restore()
-        st.set(unpack(leaves))
+        st.set(carried.unpack(leaves))
         return test()
 
     def body_fn(*leaves):
         effects.restore()
-        st.set(unpack(leaves))
+        st.set(carried.unpack(leaves))
         if isinstance(raising_as_op(body)(), cf.Unreachable):
             # The body raises on every path (`raise`, `[1, 2, 3][4]`): a `raise`
             # op that a run reaches only when it takes a trip; no trip ends.
             return list(leaves)
-        return pack(st.get())
+        return carried.pack(st.get())
 
-    leaf_names = [n for n, v, spec in zip(names, start, layout)
-                  for _ in (flatten(v, False, deep, (n,))[0] if spec is not None else [v])]
-    leaf_names += [slot.name for slot, v in zip(slots, slot_start) for _ in flatten(v)[0]]
-    refuse_list_aliases(names, start)
-    maybe = [n for n, v in zip(names, start)
-             if (isinstance(v, Undefined) or maybe_unbound(v)) and n not in return_names]
-    start = [LoopFirst(n) if n in maybe and isinstance(v, Undefined) else v for n, v in zip(names, start)]
-    init = [loop_init(v) for v in pack(start)]
     # A name the body first assigns (`for row in x: v = row * 2`), or one
     # that an earlier graph loop first assigned, is bound after the loop when
     # a run bound it: a flag per name carried with the loop says so, and a
@@ -199,11 +146,93 @@ def _graph_loop(test, body, names, return_names, st, effects, slots, deep=frozen
     effects.restore()
     if maybe:
         final, bound = final[:-len(maybe)], final[-len(maybe):]
-    st.set(unpack(final))
+    st.set(carried.unpack(final))
     for name, value in zip(names, st.get()):
         if name in maybe and isinstance(value, Variable):
             value.unbound_unless, value.unbound_unless_name = bound[maybe.index(name)], name
     return st.get()
+
+
+class _Carried:
+    """How a graph loop carries its variables ``names`` and the object
+    ``slots`` of ``effects`` as the ``while`` op's leaves. A dict or tuple
+    the loop carries is carried as its leaves (a dict changed in place stays
+    the same dict, as in eager); its keys and length must stay. So is a user
+    object at a path in `deep`, one the body replaces with a new one of its
+    class (`out = model(x)`): its class and structure must stay."""
+
+    def __init__(self, names, start, effects, slots, deep):
+        self.names, self.start, self.effects, self.slots, self.deep = names, start, effects, slots, deep
+        refuse_object_aliases([(n, v) for n, v in zip(names, start) if (n,) in deep and carried_node(v) is not None],
+                              effects)
+        # Each variable's flattening spec (None: carried as one leaf), each slot's.
+        self.layout = [flatten(v, False, deep, (n,))[1] if type(v) in (dict, tuple) or (n,) in deep else None
+                       for n, v in zip(names, start)]
+        slot_start = [slot.get() for slot in slots]
+        for slot, value in zip(slots, slot_start):
+            if is_missing(value):
+                raise error_at_user_line(
+                    f"{slot.name!r} is first set inside this loop on a tensor; a loop variable needs a value "
+                    "before the loop: set it before the loop")
+        self.slot_start = slot_start
+        self.slot_layout = [flatten(v)[1] for v in slot_start]
+
+    def leaf_names(self):
+        """The while op's name of each leaf (of the values before the loop):
+        the variables', then the slots'."""
+        names = [n for n, v, spec in zip(self.names, self.start, self.layout)
+                 for _ in (flatten(v, False, self.deep, (n,))[0] if spec is not None else [v])]
+        return names + [slot.name for slot, v in zip(self.slots, self.slot_start) for _ in flatten(v)[0]]
+
+    def unpack(self, leaves):
+        """The variables' values from the op's `leaves` (a dict or list from
+        before the loop refilled: `refill`); the slots set to theirs."""
+        it = iter(leaves)
+        values = [next(it) if spec is None else refill(old, unflatten(it, spec))
+                  for old, spec in zip(self.start, self.layout)]
+        for slot, spec in zip(self.slots, self.slot_layout):
+            slot.set(unflatten(it, spec))
+        return values
+
+    def pack(self, values):
+        """The op's leaves for the variables' `values` and the slots' values
+        now. Raises for a retry (``EffectsChanged``, ``Deeper``) where the
+        body wrote a slot not carried or replaced an object not taken apart,
+        and where a value's structure is not the one it had before the loop."""
+        found = merge_slots(self.slots, self.effects.written())
+        replaced = [p for name, old, value in zip(self.names, self.start, values)
+                    for p in changed_objects(old, value, self.deep, (name,), lists=False) if p not in self.deep]
+        if len(found) > len(self.slots):
+            raise EffectsChanged(found, replaced)
+        if replaced:
+            raise Deeper(replaced)
+        leaves = []
+        for name, value, spec in zip(self.names, values, self.layout):
+            if spec is None:
+                leaves.append(value)
+                continue
+            flat, now = flatten(value, False, self.deep, (name,))
+            if now != spec:
+                raise error_at_user_line(
+                    f"loop variable {name!r} is a {describe(spec)} before the loop but a {describe(now)} after "
+                    "one iteration; a loop over a tensor condition cannot change the length or keys of a "
+                    "Python tuple or dict: build it before the loop with every entry it will have")
+            leaves += flat
+        return leaves + self._slot_leaves()
+
+    def _slot_leaves(self):
+        """The op's leaves for the slots' values now; their structure must be
+        the one they had before the loop."""
+        leaves = []
+        for slot, spec in zip(self.slots, self.slot_layout):
+            flat, now = flatten(slot.get())
+            if now != spec:
+                raise error_at_user_line(
+                    f"{slot.name!r} is a {describe(spec)} before the loop but a {describe(now)} after one "
+                    "iteration; a loop over a tensor condition cannot change the length or keys of a Python "
+                    "list, tuple or dict it does not carry by name: build it before the loop with every entry")
+            leaves += flat
+        return leaves
 
 
 def _with_bound_flags(cond_fn, body_fn, init, maybe_leaves, flags):
