@@ -43,6 +43,9 @@ _DEVICE = re.compile(r"(cpu|cuda|meta|mps|xpu)(:[0-9]{1,3})?")
 # Keywords Python's bindings accept beyond a native schema's argument names.
 _PYTHON_KEYWORDS = {"input", "self", "out", "dtype", "layout", "device", "pin_memory", "requires_grad",
                     "memory_format", "names", "generator", "non_blocking", "copy"}
+# NumPy's spellings that torch's argument parser takes for a schema's
+# names (`torch.mean(x, axis=1, keepdims=True)`), as python_arg_parser.cpp.
+_NUMPY_NAMES = {"axis": "dim", "keepdims": "keepdim", "x": "input", "a": "input", "x1": "input", "x2": "other"}
 
 
 class CallError(ValueError):
@@ -160,6 +163,8 @@ def _check_overload(positional, by_name, args, kwargs):
     if positional and positional[0][0] == "self":
         by_name = dict(by_name, input=by_name.get("self", ""))
     for key, value in kwargs.items():
+        if key not in by_name and _NUMPY_NAMES.get(key) in by_name:
+            key = _NUMPY_NAMES[key]
         if key not in by_name and key not in _PYTHON_KEYWORDS:
             raise CallError(f"keyword {key!r} is not an argument of this function "
                             f"(it takes {', '.join(sorted(by_name))})")

@@ -273,3 +273,25 @@ def test_state_that_changes_shape_every_call_is_refused_at_save(tmp_path):
     static(torch.ones(1, 2))
     with pytest.raises(ValueError, match=r"reads module state as float32\[2, 2\] and stores float32\[3, 2\] back"):
         d2s.jit.save(static, str(tmp_path / "m"))
+
+
+class NumpyKeywords(nn.Module):
+    """NumPy's spellings of torch's argument names, which torch's own
+    argument parser takes (ParityBench: nfnets, VRCNet)."""
+
+    def forward(self, x):
+        y = torch.cat([x, x], axis=1)
+        return torch.mean(y, axis=1, keepdims=True) + y.sum(axis=-1, keepdims=True), torch.sub(x, x2=y[:, :1])
+
+
+def test_numpy_keyword_spellings_save_and_reload(tmp_path):
+    module = NumpyKeywords()
+    x = torch.randn(3, 2)
+    eager = module(x)
+    static = d2s.declarative(module)
+    assert _same(static(x), eager)
+    d2s.jit.save(static, str(tmp_path / "m"), input_spec=[d2s.InputSpec([None, 2])])
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    for rows in (3, 1):
+        x = torch.randn(rows, 2)
+        assert _same(loaded(x), module(x))
