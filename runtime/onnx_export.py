@@ -33,7 +33,7 @@ from .onnx_checks import conjunction, gated, is_check, lower_check
 from .onnx_common import _ELEM, _NUMPY, OnnxExportError, _origin, _span, elem_type, op_error
 from .onnx_ops import LOWERINGS
 from .replay import (AliasingError, check_aliasing, failing_op, op_reads, reads_and_writes, region_function,
-                     untraceable)
+                     outer_writes, state_write, untraceable, written_roots)
 
 
 # torch.onnx translates to opset 18 and later.
@@ -148,14 +148,17 @@ class Lowering:
         from .onnx_regions import OpMarker, RegionError, export_region, splice  # lazy: export only (torch.onnx)
         from .onnx_rnn import region_op_defs  # lazy: registers torch custom ops, when exporting only
         reads, writes = reads_and_writes(ops)
+        # Inputs written through a view made here (`y = x.data; y.copy_(v)`):
+        # the trace returns their new values too.
+        through = [n for n in written_roots(ops) if n not in writes]
         try:
-            check_aliasing(self.program, ops, set(reads) & set(writes))
+            check_aliasing(self.program, ops, set(reads) & (set(writes) | set(through)))
         except AliasingError as e:
             raise op_error(e.op, str(e)) from None
         refused = untraceable(ops)
         if refused:
             raise op_error(*refused)
-        outputs = [n for n in writes if n in live]
+        outputs = [n for n in writes + through if n in live]
         if not outputs:
             return  # nothing read later
         marker = OpMarker()
@@ -245,12 +248,13 @@ class Lowering:
 
     # -- control flow ------------------------------------------------------------------
     def cond(self, graph, block, op):
-        outs = op.output("Out")
+        written = outer_writes(block, op)
+        outs = op.output("Out") + written
         out_vars = [block.find_var(n) for n in outs]
         branches, checks = [], []
         for side in ("true", "false"):
             sub = op.attrs[f"{side}_block"]
-            names = op.attrs[f"{side}_outs"]
+            names = op.attrs[f"{side}_outs"] + written
             branch, ok = self.subgraph(graph, sub, list(zip(names, out_vars)), f"{side}_block_{sub.idx}")
             branches.append(branch)
             checks.append(ok)
@@ -283,7 +287,10 @@ class Lowering:
         graph.guards += first.guards
         start = first.read(cond_out)
 
-        carried = [(name, body.vars[name]) for name in loop_vars]
+        # Names of the enclosing scope the loop writes in place: carried too.
+        written = [n for n in outer_writes(block, op) if n not in loop_vars]
+        loop_vars, body_outs = loop_vars + written, body_outs + written
+        carried = [(name, body.find_var(name)) for name in loop_vars]
         inputs = [helper.make_tensor_value_info(self.fresh("iter"), TensorProto.INT64, []),
                   helper.make_tensor_value_info(self.fresh("cond_in"), TensorProto.BOOL, [])]
         renamed = {}
@@ -313,9 +320,9 @@ class Lowering:
             both = self.fresh("checks")
             body_graph.node.append(helper.make_node("And", [carried_ok, ok], [both]))
             self.guard_output(body_graph, both)
-        outs = op.output("Out")
+        outs = op.output("Out") + written
         initial = []
-        for init, (_, var) in zip(op.input("Init"), carried):
+        for init, (_, var) in zip(op.input("Init") + written, carried):
             init_var = block.find_var(init)
             if var.kind == TENSOR_ARRAY and not getattr(init_var, "elem_known", True):
                 # An array nothing was appended to yet: its element type is
@@ -349,6 +356,7 @@ def program_to_onnx(program, feed_names, fetch_names, params, opset_version=None
         # An ONNX model with no outputs is invalid (onnxruntime cannot load one).
         raise OnnxExportError("the program computes no tensor: its results are Python values fixed when it was "
                               "converted, so there is nothing for an ONNX model to compute")
+    _refuse_state_writes(program)
     lowering = Lowering(program, opset)
     lowering.progress = progress
     block = program.global_block()
@@ -397,6 +405,15 @@ def program_to_onnx(program, feed_names, fetch_names, params, opset_version=None
     # the onnx package (onnxruntime lags it) load the model.
     model.ir_version = helper.find_min_ir_version_for(opsets)
     return model
+
+
+def _refuse_state_writes(program):
+    found = state_write(program)
+    if found is not None:
+        op, name = found
+        raise op_error(op, f"it writes the model's state {name!r} (a parameter or buffer) in place; an ONNX model "
+                       "keeps no state between runs, so its later runs would differ from the model's later "
+                       "calls; export a model whose forward does not write its state")
 
 
 def _slice(ops, names):

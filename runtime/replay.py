@@ -130,7 +130,99 @@ _VIEW_METHODS = {"view", "view_as", "__getitem__", "transpose", "permute", "t", 
                  "expand", "expand_as", "squeeze", "unsqueeze", "flatten", "unflatten", "reshape", "reshape_as",
                  "chunk", "split", "tensor_split", "unbind", "diagonal", "as_strided", "detach", "unfold",
                  "movedim", "moveaxis", "swapaxes", "swapdims", "real", "imag", "view_as_real", "view_as_complex",
-                 "contiguous", "alias", "indices", "values"}
+                 "contiguous", "alias", "indices", "values", "data"}
+
+
+def _viewed(op):
+    """The name whose memory `op`'s results may share, or None."""
+    if op.type.rsplit(".", 1)[-1] in _VIEW_METHODS and op.input("X"):
+        return op.input("X")[0]
+    return None
+
+
+def view_bases(ops):
+    """{result of a view op: the name it views} over `ops` and their sub-blocks."""
+    bases = {}
+    stack = list(ops)
+    while stack:
+        op = stack.pop()
+        base = _viewed(op)
+        if base is not None:
+            bases.update((out, base) for out in op.output("Out") if out != base)
+        for sub in op.sub_blocks():
+            stack += sub.ops
+    return bases
+
+
+def written_through(op, bases):
+    """The names a mutating `op` may write: its first input and, through
+    `bases` (`view_bases`), every tensor that input is a view of
+    (`y = x.data; y.copy_(v)` writes `x`)."""
+    if not get_op_def(op.type).mutates or not op.input("X"):
+        return []
+    names, name = [], op.input("X")[0]
+    while name is not None and name not in names:
+        names.append(name)
+        name = bases.get(name)
+    return names
+
+
+def written_roots(ops):
+    """Every name the mutating ops of `ops` (sub-blocks included) may write,
+    directly or through a view made among these ops, in first-seen order."""
+    bases, found, stack = view_bases(ops), {}, list(reversed(ops))
+    while stack:
+        op = stack.pop()
+        found.update(dict.fromkeys(written_through(op, bases)))
+        for sub in reversed(op.sub_blocks()):
+            stack += reversed(sub.ops)
+    return list(found)
+
+
+def outer_writes(block, op):
+    """The names of `block`'s scope that the sub-blocks of `op` (a cond or
+    while) write in place, directly or through a view made there. In a
+    program the write reaches the tensor itself; exported values are
+    immutable, so the exported branch or loop yields their new values, as
+    it yields the op's outputs."""
+    local, stack = set(), list(op.sub_blocks())
+    while stack:
+        sub = stack.pop()
+        local.update(sub.vars)
+        for inner in sub.ops:
+            stack += inner.sub_blocks()
+    names = written_roots([inner for sub in op.sub_blocks() for inner in sub.ops])
+    return [n for n in names if n not in local and _visible(block, n)]
+
+
+def _visible(block, name):
+    try:
+        block.find_var(name)
+        return True
+    except KeyError:
+        return False
+
+
+def state_write(program):
+    """(op, name) of the first op that writes in place (directly or through
+    a view) a parameter or buffer that the program also reads, or None. An
+    exported model keeps no state between runs: with such a write (ActNorm's
+    data-dependent init, a counter that scales the output) its later runs
+    would differ from the model's later calls. State only written
+    (`num_batches_tracked += 1` of a train-mode batch norm) changes no
+    later result, so dropping the write is exact."""
+    persistable = {v.name for v in program.persistable_vars()}
+    ops = [op for b in program.blocks for op in b.ops]
+    bases = view_bases(ops)
+    read = set()
+    for op in ops:
+        target = written_through(op, bases)[:1]
+        read.update(n for n in op.input_names if n not in target)
+    for op in ops:
+        state = [n for n in written_through(op, bases) if n in persistable and n in read]
+        if state:
+            return op, state[-1]
+    return None
 
 
 class AliasingError(ValueError):
@@ -152,11 +244,12 @@ def check_aliasing(program, ops, written_inputs):
     views, inside = set(), {id(op) for op in ops}
     for block in program.blocks:
         for op in block.ops:
-            if id(op) not in inside and op.type.rsplit(".", 1)[-1] in _VIEW_METHODS:
+            if id(op) not in inside and _viewed(op) is not None:
                 views.update(op.input("X")[:1] + op.output("Out"))
+    bases = view_bases(ops)
     for op in ops:
-        name = (op.input("X") or [None])[0]
-        if name in written_inputs and name in views and get_op_def(op.type).mutates:
-            raise AliasingError(f"it writes {name!r} in place, which shares memory with a view, across a "
-                                "branch or loop; exported values cannot alias: write `x = x.op(...)` instead "
-                                "of `x.op_(...)`", op)
+        for name in written_through(op, bases):
+            if name in written_inputs and name in views:
+                raise AliasingError(f"it writes {name!r} in place, which shares memory with a view, across a "
+                                    "branch or loop; exported values cannot alias: write `x = x.op(...)` "
+                                    "instead of `x.op_(...)`", op)

@@ -17,7 +17,8 @@ import torch
 from .ir import GENERATOR, TENSOR_ARRAY
 from .optable import get_op_def
 from .onnx_regions import example_inputs
-from .replay import AliasingError, check_aliasing, op_reads, reads_and_writes, region_function, untraceable
+from .replay import (AliasingError, check_aliasing, op_reads, outer_writes, reads_and_writes, region_function,
+                     state_write, untraceable, written_roots)
 
 
 class TorchExportError(ValueError):
@@ -62,6 +63,11 @@ def _check(program):
         if var.kind == GENERATOR:
             raise TorchExportError(f"the program takes the torch.Generator {var.name!r}, which an ExportedProgram "
                                    "cannot take as an input")
+    found = state_write(program)
+    if found is not None:
+        raise TorchExportError(f"op {found[0].type!r} writes the model's state {found[1]!r} (a parameter or "
+                               "buffer) in place; the ExportedProgram keeps no state between runs, so its later "
+                               f"runs would differ from the model's later calls{_where(found[0])}")
     for block in program.blocks:
         for op in block.ops:
             if op.type in _VALUE_CHECKS:
@@ -98,7 +104,7 @@ class ProgramModule(torch.nn.Module):
             self._param_slots[name] = slot
         # Every region compiled now: the control-flow operators trace their
         # branches and bodies with dynamo, which must only call the results.
-        self._plans, self._constants = {}, []
+        self._plans, self._constants, self._outer = {}, [], {}
         self._plan(program.global_block(), set(self.fetch_names))
 
     def _plan(self, block, keep):
@@ -119,13 +125,14 @@ class ProgramModule(torch.nn.Module):
             if refused:
                 raise TorchExportError(f"op {refused[0].type!r}: {refused[1]}{_where(refused[0])}")
             reads, writes = reads_and_writes(ops)
+            through = [n for n in written_roots(ops) if n not in writes]  # written through a view made here
             try:
-                check_aliasing(self.program, ops, set(reads) & set(writes))
+                check_aliasing(self.program, ops, set(reads) & (set(writes) | set(through)))
             except AliasingError as e:
                 raise TorchExportError(f"op {e.op.type!r}: {e}{_where(e.op)}") from None
-            outputs = [n for n in writes if n in live]
+            outputs = [n for n in writes + through if n in live]
             fn = _copying_inputs(region_function(block, ops, reads, outputs, op_defs=_op_defs).fn,
-                                 [i for i, n in enumerate(reads) if n in writes])
+                                 [i for i, n in enumerate(reads) if n in writes or n in through])
             if reads or any(get_op_def(op.type).random or op.type in _SIZE_CHECKS for op in ops):
                 steps.append(("region", reads, outputs, fn))
                 return
@@ -145,17 +152,27 @@ class ProgramModule(torch.nn.Module):
             if op.type == "cond":
                 flush(reads_after[i])
                 steps.append(("op", op))
-                self._plan(op.attrs["true_block"], set(op.attrs["true_outs"]))
-                self._plan(op.attrs["false_block"], set(op.attrs["false_outs"]))
+                written = set(self._written(block, op))
+                self._plan(op.attrs["true_block"], set(op.attrs["true_outs"]) | written)
+                self._plan(op.attrs["false_block"], set(op.attrs["false_outs"]) | written)
             elif op.type == "while":
                 flush(reads_after[i])
                 steps.append(("op", op))
                 self._plan(op.attrs["cond_block"], {op.attrs["cond_out"]})
-                self._plan(op.attrs["body_block"], set(op.attrs["body_outs"]))
+                self._plan(op.attrs["body_block"], set(op.attrs["body_outs"]) | set(self._written(block, op)))
             else:
                 run.append(op)
         flush(reads_after[-1])
         self._plans[block.idx] = steps
+
+    def _written(self, block, op):
+        """The names of the enclosing scope `op` writes in place: its branches
+        or body yield their new values (`runtime/replay.outer_writes`)."""
+        names = self._outer.get(id(op))
+        if names is None:
+            loop_vars = op.attrs.get("loop_vars", ())
+            names = self._outer[id(op)] = [n for n in outer_writes(block, op) if n not in loop_vars]
+        return names
 
     def forward(self, *feeds):
         env = {name: getattr(self, slot) for name, slot in self._param_slots.items()}
@@ -183,7 +200,7 @@ class ProgramModule(torch.nn.Module):
         also keeps such a cond out of loop bodies, where torch.onnx cannot
         export a torch.cond today.)"""
         sides = [(op.attrs[f"{s}_block"], op.attrs[f"{s}_outs"]) for s in ("true", "false")]
-        if any(step[0] != "constants" for sub, _ in sides for step in self._plans[sub.idx]):
+        if self._outer.get(id(op)) or any(step[0] != "constants" for sub, _ in sides for step in self._plans[sub.idx]):
             return False
         (t_block, t_outs), (f_block, f_outs) = sides
         return all(t_block.find_var(a).dims == f_block.find_var(b).dims and t_block.find_var(a).kind == "tensor"
@@ -201,11 +218,12 @@ class ProgramModule(torch.nn.Module):
             return
         # What the branches take from outside: the op's inputs, and names a
         # branch yields without defining them (a `break` flag left as it was).
-        outer = [n for n in dict.fromkeys(op.input("X") + op.attrs["true_outs"] + op.attrs["false_outs"])
+        written = self._written(block, op)
+        outer = [n for n in dict.fromkeys(op.input("X") + op.attrs["true_outs"] + op.attrs["false_outs"] + written)
                  if n in env]
 
         def branch(side):
-            sub, names = op.attrs[f"{side}_block"], op.attrs[f"{side}_outs"]
+            sub, names = op.attrs[f"{side}_block"], op.attrs[f"{side}_outs"] + written
 
             def run(*values):
                 inner = dict(zip(outer, values))
@@ -215,11 +233,12 @@ class ProgramModule(torch.nn.Module):
 
         results = torch.cond(env[op.input("Cond")[0]], branch("true"), branch("false"),
                              tuple(env[n] for n in outer))
-        env.update(zip(op.output("Out"), results))
+        env.update(zip(op.output("Out") + written, results))
 
     def _while(self, block, op, env):
         from torch._higher_order_ops import while_loop
-        loop_vars, body_outs = op.attrs["loop_vars"], op.attrs["body_outs"]
+        written = self._written(block, op)  # carried too
+        loop_vars, body_outs = op.attrs["loop_vars"] + written, op.attrs["body_outs"] + written
         body, cond_block, cond_out = op.attrs["body_block"], op.attrs["cond_block"], op.attrs["cond_out"]
         outer = {n: env[n] for n in op.input("X") + body_outs if n in env and n not in loop_vars}
 
@@ -238,8 +257,8 @@ class ProgramModule(torch.nn.Module):
             self._block(body, inner)
             return self._fresh([inner[n] for n in body_outs], list(values) + list(outer.values()))
 
-        results = while_loop(cond_fn, body_fn, tuple(env[n] for n in op.input("Init")))
-        env.update(zip(op.output("Out"), results))
+        results = while_loop(cond_fn, body_fn, tuple(env[n] for n in op.input("Init") + written))
+        env.update(zip(op.output("Out") + written, results))
 
 
     def _fresh(self, results, given):

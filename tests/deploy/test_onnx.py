@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 from quickstart import GatedRefiner  # noqa: E402
 from models import GreedyDecoder, LSTMTagger  # noqa: E402
 from mnist import MNIST  # noqa: E402
+import exported_writes  # noqa: E402
 
 
 def _export(eager, spec, tmp_path, how="module"):
@@ -335,6 +336,23 @@ def _write_through_a_view(x):
 def test_an_in_place_write_to_a_view_across_a_branch_is_refused(tmp_path):
     with pytest.raises(d2s.onnx.ExportError, match=r"'torch.Tensor.add_' .*shares memory with a view"):
         d2s.onnx.export(_write_through_a_view, str(tmp_path / "v.onnx"), input_spec=[d2s.InputSpec([None, 3])])
+
+
+@pytest.mark.parametrize("fn, op_type", exported_writes.CASES, ids=lambda c: getattr(c, "__name__", c))
+def test_an_in_place_write_inside_a_branch_or_loop_comes_out_of_it(tmp_path, fn, op_type):
+    static = d2s.declarative(fn)
+    path = str(tmp_path / "w.onnx")
+    model = d2s.onnx.export(static, path, input_spec=[d2s.InputSpec([None, 3])])
+    assert {"cond": "If", "while": "Loop"}[op_type] in _op_types(model.graph)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for x in exported_writes.inputs():
+        _check(session, [x.numpy()], fn(x.clone()))
+
+
+def test_a_model_writing_its_own_state_is_refused(tmp_path):
+    static = d2s.declarative(exported_writes.CountsCalls())
+    with pytest.raises(d2s.onnx.ExportError, match=r"'torch.Tensor.add_' .*writes the model's state 'count'"):
+        d2s.onnx.export(static, str(tmp_path / "c.onnx"), input_spec=[d2s.InputSpec([None, 3])])
 
 
 @pytest.mark.parametrize("rnn, bidirectional", [(torch.nn.LSTM, False), (torch.nn.GRU, True)])

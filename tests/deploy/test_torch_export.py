@@ -19,6 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 from quickstart import GatedRefiner  # noqa: E402
 from models import GreedyDecoder  # noqa: E402
+import exported_writes  # noqa: E402
 
 
 class ScoringDecoder(nn.Module):
@@ -173,6 +174,20 @@ def _write_through_a_view(x):
 def test_an_in_place_write_to_a_view_across_a_branch_is_refused():
     with pytest.raises(d2s.ExportError, match=r"'torch.Tensor.add_': it writes .*shares memory with a view"):
         d2s.export(_write_through_a_view, input_spec=[d2s.InputSpec([None, 3])])
+
+
+@pytest.mark.parametrize("fn, op_type", exported_writes.CASES, ids=lambda c: getattr(c, "__name__", c))
+def test_an_in_place_write_inside_a_branch_or_loop_comes_out_of_it(fn, op_type):
+    exported = d2s.export(d2s.declarative(fn), input_spec=[d2s.InputSpec([None, 3])])
+    target = {"cond": torch.ops.higher_order.cond, "while": torch.ops.higher_order.while_loop}[op_type]
+    assert target in _ops(exported.graph_module)
+    for x in exported_writes.inputs():
+        _same(exported.module()(x), fn(x.clone()))
+
+
+def test_a_model_writing_its_own_state_is_refused():
+    with pytest.raises(d2s.ExportError, match=r"'torch.Tensor.add_' writes the model's state 'count'"):
+        d2s.export(d2s.declarative(exported_writes.CountsCalls()), input_spec=[d2s.InputSpec([None, 3])])
 
 
 def _causal(q):
