@@ -37,6 +37,8 @@ import warnings
 
 import torch
 
+from . import families
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SOURCE = os.path.join(_HERE, "segment.cpp")
 _HEADERS = [os.path.join(_HERE, n) for n in ("lstm_cell.h", "gru_cell.h", "flow.h")]  # included by segment.cpp: part of the cache key
@@ -70,6 +72,7 @@ def _command(source, target):
     abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
     compiler = os.environ.get("CXX", "c++")
     return [compiler, "-O2", "-std=c++20", "-fPIC", "-shared", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+            *families.compiler_definitions(),
             "-I", include, "-I", os.path.join(include, "torch", "csrc", "api", "include"),
             "-I", sysconfig.get_paths()["include"], source, "-o", target,
             "-L", lib, "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", f"-Wl,-rpath,{lib}"]

@@ -30,6 +30,7 @@ import torch
 from ..attrs import InputRef, OutputRef
 from ..ir import TENSOR
 from ..passes._util import bind_args
+from . import families
 
 _INT64 = 2 ** 63
 
@@ -178,14 +179,13 @@ def _unary(opcode, types):
     _entry(types, "input")(lambda a: (opcode, [a.tensor("input")]))
 
 
-for _name in ("tanh sigmoid relu exp log neg abs sqrt rsqrt sin cos reciprocal logical_not floor ceil sign "
-              "erf log1p expm1").split():
+for _name in families.UNARY:
     _unary(_name, f"torch.{_name} torch.Tensor.{_name}")
 _unary("tanh", "torch.nn.functional.tanh")
 _unary("sigmoid", "torch.nn.functional.sigmoid")
 _unary("neg", "torch.Tensor.__neg__ torch.negative torch.Tensor.negative")
 _unary("abs", "torch.Tensor.__abs__")
-_unary("bitwise_not", "torch.bitwise_not torch.Tensor.bitwise_not torch.Tensor.__invert__")
+_unary("bitwise_not", "torch.Tensor.__invert__")
 _unary("t", "torch.t torch.Tensor.t")
 _unary("detach", "torch.detach torch.Tensor.detach")
 _unary("contiguous", "torch.Tensor.contiguous")
@@ -458,7 +458,7 @@ _join("stack")
 # a temporary an earlier op of the same segment made (see `writes`), so a
 # segment that falls back has still written nothing the Python path reads.
 INPLACE = set()  # opcodes
-for _name in "tanh sigmoid relu exp neg abs sqrt rsqrt sin cos log reciprocal".split():
+for _name in families.UNARY_INPLACE:
     _unary(_name + "_", f"torch.Tensor.{_name}_")
     INPLACE.add(_name + "_")
 for _name, _alpha in (("add", True), ("sub", True), ("mul", False), ("div", False)):

@@ -56,11 +56,15 @@ enum Kind : int {
   K_REGS = 7,     // a list of tensor registers (a TensorList)
 };
 
+// The families of runtime/native/families.py, which the build passes as
+// X-macros: D2S_UNARY (at::NAME(x)) and D2S_UNARY_INPLACE (x.NAME_()).
+#if !defined(D2S_UNARY) || !defined(D2S_UNARY_INPLACE)
+#error "build with runtime/native/__init__.py: it defines the op families of families.py"
+#endif
+
 // The opcodes; their names are what lower.py asks for (`opcodes()`).
 #define D2S_OPS(X)                                                                           \
-  X(tanh) X(sigmoid) X(relu) X(exp) X(log) X(neg) X(abs) X(sqrt) X(rsqrt) X(sin) X(cos)      \
-  X(reciprocal) X(logical_not) X(bitwise_not) X(floor) X(ceil) X(sign) X(erf) X(log1p)       \
-  X(expm1) X(contiguous) X(t) X(detach) X(silu) X(gelu)                                       \
+  D2S_UNARY(X) X(contiguous) X(t) X(detach) X(silu) X(gelu)                                  \
   X(add) X(sub) X(mul) X(div) X(rsub) X(matmul) X(mm) X(bmm) X(pow) X(maximum) X(minimum)    \
   X(eq) X(ne) X(lt) X(le) X(gt) X(ge) X(and_) X(or_) X(xor_) X(logical_and) X(logical_or)      \
   X(where) X(masked_fill)                                                                     \
@@ -71,8 +75,7 @@ enum Kind : int {
   X(linear) X(addmm) X(conv1d) X(conv2d) X(max_pool2d) X(avg_pool2d) X(adaptive_avg_pool2d)   \
   X(embedding) X(gru_cell) X(lstm_cell) X(rnn_tanh_cell) X(rnn_relu_cell) X(softmax)          \
   X(log_softmax) X(layer_norm) X(cat) X(stack) X(zeros) X(ones)                              \
-  X(tanh_) X(sigmoid_) X(relu_) X(exp_) X(neg_) X(abs_) X(sqrt_) X(rsqrt_) X(sin_) X(cos_)     \
-  X(log_) X(reciprocal_) X(add_) X(sub_) X(mul_) X(div_)
+  D2S_UNARY_INPLACE(X) X(add_) X(sub_) X(mul_) X(div_)
 
 enum Op : int {
 #define D2S_ENUM(name) OP_##name,
@@ -197,26 +200,12 @@ void run_one(std::vector<at::Tensor>& regs, const Instr& in, bool keep_all = fal
   Frame f{regs, in};
   at::Tensor r;
   switch (in.op) {
-    case OP_tanh: r = at::tanh(f.T(0)); break;
-    case OP_sigmoid: r = at::sigmoid(f.T(0)); break;
-    case OP_relu: r = at::relu(f.T(0)); break;
-    case OP_exp: r = at::exp(f.T(0)); break;
-    case OP_log: r = at::log(f.T(0)); break;
-    case OP_neg: r = at::neg(f.T(0)); break;
-    case OP_abs: r = at::abs(f.T(0)); break;
-    case OP_sqrt: r = at::sqrt(f.T(0)); break;
-    case OP_rsqrt: r = at::rsqrt(f.T(0)); break;
-    case OP_sin: r = at::sin(f.T(0)); break;
-    case OP_cos: r = at::cos(f.T(0)); break;
-    case OP_reciprocal: r = at::reciprocal(f.T(0)); break;
-    case OP_logical_not: r = at::logical_not(f.T(0)); break;
-    case OP_bitwise_not: r = at::bitwise_not(f.T(0)); break;
-    case OP_floor: r = at::floor(f.T(0)); break;
-    case OP_ceil: r = at::ceil(f.T(0)); break;
-    case OP_sign: r = at::sign(f.T(0)); break;
-    case OP_erf: r = at::erf(f.T(0)); break;
-    case OP_log1p: r = at::log1p(f.T(0)); break;
-    case OP_expm1: r = at::expm1(f.T(0)); break;
+#define D2S_UNARY_CASE(name) \
+  case OP_##name:            \
+    r = at::name(f.T(0));    \
+    break;
+      D2S_UNARY(D2S_UNARY_CASE)
+#undef D2S_UNARY_CASE
     case OP_contiguous: r = f.T(0).contiguous(); break;
     case OP_t: r = f.T(0).t(); break;
     case OP_detach: r = f.T(0).detach(); break;
@@ -323,15 +312,13 @@ void run_one(std::vector<at::Tensor>& regs, const Instr& in, bool keep_all = fal
 
     // In place, into a temporary made earlier in the same segment (the
     // `inplace` pass, grad mode off): the result register is the operand's.
-#define D2S_INPLACE(name) \
-  case OP_##name##_:      \
-    f.T(0).name##_();     \
-    r = f.T(0);           \
+#define D2S_INPLACE_CASE(name_) \
+  case OP_##name_:              \
+    f.T(0).name_();             \
+    r = f.T(0);                 \
     break;
-      D2S_INPLACE(tanh) D2S_INPLACE(sigmoid) D2S_INPLACE(relu) D2S_INPLACE(exp) D2S_INPLACE(neg)
-      D2S_INPLACE(abs) D2S_INPLACE(sqrt) D2S_INPLACE(rsqrt) D2S_INPLACE(sin) D2S_INPLACE(cos)
-      D2S_INPLACE(log) D2S_INPLACE(reciprocal)
-#undef D2S_INPLACE
+      D2S_UNARY_INPLACE(D2S_INPLACE_CASE)
+#undef D2S_INPLACE_CASE
     case OP_add_: f.T(0).add_(f.T(1), f.S(2)); r = f.T(0); break;
     case OP_sub_: f.T(0).sub_(f.T(1), f.S(2)); r = f.T(0); break;
     case OP_mul_: f.T(0).mul_(f.T(1)); r = f.T(0); break;

@@ -1,0 +1,29 @@
+"""The op families of the native executor, each declared once.
+
+A family is a list of names that both `segment.cpp` and `lower.py` need.
+The build passes each list to the compiler as an X-macro
+(`-DD2S_UNARY(X)=X(tanh) X(sigmoid) ...`), from which segment.cpp makes
+the opcodes and their cases; lower.py lowers the op types of each name.
+So an elementwise op of one tensor that `at::NAME(x)` computes, called as
+`torch.NAME(x)` / `x.NAME()`, is one word in `UNARY`: its gradient is
+eager's per-op autograd unless segment.cpp's `fused_grad_kind` knows its
+derivative (the one fact per op that stays in C++).
+"""
+
+# at::NAME(x); lowered from torch.NAME and torch.Tensor.NAME.
+UNARY = ("tanh", "sigmoid", "relu", "exp", "log", "neg", "abs", "sqrt", "rsqrt", "sin", "cos", "reciprocal",
+         "logical_not", "bitwise_not", "floor", "ceil", "sign", "erf", "log1p", "expm1")
+
+# x.NAME_() on a temporary the segment made (the `inplace` pass, grad mode
+# off); lowered from torch.Tensor.NAME_. Opcodes: NAME_.
+UNARY_INPLACE = ("tanh", "sigmoid", "relu", "exp", "neg", "abs", "sqrt", "rsqrt", "sin", "cos", "log", "reciprocal")
+
+
+def _x_list(names):
+    return " ".join(f"X({name})" for name in names)
+
+
+def compiler_definitions():
+    """The families as the compiler's -D arguments (segment.cpp's X-macros)."""
+    return [f"-DD2S_UNARY(X)={_x_list(UNARY)}",
+            f"-DD2S_UNARY_INPLACE(X)={_x_list(name + '_' for name in UNARY_INPLACE)}"]
