@@ -12,7 +12,7 @@ derivative (the one fact per op that stays in C++).
 
 # at::NAME(x); lowered from torch.NAME and torch.Tensor.NAME.
 UNARY = ("tanh", "sigmoid", "relu", "exp", "log", "neg", "abs", "sqrt", "rsqrt", "sin", "cos", "reciprocal",
-         "logical_not", "bitwise_not", "floor", "ceil", "sign", "erf", "log1p", "expm1")
+         "logical_not", "bitwise_not", "floor", "ceil", "sign", "erf", "log1p", "expm1", "tan")
 
 # x.NAME_() on a temporary the segment made (the `inplace` pass, grad mode
 # off); lowered from torch.Tensor.NAME_. Opcodes: NAME_.

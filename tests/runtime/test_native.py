@@ -85,7 +85,7 @@ def contiguous(x):
 
 UNARY = [torch.tanh, torch.sigmoid, torch.relu, torch.exp, torch.log, torch.neg, torch.abs, torch.sqrt,
          torch.rsqrt, torch.sin, torch.cos, torch.reciprocal, torch.floor, torch.ceil, torch.sign, torch.erf,
-         torch.log1p, torch.expm1, F.silu, F.tanh, F.sigmoid, transposed, contiguous]
+         torch.log1p, torch.expm1, torch.tan, F.silu, F.tanh, F.sigmoid, transposed, contiguous]
 
 
 @pytest.mark.parametrize("op", UNARY, ids=lambda o: o.__name__)
