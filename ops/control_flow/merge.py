@@ -21,7 +21,8 @@ from .. import framework
 from ..recording import number_or_tensor, stands_for_number
 from ..user_frames import error_at_user_line, user_origin
 from .undefined import Undefined, Unreachable
-from .values import as_var, assigned_at, output_label, same_python_value, tensor_like, var_base
+from .values import (as_var, assigned_at, check_rank, differing_dtype, output_label, relaxed, same_python_value,
+                     tensor_like, var_base)
 
 
 class Unmergeable(ConversionError):
@@ -193,15 +194,11 @@ def _merged_var(i, a, b, site, label, live_dims):
         else:
             with tr.block_guard(site.fblock):
                 vb = framework.cast(vb, va.dtype)
+    places = ("in the true branch", "in the false branch of an `if` on a tensor")
     if va.kind != vb.kind or va.dtype != vb.dtype:
-        raise error_at_user_line(
-            f"{label} has dtype {va.dtype_name} in the true branch but {vb.dtype_name} in the false "
-            "branch of an `if` on a tensor; cast one of them so both agree")
-    if len(va.shape) != len(vb.shape):
-        raise error_at_user_line(
-            f"{label} has shape {list(va.shape)} in the true branch but {list(vb.shape)} in the false "
-            "branch of an `if` on a tensor; the ranks must agree")
-    shape = live_dims or tuple(x if x == y else -1 for x, y in zip(va.dims, vb.dims))
+        raise differing_dtype(label, (va.dtype_name, vb.dtype_name), places, "cast one of them so both agree")
+    check_rank(label, (va.shape, vb.shape), places, "the ranks must agree")
+    shape = live_dims or relaxed(va.dims, vb.dims)
     out = tr.block.create_var(name=tr.program.unique_name(var_base(site.names, i, "cond_out")),
                               shape=shape, dtype=va.dtype, kind=va.kind,
                               stop_gradient=va.stop_gradient and vb.stop_gradient)
@@ -227,7 +224,7 @@ def _merge_arrays(label, va, vb, site, i):
             f"{vb.dtype_name}{list(vb.shape)} elements in the false branch of an `if` on a tensor; "
             "append tensors of one rank and dtype on every path")
     ref = known[0] if known else va
-    shape = tuple(x if x == y else -1 for x, y in zip(va.dims, vb.dims)) if len(known) == 2 else ref.dims
+    shape = relaxed(va.dims, vb.dims) if len(known) == 2 else ref.dims
     out = site.tr.block.create_var(name=site.tr.program.unique_name(var_base(site.names, i, "cond_out")),
                                    shape=shape, dtype=ref.dtype, kind=TENSOR_ARRAY,
                                    stop_gradient=va.stop_gradient and vb.stop_gradient)

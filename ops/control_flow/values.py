@@ -101,3 +101,21 @@ def var_base(names, i, default):
         return default
     name = re.sub(r"\W+", "_", name).strip("_")
     return name if name.isidentifier() else default
+
+
+def relaxed(a, b):
+    """The dimensions of two values of one name: those that differ become -1."""
+    return tuple(x if x == y else -1 for x, y in zip(a, b))
+
+
+def differing_dtype(what, dtypes, places, fix):
+    """The error for a value whose dtype differs between two places
+    (the branches of an `if`, before a loop and after a trip)."""
+    return error_at_user_line(f"{what} has dtype {dtypes[0]} {places[0]} but {dtypes[1]} {places[1]}; {fix}")
+
+
+def check_rank(what, shapes, places, fix):
+    """Refuse a value whose rank differs between two places."""
+    if len(shapes[0]) != len(shapes[1]):
+        raise error_at_user_line(f"{what} has shape {list(shapes[0])} {places[0]} but {list(shapes[1])} "
+                                 f"{places[1]}; {fix}")

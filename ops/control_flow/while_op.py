@@ -21,9 +21,10 @@ from ..recording import graph_condition, graph_tensor, number_or_tensor, stands_
 from ..registry import OpDef, register
 from ..user_frames import SYMBOLIC_TYPES, error_at_user_line, user_origin
 from .undefined import Undefined
-from .values import as_var, check_pred, outer_reads, output_label, var_base
+from .values import as_var, check_pred, check_rank, differing_dtype, outer_reads, output_label, relaxed, var_base
 
 _MAX_TRACES = 6
+_PLACES = ("before the loop", "after one iteration")
 
 
 def _emit_while(op, gen):
@@ -112,16 +113,12 @@ class _Spec:
                 # float); a tensor it meets makes it that tensor's dtype.
                 self.dtype = torch.promote_types(self.dtype, nv.dtype) if stands_for_number(nv) else nv.dtype
                 return True
-            raise error_at_user_line(
-                f"loop variable {label} has dtype {dtype_name(self.dtype)} before the loop but {nv.dtype_name} "
-                "after one iteration; cast it so the dtype stays the same")
-        if len(nv.shape) != len(self.shape):
-            raise error_at_user_line(
-                f"loop variable {label} has shape {list(self.shape)} before the loop but {list(nv.shape)} "
-                "after one iteration; its rank must stay the same")
-        relaxed = tuple(a if a == b else -1 for a, b in zip(self.shape, nv.dims))
-        if relaxed != self.shape:
-            self.shape = relaxed
+            raise differing_dtype(f"loop variable {label}", (dtype_name(self.dtype), nv.dtype_name), _PLACES,
+                                  "cast it so the dtype stays the same")
+        check_rank(f"loop variable {label}", (self.shape, nv.shape), _PLACES, "its rank must stay the same")
+        shape = relaxed(self.shape, nv.dims)
+        if shape != self.shape:
+            self.shape = shape
             changed = True
         return changed
 
