@@ -5,7 +5,6 @@ import contextlib
 import dataclasses
 import sys
 import threading
-import weakref
 
 import torch
 
@@ -18,9 +17,10 @@ from runtime.ir import TENSOR_ARRAY, Variable
 from .effects import (Effects, EffectsChanged, is_missing, known_deep, known_slots, merge_slots, remember_deep,
                       remember_slots)
 from .raising import raising_as_op
-from .state import (Deeper, LoopFirst, State, Undefined, changed_objects, constant, describe, flatten, is_var,
+from .state import (Deeper, LoopFirst, State, Undefined, changed_objects, describe, flatten, is_var,
                     local_object_paths, loop_init, maybe_unbound, object_alias, refill, refuse_list_aliases,
                     unflatten)
+from .unbound_names import FIRST_BOUND, MaybeUnbound, bound_flag, find_unbound, keep_unbound_flag, side_kind
 
 
 def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), return_flags=(), lines=(),
@@ -119,8 +119,8 @@ class _IfSite:
         self.existed = ({id(v) for v in self.before[0]} | {id(obj) for _, obj, _, _ in self.effects.saved},
                         self.effects, _visible_blocks(tr.block))
         # Names a side leaves unbound, or maybe unbound (a tensor loop or `if` in
-        # it first assigned them), where a later read sees them (`_find_unbound`).
-        self.first_bound = set(_FIRST_BOUND.get(tr, {}).get(self.code, ()))
+        # it first assigned them), where a later read sees them (`find_unbound`).
+        self.first_bound = set(FIRST_BOUND.get(tr, {}).get(self.code, ()))
 
     def learn(self, retry, outs):
         """Take in what a trace's `retry` (an exception `_trace_cond` retries
@@ -165,7 +165,7 @@ class _Trace:
         self.outs = site.outputs + tuple(site.extra)
         # Names that may be unbound after the `if`: first assigned in an
         # earlier graph loop (bound only when it ran), or found so by
-        # `_find_unbound`; each also carries, as one more output, whether it is bound.
+        # `find_unbound`; each also carries, as one more output, whether it is bound.
         self.flagged = [k for k, name in enumerate(self.outs) if name in site.first_bound or (
             name in site.old and (maybe_unbound(site.old[name]) or isinstance(site.old[name], LoopFirst)))]
         self.seen, self.specs, self.leaf_names, self.tensor_lists = {}, {}, [], {}
@@ -190,7 +190,7 @@ def _trace_cond(pred, site, sides):
         try:
             merged = cf.cond(pred, *branches, names=trace.leaf_names, return_names=site.return_names,
                              lines=site.lines, jump=site.jump and site.jump[:2])
-        except (EffectsChanged, Deeper, _AsArrays, _Drop, _MaybeUnbound) as retry:
+        except (EffectsChanged, Deeper, _AsArrays, _Drop, MaybeUnbound) as retry:
             tr.rollback(mark)
             site.learn(retry, trace.outs)
             continue
@@ -215,7 +215,7 @@ def _after_cond(site, trace, merged):
     remember_slots(site.code, site.slots)
     remember_deep(site.code, site.deep)
     if site.first_bound:
-        _FIRST_BOUND.setdefault(site.tr, {})[site.code] = frozenset(site.first_bound)
+        FIRST_BOUND.setdefault(site.tr, {})[site.code] = frozenset(site.first_bound)
     if isinstance(merged, cf.Unreachable):  # both branches raise: nothing after the `if` runs
         return st.get()
     leaves = iter(merged)
@@ -224,7 +224,7 @@ def _after_cond(site, trace, merged):
         slot.set(unflatten(leaves, spec))
     sides = trace.seen.values()  # (each side's values: a side that raised has none)
     for k in trace.flagged:
-        _keep_unbound_flag(outs[k], old[outs[k]], [values[k] for values in sides], merged, k, next(leaves))
+        keep_unbound_flag(outs[k], old[outs[k]], [values[k] for values in sides], merged, k, next(leaves))
     # A list or dict both branches changed in place (rather than rebinding its name) is
     # changed in place here too: other names bound to it see the change, as in eager.
     for k, name in enumerate(outs):
@@ -232,42 +232,6 @@ def _after_cond(site, trace, merged):
             merged[k] = refill(old[name], merged[k])
     st.set(merged, outs)
     return st.get()
-
-
-def _keep_unbound_flag(name, old, sides, merged, k, flag):
-    """A name that may be unbound (first assigned in a graph loop, or on one
-    path of this or an earlier `if`: `_find_unbound`) stays that value, with
-    its flag, where no branch assigns it; where every branch that reaches
-    the merge binds it, it is bound; otherwise (a side leaves it unbound or
-    maybe unbound) it is bound after the `if` when the path taken bound it:
-    `flag`, the op's output that each side sets (`_bound_flag`), says so
-    when the program runs."""
-    if all(v is old for v in sides):
-        merged[k] = old
-    elif isinstance(merged[k], Undefined):
-        # The sides that bind it became `decision_failed` checks (values of
-        # theirs could not be merged with the other side's, cf.cond): where
-        # this program goes on, the name is unbound.
-        merged[k] = old if isinstance(old, Undefined) else Undefined(name)
-    elif any(isinstance(v, Undefined) or maybe_unbound(v) for v in sides):
-        if not isinstance(merged[k], Variable):
-            # (A Python value bound on one path only: no op output to flag.)
-            raise error_at_user_line(
-                f"{name!r} is first assigned inside a loop over a tensor, on one path of this `if` on a tensor, "
-                "to a Python value; assign it before the loop, or make it a tensor")
-        merged[k].unbound_unless, merged[k].unbound_unless_name = flag, name
-
-
-def _bound_flag(value, old):
-    """Whether the name holding `value` after one side of an `if` is bound,
-    as a value of that side: the flag it had before (`old`, not assigned),
-    the flag of a value itself maybe unbound (an inner `if` assigned it on
-    one path), else True."""
-    if isinstance(value, Undefined):  # (not bound yet: the loop's first trip, `LoopFirst`)
-        return constant(False)
-    if maybe_unbound(value):  # (also `old` itself, left as it was)
-        return value.unbound_unless
-    return constant(True)
 
 
 _LOCAL = threading.local()
@@ -328,7 +292,7 @@ def _branch(site, trace, fn, side, exited):
     for a retry (`_IfSite.learn`) where they need more carried: a slot written
     that is not among the slots (``EffectsChanged``), objects to take apart
     (``Deeper``), lists to carry as tensor arrays, names to flag
-    (`_find_unbound`). `exited`: the side never falls through in the user's
+    (`find_unbound`). `exited`: the side never falls through in the user's
     code."""
 
     def run():
@@ -345,7 +309,7 @@ def _branch(site, trace, fn, side, exited):
             if replaced:
                 raise Deeper(replaced)
             if side == "false":
-                _find_unbound(site, trace)
+                find_unbound(site, trace)
             return cf.Unreachable(side)
         trace.seen[side] = values
         trace.tensor_lists[side] = _tensor_lists(values)
@@ -358,7 +322,7 @@ def _branch(site, trace, fn, side, exited):
         leaves = _output_leaves(site, trace, side, values, exited)
         leaves += _slot_leaves(site, trace, side)
         for k in trace.flagged:
-            leaves.append(_bound_flag(values[k], prior[k]))
+            leaves.append(bound_flag(values[k], prior[k]))
             if trace.names_leaves(side):
                 trace.leaf_names.append(trace.outs[k])
         if side == "false":
@@ -418,9 +382,9 @@ def _output_leaves(site, trace, side, values, exited):
         if isinstance(value, Undefined) and (returned or outputs[k] in site.return_names or isinstance(
                 value, LoopFirst) or any(outputs[k] not in live for live in still_read)):
             value = cf.Unreachable(outputs[k])
-        trace.kinds.setdefault(side, []).append((_kind(value), value))
+        trace.kinds.setdefault(side, []).append((side_kind(value), value))
         # (A name that may be unbound after the `if`, unbound on this
-        # side: a placeholder, its flag False, `_bound_flag`.)
+        # side: a placeholder, its flag False, `bound_flag`.)
         if isinstance(value, Undefined) and k in trace.flagged:
             value = cf.Unreachable(outputs[k])
         true_spec = specs["true"][k] if side == "false" and "true" in specs else None
@@ -476,10 +440,10 @@ def _slot_leaves(site, trace, side):
 
 def _compare_sides(site, trace):
     """Once both sides are traced: raise for a retry where a name needs a
-    bound flag (`_find_unbound`) or lists of tensors differ in length (carried
+    bound flag (`find_unbound`) or lists of tensors differ in length (carried
     as tensor arrays); raise where the sides leave an output different
     structures (`_structure_error`)."""
-    _find_unbound(site, trace)
+    find_unbound(site, trace)
     grown = _lists_of_tensors_that_differ(trace.tensor_lists, trace.specs, site.arrays)
     if grown:
         raise _AsArrays(grown)
@@ -500,97 +464,6 @@ def _held_elsewhere(path, outputs, sides, existed):
     k = outputs.index(path[0])
     named = [(path[0], values[k]) for values in sides if id(values[k]) in ids]
     return object_alias(named, effects) is not None
-
-
-def _kind(value):
-    """How a side leaves an output: "gone" (no later read sees it: the side
-    returned, raised or jumped), "unbound", "maybe" (a tensor loop or `if`
-    in the side first assigned it: its flag says whether a run bound it),
-    or "bound"."""
-    if isinstance(value, cf.Unreachable):
-        return "gone"
-    if isinstance(value, Undefined):
-        return "unbound"
-    return "maybe" if maybe_unbound(value) else "bound"
-
-
-def _find_unbound(site, trace):
-    """Once both sides are traced: raise `_MaybeUnbound` for the outputs not
-    yet in `first_bound` that a later read may find unbound (one side binds
-    the name, the other does not, or may not), as Python's scoping has it:
-    the `if` is traced again with a flag for each (`_bound_flag`), and a
-    read raises UnboundLocalError when the program took a path that left it
-    unbound (`convert_load`). A value no program output can leave unset on
-    some paths (a string, None, a list or tuple) is refused at the user's
-    line. Names `flagged` for a loop that first assigned them before the
-    `if` are `_keep_unbound_flag`'s; the lowered return value is not a name
-    (cf.cond gives it a placeholder where a path has not returned)."""
-    kinds, first_bound = trace.kinds, site.first_bound
-    sides = [(side, kinds[side]) for side in ("true", "false") if side in kinds]
-    found = set()
-    for k, name in enumerate(trace.outs):
-        if name in site.return_names or (k in trace.flagged and name not in first_bound):
-            continue
-        here = {side: kind[k] for side, kind in sides}
-        states = {state for state, _ in here.values()}
-        if "maybe" in states or {"unbound", "bound"} <= states:
-            for side, (state, value) in here.items():
-                if state == "bound" and not _flaggable(value):
-                    raise _unflaggable(name, side, value, here, site.lines, site.jump)
-            found.add(name)
-    if found - first_bound:
-        raise _MaybeUnbound(found)
-
-
-def _flaggable(value):
-    """Whether a `cond` output can hold `value` with a placeholder on the
-    path that leaves the name unbound: a tensor (or tensor array), a size,
-    or a Python number (a 0-d tensor in the merge)."""
-    if isinstance(value, (bool, int, float)) or isinstance(value, torch.Tensor):
-        return True
-    return is_var(value)
-
-
-def _unflaggable(name, side, value, here, lines, jump):
-    """The ConversionError for `name`, bound to `value` (not `_flaggable`) by
-    `side` and left unbound (or maybe unbound) by the other side."""
-    other = "false" if side == "true" else "true"
-    why = (f"a name left unbound on one path must hold a tensor or a number on the others, and {name!r} "
-           f"holds a value of type `{type(value).__name__}` there")
-    if jump is not None and side == "true":
-        kind, jump_line = jump[:2]
-        return error_at_user_line(
-            f"{name!r} is assigned at {_where(lines, name, side)}, after the `{kind}` at line {jump_line} that a "
-            f"tensor decides, but not on the path that takes the `{kind}`, and is not defined before it; {why}: "
-            "assign it before the loop")
-    left = ("not in the {} branch" if here[other][0] == "unbound"
-            else "may be left unbound by the {} branch (a loop or `if` on a tensor there binds it on some paths "
-            "only)").format(other)
-    return error_at_user_line(
-        f"{name!r} is assigned in the {side} branch ({_where(lines, name, side)}) but {left} of the `if` on a "
-        f"tensor at this line, and is not defined before it; {why}: assign it before the if or in both branches")
-
-
-def _where(lines, name, side):
-    line = lines.get(name, (None, None))[0 if side == "true" else 1]
-    return f"line {line}" if line is not None else "its value from before the `if`"
-
-
-# The names each `if` (by its true branch's code) carried with a flag when it
-# was last traced, per trace: an enclosing branch or loop traces it again, and
-# starting from them spares it a retry each time (an `elif` chain would
-# otherwise trace its last arm 2**length times). A name carried with a flag
-# that both sides bind in a later trace is bound after the `if` (its flag
-# unused: `_keep_unbound_flag`).
-_FIRST_BOUND = weakref.WeakKeyDictionary()
-
-
-class _MaybeUnbound(Exception):
-    """Retry the ``if`` carrying a bound flag for these names (`_find_unbound`)."""
-
-    def __init__(self, names):
-        super().__init__(names)
-        self.names = names
 
 
 class _Drop(Exception):
