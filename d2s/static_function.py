@@ -29,6 +29,7 @@ from runtime.errors import ConversionError, DecisionFailed
 from runtime.ir import GENERATOR, Program, Variable, program_guard, torch_dtype
 from runtime.output_tree import rebuild
 from runtime.passes import check_level
+from runtime.run_modes import autocast_state
 
 from . import conversion, decisions, input_trees, module_state, module_watch, python_writes
 from .argument_trees import (SymbolicArguments, feed_leaves, feed_name, flatten_args, is_generator, mode_of,
@@ -195,7 +196,7 @@ class StaticFunction:
             self._refresh_training_flags(args, kwargs)
         state_attrs = self.program_cache.state_attrs
         parts += (len(args), self.program_cache.flags, module_state.key(state_attrs) if state_attrs else (),
-                  self._optimize or STATE.optimize)
+                  autocast_state(), self._optimize or STATE.optimize)
         return tuple(parts), tensors
 
     def _spec_args(self, args):

@@ -22,6 +22,7 @@ import torch
 
 from runtime.attrs import InputRef
 from runtime.errors import ConversionError
+from runtime import run_modes
 from runtime.ir import GENERATOR, SCALAR, TENSOR_ARRAY, Variable
 
 from .cold_start import dynamo_free
@@ -111,8 +112,11 @@ def infer(fn, args, kwargs, inputs, tracer, factory=False):
 
 def _infer(fn, args, kwargs, inputs, tracer, factory):
     args, kwargs = _standin_generators(args, kwargs, inputs)
+    # Under `torch.autocast` the kernel's dtypes are autocast's, which meta
+    # tensors (device "meta") never see: fake tensors keep the device.
+    autocast = any(state is not None for state in run_modes.autocast_state())
     # The inference runs are real torch calls: keep capture modes out of them.
-    if not any(_is_symbolic(v) for v in inputs):
+    if not autocast and not any(_is_symbolic(v) for v in inputs):
         try:
             with torch._C.DisableTorchFunction():
                 values = [_meta_input(v) for v in inputs]
@@ -123,7 +127,7 @@ def _infer(fn, args, kwargs, inputs, tracer, factory):
     # Fake tensors dispatch through torch functions themselves (decompositions
     # call back into torch.*): pop the capture modes instead of disabling them.
     with _without_function_modes():
-        return _infer_symbolic(fn, args, kwargs, inputs, tracer.shapes, factory)
+        return _infer_symbolic(fn, args, kwargs, inputs, tracer.shapes, factory, meta_first=not autocast)
 
 
 @contextlib.contextmanager
@@ -141,7 +145,7 @@ def _value_dependent(exc):
     return isinstance(exc, NotImplementedError) or "data-dependent" in str(exc) or "meta" in str(exc)
 
 
-def _infer_symbolic(fn, args, kwargs, inputs, shapes, factory):
+def _infer_symbolic(fn, args, kwargs, inputs, shapes, factory, meta_first=True):
     from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
     first_error, value_dependent = None, False
@@ -149,7 +153,7 @@ def _infer_symbolic(fn, args, kwargs, inputs, shapes, factory):
         # Meta tensors with symbolic sizes first: the same meta kernels as
         # fake tensors, without constructing a FakeTensorMode (which imports
         # torch._dynamo). What they cannot run goes to fake tensors.
-        for meta in ((True, False) if shapes._mode is None else (False,)):
+        for meta in ((True, False) if shapes._mode is None and meta_first else (False,)):
             try:
                 return _symbolic_runs(fn, args, kwargs, inputs, shapes, factory, as_int, meta)
             except Exception as exc:  # noqa: BLE001 - maybe a 0-d integer used as an int: try that

@@ -22,6 +22,7 @@ from runtime.attrs import InputRef, OutputRef, ReturnType
 from runtime.errors import ConversionError
 from runtime.ir import SCALAR, Variable
 from runtime.optable import writing_variant
+from runtime import run_modes
 
 from . import tracer, wrapped_numbers
 from .infer import Meta, infer, substitute
@@ -333,6 +334,12 @@ def record(opdef, fn, args, kwargs):
         # Recorded inside `with torch.no_grad():` in the user's code: the
         # op must run without autograd when the program runs, too.
         attrs["no_grad"] = True
+    if tr.autocast_start is not None:
+        # Recorded inside `with torch.autocast(...)` in the user's code: the
+        # kernel computed in its dtypes, and must when the program runs.
+        changes = run_modes.autocast_changes(run_modes.autocast_state(), tr.autocast_start)
+        if changes:
+            attrs["autocast"] = changes
     block.append_op(opdef.type, inputs={"X": refs.inputs}, outputs={"Out": outs}, attrs=attrs,
                     origin=user_origin())
     # Checks of what inference assumed about run-time sizes; after the op,

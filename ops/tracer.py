@@ -23,6 +23,7 @@ import contextlib
 import contextvars
 import weakref
 
+from runtime import run_modes
 from runtime.ir import default_main_program
 
 from . import ambient_modes, cold_start, host_random
@@ -89,6 +90,7 @@ class Tracer:
         self._token = None
         self._patches = None    # what the trace changes in torch/random/numpy while active (__enter__)
         self.caller_modes = None  # (grad, inference) of the caller, read on entry
+        self.autocast_start = None  # the caller's autocast (runtime/run_modes.py), read on entry
         self.modes_read = {}      # "grad"/"inference" -> the caller's mode the user's code read
         self.user_enabled_grad = False  # the user's code turned gradients on inside the trace
         self.try_depth = 0        # user `try` bodies with handlers under way (d2s try_scope)
@@ -137,6 +139,7 @@ class Tracer:
         # The user's code asking for the grad/inference mode sees the
         # caller's, and the program checks it (ops/ambient_modes.py).
         self.caller_modes = ambient_modes.caller_modes()
+        self.autocast_start = run_modes.autocast_state()
         self._patches.enter_context(ambient_modes.answer_caller_modes(active))
         return self
 

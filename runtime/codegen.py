@@ -24,7 +24,7 @@ import re
 import torch
 
 from .attrs import InputRef, OutputRef, ReturnType
-from .ir import Block
+from .ir import Block, torch_dtype
 from .native import lower as native_lower
 from .native import lower_flow as native_flow
 from .native import plan as native_plan
@@ -161,6 +161,10 @@ class Codegen:
             block = ast.With(items=[ast.withitem(context_expr=no_grad)], body=stmts)
             block._d2s_no_grad = True
             stmts = [block]
+        for device, dtype, enabled in reversed(op.attrs.get("autocast", ())):  # runtime/run_modes.py
+            mode = self.call(self.global_ref(torch.autocast, "autocast"), [ast.Constant(device)],
+                             {"dtype": self.global_ref(torch_dtype(dtype), "dtype"), "enabled": ast.Constant(enabled)})
+            stmts = [ast.With(items=[ast.withitem(context_expr=mode)], body=stmts)]
         if op.attrs.get("once"):
             # A loop-invariant op (runtime/passes/hoist_invariants.py): its
             # loop sets the result to None first; computed in the first trip.

@@ -22,6 +22,8 @@ def _call_text(op):
     call = f"{op.type}({', '.join(parts)})"
     if op.attrs.get("no_grad"):
         call += "  {no_grad}"
+    for device, dtype, enabled in op.attrs.get("autocast", ()):  # runtime/run_modes.py
+        call += f"  {{autocast {device} {dtype if enabled else 'off'}}}"
     if op.attrs.get("once"):  # runtime/passes/hoist_invariants.py
         call += "  {once}"
     return f"{lhs} = {call}" if lhs and lhs != "None" else call

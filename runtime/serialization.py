@@ -26,6 +26,7 @@ from .errors import ModelFormatError
 from .format_rules import check_collisions, check_name, check_size, current_limits
 from .ir import GENERATOR, SCALAR, TENSOR, TENSOR_ARRAY, Block, Program, dtype_name
 from .optable import empty_table_hint, get_op_def, is_registered
+from .run_modes import check_autocast_attr
 from .signatures import CallError, check_call
 
 # 2: symbolic dimensions ("s0", "2*s0") in shapes; scalar variables.
@@ -358,7 +359,7 @@ class _Validator:
 # Attributes of a call-style op (every op but the control-flow ones): the
 # kernel's positional and keyword arguments, where its result goes, and
 # whether it ran under no_grad.
-_CALL_ATTRS = {"args": tuple, "kwargs": dict, "out": object, "no_grad": bool}
+_CALL_ATTRS = {"args": tuple, "kwargs": dict, "out": object, "no_grad": bool, "autocast": list}
 
 
 def _check_attr_schema(opdef, attrs, where):
@@ -375,6 +376,10 @@ def _check_attr_schema(opdef, attrs, where):
             _fail(where, f"attribute {key!r} must be a {kind.__name__}, got {type(value).__name__}")
         if any(isinstance(leaf, Block) for leaf in leaves(value)):
             _fail(where, f"attribute {key!r} holds a block reference; only control-flow ops have sub-blocks")
+    if "autocast" in attrs and "autocast" not in opdef.attrs:
+        problem = check_autocast_attr(attrs["autocast"])
+        if problem:
+            _fail(where, f"attribute 'autocast' {problem}")
     out = attrs.get("out")
     # None: a position where the kernel returns None (multi_head_attention_forward's
     # weights with need_weights=False), which the program never reads.

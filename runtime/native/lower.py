@@ -30,6 +30,7 @@ import torch
 from ..attrs import InputRef, OutputRef
 from ..ir import TENSOR
 from ..passes._util import bind_args
+from ..run_modes import has_mode
 from . import families
 
 _INT64 = 2 ** 63
@@ -505,7 +506,7 @@ def lower(op, tensor_names, once=False):
     """(opcode name, operands) for `op`, or None when a segment cannot hold it.
     `tensor_names`: the variables known to be plain tensors. `once`: lower a
     hoisted invariant too (a flow runs it alone, while its result is unset)."""
-    if "args" not in op.attrs or set(op.inputs) - {"X"} or op.attrs.get("no_grad") or \
+    if "args" not in op.attrs or set(op.inputs) - {"X"} or has_mode(op) or \
             op.attrs.get("once") and not once:
         return None
     out = op.attrs.get("out")

@@ -1,6 +1,7 @@
 """Helpers the passes share: walking uses of names."""
 
 from ..attrs import InputRef
+from ..run_modes import has_mode
 
 
 def attr_names(op):
@@ -24,7 +25,7 @@ def all_ops(program):
 
 def is_call(op, n_inputs=None):
     """A call-style op with a plain `out = kernel(*args)` shape."""
-    return ("args" in op.attrs and not op.attrs.get("kwargs") and not op.attrs.get("no_grad")
+    return ("args" in op.attrs and not op.attrs.get("kwargs") and not has_mode(op)
             and (n_inputs is None or len(op.input("X")) == n_inputs))
 
 

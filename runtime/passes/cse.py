@@ -26,6 +26,7 @@ Before:                                  After:
 
 from ..attrs import encode
 from ..ir import TENSOR_ARRAY
+from ..run_modes import mode_key
 from ._util import find_var, rename_uses
 
 
@@ -34,7 +35,7 @@ def _key(op, rename):
         args = repr(encode(op.attrs["args"])) + repr(encode(op.attrs.get("kwargs", {})))
     except Exception:  # noqa: BLE001 - an attribute with no stable text form: never merged
         return None
-    return (op.type, args, repr(op.attrs.get("out")), bool(op.attrs.get("no_grad")),
+    return (op.type, args, repr(op.attrs.get("out")), mode_key(op),
             tuple(rename.get(n, n) for n in op.input("X")))
 
 

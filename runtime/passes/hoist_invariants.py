@@ -48,6 +48,7 @@ Before:                                        After:
     tmp_6 = torch.Tensor.__add__(h_0, tmp_5)       tmp_6 = torch.Tensor.__add__(h_0, tmp_5)
 """
 
+from ..run_modes import has_mode
 from . import hoist_constants, inplace
 from ._util import attr_names
 
@@ -80,7 +81,7 @@ def _ops(blocks):
 def _candidate(op, ctx):
     opdef = ctx.get_op_def(op.type)
     return ("args" in op.attrs and op.output_names and op.attrs.get("out") is not None
-            and not op.attrs.get("no_grad") and not op.sub_blocks() and opdef.emit is None
+            and not has_mode(op) and not op.sub_blocks() and opdef.emit is None
             and not (not opdef.pure or opdef.internal or opdef.new_object
                      or op.type.startswith("py.")))
 

@@ -23,6 +23,7 @@ Before:                                       After (w_t: a derived argument, w.
 """
 
 from ..attrs import InputRef
+from ..run_modes import has_mode
 from ._util import find_var
 
 
@@ -68,7 +69,7 @@ def _reads(op):
 
 def _linear_args(op, program):
     """(x, weight, bias or None) of a `linear` this pass rewrites, else None."""
-    if op.type != "torch.nn.functional.linear" or op.attrs.get("kwargs") or op.attrs.get("no_grad"):
+    if op.type != "torch.nn.functional.linear" or op.attrs.get("kwargs") or has_mode(op):
         return None
     args, ins = op.attrs.get("args", ()), op.input("X")
     if not 2 <= len(args) <= 3 or not all(isinstance(a, InputRef) for a in args[:2]):
