@@ -98,6 +98,7 @@ def weak(obj):
 
 
 def with_state_part(key, state_part):
-    """A cache key (`StaticFunction.cache_key`: ..., training flags, module
-    state part, optimize level) with another module state part."""
+    """A cache key (`StaticFunction.cache_key`: ..., training flags, the
+    caller's autocast, module state part, optimize level) with another
+    module state part."""
     return key[:-2] + (state_part, key[-1])

@@ -195,8 +195,8 @@ class StaticFunction:
         if stale:
             self._refresh_training_flags(args, kwargs)
         state_attrs = self.program_cache.state_attrs
-        parts += (len(args), self.program_cache.flags, module_state.key(state_attrs) if state_attrs else (),
-                  autocast_state(), self._optimize or STATE.optimize)
+        parts += (len(args), self.program_cache.flags, autocast_state(),
+                  module_state.key(state_attrs) if state_attrs else (), self._optimize or STATE.optimize)
         return tuple(parts), tensors
 
     def _spec_args(self, args):
@@ -290,7 +290,7 @@ class StaticFunction:
             # a miss or a program that needs more than a call falls through.
             if len(args) == 1:  # the most common signature, without the loop
                 v = args[0]
-                key = ((v.shape, v.dtype, v.device, v.requires_grad, 1, cache.flags, (),
+                key = ((v.shape, v.dtype, v.device, v.requires_grad, 1, cache.flags, autocast_state(), (),
                         self._optimize or translator.optimize) if type(v) is _Tensor else None)
             else:
                 parts = []
@@ -300,7 +300,7 @@ class StaticFunction:
                         break
                     parts += (v.shape, v.dtype, v.device, v.requires_grad)
                 else:
-                    parts += (len(args), cache.flags, (), self._optimize or translator.optimize)
+                    parts += (len(args), cache.flags, autocast_state(), (), self._optimize or translator.optimize)
                 key = parts and tuple(parts)
             if key is not None:
                 concrete = cache._programs.get(key)
