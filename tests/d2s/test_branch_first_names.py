@@ -14,7 +14,7 @@ import torch
 import d2s
 
 from test_translate_control_flow import all_op_types
-from unbound_names import outcome, run_executor
+from unbound_names import MIXED, NEG3, ROWS0, ROWS1, ROWS3, ROWS_EVERY, check_program, check_run, outcome
 
 
 def tensor_on_the_true_path(x):
@@ -189,13 +189,8 @@ def tensor_loop_in_a_python_loop_a_tensor_return_ends(x):
     return v
 
 
-ROWS0 = torch.ones(0, 2)
-ROWS1 = torch.ones(1, 2)
-ROWS3 = torch.arange(6.0).reshape(3, 2)
-NEG3 = -ROWS3
-MIXED = torch.tensor([[1.0, 2.0], [-3.0, 0.0]])
 SMALL = torch.tensor([[0.25, 0.25], [0.25, 0.0]])
-EVERY = [ROWS0, ROWS1, ROWS3, NEG3, MIXED, SMALL]
+EVERY = ROWS_EVERY + [SMALL]
 
 CASES = [
     (tensor_on_the_true_path, EVERY, ("cond",)),
@@ -224,27 +219,6 @@ CASES = [
 NEVER_READ_UNBOUND = (read_only_on_the_path_that_bound_it, then_rebound_on_every_path)
 
 
-def _assert_same(got, want):
-    if isinstance(want, tuple):
-        assert isinstance(got, (tuple, list)) and len(got) == len(want)
-        for a, b in zip(got, want):
-            _assert_same(a, b)
-        return
-    assert torch.equal(torch.as_tensor(got), want), (got, want)
-
-
-def _check(run, fn, x):
-    """`run(x)` gives what eager `fn(x)` gives, or raises its UnboundLocalError."""
-    eager = outcome(fn, x)
-    if isinstance(eager, UnboundLocalError):
-        name = str(eager).split("'")[1]  # the name eager finds unbound
-        with pytest.raises(UnboundLocalError, match=f"cannot access local variable '{name}' where it is not "
-                                                    "associated with a value"):
-            run(x)
-        return
-    _assert_same(run(x), eager)
-
-
 SPEC = [d2s.InputSpec([None, 2], torch.float32)]
 
 
@@ -254,8 +228,7 @@ def test_bound_as_python_binds_it_on_every_path(fn, inputs, ops):
     outcomes = set()
     for x in inputs:
         outcomes.add(type(outcome(fn, x)) is UnboundLocalError)
-        _check(static, fn, x)
-        _check(lambda x: run_executor(static.program_cache.last, x), fn, x)
+        check_program(static, fn, x)
     # The inputs take a path that binds the name and one that does not (which,
     # but for two cases, then reads it).
     assert outcomes == ({False} if fn in NEVER_READ_UNBOUND else {True, False})
@@ -269,7 +242,7 @@ def test_a_saved_program_checks_the_flag_itself(fn, tmp_path):
     d2s.jit.save(static, str(tmp_path / "m"))
     loaded = d2s.jit.load(str(tmp_path / "m"))
     for x in EVERY:
-        _check(loaded, fn, x)
+        check_run(loaded, fn, x)
 
 
 def scaled_on_one_path(x, w):
@@ -309,7 +282,7 @@ def with_a_value_no_program_merges(x):
 def test_an_if_converted_for_one_side_binds_the_name_on_that_side_only(inputs):
     static = d2s.declarative(with_a_value_no_program_merges, input_spec=SPEC)
     for x in inputs:
-        _check(static, with_a_value_no_program_merges, x)
+        check_run(static, with_a_value_no_program_merges, x)
 
 
 def string_on_one_path(x):

@@ -13,7 +13,7 @@ import torch
 import d2s
 
 from test_translate_control_flow import all_op_types
-from unbound_names import outcome, run_executor
+from unbound_names import ROWS3, ROWS_EVERY, check_program
 
 
 def then_if_on_one_path(x):
@@ -111,12 +111,7 @@ def then_a_second_loop_on_one_path(x):
     return v
 
 
-ROWS0 = torch.ones(0, 2)
-ROWS1 = torch.ones(1, 2)
-ROWS3 = torch.arange(6.0).reshape(3, 2)
-NEG3 = -ROWS3
-MIXED = torch.tensor([[1.0, 2.0], [-3.0, 0.0]])
-EVERY = [ROWS0, ROWS1, ROWS3, NEG3, MIXED]
+EVERY = ROWS_EVERY
 
 CASES = [
     (then_if_on_one_path, EVERY, ("while", "cond")),
@@ -137,16 +132,7 @@ CASES = [
 def test_bound_as_python_binds_it_on_every_path(fn, inputs, ops):
     static = d2s.declarative(fn, input_spec=[d2s.InputSpec([None, 2], torch.float32)])
     for x in inputs:
-        eager = outcome(fn, x)
-        if isinstance(eager, UnboundLocalError):
-            name = str(eager).split("'")[1]  # the name eager finds unbound
-            with pytest.raises(UnboundLocalError, match=f"'{name}'"):
-                static(x)
-            with pytest.raises(UnboundLocalError, match=f"'{name}'"):
-                run_executor(static.program_cache.last, x)
-            continue
-        assert torch.equal(static(x), eager), (x, static(x), eager)
-        assert torch.equal(run_executor(static.program_cache.last, x), eager)
+        check_program(static, fn, x)
     assert len(static.program_cache) == 1
     assert set(ops) <= all_op_types(static.program_cache.last.main_program)
 
