@@ -214,12 +214,10 @@ def state_write(program):
     persistable = {v.name for v in program.persistable_vars()}
     ops = [op for b in program.blocks for op in b.ops]
     bases = view_bases(ops)
-    read = set()
-    for op in ops:
-        target = written_through(op, bases)[:1]
-        read.update(n for n in op.input_names if n not in target)
-    for op in ops:
-        state = [n for n in written_through(op, bases) if n in persistable and n in read]
+    written = [written_through(op, bases) for op in ops]
+    read = {n for op, names in zip(ops, written) for n in op.input_names if n not in names[:1]}
+    for op, names in zip(ops, written):
+        state = [n for n in names if n in persistable and n in read]
         if state:
             return op, state[-1]
     return None

@@ -193,21 +193,21 @@ class ProgramModule(torch.nn.Module):
             else:
                 self._while(block, step[1], env)
 
-    def _select(self, op):
+    def _select(self, block, op):
         """Whether `op`'s branches only yield constants or values from outside
         (a `break` / `continue` flag), each output of one shape on both
         sides: then `torch.where` picks the result exactly and cheaply. (It
         also keeps such a cond out of loop bodies, where torch.onnx cannot
         export a torch.cond today.)"""
         sides = [(op.attrs[f"{s}_block"], op.attrs[f"{s}_outs"]) for s in ("true", "false")]
-        if self._outer.get(id(op)) or any(step[0] != "constants" for sub, _ in sides for step in self._plans[sub.idx]):
+        if self._written(block, op) or any(step[0] != "constants" for sub, _ in sides for step in self._plans[sub.idx]):
             return False
         (t_block, t_outs), (f_block, f_outs) = sides
         return all(t_block.find_var(a).dims == f_block.find_var(b).dims and t_block.find_var(a).kind == "tensor"
                    for a, b in zip(t_outs, f_outs))
 
     def _cond(self, block, op, env):
-        if self._select(op):
+        if self._select(block, op):
             results = []
             for side in ("true", "false"):
                 inner = dict(env)
