@@ -114,7 +114,7 @@ def _infer(fn, args, kwargs, inputs, tracer, factory):
     args, kwargs = _standin_generators(args, kwargs, inputs)
     # Under `torch.autocast` the kernel's dtypes are autocast's, which meta
     # tensors (device "meta") never see: fake tensors keep the device.
-    autocast = any(state is not None for state in run_modes.autocast_state())
+    autocast = run_modes.full_autocast_state() != run_modes.OFF
     # The inference runs are real torch calls: keep capture modes out of them.
     if not autocast and not any(_is_symbolic(v) for v in inputs):
         try:

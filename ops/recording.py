@@ -337,7 +337,7 @@ def record(opdef, fn, args, kwargs):
     if tr.autocast_start is not None:
         # Recorded inside `with torch.autocast(...)` in the user's code: the
         # kernel computed in its dtypes, and must when the program runs.
-        changes = run_modes.autocast_changes(run_modes.autocast_state(), tr.autocast_start)
+        changes = run_modes.autocast_changes(run_modes.full_autocast_state(), tr.autocast_start)
         if changes:
             attrs["autocast"] = changes
     block.append_op(opdef.type, inputs={"X": refs.inputs}, outputs={"Out": outs}, attrs=attrs,

@@ -139,7 +139,9 @@ class Tracer:
         # The user's code asking for the grad/inference mode sees the
         # caller's, and the program checks it (ops/ambient_modes.py).
         self.caller_modes = ambient_modes.caller_modes()
-        self.autocast_start = run_modes.autocast_state()
+        self.autocast_start = run_modes.full_autocast_state()
+        # A program that is not retraced per call (saved, TracedLayer) checks its caller's against it.
+        self.program.autocast = run_modes.traced_autocast(self.autocast_start)
         self._patches.enter_context(ambient_modes.answer_caller_modes(active))
         return self
 

@@ -20,6 +20,7 @@ from .codegen import compile_program
 from .runner import check_shape, convert_feed, convert_input, run_compiled  # noqa: F401 - re-exported
 from .ir import Program, Variable, default_main_program
 from .optable import get_op_def
+from .run_modes import check_caller_autocast
 
 
 class CPUPlace:
@@ -162,6 +163,7 @@ class Executor:
             raise ValueError(f"data variable(s) {missing} are used by the program but not fed")
         feed_names = sorted(feed)
         entry = self.compiled_for_call(program, feed_names, fetch_names, passes.check_level(optimize))
+        check_caller_autocast(program)
         feeds = [self._to_tensor(feed[n], block.vars[n], copy=n in facts.mutated_feeds) for n in feed_names]
         params = resolve_persistables(program, entry.param_names, scope)
         if entry.derived:  # fast level, grad mode off: the weights' transposes (passes/pretranspose.py)

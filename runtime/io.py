@@ -30,6 +30,7 @@ from .ir import Variable, default_main_program
 from .modes import mode_from_ops
 from .optable import get_op_def
 from .prune import prune_program
+from .run_modes import check_autocast_attr
 from . import output_tree
 from .format_rules import check_name, check_size, current_limits, escape
 from .serialization import FORMAT_VERSION, program_from_dict, program_to_dict
@@ -187,6 +188,8 @@ def _saved_part(part, params):
     updates = [[name, index] for name, index in updates or () if name in kept]  # state nothing kept reads: gone
     if updates:
         doc["state_updates"] = updates
+    if program.autocast:  # traced under autocast: it runs only there (runtime/run_modes.py)
+        doc["autocast"] = program.autocast
     return dict(doc, program=program_to_dict(pruned))
 
 
@@ -385,6 +388,7 @@ def _parse_part(doc, where, limits):
         program.verify()
     except (ModelFormatError, ProgramError) as exc:
         raise ModelFormatError(f"{where}: invalid program: {exc}") from None
+    program.autocast = _parse_autocast(doc, where)
     block = program.global_block()
     for name in names["feed"]:
         if name not in block.vars or not block.vars[name].is_data:
@@ -394,6 +398,20 @@ def _parse_part(doc, where, limits):
             raise ModelFormatError(f"{where}: fetch {name!r} is not a variable of the program's global block")
     return (program, names["feed"], names["fetch"], _parse_outputs(doc, names["fetch"], where, limits),
             _parse_state_updates(doc, program, names["fetch"], where))
+
+
+def _parse_autocast(doc, where):
+    """The autocast state a part was traced in (`Program.autocast`), or None."""
+    value = doc.get("autocast")
+    if value is None:
+        return None
+    problem = check_autocast_attr(value)
+    if problem is None and not (value and all(entry[2] for entry in value)
+                                and len({entry[0] for entry in value}) == len(value)):
+        problem = "must list each device type autocast is on for once, enabled"
+    if problem is not None:
+        raise ModelFormatError(f"{where}: \"autocast\" {problem}")
+    return value
 
 
 def _parse_outputs(doc, fetch_names, where, limits):

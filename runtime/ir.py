@@ -390,6 +390,9 @@ class Program:
         # The `training` mode ("train" / "eval") of the modules it was traced
         # with, None when none; a saved model records it (runtime/modes.py).
         self.mode = None
+        # The autocast it was traced in (runtime/run_modes.py `traced_autocast`),
+        # None when off; a program that is not retraced per call runs only there.
+        self.autocast = None
 
     # -- structure -----------------------------------------------------------
     def global_block(self):
@@ -472,7 +475,7 @@ class Program:
                          for k, v in op.attrs.items()}
                 block.ops.append(Operator(block, op.type, op.inputs, op.outputs, attrs, op.origin))
         new.bound = dict(self.bound)
-        new.device, new.mode = self.device, self.mode
+        new.device, new.mode, new.autocast = self.device, self.mode, self.autocast
         new._name_counters = dict(self._name_counters)
         return new
 

@@ -10,14 +10,33 @@ Codegen runs such a call inside the same `with`; a pass that merges,
 moves or lowers calls leaves it alone (`has_mode`). The autocast state the
 caller is in when the program runs is part of the declarative call's
 cache key (`autocast_state`): a program traced under another one is not
-reused.
+reused. A program that cannot be retraced (loaded, `TracedLayer`,
+`Executor.run`) holds the state it was traced in (`Program.autocast`, saved
+with it) and refuses a call made in another (`check_caller_autocast`):
+its decisions on dtypes, and the dtypes its unmarked calls were inferred
+in, are the traced state's.
 """
 
 import torch
 
 from .ir import dtype_name
 
-AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def _autocast_devices():
+    # Every device type torch's autocast knows (of this torch build); a
+    # device that is absent here costs nothing but a None in each state.
+    known = []
+    for device in ("cpu", "cuda", "xpu", "mps", "hpu", "xla", "ipu", "mtia", "maia"):
+        try:
+            torch.get_autocast_dtype(device)
+        except (RuntimeError, ValueError):
+            continue
+        known.append(device)
+    return tuple(known)
+
+
+AUTOCAST_DEVICES = _autocast_devices()
 
 
 def has_mode(op):
@@ -30,14 +49,27 @@ def mode_key(op):
     return bool(op.attrs.get("no_grad")), repr(op.attrs.get("autocast"))
 
 
-_OFF = (None,) * len(AUTOCAST_DEVICES)
+OFF = (None,) * len(AUTOCAST_DEVICES)
 _any_enabled = torch._C._is_any_autocast_enabled  # one C call: the declarative call's key reads it every call
 
 
 def autocast_state():
-    """Per device type of AUTOCAST_DEVICES: the autocast dtype, or None when off."""
+    """Per device type of AUTOCAST_DEVICES: the autocast dtype, or None when
+    off. For the per-call keys and checks: one C call while autocast is off,
+    which torch answers for every device type but `mps` and `maia`
+    (`full_autocast_state` asks those too)."""
     if not _any_enabled():
-        return _OFF
+        return OFF
+    return full_autocast_state()
+
+
+_UNSEEN = tuple(d for d in ("mps", "maia") if d in AUTOCAST_DEVICES)  # what _any_enabled does not answer for
+
+
+def full_autocast_state():
+    """`autocast_state()` asking every device type: what tracing records."""
+    if not _any_enabled() and not any(torch.is_autocast_enabled(d) for d in _UNSEEN):
+        return OFF
     return tuple(torch.get_autocast_dtype(d) if torch.is_autocast_enabled(d) else None for d in AUTOCAST_DEVICES)
 
 
@@ -50,6 +82,32 @@ def autocast_changes(state, start):
             dtype = now if now is not None else torch.get_autocast_dtype(device)
             changes.append([device, dtype_name(dtype), now is not None])
     return changes
+
+
+def traced_autocast(state):
+    """`Program.autocast` for a program traced in autocast `state`: the
+    device types on, as `autocast_changes` lists them, or None (all off)."""
+    return autocast_changes(state, OFF) or None
+
+
+def check_caller_autocast(program):
+    """Refuse to run `program` (one that is not retraced per call) in an
+    autocast state other than the one it was traced in."""
+    traced = program.autocast
+    if traced is None and not _any_enabled():  # every call of a loaded model asks: one C call
+        return
+    now = traced_autocast(autocast_state())
+    if now != traced:
+        raise RuntimeError(
+            f"this program was traced {_describe(traced)} and is called {_describe(now)}: its dtypes, and its "
+            "decisions on them, are those of the first (as they were for eager code there); call it as it was "
+            "traced, or trace and save it under the autocast it runs in")
+
+
+def _describe(changes):
+    if not changes:
+        return "with autocast off"
+    return "under " + ", ".join(f'torch.autocast("{device}", dtype=torch.{dtype})' for device, dtype, _ in changes)
 
 
 def check_autocast_attr(value):

@@ -28,6 +28,7 @@ import torch
 from .errors import OpRuntimeError
 from .ir import GENERATOR, dtype_name
 from .passes import check_level
+from .run_modes import check_caller_autocast
 
 _KINDS = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 
@@ -200,6 +201,7 @@ class LeveledProgram:
         """Run `entry` (from `entry()`) on checked inputs and the values of
         its parameters; `lookup(name)`: a parameter's current value, for the
         transposes (fast level, grad mode off)."""
+        check_caller_autocast(self.program)
         args = [*tensors, *params]
         if entry.derived:
             args += self._transposes.get([lookup(n) for n in entry.derived])

@@ -143,3 +143,74 @@ def test_a_dtype_read_under_the_callers_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         _same(static(x, w), _clamp_if_half(x, w))
     _same(static(x, w), _clamp_if_half(x, w))
+
+
+def _other_device_type(x, w):
+    # Autocast of a device type the tensors are not on changes no kernel
+    # here; on that device it would: the calls record it all the same.
+    with torch.autocast("xpu", dtype=torch.bfloat16):
+        y = x @ w
+    if y.sum() > 0:
+        y = y * 2
+    return y
+
+
+def test_autocast_of_any_device_type_is_recorded(tmp_path):
+    static = d2s.declarative(_other_device_type)
+    for sign in (1, -1):
+        x, w = _inputs(sign)
+        _same(static(x, w), _other_device_type(x, w))
+    program = static.concrete_program.main_program
+    assert [["xpu", "bfloat16", True]] in [op.attrs.get("autocast") for op in program.global_block().ops]
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    _same(loaded(x, w), _other_device_type(x, w))
+
+
+class _ZerosOfItsDtype(nn.Module):
+    # `torch.zeros(..., dtype=y.dtype)`: the dtype is fixed when traced, so
+    # a program traced outside autocast would add float32 zeros where eager
+    # under autocast adds bfloat16 ones.
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y + torch.zeros(4, dtype=y.dtype)
+
+
+_CONTEXTS = {"off": lambda: torch.autocast("cpu", enabled=False),
+             "cpu bfloat16": lambda: torch.autocast("cpu", dtype=torch.bfloat16),
+             "xpu bfloat16": lambda: torch.autocast("xpu", dtype=torch.bfloat16)}
+
+
+def _load(how, model, x, tmp_path):
+    """A runner that cannot retrace, made from `model` in the caller's autocast."""
+    if how == "TracedLayer":
+        return d2s.TracedLayer.trace(model, [x])[1]
+    if how == "jit.load":
+        d2s.jit.save(d2s.declarative(model), str(tmp_path / "m"), input_spec=[d2s.InputSpec([None, 4], "float32")])
+        return d2s.jit.load(str(tmp_path / "m"))
+    layer = d2s.TracedLayer.trace(model, [x])[1]
+    layer.save_inference_model(str(tmp_path / "e"))
+    exe = d2s.Executor()
+    program, feeds, fetches = d2s.load_inference_model(str(tmp_path / "e"), exe)
+    return lambda x: exe.run(program, feed={feeds[0]: x}, fetch_list=fetches, return_numpy=False)[0]
+
+
+@pytest.mark.parametrize("how", ["jit.load", "TracedLayer", "Executor.run"])
+@pytest.mark.parametrize("traced", ["off", "cpu bfloat16"])
+def test_a_program_that_cannot_retrace_runs_only_in_its_traced_autocast(how, traced, tmp_path):
+    torch.manual_seed(0)
+    model = _ZerosOfItsDtype()
+    x = torch.randn(3, 4)
+    with _CONTEXTS[traced]():
+        run = _load(how, model, x, tmp_path)
+    for called, context in _CONTEXTS.items():
+        with context():
+            if called == traced:
+                _same(run(x), model(x))
+            else:
+                with pytest.raises(RuntimeError, match=r"this program was traced .* and is called"):
+                    run(x)
