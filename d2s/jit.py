@@ -19,7 +19,7 @@ from runtime.ir import GENERATOR, torch_dtype
 from runtime.passes import check_level
 from runtime.serialization import program_to_dict
 
-from . import decisions, module_state, save_paths, save_sizes, slot_values
+from . import decisions, module_call, module_state, save_paths, save_sizes, slot_values
 from .graph import Graph
 from .decorator import declarative
 from .input_spec import InputSpec
@@ -317,6 +317,7 @@ class TranslatedLayer(torch.nn.Module):
         self._compiled = {}
         # The parameter values of the latest call's function, kept until the module's tensors change.
         self._slot_values = slot_values.SlotValues(slot_values.watch(self), self._lookup)
+        self._part = main
         self.program, self.feed_names, self.fetch_vars, self._outputs, self._updates = main
         super().train(mode != "eval")
 
@@ -409,8 +410,12 @@ class TranslatedLayer(torch.nn.Module):
                 f"between the modes ({', '.join(self._mode_ops)}), and no {key}-mode program was saved (running "
                 f"this one would silently compute what {self._saved_mode or 'its'} mode computes); save it with "
                 "d2s.jit.save(module, path, input_spec=[...]), which records both modes")
-        self.program, self.feed_names, self.fetch_vars, self._outputs, self._updates = self._programs[key]
+        self._part = self._programs[key]
+        self.program, self.feed_names, self.fetch_vars, self._outputs, self._updates = self._part
         return super().train(mode)
+
+    # nn.Module's call machinery only where something surrounds `forward` (a hook, compile, a trace).
+    __call__ = module_call.call_class_forward
 
     def forward(self, *inputs):
         if foreign_tracers.active():  # torch.jit.trace, torch.export, torch.compile
@@ -424,8 +429,10 @@ class TranslatedLayer(torch.nn.Module):
         if len(inputs) != len(self.feed_names):
             raise TypeError(f"this model takes {len(self.feed_names)} inputs ({', '.join(self.feed_names)}), "
                             f"got {len(inputs)}")
-        part = (self.program, self.feed_names, self.fetch_vars, self._outputs, self._updates)
-        states = decisions.generator_states(inputs) if self._paths else ()
+        part = self._part
+        if not self._paths:
+            return self._run_part(part, inputs)
+        states = decisions.generator_states(inputs)
         try:
             return self._run_part(part, inputs)
         except DecisionFailed as failure:
@@ -433,7 +440,7 @@ class TranslatedLayer(torch.nn.Module):
             # path converted for it, if one was saved and the failed run
             # changed nothing a second run would change again (its draws from
             # the caller's generators are undone: `states`).
-            if not self._paths or self.program is not self._main[0] \
+            if self.program is not self._main[0] \
                     or not save_paths.may_rerun(self._runner(part).entry(), failure, bool(states)):
                 raise
 
@@ -454,9 +461,8 @@ class TranslatedLayer(torch.nn.Module):
 
     def _run_part(self, part, inputs):
         program, feed_names, fetch_vars, outputs, updates = part
-        block = program.global_block()
-        tensors = runner.convert_inputs(inputs, [block.vars[n] for n in feed_names], "input")
         run = self._runner(part)
+        tensors = run.feeds("input").convert(inputs)
         entry = run.entry()
         # Look the values up through the module so .to(), load_state_dict and
         # fine-tuning act on what the program reads.

@@ -51,6 +51,17 @@ def _declarative_module_call(self, *args, **kwargs):
     return forward(*args, **kwargs)
 
 
+def call_class_forward(self, *args, **kwargs):
+    """`_declarative_module_call` for a module class of ours whose `forward`
+    is the class's (a loaded model, `TranslatedLayer`)."""
+    d = self.__dict__
+    g0, g1, g2, g3 = _GLOBAL_HOOKS
+    if (d["_forward_pre_hooks"] or d["_forward_hooks"] or d["_backward_pre_hooks"] or d["_backward_hooks"]
+            or "_compiled_call_impl" in d or g0 or g1 or g2 or g3 or _tracing_state()):
+        return torch.nn.Module.__call__(self, *args, **kwargs)
+    return self.forward(*args, **kwargs)
+
+
 def calling_forward(cls):
     """A subclass of `cls` (same name and module) whose __call__ is
     nn.Module's (hooks, then `forward`), taking the short way when nothing

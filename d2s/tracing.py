@@ -56,7 +56,7 @@ class TracedLayer:
     def __call__(self, *inputs):
         """Run the program on inputs like the example ones (runtime.runner's
         input policy: same shapes, dtypes cast only when safe)."""
-        tensors = runner.convert_inputs(inputs, self.feed_vars, "input")
+        tensors = self._run.feeds("input").convert(inputs)
         entry = self._run.entry()
         bound = self.program.bound
         results = self._run.call(entry, tensors, [bound[n] for n in entry.param_names], bound.__getitem__)

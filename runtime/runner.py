@@ -126,6 +126,39 @@ def convert_inputs(values, feed_vars, what="feed", device=None):
     return [convert_feed(v, var, what, device) for v, var in zip(values, feed_vars)]
 
 
+class Feeds:
+    """`convert_inputs` for a fixed list of feed Variables, the common case
+    first: a plain tensor of the feed's dtype, rank and static sizes is
+    passed as it is, checked in one pass; anything else takes
+    `convert_inputs` (and its errors)."""
+
+    def __init__(self, feed_vars, what="feed"):
+        self.vars = list(feed_vars)
+        self.what = what
+        # Per feed: (dtype, rank, ((dim, size), ...) of its static sizes); a
+        # generator feed's dtype None sends it to `convert_inputs`.
+        self._plain = [(None if v.kind == GENERATOR else v.dtype, len(v.shape),
+                        tuple((i, d) for i, d in enumerate(v.shape) if d != -1)) for v in self.vars]
+
+    def convert(self, values):
+        if len(values) == len(self._plain):
+            for value, (dtype, rank, static) in zip(values, self._plain):
+                if type(value) is not torch.Tensor or value.dtype is not dtype:
+                    break
+                shape = value.shape
+                if len(shape) != rank:
+                    break
+                for i, d in static:
+                    if shape[i] != d:
+                        break
+                else:
+                    continue
+                break
+            else:
+                return values
+        return convert_inputs(values, self.vars, self.what)
+
+
 def convert_feed(value, var, what="feed", device=None):
     """`value` for the feed Variable `var`: `convert_input` for a tensor
     feed, the generator itself for a generator feed."""
@@ -185,6 +218,16 @@ class LeveledProgram:
         self.optimize = check_level(optimize)
         self._entries = {}  # grad mode off? -> (program version, CompiledBlock)
         self._transposes = Transposes()
+        self._feeds = (None, None)  # (program version, Feeds)
+
+    def feeds(self, what="feed"):
+        """The program's feed Variables as a `Feeds` (remade when the program changes)."""
+        version, feeds = self._feeds
+        if version != self.program._version:
+            block = self.program.global_block()
+            feeds = Feeds([block.vars[n] for n in self.feed_names], what)
+            self._feeds = (self.program._version, feeds)
+        return feeds
 
     def entry(self):
         """The CompiledBlock a call makes now (grad mode on: the one that

@@ -191,3 +191,24 @@ def test_cuda_place_on_a_cpu_only_torch_is_a_clear_error():
     with pytest.raises(RuntimeError, match=r"CUDAPlace\(0\): (this PyTorch build has no CUDA support|"
                                            r"no CUDA device is visible).*use d2s.CPUPlace\(\)"):
         d2s.CUDAPlace(0)
+
+
+@pytest.mark.parametrize("hook", ["forward_pre", "forward", "global forward"])
+def test_hooks_of_a_loaded_layer_run_around_its_short_call(tmp_path, hook):
+    # A loaded layer's call skips nn.Module's machinery only when nothing surrounds forward.
+    torch.manual_seed(0)
+    model = Plain()
+    loaded = _saved(tmp_path, model, "eval")
+    x = torch.randn(2, 6)
+    if hook == "forward_pre":
+        want = model(x * 2)
+        handle = loaded.register_forward_pre_hook(lambda m, args: (args[0] * 2,))
+    else:
+        want = model(x) + 1
+        register = loaded.register_forward_hook if hook == "forward" else nn.modules.module.register_module_forward_hook
+        handle = register(lambda m, args, out: out + 1)
+    try:
+        assert torch.equal(loaded(x), want)
+    finally:
+        handle.remove()
+    assert torch.equal(loaded(x), model(x))

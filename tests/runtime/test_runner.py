@@ -3,6 +3,8 @@ Executor.run, declarative calls with InputSpec, TracedLayer and
 TranslatedLayer. Safe casts only, rank and static sizes checked, every
 message names the feed or argument."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -124,3 +126,37 @@ def test_translated_layer_checks_its_inputs(tmp_path):
     with pytest.raises(TypeError, match=r"input 'x' expects a tensor of float32, got None"):
         loaded(None)
 
+
+
+def _feed_vars():
+    program = runtime.Program()
+    with runtime.program_guard(program):
+        x = runtime.data("x", [None, 3], "float32")
+        n = runtime.data("n", [2], "int64")
+    return [x, n]
+
+
+@pytest.mark.parametrize("values", [
+    (torch.ones(4, 3), torch.ones(2, dtype=torch.int64)),  # plain: passed as they are
+    (torch.ones(4, 3).half(), torch.ones(2, dtype=torch.int64)),  # a safe cast
+    (torch.nn.Parameter(torch.ones(4, 3)), torch.ones(2, dtype=torch.int64)),  # a subclass
+    (np.ones((4, 3), np.float32), [1, 2]),
+    (torch.ones(4, 4), torch.ones(2, dtype=torch.int64)),  # a static size
+    (torch.ones(4, 3), torch.ones(3, dtype=torch.int64)),
+    (torch.ones(3), torch.ones(2, dtype=torch.int64)),  # the rank
+    (torch.ones(4, 3), torch.ones(2)),  # an unsafe cast
+    (torch.ones(4, 3),),  # the count
+])
+def test_feeds_take_the_plain_case_and_give_the_policy_for_the_rest(values):
+    feeds = runtime.runner.Feeds(_feed_vars(), "input")
+    try:
+        want = runtime.runner.convert_inputs(values, feeds.vars, "input")
+    except (TypeError, ValueError) as exc:
+        with pytest.raises(type(exc), match=re.escape(str(exc))):
+            feeds.convert(values)
+        return
+    got = feeds.convert(values)
+    assert [(t.dtype, t.shape) for t in got] == [(t.dtype, t.shape) for t in want]
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    if all(type(v) is torch.Tensor for v in values) and want[0] is values[0]:
+        assert all(a is b for a, b in zip(got, values))
