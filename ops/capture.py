@@ -95,6 +95,8 @@ def dispatch(fn, args, kwargs):
     opdef = op_for_callable(fn)
     has_var = _contains((args, kwargs), Variable)
     has_tensor = has_var or _contains((args, kwargs), torch.Tensor)
+    if fn is torch.Tensor.__getitem__ and has_var and len(args) == 2:
+        args = (args[0], _byte_masks_as_bool(args[1]))
     if opdef is not None and (has_tensor or opdef.factory):
         return record(opdef, fn, args, kwargs)
     if not has_tensor:
@@ -122,6 +124,18 @@ def dispatch(fn, args, kwargs):
     raise error_at_user_line(
         f"torch function `{_name(fn)}` cannot be captured into a program: it is not in d2s's op table "
         "(ops/torch_ops.py), and running it now would freeze its result into the program")
+
+
+def _byte_masks_as_bool(index):
+    """`x[m]` with a uint8 tensor `m`: eager indexes with the mask `m != 0`
+    (torch's deprecated byte masks), but the meta kernels shape inference
+    runs refuse uint8 indices; the program indexes with `m.bool()`, the
+    same mask, so values and gradients are eager's."""
+    if isinstance(index, tuple):
+        return tuple(_byte_masks_as_bool(i) for i in index)
+    if isinstance(index, (Variable, torch.Tensor)) and index.dtype == torch.uint8:
+        return dispatch(torch.Tensor.bool, (index,), {}) if isinstance(index, Variable) else index.bool()
+    return index
 
 
 class CaptureMode(TorchFunctionMode):
