@@ -101,7 +101,10 @@ class Tracer:
         first use so that static traces never import sympy."""
         if self._shapes is None:
             from .symbolic import Shapes  # lazy: sympy and torch's symbolic shapes, for dynamic traces only
+            from .light_simplify import light_floordiv  # lazy: imports sympy
             self._shapes = Shapes(self)
+            if self._patches is not None:  # inside `with tracer:` (ended with it)
+                self._patches.enter_context(light_floordiv(active))
             cold_start.refresh()  # the symbolic-shape modules are loaded now
         return self._shapes
 

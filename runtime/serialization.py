@@ -76,7 +76,10 @@ def _block_to_dict(block, keep_origin):
 def _var_to_dict(var):
     out = {
         "name": var.name,
-        "shape": list(var.dims),
+        # A size expression the format does not take (over 200 characters:
+        # nested roundings of an image side) is written as unknown, -1: the
+        # sizes the program computes are the same, its shape says less.
+        "shape": [d if _valid_dim(d) else -1 for d in var.dims],
         "dtype": var.dtype_name,
         "persistable": bool(var.persistable),
         "stop_gradient": bool(var.stop_gradient),
