@@ -32,15 +32,27 @@ from runtime.errors import ConversionError
 from runtime.ir import Variable
 
 
+_BASES = ((dict, dict.values), (list, list.__iter__), (tuple, tuple.__iter__), (set, set.__iter__),
+          (frozenset, frozenset.__iter__))
+
+
+def _items(value):
+    """The items (a dict's values) of a list, tuple, set or dict, or None.
+    A subclass is read through its base class: its own methods are user
+    code, which a walk of module state must not run (transformers' lazy
+    mappings import modules in `values()`)."""
+    for base, items in _BASES:
+        if isinstance(value, base):
+            return list(items(value))
+    return None
+
+
 def _variables(value):
     """The Variables in `value` (nested lists, tuples and dicts)."""
     if isinstance(value, Variable):
         yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _variables(item)
-    elif isinstance(value, dict):
-        for item in value.values():
+    elif isinstance(value, (list, tuple, dict)):
+        for item in _items(value):
             yield from _variables(item)
 
 
@@ -142,7 +154,8 @@ def global_reads(functions, lifted, known):
         if getattr(module, "__dict__", None) is not namespace:  # not an imported module's globals
             continue
         for name, value in list(namespace.items()):
-            if isinstance(value, torch.Tensor) or (isinstance(value, (list, tuple, dict)) and len(value) <= 64):
+            items = _items(value) if isinstance(value, (list, tuple, dict)) else None
+            if isinstance(value, torch.Tensor) or (items is not None and len(items) <= 64):
                 reads += [r for r in _reads_of(module, name, value, lifted) if r.var_name not in known]
     return reads
 
@@ -173,10 +186,8 @@ _TORCH_ATTRS = frozenset(vars(torch.nn.Module()))
 def _tensors(value):
     if isinstance(value, torch.Tensor):
         return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
+    if isinstance(value, (list, tuple, dict)):
+        return [t for v in _items(value) for t in _tensors(v)]
     return []
 
 
@@ -185,9 +196,9 @@ def value_key(value):
     if isinstance(value, torch.Tensor):
         return ("tensor", tuple(value.shape), value.dtype)
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__,) + tuple(value_key(v) for v in value)
+        return (type(value).__name__,) + tuple(value_key(v) for v in _items(value))
     if isinstance(value, dict):
-        return ("dict",) + tuple((k, value_key(v)) for k, v in value.items())
+        return ("dict",) + tuple((k, value_key(v)) for k, v in dict.items(value))
     return ("value", type(value).__name__)
 
 
@@ -275,10 +286,9 @@ def _holds_own_variable(value, program, depth):
         return value.block.program is program
     if depth == 0:
         return False
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return any(_holds_own_variable(v, program, depth - 1) for v in value)
-    if isinstance(value, dict):
-        return any(_holds_own_variable(v, program, depth - 1) for v in list(value.values()))
+    items = _items(value)
+    if items is not None:
+        return any(_holds_own_variable(v, program, depth - 1) for v in items)
     if isinstance(value, types.FunctionType):  # function attributes: `helper.buf = y`
         return any(_holds_own_variable(v, program, depth - 1) for v in list(vars(value).values()))
     return False
