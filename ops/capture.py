@@ -95,8 +95,8 @@ def dispatch(fn, args, kwargs):
     opdef = op_for_callable(fn)
     has_var = _contains((args, kwargs), Variable)
     has_tensor = has_var or _contains((args, kwargs), torch.Tensor)
-    if fn is torch.Tensor.__getitem__ and has_var and len(args) == 2:
-        args = (args[0], _byte_masks_as_bool(args[1]))
+    if fn in _BYTE_MASKS and has_var:
+        args, kwargs = _byte_masks_as_bool(fn, args, kwargs)
     if opdef is not None and (has_tensor or opdef.factory):
         return record(opdef, fn, args, kwargs)
     if not has_tensor:
@@ -126,16 +126,31 @@ def dispatch(fn, args, kwargs):
         "(ops/torch_ops.py), and running it now would freeze its result into the program")
 
 
-def _byte_masks_as_bool(index):
-    """`x[m]` with a uint8 tensor `m`: eager indexes with the mask `m != 0`
-    (torch's deprecated byte masks), but the meta kernels shape inference
-    runs refuse uint8 indices; the program indexes with `m.bool()`, the
-    same mask, so values and gradients are eager's."""
-    if isinstance(index, tuple):
-        return tuple(_byte_masks_as_bool(i) for i in index)
-    if isinstance(index, (Variable, torch.Tensor)) and index.dtype == torch.uint8:
-        return dispatch(torch.Tensor.bool, (index,), {}) if isinstance(index, Variable) else index.bool()
-    return index
+# Where torch takes a uint8 tensor as the bool mask `m != 0` (deprecated
+# byte masks, still in older code): the argument's position and name.
+_BYTE_MASKS = {torch.Tensor.__getitem__: (1, None), torch.where: (0, "condition"),
+               torch.Tensor.where: (1, "condition")}
+
+
+def _byte_masks_as_bool(fn, args, kwargs):
+    """`x[m]`, `torch.where(m, a, b)` with a uint8 tensor `m`: eager uses
+    the mask `m != 0`, but the meta kernels shape inference runs refuse
+    uint8 there; the program passes `m.bool()`, the same mask, so values
+    and gradients are eager's."""
+    position, name = _BYTE_MASKS[fn]
+    if len(args) > position:
+        args = args[:position] + (_as_bool(args[position]),) + args[position + 1:]
+    elif name in kwargs:
+        kwargs = {**kwargs, name: _as_bool(kwargs[name])}
+    return args, kwargs
+
+
+def _as_bool(mask):
+    if isinstance(mask, tuple):  # `x[m, 1:]`
+        return tuple(_as_bool(m) for m in mask)
+    if isinstance(mask, (Variable, torch.Tensor)) and mask.dtype == torch.uint8:
+        return dispatch(torch.Tensor.bool, (mask,), {}) if isinstance(mask, Variable) else mask.bool()
+    return mask
 
 
 class CaptureMode(TorchFunctionMode):

@@ -277,9 +277,9 @@ def _written_argument(opdef, fn, args, kwargs):
         return None
     if "inplace" in bound.arguments:
         inplace = bound.arguments["inplace"]
-        if not isinstance(inplace, bool):
-            raise error_at_user_line(f"`{opdef.type}`: `inplace` must be a Python bool here, got "
-                                     f"{type(inplace).__name__}")
+        if isinstance(inplace, (torch.Tensor, Variable)):
+            raise error_at_user_line(f"`{opdef.type}`: `inplace` must be a Python value here (the functional "
+                                     "tests its truth in Python), got a tensor")
         if inplace and isinstance(args[0], (torch.Tensor, Variable)):
             return args[0]
     return None

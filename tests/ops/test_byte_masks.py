@@ -1,7 +1,7 @@
-"""Indexing with a uint8 mask (`x[m]`, torch's deprecated byte masks, still
-in older code: ParityBench's face_evoLVe). Eager indexes with `m != 0`;
+"""Indexing and `torch.where` with a uint8 mask (`x[m]`, `torch.where(m, a,
+b)`: torch's deprecated byte masks, still in older code: ParityBench's face_evoLVe). Eager indexes with `m != 0`;
 the meta kernels shape inference runs refuse uint8 indices, so the program
-indexes with `m.bool()` (ops/capture.py `_byte_masks_as_bool`). Before, the
+passes `m.bool()` (ops/capture.py `_byte_masks_as_bool`). Before, the
 call was refused."""
 
 import warnings
@@ -60,3 +60,12 @@ def test_byte_mask_indexing_equals_eager_values_and_gradients(fn, kind):
     assert "torch.Tensor.bool" in types
     if fn is _in_a_branch:
         assert "cond" in types
+
+
+def _where(x, m):
+    return torch.where(m, x, x * -2) + x.where(m, 0.5) + torch.where(condition=m, input=x, other=x.exp())
+
+
+@pytest.mark.parametrize("kind", ["none", "some", "non-one"])
+def test_byte_mask_where_equals_eager(kind):
+    test_byte_mask_indexing_equals_eager_values_and_gradients(_where, kind)

@@ -34,9 +34,14 @@ def leaky_relu_keyword(y, buf):
     F.leaky_relu(buf, 0.1, inplace=True)
 
 
-WRITERS = {f.__name__: f for f in (mul_out, clamp_out, relu_keyword, relu_positional, leaky_relu_keyword)}
+def relu_int(y, buf):
+    F.relu(buf, inplace=1)  # the functional tests its truth: eager writes (ParityBench's FGVC_PIM)
+
+
+WRITERS = {f.__name__: f for f in (mul_out, clamp_out, relu_keyword, relu_positional, leaky_relu_keyword, relu_int)}
 TYPES = {"mul_out": "torch.mul!", "clamp_out": "torch.clamp!", "relu_keyword": "torch.nn.functional.relu!",
-         "relu_positional": "torch.nn.functional.relu!", "leaky_relu_keyword": "torch.nn.functional.leaky_relu!"}
+         "relu_positional": "torch.nn.functional.relu!", "leaky_relu_keyword": "torch.nn.functional.leaky_relu!",
+         "relu_int": "torch.nn.functional.relu!"}
 
 
 def _walk(writer):
