@@ -88,12 +88,24 @@ def convert_isinstance(value, classinfo):
     if isinstance(value, classinfo):
         return True
     if is_var(value):
-        kinds = classinfo if isinstance(classinfo, tuple) else (classinfo,)
-        answers = {any(isinstance(k, type) and issubclass(kind, k) for k in kinds) for kind in _types(value)}
+        answers = {_instance_of(kind, classinfo) for kind in _types(value)}
         if len(answers) > 1:
             raise _no_one_type(value, "isinstance")
         return answers.pop()
     return False
+
+
+# An instance of each type `_types` gives, asked in its place: `classinfo`
+# may be a tuple, a union (`torch.Tensor | None`) or a class whose metaclass
+# decides (`torch.autograd.Variable` takes any tensor), as for eager's value.
+_EXAMPLES = {torch.Tensor: torch.empty(0), bool: False, int: 0, float: 0.0}
+
+
+def _instance_of(kind, classinfo):
+    example = _EXAMPLES.get(kind)
+    if example is None:
+        return issubclass(kind, classinfo)
+    return isinstance(example, classinfo)
 
 
 def _types(value):

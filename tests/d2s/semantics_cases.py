@@ -141,6 +141,18 @@ def item_is_a_python_number(x):
 
 
 @case((POS,), (NEG,), ops={"cond"})
+def isinstance_asks_the_class_as_eager_would(x):
+    # `torch.autograd.Variable`'s metaclass takes any tensor (ParityBench's
+    # voxel_flow); a union and a subclass are asked of a tensor too.
+    if not isinstance(x, torch.autograd.Variable) or isinstance(x, torch.nn.Parameter):
+        raise RuntimeError("unknown input type")
+    s = x.sum().item()
+    if x.sum() > 0 and isinstance(x, torch.Tensor | None) and isinstance(s, int | float):
+        x = x * 2
+    return x
+
+
+@case((POS,), (NEG,), ops={"cond"})
 def int_of_tensor_is_an_int(x):
     n = int(x.sum())
     same = n
