@@ -181,8 +181,9 @@ FACTORIES = {_key(f) for f in get_ignored_functions() if callable(f) and _is_fac
 PYTHON_LEVEL = (
     ("torch.nn.functional", "hardsigmoid hardswish sigmoid tanh upsample upsample_bilinear upsample_nearest"),
     ("torch.Tensor", "unflatten"),
-    # Private native functions torch's own nn code calls (nn.utils.weight_norm).
-    ("torch", "_weight_norm"),
+    # Private native functions torch's own code calls (nn.utils.weight_norm;
+    # `_shape_as_tensor`, the sizes as a tensor, in fairseq's positional embeddings).
+    ("torch", "_weight_norm _shape_as_tensor"),
 )
 # Tensor properties whose value is a tensor; the others (shape, dtype,
 # device, requires_grad, ...) are metadata.

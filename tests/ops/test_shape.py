@@ -38,6 +38,7 @@ SHAPE_OPS = {
     "matmul": lambda x: torch.matmul(x, torch.ones(3, 5)),
     "T": lambda x: x[0].T,
     "type_as": lambda x: x.long().type_as(x),
+    "shape_as_tensor": lambda x: x * torch._shape_as_tensor(x)[0],  # fairseq's positional embeddings
     "to_dtype": lambda x: (x.to(torch.float64), x.int(), x.bool(), x.double()),
 }
 
