@@ -254,6 +254,11 @@ HOSTILE = {
         "argument 'layout' takes a layout, got torch.channels_last"),
     "a d2s op called with an extra keyword": (_op_attr("fill_constant", "kwargs", {"device": "cpu"}),
                                               "got an unexpected keyword argument 'device'"),
+    # Binding-only keywords (`nonzero`'s `as_tuple`) go to their own functions only, and take no closed kinds.
+    "nonzero's as_tuple given to sum": (_op_attr("torch.Tensor.sum", "kwargs", {"as_tuple": True}),
+                                        "keyword 'as_tuple' is not an argument of this function"),
+    "sparse check_invariants given to sum": (_op_attr("torch.Tensor.sum", "kwargs", {"check_invariants": True}),
+                                             "keyword 'check_invariants' is not an argument of this function"),
     # Variable shapes: ints in 0..2**40, -1, or size expressions of symbols.
     "a dimension 'nan'": (_dim("nan"), "bad dimension "),
     "a dimension 'inf'": (_dim("inf"), "bad dimension "),
