@@ -144,9 +144,8 @@ def _saved_state(state, params, held_as):
     for kind, values in state.items():
         out[kind] = []
         for key, value in values.items():
+            # By the tensor, never by name: an unread buffer `const_0` is not the lifted constant `const_0`.
             name, _ = held_as.get(id(value), (None, None))
-            if name is None and key in from_programs:
-                name = key  # the tensor was replaced since the trace: the variable of its name, as always
             if name is None:
                 name = fresh[key]
                 if name in from_programs:  # a lifted constant's name (`const_0`): another tensor's

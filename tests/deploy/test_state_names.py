@@ -7,6 +7,7 @@ move both ways, and its outputs equal eager."""
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -64,7 +65,19 @@ class Tied(nn.Module):
         return self.head(self.embed(ids))
 
 
+class ConstantName(nn.Module):
+    # An unread buffer named as the program names a lifted constant (`const_0`).
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("const_0", torch.full((4,), 7.0))
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) + torch.as_tensor(np.arange(4, dtype=np.float32))
+
+
 CASES = {
+    "constant_name": (ConstantName, lambda: torch.randn(2, 4), [None, 4], "float32"),
     "dashed": (Dashed, lambda: torch.randn(2, 3, 8, 8), [None, 3, 8, 8], "float32"),
     "colliding": (Colliding, lambda: torch.randn(2, 4), [None, 4], "float32"),
     "non_ascii": (NonAscii, lambda: torch.randn(2, 4), [None, 4], "float32"),
