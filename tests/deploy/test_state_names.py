@@ -132,3 +132,17 @@ def test_a_loaded_layer_saves_again(tmp_path, name):
 def test_tied_weights_stay_tied(tmp_path):
     _, loaded, _ = _saved(tmp_path, "tied")
     assert loaded.state_dict(keep_vars=True)["embed.weight"] is loaded.state_dict(keep_vars=True)["head.weight"]
+
+
+@pytest.mark.parametrize("name", ["colliding", "dashed", "non_ascii"])
+def test_traced_layer_saves_such_a_module(tmp_path, name):
+    # TracedLayer names persistables as a declarative trace does; it saves no state-dict keys.
+    cls, make_input, _, _ = CASES[name]
+    torch.manual_seed(0)
+    eager = cls().eval()
+    x = make_input()
+    _, traced = d2s.TracedLayer.trace(eager, [x])
+    traced.save_inference_model(str(tmp_path / name))
+    loaded = d2s.jit.load(str(tmp_path / name))
+    with torch.no_grad():
+        assert torch.equal(loaded(x), eager(x))
