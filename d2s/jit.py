@@ -324,9 +324,10 @@ class TranslatedLayer(torch.nn.Module):
     # -- state -----------------------------------------------------------------------
     def _register_state(self, state):
         """Every persistable value of the programs becomes a parameter or a
-        buffer under its own name (a tree of `_State` modules for dotted
-        names); values the saved module's state does not hold (lifted
-        constants) are non-persistent buffers."""
+        buffer under its state-dict key (a tree of `_State` modules for
+        dotted keys), its variable's name where none was saved; values the
+        saved module's state does not hold (lifted constants) are
+        non-persistent buffers."""
         values, specs = {}, {}
         for program, *_ in self._all_parts():
             for var in program.persistable_vars():
@@ -334,18 +335,23 @@ class TranslatedLayer(torch.nn.Module):
                     values.setdefault(var.name, program.bound[var.name])
                     specs.setdefault(var.name, var)
         if state is not None:
-            order = [(n, "parameter") for n in state["parameters"]] + [(n, "buffer") for n in state["buffers"]]
-            order += [(n, "constant") for n in values if n not in set(state["parameters"]) | set(state["buffers"])]
+            # (state-dict key, variable name, kind); a key need not be a valid name (`conv-1.weight`).
+            order = [(k, n, "parameter") for k, n in state["parameters"].items()]
+            order += [(k, n, "buffer") for k, n in state["buffers"].items()]
+            named = {n for _, n, _ in order}
+            order += [(n, n, "constant") for n in values if n not in named]
         else:
-            order = [(n, "parameter" if not specs[n].stop_gradient and values[n].dtype.is_floating_point
+            order = [(n, n, "parameter" if not specs[n].stop_gradient and values[n].dtype.is_floating_point
                       else "buffer") for n in sorted(values)]
-        for name, kind in order:
-            value = values.get(name)
+        made = {}  # variable name -> its tensor: keys of one tensor (tied weights) share it
+        for key, name, kind in order:
+            value = made.get(name)
             if value is None:
-                value = state["values"][name]
-            if kind == "parameter":
-                value = torch.nn.Parameter(value.detach().clone(), requires_grad=value.dtype.is_floating_point)
-            self._slots[name] = self._place(name, value, kind)
+                value = values[name] if name in values else state["values"][name]
+                if kind == "parameter":
+                    value = torch.nn.Parameter(value.detach().clone(), requires_grad=value.dtype.is_floating_point)
+                made[name] = value
+            self._slots[name] = self._place(key, value, kind)
         self._bind_slots()
 
     def _bind_slots(self):
@@ -356,8 +362,8 @@ class TranslatedLayer(torch.nn.Module):
                     program.bind(name, self._lookup(name))
 
     def _place(self, name, value, kind):
-        """Register `value` as `name` (creating `_State` parents for a dotted
-        name) and return (owner module, attribute name)."""
+        """Register `value` as `name`, a state-dict key (creating `_State`
+        parents for a dotted key), and return (owner module, attribute name)."""
         *parents, leaf = name.split(".")
         owner = self
         for part in parents:
@@ -515,7 +521,8 @@ def load(path, optimize=None):
             program.bind(var.name, model.params[var.name])
     state = None
     if model.state is not None:
-        state = dict(model.state, values={n: model.params[n] for names in model.state.values() for n in names})
+        state = dict(model.state, values={n: model.params[n] for names in model.state.values()
+                                          for n in names.values()})
     block = model.program.global_block()
     return TranslatedLayer(model.program, model.feed_names, [block.vars[n] for n in model.fetch_names],
                            mode=model.mode, alternate=model.alternate, state=state, outputs=model.outputs,

@@ -348,7 +348,7 @@ class StaticFunction:
         """Called on Variables (static code inside program_guard): run the
         converted function on them, so its ops join the current program."""
         hints = tracer.current().name_hints
-        for tensor_id, name in self._name_hints(args).items():
+        for tensor_id, name in tracer.persistable_names(self._name_hints(args)).items():
             hints.setdefault(tensor_id, name)
         with CaptureMode(), torch.enable_grad():
             return conversion.convert_function(self._function)(*self._full_args(args), **kwargs)

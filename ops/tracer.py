@@ -24,6 +24,7 @@ import contextvars
 import weakref
 
 from runtime import run_modes
+from runtime.format_rules import safe_names
 from runtime.ir import default_main_program
 
 from . import ambient_modes, cold_start, host_random
@@ -65,6 +66,15 @@ class Mark:
         self.writes = len(tracer.python_writes)
 
 
+def persistable_names(hints):
+    """`hints` (id(tensor) -> state-dict key) with each key made a safe,
+    distinct variable name (runtime/format_rules.safe_names): a program is
+    saved under its variable names, and PyTorch's keys need not be valid
+    ones (`add_module('conv-1', ...)`). The saved state keeps the keys."""
+    names = safe_names(list(hints.values()))
+    return {tensor_id: names[key] for tensor_id, key in hints.items()}
+
+
 class Tracer:
     """The state of one trace into `program`.
 
@@ -75,7 +85,7 @@ class Tracer:
     def __init__(self, program, name_hints=None):
         self.program = program
         self.block = program.global_block()
-        self.name_hints = dict(name_hints or {})
+        self.name_hints = persistable_names(name_hints or {})
         self.lifted = {}        # id(tensor) -> name of its persistable Variable
         self.expanding = set()  # Python-level torch functions whose body is being captured
         self.examples = {}      # feed name -> the tensor of the call being traced (ops/examples.py)

@@ -17,6 +17,10 @@ form; at most `max_name_length` characters. That excludes `../`, `/`, NUL,
 newlines and every other control or format character (right-to-left
 overrides included). Two names of one program may not become equal once
 sanitised (`a.b` and `a_b` are both the local `v_a_b` and the file `a_b.npy`).
+
+State-dict keys, which PyTorch lets be any text (`add_module('conv-1',
+...)`), are not variable names: `safe_names` gives each persistable a valid,
+distinct name, and a saved state records key and name (`check_key`).
 """
 
 import dataclasses
@@ -69,9 +73,56 @@ def check_name(name, where, limits=None):
                                "identifiers: no '/', '..', spaces, control or direction characters)")
 
 
+def check_key(key, where, limits=None):
+    """Raise ModelFormatError unless `key` can be a state-dict key of a
+    loaded layer: PyTorch's module and parameter names are any text without
+    '.', so each dot-separated part is non-empty printable text (spaces and
+    '-' allowed; no control or direction characters). A key names a module
+    attribute only; the tensor's variable and file name is a checked name."""
+    limit = current_limits(limits).max_name_length
+    if not isinstance(key, str) or not key or len(key) > limit:
+        raise ModelFormatError(f"{where}: a state-dict key must be a string of 1 to {limit} characters, "
+                               f"got {key!r:.60}")
+    if not key.isprintable() or "" in key.split("."):
+        raise ModelFormatError(f"{where}: {escape(key)} is not a valid state-dict key (printable text, "
+                               "no empty part between dots)")
+
+
 def sanitised(name):
     """The form a name takes as a Python local, a file name or a module key."""
     return re.sub(r"\W", "_", unicodedata.normalize("NFKC", name))
+
+
+def safe_names(keys, limits=None):
+    """{key: variable name} for state-dict keys: each name valid and no two
+    equal once sanitised. PyTorch takes any module name (`add_module('conv-1',
+    ...)`, and `level2_0` beside a ModuleList's `level2.0`); a key that is
+    already a valid name keeps it, others get their invalid characters as
+    `_`, and a collision a `_N` suffix. Valid keys are placed first so that
+    one is never renamed for another's sake, and the result depends only on
+    `keys` and their order: every trace of a module names it the same."""
+    limit = current_limits(limits).max_name_length
+    out, taken = {}, set()
+    for key in keys:
+        if _is_valid(key, limit) and sanitised(key) not in taken:
+            out[key] = key
+            taken.add(sanitised(key))
+    for key in keys:
+        if key in out:
+            continue
+        parts = [p if _valid_part(p) else re.sub(r"[^A-Za-z0-9_]", "_", p) or "_" for p in key.split(".")]
+        base = ".".join(parts)[:limit - 8].rstrip(".")  # room for a suffix
+        name, n = base, 0
+        while sanitised(name) in taken:
+            n += 1
+            name = f"{base}_{n}"
+        out[key] = name
+        taken.add(sanitised(name))
+    return out
+
+
+def _is_valid(name, limit):
+    return 0 < len(name) <= limit and all(_valid_part(p) for p in name.split("."))
 
 
 def check_collisions(names, where):

@@ -32,7 +32,7 @@ from .optable import get_op_def
 from .prune import prune_program
 from .run_modes import check_autocast_attr
 from . import output_tree
-from .format_rules import check_name, check_size, current_limits, escape
+from .format_rules import check_key, check_name, check_size, current_limits, escape, safe_names
 from .serialization import FORMAT_VERSION, program_from_dict, program_to_dict
 
 PROGRAM_FILE = "program.json"
@@ -47,8 +47,9 @@ SavedModel.__doc__ = """A validated model directory, parameters not yet bound
 "train" or "eval", the mode the program was traced in, or None (not
 recorded: a loaded layer takes what its ops say, runtime/modes.py); `alternate` is the
 program of the other mode, an `Alternate`, when it differs; `state` is
-{"parameters": [...], "buffers": [...]}, the saved module's state-dict keys
-in order, or None. `outputs` is what a call returns around the fetches
+{"parameters": {key: name}, "buffers": {key: name}}, the saved module's
+state-dict keys in order, each with the variable (params name) holding its
+tensor, or None. `outputs` is what a call returns around the fetches
 (runtime/output_tree.py), or None: the fetches, one tensor or a tuple.
 `state_updates` are (persistable name, fetch index) pairs: after a run,
 the module state that persistable holds becomes that fetch's value.
@@ -106,30 +107,57 @@ def save_model(dirname, main, mode=None, alternate=None, state=None, both_modes=
     `one_mode`: why `main` serves `mode` only (the other mode's program
     could not be converted), or None.
     """
-    params = {}
+    params, held_as = {}, {}
     doc = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "producer": producer_versions()}
     if mode is not None:
         doc["mode"] = mode
-    doc.update(_saved_part(main, params))
+    doc.update(_saved_part(main, params, held_as))
     if alternate is not None:
-        doc["alternate"] = {"mode": MODES[1 - MODES.index(mode)], **_saved_part(alternate, params)}
+        doc["alternate"] = {"mode": MODES[1 - MODES.index(mode)], **_saved_part(alternate, params, held_as)}
     if both_modes:
         doc["both_modes"] = True
     if one_mode is not None:
         doc["one_mode"] = one_mode
     if paths:
-        doc["paths"] = [_saved_part(p, params) for p in paths]
+        doc["paths"] = [_saved_part(p, params, held_as) for p in paths]
     if state is not None:
-        doc["state"] = {kind: list(values) for kind, values in state.items()}
-        for values in state.values():
-            for name, value in values.items():
-                params.setdefault(name, value.detach().to("cpu", copy=True).contiguous())
+        doc["state"] = _saved_state(state, params, held_as)
     text = _dump_document(doc)
     # Never write what `load_inference_model` would reject.
     written = json.loads(text)
     _parse_document(written, "program being saved")
     _parse_modes_and_state(written, "program being saved", None)
     write_atomically(dirname, {PROGRAM_FILE: text}, {PARAMS_FILE: functools.partial(_save_params, params)})
+
+
+def _saved_state(state, params, held_as):
+    """The "state" field: per kind, each state-dict key as the name of the
+    variable that holds its tensor, or [key, name] where they differ (a key
+    that is no valid name: `add_module('conv-1', ...)`). A key the programs
+    read is saved as their variable (found by the tensor itself, so tied
+    weights stay one tensor); any other gets a free valid name, its tensor
+    added to `params` (which holds the programs' variables on entry)."""
+    from_programs = set(params)
+    fresh = safe_names([key for values in state.values() for key in values])
+    taken = from_programs | set(fresh.values())
+    out = {}
+    for kind, values in state.items():
+        out[kind] = []
+        for key, value in values.items():
+            # By the tensor, never by name: an unread buffer `const_0` is not the lifted constant `const_0`.
+            name, _ = held_as.get(id(value), (None, None))
+            if name is None:
+                name = fresh[key]
+                if name in from_programs:  # a lifted constant's name (`const_0`): another tensor's
+                    n = 1
+                    while f"{name}_{n}" in taken:
+                        n += 1
+                    name = f"{name}_{n}"
+                    taken.add(name)
+                params[name] = value.detach().to("cpu", copy=True).contiguous()
+                held_as[id(value)] = (name, value)
+            out[kind].append(key if name == key else [key, name])
+    return out
 
 
 def _save_params(params, path):
@@ -154,10 +182,11 @@ def _refuse_live_ops(program):
                     "backward to save it")
 
 
-def _saved_part(part, params):
+def _saved_part(part, params, held_as):
     """{"feed", "fetch", "outputs", "state_updates", "program"} for one
     (program, feeds, targets[, outputs[, state_updates]]), pruned to what
-    the targets need; its parameter values are added to `params`."""
+    the targets need; its parameter values are added to `params`, and the
+    tensors they are bound to to `held_as` (id -> (variable name, tensor))."""
     program, feeds, targets, *rest = part
     outputs, updates = (list(rest) + [None, None])[:2]
     feed_names = [v.name if isinstance(v, Variable) else v for v in feeds]
@@ -173,6 +202,7 @@ def _saved_part(part, params):
     param_vars = pruned.persistable_vars()
     values = resolve_persistables(program, [v.name for v in param_vars])
     for var, value in zip(param_vars, values):
+        held_as.setdefault(id(value), (var.name, value))  # the tensor kept: its id stays its own
         value = _param_value(var, value)
         held = params.setdefault(var.name, value)
         if held is not value and (held.shape != value.shape or held.dtype != value.dtype
@@ -464,19 +494,33 @@ def _parse_modes_and_state(doc, where, limits):
                                "\"alternate\" or \"both_modes\"")
     state = doc.get("state")
     if state is not None:
-        if not isinstance(state, dict) or set(state) != {"parameters", "buffers"}:
-            raise ModelFormatError(f"{where}: \"state\" must be {{\"parameters\": [...], \"buffers\": [...]}}")
-        names = []
-        for kind in ("parameters", "buffers"):
-            if not isinstance(state[kind], list):
-                raise ModelFormatError(f"{where}: state {kind} must be a list of names")
-            for name in state[kind]:
-                check_name(name, f"{where}: state {kind}", limits)
-            names += state[kind]
-        if len(set(names)) != len(names):
-            raise ModelFormatError(f"{where}: \"state\" lists a name twice")
-        check_size(f"{where}: number of state entries", len(names), current_limits(limits).max_vars, "max_vars")
+        state = _parse_state(state, where, limits)
     return mode, alternate, state
+
+
+def _parse_state(state, where, limits):
+    """{"parameters": {key: name}, "buffers": {key: name}} from the "state"
+    field: each entry a name (the key is the variable's name) or [key, name]."""
+    if not isinstance(state, dict) or set(state) != {"parameters", "buffers"}:
+        raise ModelFormatError(f"{where}: \"state\" must be {{\"parameters\": [...], \"buffers\": [...]}}")
+    out, kind_of = {}, {}
+    for kind in ("parameters", "buffers"):
+        if not isinstance(state[kind], list):
+            raise ModelFormatError(f"{where}: state {kind} must be a list of names")
+        check_size(f"{where}: number of state entries", len(state[kind]), current_limits(limits).max_vars,
+                   "max_vars")
+        out[kind] = {}
+        for entry in state[kind]:
+            key, name = entry if isinstance(entry, list) and len(entry) == 2 else (entry, entry)
+            check_name(name, f"{where}: state {kind}", limits)
+            check_key(key, f"{where}: state {kind}", limits)
+            if any(key in keys for keys in out.values()):
+                raise ModelFormatError(f"{where}: \"state\" lists the key {escape(key)} twice")
+            # One tensor may hold several keys (tied weights), but it is a parameter or a buffer.
+            if kind_of.setdefault(name, kind) != kind:
+                raise ModelFormatError(f"{where}: state variable {escape(name)} is both a parameter and a buffer")
+            out[kind][key] = name
+    return out
 
 
 def _read_params(path, programs, state, device):
@@ -492,7 +536,8 @@ def _read_params(path, programs, state, device):
             if (known.dtype, known.shape) != (var.dtype, var.shape):
                 raise ModelFormatError(f"{path}: parameter {var.name!r} is declared differently by the train "
                                        "and eval programs")
-    state_only = [n for names in (state or {}).values() for n in names if n not in expected]
+    state_only = list(dict.fromkeys(n for names in (state or {}).values() for n in names.values()
+                                    if n not in expected))
     try:
         with safe_open(path, framework="pt", device="cpu") as f:
             stored = list(f.keys())

@@ -14,7 +14,9 @@ goes. Each would fail, or do something else, only when the program runs.
     native schemas must take the keywords (its argument names, plus the
     names Python's binding adds: `input` for `self`, `out`, tensor options),
     and the positional arguments (a list argument may be spelt as several:
-    `x.view(2, 3)`);
+    `x.view(2, 3)`), or a signature only the binding has: a hand-written
+    binding's keyword (`x.nonzero(as_tuple=True)`), a deprecated order
+    (`torch.addmm(beta, input, alpha, mat1, mat2)`);
   - either way, the closed-set kinds go only where their kind goes: a
     parameter of kind dtype (ScalarType, or named `dtype`) takes a
     `torch.dtype` or None; device a device, a device string (cpu, cuda:N,
@@ -43,6 +45,22 @@ _DEVICE = re.compile(r"(cpu|cuda|meta|mps|xpu)(:[0-9]{1,3})?")
 # Keywords Python's bindings accept beyond a native schema's argument names.
 _PYTHON_KEYWORDS = {"input", "self", "out", "dtype", "layout", "device", "pin_memory", "requires_grad",
                     "memory_format", "names", "generator", "non_blocking", "copy"}
+# Keyword-only arguments of torch's hand-written Python bindings
+# (python_torch_functions_manual.cpp, python_variable_methods.cpp) that no
+# native schema names: `x.nonzero(as_tuple=True)`.
+_BINDING_KEYWORDS = {"nonzero": {"as_tuple"}, "sparse_coo_tensor": {"check_invariants"},
+                     "sparse_compressed_tensor": {"check_invariants"}, "sparse_csr_tensor": {"check_invariants"},
+                     "sparse_csc_tensor": {"check_invariants"}, "sparse_bsr_tensor": {"check_invariants"},
+                     "sparse_bsc_tensor": {"check_invariants"}}
+# torch's deprecated signatures (tools/autograd/deprecated.yaml), which its
+# Python binding still takes, with the scalars before the tensors:
+# `torch.addmm(beta, input, alpha, mat1, mat2)`, `x.addmm_(beta, alpha, m1, m2)`
+# (old ReID code: `dist.addmm_(1, -2, x, y.t())`), `torch.addcmul(x, value, t1, t2)`.
+# In-place and method forms take as many arguments, counting `self`.
+_DEPRECATED = {name: ("beta", "self", "alpha", a, b) for name, a, b in [
+    ("addmm", "mat1", "mat2"), ("addmv", "mat", "vec"), ("addr", "vec1", "vec2"),
+    ("addbmm", "batch1", "batch2"), ("baddbmm", "batch1", "batch2")]}
+_DEPRECATED.update(addcmul=("self", "value", "tensor1", "tensor2"), addcdiv=("self", "value", "tensor1", "tensor2"))
 # NumPy's spellings that torch's argument parser takes for a schema's
 # names (`torch.mean(x, axis=1, keepdims=True)`), as python_arg_parser.cpp.
 _NUMPY_NAMES = {"axis": "dim", "keepdims": "keepdim", "x": "input", "a": "input", "x1": "input", "x2": "other"}
@@ -105,11 +123,15 @@ def _schemas(kernel):
     if not isinstance(packet, torch._ops.OpOverloadPacket):
         return None
     out = []
+    binding_only = {key: "bool" for key in _BINDING_KEYWORDS.get(name, ())}
     for overload in packet.overloads():
         arguments = getattr(packet, overload)._schema.arguments
         # real_type: `ScalarType`, `Optional[MemoryFormat]` (`type` says `int` for both).
         out.append(([(a.name, str(a.real_type)) for a in arguments if not a.kwarg_only],
-                    {a.name: str(a.real_type) for a in arguments}))
+                    {a.name: str(a.real_type) for a in arguments} | binding_only))
+    deprecated = _DEPRECATED.get(name.rstrip("_"))
+    if out and deprecated:  # scalars and tensors, none of a closed kind
+        out.append(([(a, "Tensor") for a in deprecated], {"out": "Tensor"}))
     return out or None
 
 

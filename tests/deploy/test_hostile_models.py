@@ -194,6 +194,28 @@ HOSTILE = {
     "state name with ../": (lambda d: d.update(state={"parameters": ["../x"], "buffers": []}),
                             "is not a valid variable name"),
     "state not a dict of two lists": (lambda d: d.update(state={"parameters": "fc.weight"}), '"state" must be'),
+    # A state entry [key, name]: PyTorch's key (any printable text) and the tensor's checked variable name.
+    "state key with a newline": (lambda d: d.update(state={"parameters": [["fc\nweight", "fc.weight"]],
+                                                           "buffers": []}), "is not a valid state-dict key"),
+    "state key with a direction override": (
+        lambda d: d.update(state={"parameters": [["fc.\u202eweight", "fc.weight"]], "buffers": []}),
+        "is not a valid state-dict key"),
+    "state key with an empty part": (lambda d: d.update(state={"parameters": [["fc..weight", "fc.weight"]],
+                                                               "buffers": []}), "is not a valid state-dict key"),
+    "state key not a string": (lambda d: d.update(state={"parameters": [[{"$device": "cpu"}, "fc.weight"]],
+                                                         "buffers": []}), "a state-dict key must be a string"),
+    "state entry of three": (lambda d: d.update(state={"parameters": [["a", "b", "fc.weight"]], "buffers": []}),
+                             "a variable name must be a non-empty string"),
+    "state name with / beside a key": (lambda d: d.update(state={"parameters": [["fc-1.weight", "fc/weight"]],
+                                                                 "buffers": []}), "is not a valid variable name"),
+    "state key listed twice": (lambda d: d.update(state={"parameters": [["k", "fc.weight"], ["k", "fc.bias"]],
+                                                         "buffers": []}), "lists the key"),
+    "state tensor both parameter and buffer": (
+        lambda d: d.update(state={"parameters": [["a", "fc.weight"]], "buffers": [["b", "fc.weight"]]}),
+        "is both a parameter and a buffer"),
+    "state naming a tensor the file lacks": (
+        lambda d: d.update(state={"parameters": [["fc-1.weight", "fc.weight_9"]], "buffers": []}),
+        "missing parameter(s) ['fc.weight_9']"),
     "outputs naming a fetch it lacks": (lambda d: d.update(outputs={"tuple": [{"fetch": 0}, {"fetch": 1}]}),
                                         "fetch index 1 is not one of the 1 fetches"),
     "outputs with an unknown node": (lambda d: d.update(outputs={"eval": "os.system"}), "unknown output node"),
@@ -232,6 +254,11 @@ HOSTILE = {
         "argument 'layout' takes a layout, got torch.channels_last"),
     "a d2s op called with an extra keyword": (_op_attr("fill_constant", "kwargs", {"device": "cpu"}),
                                               "got an unexpected keyword argument 'device'"),
+    # Binding-only keywords (`nonzero`'s `as_tuple`) go to their own functions only, and take no closed kinds.
+    "nonzero's as_tuple given to sum": (_op_attr("torch.Tensor.sum", "kwargs", {"as_tuple": True}),
+                                        "keyword 'as_tuple' is not an argument of this function"),
+    "sparse check_invariants given to sum": (_op_attr("torch.Tensor.sum", "kwargs", {"check_invariants": True}),
+                                             "keyword 'check_invariants' is not an argument of this function"),
     # Variable shapes: ints in 0..2**40, -1, or size expressions of symbols.
     "a dimension 'nan'": (_dim("nan"), "bad dimension "),
     "a dimension 'inf'": (_dim("inf"), "bad dimension "),
