@@ -106,6 +106,10 @@ class _IfSite:
         # dropped: one program cannot hold both, and its own name is not read again).
         self.extra = [n for n, v in zip(self.st.names, self.before[0])
                       if n not in self.outputs and type(v) in (list, dict)]
+        # The structure (a tuple, a list, ...) the false side gives a name the
+        # true side leaves unbound: the true side's Undefined takes it, so the
+        # op's leaves line up whichever side it is converted for (`_Shaped`).
+        self.unbound_specs = {}
         # Other Python objects the branches reach (`res["a"][0] = 2`, `foo.c = y`):
         # each slot a branch writes is one more output, set after the op.
         self.slots = known_slots(self.effects, self.code)
@@ -139,6 +143,8 @@ class _IfSite:
             self.arrays |= retry.outputs
         elif isinstance(retry, _Drop):
             self.extra.remove(retry.name)
+        elif isinstance(retry, _Shaped):
+            self.unbound_specs.update(retry.specs)
         else:
             self.first_bound |= retry.names
 
@@ -190,7 +196,7 @@ def _trace_cond(pred, site, sides):
         try:
             merged = cf.cond(pred, *branches, names=trace.leaf_names, return_names=site.return_names,
                              lines=site.lines, jump=site.jump and site.jump[:2])
-        except (EffectsChanged, Deeper, _AsArrays, _Drop, MaybeUnbound) as retry:
+        except (EffectsChanged, Deeper, _AsArrays, _Drop, _Shaped, MaybeUnbound) as retry:
             tr.rollback(mark)
             site.learn(retry, trace.outs)
             continue
@@ -219,7 +225,7 @@ def _after_cond(site, trace, merged):
     if isinstance(merged, cf.Unreachable):  # both branches raise: nothing after the `if` runs
         return st.get()
     leaves = iter(merged)
-    merged = [unflatten(leaves, spec) for spec in trace.specs.get("true", trace.specs.get("false"))]
+    merged = [_one_undefined(unflatten(leaves, spec)) for spec in trace.specs.get("true", trace.specs.get("false"))]
     for slot, spec in zip(site.slots, trace.slot_specs.get("true", trace.slot_specs.get("false", ()))):
         slot.set(unflatten(leaves, spec))
     sides = trace.seen.values()  # (each side's values: a side that raised has none)
@@ -232,6 +238,25 @@ def _after_cond(site, trace, merged):
             merged[k] = refill(old[name], merged[k])
     st.set(merged, outs)
     return st.get()
+
+
+def _one_undefined(value):
+    """A container whose every leaf is one Undefined (a name unbound on the
+    side the `if` was converted for, given the other side's structure) as
+    that Undefined; any other value as it is."""
+    leaves = [value]
+    found = None
+    while leaves:
+        leaf = leaves.pop()
+        if isinstance(leaf, (tuple, list)):
+            leaves += list(leaf)
+        elif isinstance(leaf, dict):
+            leaves += list(leaf.values())
+        elif isinstance(leaf, Undefined) and (found is None or leaf is found):
+            found = leaf
+        else:
+            return value
+    return value if found is None else found
 
 
 _LOCAL = threading.local()
@@ -387,9 +412,12 @@ def _output_leaves(site, trace, side, values, exited):
         # side: a placeholder, its flag False, `bound_flag`.)
         if isinstance(value, Undefined) and k in trace.flagged:
             value = cf.Unreachable(outputs[k])
-        true_spec = specs["true"][k] if side == "false" and "true" in specs else None
-        if isinstance(value, Undefined) and true_spec is not None:
-            value = unflatten(iter(lambda: value, None), true_spec)
+        # An unbound name takes the other side's structure, each leaf the
+        # Undefined (`_after_cond` makes it one Undefined again).
+        other_spec = (specs["true"][k] if side == "false" and "true" in specs
+                      else site.unbound_specs.get(outputs[k]) if side == "true" else None)
+        if isinstance(value, Undefined) and other_spec is not None:
+            value = unflatten(iter(lambda: value, None), other_spec)
         flat, spec = flatten(value, True, site.deep, (outputs[k],))
         leaves += flat
         specs[side].append(spec)
@@ -447,6 +475,9 @@ def _compare_sides(site, trace):
     grown = _lists_of_tensors_that_differ(trace.tensor_lists, trace.specs, site.arrays)
     if grown:
         raise _AsArrays(grown)
+    shaped = _shapes_for_unbound(trace)
+    if shaped:
+        raise _Shaped(shaped)
     structure = _structure_error(trace.specs, trace.outs, site.extra)
     if structure is not None:
         raise structure
@@ -472,6 +503,14 @@ class _Drop(Exception):
     def __init__(self, name):
         super().__init__(name)
         self.name = name
+
+
+class _Shaped(Exception):
+    """Retry the ``if`` with the true side's unbound names given these structures."""
+
+    def __init__(self, specs):
+        super().__init__(specs)
+        self.specs = specs
 
 
 class _AsArrays(Exception):
@@ -507,6 +546,15 @@ def _lists_of_tensors_that_differ(tensor_lists, specs, arrays):
         return set()
     both = tensor_lists["true"] & tensor_lists["false"]
     return {k for k in both if k not in arrays and specs["true"][k] != specs["false"][k]}
+
+
+def _shapes_for_unbound(trace):
+    """{name: the false side's structure} for the names the true side leaves
+    unbound and the false side binds to a container (`_Shaped`)."""
+    if "true" not in trace.specs or "false" not in trace.specs or "true" not in trace.kinds:
+        return {}
+    return {trace.outs[k]: b for k, ((kind, _), a, b) in enumerate(
+        zip(trace.kinds["true"], trace.specs["true"], trace.specs["false"])) if kind == "unbound" and a != b}
 
 
 def _structure_error(specs, outputs, extra=()):

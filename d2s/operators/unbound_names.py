@@ -84,9 +84,13 @@ def find_unbound(site, trace):
     read raises UnboundLocalError when the program took a path that left it
     unbound (`convert_load`). A value no program output can leave unset on
     some paths (a string, None, a list or tuple) is refused at the user's
-    line. Names `flagged` for a loop that first assigned them before the
-    `if` are `keep_unbound_flag`'s; the lowered return value is not a name
-    (cf.cond gives it a placeholder where a path has not returned)."""
+    line, after a `break`/`continue` the `if` guards; elsewhere such a name
+    is not flagged, and the `if` is converted for the side the inputs take
+    (ops/control_flow/sides.py: the other side converts again when a run
+    takes it), where the name is bound or unbound as eager has it. Names
+    `flagged` for a loop that first assigned them before the `if` are
+    `keep_unbound_flag`'s; the lowered return value is not a name (cf.cond
+    gives it a placeholder where a path has not returned)."""
     kinds, first_bound = trace.kinds, site.first_bound
     sides = [(side, kinds[side]) for side in ("true", "false") if side in kinds]
     found = set()
@@ -96,10 +100,12 @@ def find_unbound(site, trace):
         here = {side: kind[k] for side, kind in sides}
         states = {state for state, _ in here.values()}
         if "maybe" in states or {"unbound", "bound"} <= states:
-            for side, (state, value) in here.items():
-                if state == "bound" and not _flaggable(value):
-                    raise _unflaggable(name, side, value, here, site.lines, site.jump)
-            found.add(name)
+            unflaggable = [side for side, (state, value) in here.items() if state == "bound" and not _flaggable(value)]
+            if unflaggable and site.jump is not None:
+                side = unflaggable[0]
+                raise _unflaggable(name, side, here[side][1], here, site.lines, site.jump)
+            if not unflaggable:
+                found.add(name)
     if found - first_bound:
         raise MaybeUnbound(found)
 

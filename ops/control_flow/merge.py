@@ -125,11 +125,13 @@ def _fill_undefined(a, b, site, label, name):
             f"{jump_line} that a tensor decides, but not on the path that takes the `{kind}`, and is not defined "
             "before it; assign it before the loop")
     if name not in site.return_names:
+        # A name d2s gives no bound flag (its value, a string, None or a
+        # tuple, is no op output: d2s/operators/unbound_names.py): the side
+        # these inputs take is converted, bound or not there, as eager has it.
         side, other = ("false", "true") if a_undef else ("true", "false")
-        raise error_at_user_line(
+        raise unmergeable(
             f"{label} is assigned in the {side} branch ({assigned_at(site.lines, name, side)}) but not in the "
-            f"{other} branch of the `if` on a tensor at this line, and is not defined before it; assign it "
-            "before the if or in both branches")
+            f"{other} branch of the `if` on a tensor at this line, and is not defined before it")
     defined = b if a_undef else a
     with site.tr.block_guard(site.block(a_undef)):
         filler = framework.zeros_placeholder(as_var(defined))

@@ -67,8 +67,7 @@ _SAME_TEXT = """import torch
 
 
 def f(x):
-    if x.sum() > 0:
-        y = "positive"
+    y = x.tolist()
     return y
 """
 
@@ -287,12 +286,6 @@ def test_ops_record_the_user_line():
 
 # -- errors -----------------------------------------------------------------------------------
 
-def string_assigned_in_one_branch(x):
-    if x.sum() > 0:
-        y = "positive"
-    return x if y == "positive" else -x
-
-
 def tensor_or_none(x):
     y = None
     if x.sum() > 0:
@@ -477,11 +470,6 @@ def _returned_rows(x, n):
      ["'alias' is another name for the list 'ys', which this tensor loop or `if` changes"]),
     (list_alias_in_a_tensor_if, (torch.ones(3),), "if x.sum() > 0",
      ["'alias' is another name for the list 'out', which this tensor loop or `if` changes"]),
-    # A tensor or number bound on one path only is carried with a bound flag
-    # (tests/d2s/test_branch_first_names.py); a string has no op output for it.
-    (string_assigned_in_one_branch, (torch.ones(3),), "if x.sum() > 0",
-     ["'y' is assigned in the true branch (line {y}) but not in the false branch", "holds a value of type `str` there",
-      "assign it before the if"]),
     (dtype_changes, (torch.ones(3), torch.tensor(3)), "while i < n",
      ["loop variable 's' has dtype int64 before the loop but float32"]),
     (a_generator, (torch.ones(3),), "yield x", ["generators (`yield`) are not supported"]),
