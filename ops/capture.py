@@ -27,6 +27,7 @@ from torch.overrides import TorchFunctionMode
 from runtime.ir import TENSOR_ARRAY, Variable
 
 from . import framework, numpy_ufuncs, optimizer_ops, torch_ops, tracer
+from .examples import constant_value
 from .recording import _TO_PYTHON, _contains, _to_python_error, record, size, stands_for_number
 from .registry import op_for_callable
 from .storage_address import StorageAddress
@@ -321,6 +322,13 @@ def _method(var, name):
         return lambda *args, **kwargs: (_type_name(var) if _is_type_query(torch.Tensor.type, (var,) + args, kwargs)
                                         else dispatch(torch.Tensor.type, (var,) + args, kwargs))
     if name in _TO_PYTHON:
+        if name == "tolist":
+            # `torch.tensor(x.shape[2:]).tolist()` of static sizes: the same list on every run.
+            value = constant_value(tracer.current(), var)
+            if value is not None:
+                with torch._C.DisableTorchFunction():
+                    listed = value.tolist()
+                return lambda: listed
         raise _to_python_error(var, _TO_PYTHON[name])
     if name == "data_ptr":  # compared for identity, never read (ops/storage_address.py)
         return lambda: StorageAddress(var)

@@ -64,10 +64,49 @@ def _example(tracer, var, real_sizes):
     return int(value) if isinstance(value, (int, bool)) else None
 
 
+def constant_value(tracer, var):
+    """The tensor `var` holds on every run, or None: when pure ops compute
+    it from constants alone (`torch.tensor(x.shape)` of static sizes: no
+    feed, parameter, size symbol or random draw), and no op writes in place
+    a tensor made from it. Asked at the global block only: inside a branch
+    or loop body a later trip may change what an outer tensor holds before
+    the ops that do it are recorded."""
+    if tracer.block is not tracer.program.global_block():
+        return None
+    replay = _Replay(tracer, constants_only=True)
+    try:
+        with _without_function_modes(), torch._C.DisableTorchFunction(), torch.no_grad():
+            value = replay.value(var)
+    except Exception:  # noqa: BLE001 - not computed from constants alone
+        return None
+    if not isinstance(value, torch.Tensor) or _written_from(tracer.program, {name for _, name in replay.memo}):
+        return None
+    return value
+
+
+def _written_from(program, names):
+    """Whether an op that writes in place reads one of `names`, or a
+    tensor an op made from them (a view: `t.view(-1).add_(1)`)."""
+    reached, grew = set(names), True
+    while grew:
+        grew = False
+        for block in program.blocks:
+            for op in block.ops:
+                if not {n for ns in op.inputs.values() for n in ns} & reached:
+                    continue
+                if get_op_def(op.type).mutates:
+                    return True
+                outs = {n for ns in op.outputs.values() for n in ns} - reached
+                grew = grew or bool(outs)
+                reached |= outs
+    return False
+
+
 class _Replay:
-    def __init__(self, tracer, real_sizes=False):
+    def __init__(self, tracer, real_sizes=False, constants_only=False):
         self.tracer = tracer
         self.real_sizes = real_sizes
+        self.constants_only = constants_only  # no feed, bound value or size symbol: `constant_value`
         self.memo = {}
         self.budget = MAX_OPS
 
@@ -79,7 +118,7 @@ class _Replay:
 
     def _compute(self, var):
         tr = self.tracer
-        if var.kind == TENSOR_ARRAY:
+        if var.kind == TENSOR_ARRAY or (self.constants_only and var.kind == SCALAR):
             raise _Unknown(var.name)
         if var.kind == SCALAR:
             # `real_sizes`: a size read from an example tensor is that tensor's
@@ -98,6 +137,8 @@ class _Replay:
         found = _producer(var)
         if found is not None:  # also an input written in place: not the example any more
             return self._run(*found)
+        if self.constants_only:
+            raise _Unknown(var.name)
         example = tr.examples.get(var.name)
         if example is None:
             example = tr.program.bound.get(var.name)
@@ -107,7 +148,7 @@ class _Replay:
 
     def _run(self, op, index):
         self.budget -= 1
-        if op.type == "cond" and self.budget >= 0:
+        if op.type == "cond" and self.budget >= 0 and not self.constants_only:
             # The output of the side the example takes (a `return` flag, a
             # value one side sets): what that side's block computed.
             side = "true" if bool(self.value(op.block.find_var(op.input("Cond")[0]))) else "false"
@@ -117,7 +158,8 @@ class _Replay:
             raise _Unknown(op.type)
         opdef = get_op_def(op.type)
         if opdef.kernel is None or opdef.mutates or opdef.random or opdef.training_only \
-                or op.attrs.get("out") is None or "args" not in op.attrs:
+                or op.attrs.get("out") is None or "args" not in op.attrs \
+                or (self.constants_only and op.attrs.get("autocast")):
             raise _Unknown(op.type)
         block = op.block
         inputs = [self.value(block.find_var(n)) for n in op.input("X")]
