@@ -19,7 +19,7 @@ from .effects import (Effects, EffectsChanged, is_missing, known_deep, known_slo
 from .raising import raising_as_op
 from .state import (Deeper, LoopFirst, State, Undefined, changed_objects, describe, flatten, is_var,
                     local_object_paths, loop_init, maybe_unbound, object_alias, refill, refuse_list_aliases,
-                    unflatten)
+                    tested, unflatten)
 from .unbound_names import FIRST_BOUND, MaybeUnbound, bound_flag, find_unbound, keep_unbound_flag, side_kind
 
 
@@ -56,6 +56,7 @@ def convert_ifelse(pred, true_fn, false_fn, state, outputs, return_names=(), ret
     jumps it may take can still read.
     """
     st = State((true_fn, false_fn), state)
+    pred = tested(pred)
     if not is_var(pred):
         taken = true_fn if pred else false_fn
         if _ran_to_an_exit(taken) or exits[0 if pred else 1]:
@@ -576,6 +577,7 @@ def convert_ifexp(pred, true_fn, false_fn):
     """``true_fn() if pred else false_fn()``; a ``cond`` op for a graph ``pred``.
     As for an ``if``, a side that raises while it is traced (it reads a name
     no path bound) raises when a run takes it (``raising_as_op``)."""
+    pred = tested(pred)
     if not is_var(pred):
         return true_fn() if pred else false_fn()
     return cf.cond(pred, raising_as_op(true_fn), raising_as_op(false_fn))

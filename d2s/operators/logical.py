@@ -16,7 +16,7 @@ from runtime.optable import get_op_def
 
 from .effects import Effects
 from .raising import raising_as_op
-from .state import constant, is_var
+from .state import constant, is_var, tested
 
 
 def as_bool_var(value):
@@ -32,7 +32,7 @@ def convert_logical_and(lhs, rhs, test=False):
     same shape), else a ``cond`` that picks it. ``test=True`` where only the
     truth of the result matters (an ``if``/``while`` test, ``not``'s
     operand): ``torch.logical_and`` of any two operands then."""
-    a = lhs()
+    a = tested(lhs())
     if not is_var(a):
         return rhs() if a else a
     return _short_circuit(graph_tensor(a), rhs, torch.logical_and, rhs_when=True, test=test)
@@ -42,7 +42,7 @@ def convert_logical_or(lhs, rhs, test=False):
     """``lhs() or rhs()``: ``rhs()`` runs only where ``lhs()`` is false. With
     a graph tensor ``lhs()`` the value is ``lhs() if lhs() else rhs()``, as
     for ``convert_logical_and``."""
-    a = lhs()
+    a = tested(lhs())
     if not is_var(a):
         return a if a else rhs()
     return _short_circuit(graph_tensor(a), rhs, torch.logical_or, rhs_when=False, test=test)
@@ -214,6 +214,7 @@ def convert_compare_chain(first, *steps):
 
 def convert_logical_not(value):
     """``not value``; ``torch.logical_not`` for a graph tensor."""
+    value = tested(value)
     if is_var(value):
         return torch.logical_not(graph_tensor(value))
     return not value

@@ -14,7 +14,8 @@ import torch
 
 from ops import control_flow as cf
 from ops import framework as fw
-from ops.recording import is_symbolic_value
+from ops import tracer
+from ops.recording import is_symbolic_value, lift
 from ops.user_frames import INTERNAL_DIRS, error_at_user_line, user_origin
 from runtime.ir import Variable
 
@@ -28,6 +29,17 @@ class LoopFirst(Undefined):
     trace assigned it: an `if` on a tensor in the body that assigns it on
     one path gives the other path a placeholder and a False "bound" flag
     (`convert_ifelse`), as later trips do with the value of earlier ones."""
+
+
+def tested(value):
+    """A real tensor that an `if`, `while`, `not`, `and` or `or` of converted
+    code tests while a program is traced (a module's buffer: `if
+    self.initted:`), as the program's Variable for it: the test reads what
+    the tensor holds when the program runs, as eager reads it then (its
+    value at build time is frozen nowhere); any other value as it is."""
+    if isinstance(value, torch.Tensor) and not isinstance(value, Variable) and tracer.active() is not None:
+        return lift(value)
+    return value
 
 
 def is_var(value):

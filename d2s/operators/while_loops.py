@@ -13,7 +13,8 @@ from .effects import (Effects, EffectsChanged, is_missing, known_deep, known_slo
 from .for_loops import PythonItemsInGraphLoop, convert_for_test
 from .raising import raising_as_op
 from .state import (Deeper, LoopFirst, State, Undefined, carried_node, changed_objects, describe, flatten, is_var,
-                    loop_init, maybe_unbound, refill, refuse_list_aliases, refuse_object_aliases, unflatten)
+                    loop_init, maybe_unbound, refill, refuse_list_aliases, refuse_object_aliases, tested,
+                    unflatten)
 
 
 def convert_while(test, body, names, return_names=(), counter=None):
@@ -90,7 +91,7 @@ def _guarded(test, body, names, return_names, counter, st):
         st.set((st.get((name,))[0] + 1,), (name,))
 
     while convert_for_test(items, st.get((name,))[0]):
-        test_value = test()
+        test_value = tested(test())
         if not is_var(test_value):
             if not test_value:
                 break
