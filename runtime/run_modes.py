@@ -22,7 +22,6 @@ import torch
 from .ir import dtype_name
 
 
-
 def _autocast_devices():
     # Every device type torch's autocast knows (of this torch build); a
     # device that is absent here costs nothing but a None in each state.
@@ -96,7 +95,7 @@ def check_caller_autocast(program):
     traced = program.autocast
     if traced is None and not _any_enabled():  # every call of a loaded model asks: one C call
         return
-    now = traced_autocast(autocast_state())
+    now = traced_autocast(full_autocast_state())
     if now != traced:
         raise RuntimeError(
             f"this program was traced {_describe(traced)} and is called {_describe(now)}: its dtypes, and its "
