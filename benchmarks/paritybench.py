@@ -239,7 +239,7 @@ def _loss(out):
     return sum(t.sum() * (0.5 + i) for i, t in enumerate(leaves))
 
 
-def _bitwise_equal(a, b):
+def _equal_nan_equal(a, b):
     """torch.equal, with NaN equal to NaN in the same places (a model whose
     eager gradients hold NaN, a square root of a negative "variance")."""
     import torch
@@ -278,7 +278,7 @@ def compare_gradients(eager_model, static_model, args, kwargs, optimize):
         if (a.grad is None) != (b.grad is None):
             return f"differ: {name} has a gradient on one side only"
         ga, gb = (g.to_dense() if g is not None and g.is_sparse else g for g in (a.grad, b.grad))
-        if ga is None or _bitwise_equal(ga, gb):
+        if ga is None or _equal_nan_equal(ga, gb):
             continue
         if not torch.allclose(ga, gb, atol=TOL, rtol=TOL, equal_nan=True):
             return f"differ: {name}"
