@@ -76,13 +76,19 @@ def _complete(tr, mark):
     return new <= used
 
 
+# Ops that raise the user's own error when a run reaches them (a tensor
+# `assert`, torch's argument validation) before any error the build meets later.
+_USER_CHECKS = ("raise", "assert", "check_all_true")
+
+
 def raising_after_raise_ops(fn, program):
     """``fn`` for the whole function being traced. An error its top level
     raises (not a ConversionError, not torch refusing sizes) fails the
     conversion, as it fails every eager call, unless the program already
-    holds a ``raise`` op, which a run may reach first (a loop body that
-    raises on every path: eager raises there for inputs that take a trip,
-    and here for the others). Then it becomes a ``raise`` op too, and the
+    holds a ``raise`` or ``assert`` op, which a run may reach first (a loop
+    body that raises on every path: eager raises there for inputs that take
+    a trip, and here for the others; a tensor ``assert`` that fails before
+    a name the function never binds). Then it becomes a ``raise`` op too, and the
     function yields ``Unreachable``."""
     def run():
         tr = tracer.current()
@@ -93,7 +99,7 @@ def raising_after_raise_ops(fn, program):
             raise
         except Exception as exc:  # noqa: BLE001 - the user's error, raised when a run gets here
             if (cf.raised_by_torch(exc) or tr.block is not program.global_block() or not _complete(tr, mark)
-                    or not any(op.type == "raise" for block in program.blocks for op in block.ops)):
+                    or not any(op.type in _USER_CHECKS for block in program.blocks for op in block.ops)):
                 raise
             fw.raise_(exc)
             return cf.Unreachable("function")

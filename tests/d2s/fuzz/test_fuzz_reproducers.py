@@ -223,6 +223,22 @@ CASES = {
             t = t + v8.sum()
             return a + b + t + k + s
         """, ("while",)),
+    # Seed nov26c, program 731: a tensor `assert`, then a read of `v7`, which no path binds: the
+    # read failed the conversion with its UnboundLocalError for every input, where eager raises the
+    # AssertionError first for inputs that fail the assert (an assert op, then a raise op).
+    "tensor_assert_before_a_read_no_path_binds": ({}, """
+        def f(x, m, n):
+            a = x * 1.0
+            t = x.sum()
+            s = 0.0
+            for c1 in (2.0, 1.5):
+                if s < -0.5:
+                    v7 = x * 1.5
+                else:
+                    assert t < 0.5, 'fuzz: t is too big'
+                t = t + v7.sum()
+            return a + t
+        """, ("assert",)),
 }
 
 
