@@ -16,7 +16,7 @@ from runtime.optable import get_op_def
 
 from .effects import Effects
 from .raising import raising_as_op
-from .state import constant, is_var, tested
+from .state import constant, is_array, is_var, tested
 
 
 def as_bool_var(value):
@@ -32,7 +32,7 @@ def convert_logical_and(lhs, rhs, test=False):
     same shape), else a ``cond`` that picks it. ``test=True`` where only the
     truth of the result matters (an ``if``/``while`` test, ``not``'s
     operand): ``torch.logical_and`` of any two operands then."""
-    a = tested(lhs())
+    a = _tested_operand(lhs(), "and", test)
     if not is_var(a):
         return rhs() if a else a
     return _short_circuit(graph_tensor(a), rhs, torch.logical_and, rhs_when=True, test=test)
@@ -42,10 +42,21 @@ def convert_logical_or(lhs, rhs, test=False):
     """``lhs() or rhs()``: ``rhs()`` runs only where ``lhs()`` is false. With
     a graph tensor ``lhs()`` the value is ``lhs() if lhs() else rhs()``, as
     for ``convert_logical_and``."""
-    a = tested(lhs())
+    a = _tested_operand(lhs(), "or", test)
     if not is_var(a):
         return a if a else rhs()
     return _short_circuit(graph_tensor(a), rhs, torch.logical_or, rhs_when=False, test=test)
+
+
+def _tested_operand(value, which, test):
+    """`tested(value)`; a list a graph loop fills is refused where its value,
+    not only its truth, is the result: eager's `ys or default` is the list
+    itself on one path, which one program value cannot be."""
+    if is_array(value) and not test:
+        raise error_at_user_line(
+            f"`{which}` here yields either a list that a tensor loop fills or the other operand, which one program "
+            f"value cannot be; test the list's truth in an `if` instead")
+    return tested(value)
 
 
 def _short_circuit(a, rhs, op, rhs_when, test):

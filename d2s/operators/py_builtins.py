@@ -16,7 +16,7 @@ from runtime.ir import GENERATOR, Variable
 
 from .for_loops import Rows, convert_enumerate, convert_range, convert_zip
 from .logical import unobservable_since
-from .state import is_var
+from .state import array_truth, is_array, is_var
 
 
 def convert_len(value):
@@ -44,6 +44,8 @@ def convert_cast(value, kind):
     result is a Python number, which carries no gradient."""
     if not is_var(value):
         return kind(value)
+    if is_array(value):  # a Python list eagerly: its truth, or Python's own TypeError
+        return array_truth(value) if kind is bool else kind([])
     if kind is int and isinstance(value, torch.SymInt):
         return value  # a run-time size is a Python int already
     src = graph_tensor(value).detach()
@@ -173,6 +175,15 @@ def _pick(a, b, which):
     pick_b = (b > a) if which == "max" else (b < a)
     if not is_var(pick_b):
         pick_b = torch.as_tensor(pick_b)
+    elif any(d != 1 for d in pick_b.shape):
+        # Eager asks bool(b > a), which raises for more than one element;
+        # torch.where would pick element by element.
+        if -1 not in pick_b.shape:
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+        raise error_at_user_line(
+            f"{which}(a, b) compares tensors of shape {list(pick_b.shape)}, known only when the program runs: "
+            f"eager raises unless they hold one element; use torch.{which}imum(a, b) for elementwise values, "
+            f"or make the sizes static")
     return torch.where(pick_b, b, a)
 
 

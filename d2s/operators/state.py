@@ -17,7 +17,7 @@ from ops import framework as fw
 from ops import tracer
 from ops.recording import is_symbolic_value, lift
 from ops.user_frames import INTERNAL_DIRS, error_at_user_line, user_origin
-from runtime.ir import Variable
+from runtime.ir import TENSOR_ARRAY, Variable
 
 from .. import input_trees
 
@@ -39,7 +39,22 @@ def tested(value):
     value at build time is frozen nowhere); any other value as it is."""
     if isinstance(value, torch.Tensor) and not isinstance(value, Variable) and tracer.active() is not None:
         return lift(value)
+    if is_array(value):
+        return array_truth(value)
     return value
+
+
+def is_array(value):
+    """Whether `value` is a list that a graph loop fills (a tensor array)."""
+    return isinstance(value, Variable) and value.kind == TENSOR_ARRAY
+
+
+def array_truth(array):
+    """Python's truth of a list a graph loop fills (`if ys:`, `bool(ys)`):
+    whether it holds an element, a bool known when the program runs."""
+    out = fw.array_length(array) > 0
+    out.python_number = True  # a Python bool in eager code
+    return out
 
 
 def is_var(value):

@@ -806,3 +806,40 @@ def numbers_of_a_tuple_in_a_loop_a_tensor_ends(x):
             break
         s = s + c                                # Python arithmetic on doubles, as eagerly
     return s, x * s
+
+
+# -- the truth of a list a tensor loop fills is its length, not its elements ---------------------
+
+
+def positives(x):
+    kept = []
+    for v in x:                                  # a graph loop: `kept` becomes a tensor array
+        if v > 0:
+            kept.append(v * 2)
+    return kept
+
+
+@case((POS,), (NEG,), (MIX,), ops={"while", "cond", "array_length"})
+def truth_of_a_list_a_tensor_loop_fills(x):
+    kept = positives(x)
+    if kept:                                     # was a `cond` on the array as a tensor: refused
+        y = torch.stack(kept).sum()
+    else:
+        y = x.sum() * 0
+    if not kept:
+        y = y - 1
+    z = torch.stack(kept).mean() if kept else y
+    return y, z, bool(kept), len(kept)
+
+
+# -- builtin max/min of tensors compare them with bool(), as eagerly -------------------------------
+
+
+@case((POS,), (NEG,), (MIX,), ops={"torch.where"})
+def max_min_of_one_element_tensors(x):
+    return max(x[0], x[1], x[2]), min(x.sum(), x.mean())
+
+
+@case((T(1.0, 2.0, 3.0, 4.0),), (T(4.0, 3.0, 2.0, 1.0),))
+def max_of_tensors_with_several_elements(x):
+    return max(x[:2], x[2:])                     # eager: RuntimeError (ambiguous truth); was an elementwise pick

@@ -8,7 +8,7 @@ import torch
 
 import d2s
 
-from semantics_cases import CASES
+from semantics_cases import CASES, positives
 from test_translate_control_flow import all_op_types, assert_same
 
 
@@ -60,3 +60,32 @@ def test_zero_argument_super_inside_branches_and_loops():
         assert torch.equal(static(x), module(x))
     program = d2s.ProgramTranslator().get_program(module.forward, torch.ones(3))[0]
     assert "cond" in all_op_types(program)
+
+
+def _list_or_default(x):
+    kept = positives(x)
+    return kept or [x]                           # the list itself on one path
+
+
+def _list_and_default(x):
+    kept = positives(x)
+    return kept and x
+
+
+def _max_of_run_time_sizes(x):
+    return max(x[:1], x[1:])
+
+
+@pytest.mark.parametrize("fn,specs,line", [
+    (_list_or_default, None, "return kept or [x]"),
+    (_list_and_default, None, "return kept and x"),
+    (_max_of_run_time_sizes, [d2s.InputSpec([None], "float32")], "return max(x[:1], x[1:])"),
+])
+def test_values_one_program_value_cannot_be_are_refused_at_the_line(fn, specs, line):
+    """Eager's value is a list on one path and another object on the other
+    (`kept or [x]`), or depends on sizes only a run knows: refused where the
+    user wrote it, never a program that returns something else."""
+    static = d2s.declarative(fn, input_spec=specs)
+    with pytest.raises(d2s.ConversionError, match="line") as info:
+        static(torch.tensor([1.0, -2.0, 3.0]))
+    assert line in str(info.value)
