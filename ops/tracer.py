@@ -104,6 +104,9 @@ class Tracer:
         self.modes_read = {}      # "grad"/"inference" -> the caller's mode the user's code read
         self.user_enabled_grad = False  # the user's code turned gradients on inside the trace
         self.try_depth = 0        # user `try` bodies with handlers under way (d2s try_scope)
+        # id(value) -> (value, {id: object}): the objects a cond/while output is
+        # on some path (ops/control_flow/identity.py)
+        self.identities = {}
 
     @property
     def shapes(self):

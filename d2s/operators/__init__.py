@@ -12,7 +12,7 @@ docstring states the semantics as the equivalent Python.
 - ``branches``     ``if``/``else`` and ``a if c else b``
 - ``while_loops``  ``while``
 - ``for_loops``    the ``for`` iteration protocol, graph ``range``/``enumerate``/``zip``
-- ``logical``      ``and``/``or``/``not``, chained comparisons
+- ``logical``      ``and``/``or``/``not``, chained comparisons, ``is``
 - ``raising``      Python errors in a traced tensor branch -> ``raise`` ops; ``try_scope``
 - ``py_builtins``  ``len``, ``.shape``, ``int``/``float``/``bool``, ``print``,
                    ``assert``, ``isinstance``, ``.item()``
@@ -32,7 +32,8 @@ from .branches import convert_ifelse, convert_ifexp
 from .calls import convert_call, convert_method
 from .for_loops import convert_enumerate, convert_for_iter, convert_for_next, convert_for_test, convert_range, convert_zip
 from .list_append import convert_list_append
-from .logical import convert_compare_chain, convert_logical_and, convert_logical_not, convert_logical_or
+from .logical import (convert_compare_chain, convert_is, convert_is_not, convert_logical_and, convert_logical_not,
+                      convert_logical_or)
 from .raising import try_scope
 from .py_builtins import convert_assert, convert_cast, convert_isinstance, convert_len, convert_print, convert_shape
 from .state import Undefined, convert_load
@@ -43,7 +44,7 @@ __all__ = [
     "Undefined", "convert_assert", "convert_augassign", "convert_call", "convert_cast", "convert_compare_chain",
     "convert_enumerate",
     "convert_for_iter", "convert_for_next", "convert_for_test", "convert_getitem", "convert_ifelse", "convert_ifexp",
-    "convert_isinstance", "convert_len", "convert_list_append", "convert_load", "convert_logical_and",
+    "convert_is", "convert_is_not", "convert_isinstance", "convert_len", "convert_list_append", "convert_load", "convert_logical_and",
     "convert_logical_not", "convert_logical_or", "convert_method", "convert_print", "convert_range",
     "convert_shape", "convert_while", "convert_zip", "try_scope",
 ]

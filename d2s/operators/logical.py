@@ -7,6 +7,7 @@ import operator
 import torch
 
 from ops import control_flow as cf
+from ops.control_flow import identity
 from ops import framework as fw
 from ops import tracer
 from ops.recording import graph_tensor
@@ -203,8 +204,19 @@ def _total(op):
     return False
 
 
+def convert_is(a, b):
+    """``a is b``; for graph tensors whether they are one object on every
+    path a run can take (ops/control_flow/identity.py)."""
+    return identity.same_object(a, b)
+
+
+def convert_is_not(a, b):
+    """``a is not b``."""
+    return convert_logical_not(identity.same_object(a, b))
+
+
 _COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
-            "!=": operator.ne, "is": operator.is_, "is not": operator.is_not,
+            "!=": operator.ne, "is": convert_is, "is not": convert_is_not,
             "in": lambda a, b: a in b, "not in": lambda a, b: a not in b}
 
 

@@ -8,6 +8,7 @@ import functools
 import torch
 
 from ops import framework as fw
+from ops.control_flow import identity
 from ops import tracer
 from ops.recording import graph_tensor, number_or_tensor, size as _variable_size, stands_for_number
 from ops.user_frames import error_at_user_line
@@ -64,6 +65,15 @@ def _cast_builtin(kind):
             return convert_cast(args[0], kind)
         return kind(*args, **kwargs)
     return cast
+
+
+def convert_divmod(a, b):
+    """``divmod(a, b)`` where a number read from a tensor takes part
+    (``divmod(int(t), 3)``): Python's ``(a // b, a % b)``, which torch's
+    floor division and remainder give on tensors too."""
+    if is_var(a) or is_var(b):
+        return a // b, a % b
+    return divmod(a, b)
 
 
 def convert_print(*values, sep=" ", end="\n", file=None, flush=False):
@@ -279,6 +289,8 @@ BUILTINS = {
     builtins.all: convert_any_all(builtins.all, "all"),
     torch.autograd.Variable: convert_legacy_variable,
     torch.is_tensor: lambda value: convert_isinstance(value, torch.Tensor),
+    builtins.divmod: convert_divmod,
+    builtins.id: identity.object_id,
     builtins.len: convert_len,
     builtins.print: convert_print,
     builtins.int: _cast_builtin(int),

@@ -30,6 +30,16 @@ evaluates each operand once, as Python does::
     if -1.0 < x.sum() < 3.0:
   ->
     if helpers.convert_compare_chain(lambda: -1.0, ('<', lambda: x.sum()), ('<', lambda: 3.0)):
+
+``is`` / ``is not`` between two expressions that are not literals asks
+``helpers.convert_is``, since a name a tensor ``if`` rebinds on one path is
+one object or another depending on the path (ops/control_flow/identity.py)::
+
+    if y is x:
+  ->
+    if helpers.convert_is(y, x):
+
+(``y is None`` stays Python's: no path makes a tensor output None.)
 """
 
 import copy
@@ -71,6 +81,14 @@ class Logical(Transformer):
         self.generic_visit(node)
         return self._chain(node, type(node.op), node.values, truth)
 
+    def _identity(self, node):
+        op, (right,) = node.ops[0], node.comparators
+        if not isinstance(op, (gast.Is, gast.IsNot)) or any(
+                isinstance(side, gast.Constant) for side in (node.left, right)):
+            return node
+        helper = "helpers.convert_is(a, b)" if isinstance(op, gast.Is) else "helpers.convert_is_not(a, b)"
+        return self.expression(helper, node, a=node.left, b=right)
+
     def _chain(self, node, op, values, truth):
         if len(values) == 1:
             return values[0]
@@ -91,7 +109,7 @@ class Logical(Transformer):
         self.generic_visit(node)
         middle = node.comparators[:-1]
         if len(node.ops) == 1:
-            return node
+            return self._identity(node)
         if not all(isinstance(m, (gast.Name, gast.Constant, gast.Attribute)) for m in middle):
             steps = [self.expression("(op, lambda: b)", node, op=gast.Constant(value=_SYMBOLS[type(op)], kind=None),
                                      b=c) for op, c in zip(node.ops, node.comparators)]

@@ -20,6 +20,7 @@ iterations actually taken.
 The rooms, in the order a `cond` uses them:
 
     undefined.py   `Undefined` / `Unreachable`: a name with no value on a path
+    identity.py    which object a cond/while output is on each path (`is`, `id()`)
     values.py      branch and loop values as Variables, labels for messages
     merge.py       one parent-level value from the two sides' values
     sides.py       a side converted for the example inputs only (decisions)

@@ -58,7 +58,7 @@ def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=
     tr = tracer.current()
     parent = tr.block
     origin = user_origin()
-    site = IfSite(tr, tr.new_block(), None, names, return_names, lines, jump)
+    site = IfSite(tr, tr.new_block(), None, names, return_names, lines, jump, pred)
     with tr.block_guard(site.tblock), tracing_side(tr, pred, True):
         t_out = true_fn()
     site.fblock = tr.new_block()

@@ -20,6 +20,7 @@ from runtime.ir import TENSOR_ARRAY, Variable
 from .. import framework
 from ..recording import number_or_tensor, stands_for_number
 from ..user_frames import error_at_user_line, user_origin
+from . import identity
 from .undefined import Undefined, Unreachable
 from .values import (as_var, assigned_at, check_rank, differing_dtype, output_label, relaxed, same_python_value,
                      tensor_like, var_base)
@@ -48,6 +49,7 @@ class IfSite:
     return_names: tuple = ()
     lines: object = None
     jump: object = None
+    pred: object = None  # the condition (a Variable of the parent block)
 
     def name(self, i):
         return self.names[i] if self.names and i < len(self.names) else None
@@ -78,6 +80,7 @@ def merge_branch_values(i, a, b, site, strict=False):
     the names each branch yields (None when no op output is needed)."""
     label, name = site.label(i), site.name(i)
     live_dims = None
+    sides = (a, b)
     if isinstance(a, Unreachable) or isinstance(b, Unreachable):
         live = b if isinstance(a, Unreachable) else a
         if isinstance(live, Undefined) or not tensor_like(live):
@@ -97,7 +100,9 @@ def merge_branch_values(i, a, b, site, strict=False):
         a, b = _fill_none_return(a, b, site, strict)
     if a is None or b is None or not (tensor_like(a) and tensor_like(b)):
         raise _python_values_differ(a, b, site, label, name)
-    return _merged_var(i, a, b, site, label, live_dims)
+    value, yielded = _merged_var(i, a, b, site, label, live_dims)
+    identity.note(value, sides, site.pred)  # on each path the object that side's value is
+    return value, yielded
 
 
 def _fill_unreachable(a, b, site):

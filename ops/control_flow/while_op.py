@@ -20,6 +20,7 @@ from .. import framework, tracer
 from ..recording import graph_condition, graph_tensor, number_or_tensor, stands_for_number
 from ..registry import OpDef, register
 from ..user_frames import SYMBOLIC_TYPES, error_at_user_line, user_origin
+from . import identity
 from .undefined import Undefined
 from .values import as_var, check_pred, check_rank, differing_dtype, outer_reads, output_label, relaxed, var_base
 
@@ -217,6 +218,7 @@ def _trace_trip(tr, cond_fn, body_fn, values, specs, names):
                                   dtype=spec.dtype or "float32", kind=spec.kind, stop_gradient=False)
             carried.append(i)
             args.append(spec.describe(var))
+            identity.note(var, (v, identity.ANY))  # later trips: what the body made of it
         else:
             args.append(v)
     cblock = program.create_block(body.idx)
@@ -289,6 +291,8 @@ def _append_while(tr, parent, origin, trip, values, specs, names):
     result = list(trip.new)
     for o, i in zip(outs, trip.carried):
         result[i] = o
+        # Zero trips: the value before the loop; else the last trip's.
+        identity.note(o, (values[i],) if trip.new[i] is trip.args[i] else (values[i], trip.new[i]))
     for i, spec in enumerate(specs):
         if spec == "constant" or spec == "undefined" or spec is None:
             result[i] = values[i]

@@ -843,3 +843,27 @@ def max_min_of_one_element_tensors(x):
 @case((T(1.0, 2.0, 3.0, 4.0),), (T(4.0, 3.0, 2.0, 1.0),))
 def max_of_tensors_with_several_elements(x):
     return max(x[:2], x[2:])                     # eager: RuntimeError (ambiguous truth); was an elementwise pick
+
+
+# -- `is` after a tensor `if` that rebinds a name on one path -------------------------------------
+
+
+@case((POS,), (NEG,), ops={"cond", "torch.logical_not"})
+def identity_of_a_name_one_branch_rebinds(x):
+    y = x
+    z = x + 1
+    if x.sum() > 0:
+        y = x * 2                                # `y is x` on the other path only: was False on both
+    same = y is x
+    if y is not x:
+        y = y + 10
+    return y, same, y is z, y is y, 2 if same else 3
+
+
+@case((POS,), (NEG,), ops={"cond"})
+def divmod_of_numbers_read_from_tensors(x):
+    q, r = divmod(int(x.abs().sum()), 4)         # was a TypeError (divmod of a graph number)
+    fq, fr = divmod(x.sum().item(), 0.7)
+    if x.sum() > 0:
+        x = x * q
+    return x + r, fq, fr

@@ -89,3 +89,27 @@ def test_values_one_program_value_cannot_be_are_refused_at_the_line(fn, specs, l
     with pytest.raises(d2s.ConversionError, match="line") as info:
         static(torch.tensor([1.0, -2.0, 3.0]))
     assert line in str(info.value)
+
+
+def _identity_after_a_loop(x):
+    y = x
+    while y.sum() < 10:
+        y = y * 2
+    return x + 1 if y is x else y                # `y is x` after zero trips only
+
+
+def _id_after_a_branch(x):
+    y = x
+    if x.sum() > 0:
+        y = x * 2
+    return x if id(y) == id(x) else y
+
+
+@pytest.mark.parametrize("fn,line", [
+    (_identity_after_a_loop, "return x + 1 if y is x else y"),
+    (_id_after_a_branch, "return x if id(y) == id(x) else y"),
+])
+def test_identity_a_run_decides_otherwise_is_refused_at_the_line(fn, line):
+    with pytest.raises(d2s.ConversionError, match="line") as info:
+        d2s.declarative(fn)(torch.tensor([1.0, -2.0, 3.0]))
+    assert line in str(info.value)
