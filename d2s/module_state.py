@@ -125,9 +125,9 @@ def collect(before, lifted, output_tree, fetch, constant_ok):
                 if isinstance(value, dict) and name.startswith("_"):  # `_buffers`: name the buffer
                     name = next(k for k, v in value.items() if _made_in_a_block(v))
                 raise ConversionError(
-                    f"`{name}` of {type(module).__name__} is assigned inside an `if` or loop on a tensor, and "
-                    "d2s carries local names out of those, not module attributes: assign a local name there "
-                    f"and `self.{name} = ...` after the `if` or loop")
+                    f"`{name}` of {type(module).__name__} is assigned inside an `if` or loop on a tensor, "
+                    "through objects d2s does not walk (over 6 deep, or past the first 2000 the branch reaches): "
+                    f"assign a local name there and `self.{name} = ...` after the `if` or loop")
             # A value eager has as a Python number (`c` after a tensor `if` that
             # set it to 1 or 2, `int(t)`, a size) is given back as one.
             writes.append(StateWrite(module, name, output_tree(value, fetch, numbers=True)))

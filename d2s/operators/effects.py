@@ -34,8 +34,12 @@ from runtime.ir import Variable
 _MISSING = object()
 _MAX_OBJECTS = 2000  # a walk this large is a model's whole state, not a container the code builds
 _MAX_DEPTH = 6
-_OPAQUE = (type, types.ModuleType, types.BuiltinFunctionType, types.MethodType, torch.nn.Module,
+_OPAQUE = (type, types.ModuleType, types.BuiltinFunctionType, types.MethodType,
            torch.Tensor, Variable, str, bytes, int, float, complex, bool, range, type(None))
+# Of an nn.Module, the user's attributes and these dicts of torch's are walked
+# (`self.cache`, a buffer `self.stat`, a submodule `self.block.h`); its
+# parameters, hooks and flags are not places a forward writes tensors to.
+_MODULE_DICTS = ("_buffers", "_modules")
 
 
 class EffectsChanged(Exception):
@@ -116,6 +120,14 @@ class Effects:
                 # A helper closure the body calls may write what it closes over.
                 todo += [(c.cell_contents, n, depth + 1)
                          for n, c in zip(value.__code__.co_freevars, value.__closure__ or ()) if cell_bound(c)]
+            elif isinstance(value, torch.nn.Module):
+                attrs = {k: v for k, v in vars(value).items() if not k.startswith("_") and k != "training"}
+                self.saved.append(("attr", value, attrs, name))
+                todo += [(v, f"{name}.{k}", depth + 1) for k, v in attrs.items()]
+                for own in _MODULE_DICTS:
+                    entries = vars(value)[own]
+                    self.saved.append(("module dict", entries, dict(entries), name))
+                    todo += [(v, f"{name}.{k}", depth + 1) for k, v in entries.items()]
             elif _plain_object(value):
                 attrs = vars(value)
                 self.saved.append(("attr", value, dict(attrs), name))
@@ -129,10 +141,12 @@ class Effects:
                 if len(obj) != len(old) or any(a is not b for a, b in zip(obj, old)):
                     slots.append(Slot(obj, "list", None, name))
                 continue
-            now = obj if kind == "dict" else vars(obj)
+            now = _contents(kind, obj, old)
             for key in list(now) + [k for k in old if k not in now]:
                 if now.get(key, _MISSING) is not old.get(key, _MISSING):
-                    slots.append(Slot(obj, kind, key, f"{name}[{key!r}]" if kind == "dict" else f"{name}.{key}"))
+                    # A buffer or submodule is named as the user writes it: `self.stat`.
+                    slots.append(Slot(obj, "attr" if kind == "attr" else "dict", key,
+                                      f"{name}[{key!r}]" if kind == "dict" else f"{name}.{key}"))
         return slots
 
     def restore(self):
@@ -142,10 +156,10 @@ class Effects:
                 if len(obj) != len(old) or any(a is not b for a, b in zip(obj, old)):
                     obj[:] = old
                 continue
-            now = obj if kind == "dict" else vars(obj)
+            now = _contents(kind, obj, old)
             if now.keys() == old.keys() and all(now[k] is v for k, v in old.items()):
                 continue
-            if kind == "dict":
+            if kind != "attr":
                 obj.clear()
                 obj.update(old)
             else:
@@ -154,6 +168,18 @@ class Effects:
                 for key, value in old.items():
                     if now.get(key, _MISSING) is not value:
                         setattr(obj, key, value)
+
+
+def _contents(kind, obj, old):
+    """What a saved object holds now, as its saved copy `old` has it: a
+    dict's items, a plain object's attributes, a module's user attributes
+    (those in `old`, and new ones)."""
+    if kind != "attr":
+        return obj
+    now = vars(obj)
+    if isinstance(obj, torch.nn.Module):
+        return {k: v for k, v in now.items() if k in old or not (k.startswith("_") or k == "training")}
+    return now
 
 
 # The slots each construct (by its generated function's code) wrote when it was

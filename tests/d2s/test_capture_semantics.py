@@ -11,6 +11,7 @@ import torch.nn as nn
 from torch.autograd import Variable
 
 import d2s
+from test_translate_control_flow import all_op_types, assert_same
 
 
 def _same(a, b):
@@ -661,7 +662,7 @@ def test_setting_requires_grad_of_a_non_leaf_is_eagers_error():
         d2s.declarative(computed_without_grad)(torch.ones(2, requires_grad=True))
 
 
-# -- module attributes assigned in a tensor `if`: refused by name (was an internal ProgramError) --
+# -- module attributes assigned in a tensor `if`: carried out of it, per path (were refused) --
 
 class CountsInBranch(nn.Module):
     def __init__(self):
@@ -685,8 +686,29 @@ class GrowsBufferInBranch(nn.Module):
         return self.pe[x]
 
 
+class UpdatesStatisticsInBranch(nn.Module):
+    """A buffer written in place on one path, rebound on the other, a Python
+    int counter on one path, and a submodule's plain tensor attribute."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("stat", torch.zeros(2))
+        self.hits = 0
+        self.inner = nn.Module()
+        self.inner.memory = torch.zeros(2)
+
+    def forward(self, x):
+        if x.sum() > 0:
+            self.stat.mul_(0.9).add_(x.mean(0) * 0.1)
+            self.hits += 1
+            self.inner.memory = x.mean(0)
+        else:
+            self.stat = self.stat * 0.5
+        return x + self.stat * self.hits + self.inner.memory
+
+
 class CountsAfterBranch(nn.Module):
-    """The rewrite the message asks for: a local name in the branch."""
+    """The same with a local name in the branch."""
 
     def __init__(self):
         super().__init__()
@@ -700,17 +722,27 @@ class CountsAfterBranch(nn.Module):
         return x * self.count
 
 
-@pytest.mark.parametrize("make, x, name", [(CountsInBranch, torch.ones(2), "count"),
-                                           (GrowsBufferInBranch, torch.arange(4), "pe")])
-def test_module_attribute_assigned_in_a_tensor_branch_is_refused_by_name(make, x, name):
-    with pytest.raises(d2s.ConversionError, match=f"`{name}` of {make.__name__} is assigned inside an `if`"):
-        d2s.declarative(make())(x)
+def _module_state(module):
+    tensors = {k: v.clone() for k, v in module.state_dict().items()}
+    plain = {k: v for k, v in vars(module).items() if not k.startswith("_") and k not in ("training", "forward")}
+    return tensors, plain, getattr(getattr(module, "inner", None), "memory", None)
 
 
-def test_the_rewrite_with_a_local_name_runs_like_eager():
-    eager, static = CountsAfterBranch(), d2s.declarative(CountsAfterBranch())
-    for x in (torch.ones(2), -torch.ones(2), torch.ones(2)):
-        assert torch.equal(static(x), eager(x))
+@pytest.mark.parametrize("make, xs", [
+    (CountsInBranch, [torch.ones(2), -torch.ones(2), torch.ones(2)]),
+    (GrowsBufferInBranch, [torch.arange(4), torch.arange(10), torch.arange(4), torch.arange(15)]),
+    (UpdatesStatisticsInBranch, [torch.ones(3, 2), -torch.ones(3, 2), torch.full((3, 2), 2.0), -torch.ones(3, 2)]),
+    (CountsAfterBranch, [torch.ones(2), -torch.ones(2), torch.ones(2)]),
+])
+def test_module_attribute_assigned_in_a_tensor_branch_holds_the_taken_paths_value(make, xs):
+    eager, static = make(), d2s.declarative(make())
+    for x in xs:
+        assert_same(static(x.clone()), eager(x.clone()))
+        (want_t, want_p, want_m), (got_t, got_p, got_m) = _module_state(eager), _module_state(static)
+        assert want_t.keys() == got_t.keys() and all(torch.equal(want_t[k], got_t[k]) for k in want_t)
+        assert_same(got_p, want_p)
+        assert_same(got_m, want_m)
+    assert "cond" in all_op_types(static.forward.program_cache.last.main_program)
 
 
 def row_stride_scaled(x):
@@ -731,3 +763,25 @@ def test_strides_read_from_a_feed_whose_sizes_vary():
     with pytest.raises(d2s.ConversionError, match="input 'x' is not contiguous while its sizes vary") as info:
         fresh(torch.randn(4, 3).t())
     assert info.value.filename == __file__ and "r.stride()" in str(info.value)
+
+
+class WritesTooDeepInBranch(nn.Module):
+    """An attribute 9 modules down: past the depth the branch's walk follows."""
+
+    def __init__(self):
+        super().__init__()
+        m = self
+        for _ in range(8):
+            m.l = nn.Module()
+            m = m.l
+        m.memory = torch.zeros(2)
+
+    def forward(self, x):
+        if x.sum() > 0:
+            self.l.l.l.l.l.l.l.l.memory = x * 2
+        return x + self.l.l.l.l.l.l.l.l.memory
+
+
+def test_a_module_attribute_the_branch_walk_does_not_reach_is_refused_by_name():
+    with pytest.raises(d2s.ConversionError, match="`memory` of Module is assigned inside an `if`"):
+        d2s.declarative(WritesTooDeepInBranch())(torch.ones(2))

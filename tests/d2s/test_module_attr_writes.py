@@ -256,11 +256,11 @@ class WritesInAnOperand(torch.nn.Module):
         self.hit = False
 
     def _mark(self, x):
-        self.hit = True  # line: WritesInAnOperand
+        self.hit = True
         return x.sum() > 1
 
     def forward(self, x):
-        if x.sum() > 0 and self._mark(x):
+        if x.sum() > 0 and self._mark(x):  # line: WritesInAnOperand
             x = x * 2
         return x
 
@@ -278,11 +278,8 @@ class WritesThroughDict(torch.nn.Module):
 
 
 @pytest.mark.parametrize("cls, name, message", [
-    (WritesInBranch, "`self.c`", "inside an `if` or loop on a tensor"),
-    (WritesInLoop, "`self.steps`", "inside an `if` or loop on a tensor"),
     (WritesThroughDict, "`self.c`", "reached from the module `self`"),
-    (ConstantInBranch, "`self.kernel`", "inside an `if` or loop on a tensor"),
-    (WritesInAnOperand, "`self.hit`", "inside an `if` or loop on a tensor (or an operand of `and`/`or`"),
+    (WritesInAnOperand, "`self.hit`", "the right operand of `and` on a tensor writes"),
 ])
 def test_a_write_whose_value_depends_on_the_path_is_refused_at_its_line(cls, name, message):
     model = cls()
@@ -293,6 +290,20 @@ def test_a_write_whose_value_depends_on_the_path_is_refused_at_its_line(cls, nam
     assert name in str(info.value) and message in str(info.value)
     assert info.value.lineno == _line(cls.__name__)
     assert {k: v for k, v in vars(model).items() if k != "forward"} == before
+
+
+@pytest.mark.parametrize("cls", [WritesInBranch, WritesInLoop, ConstantInBranch])
+def test_a_write_in_a_tensor_if_or_loop_holds_the_taken_paths_value(cls):
+    """Carried out of the `if`/`while` as local objects' attributes are (these were refused)."""
+    eager, static = cls(), d2s.declarative(cls())
+    for x in (torch.ones(3), -torch.ones(3), torch.full((3,), 0.1), torch.ones(3)):
+        assert torch.equal(static(x.clone()), eager(x.clone()))
+        want = {k: v for k, v in vars(eager).items() if k != "training" and not k.startswith("_")}
+        got = {k: v for k, v in vars(static).items() if k not in ("training", "forward") and not k.startswith("_")}
+        assert want.keys() == got.keys()
+        for k in want:
+            assert type(got[k]) is type(want[k])
+            assert torch.equal(got[k], want[k]) if isinstance(want[k], torch.Tensor) else got[k] == want[k]
 
 
 class Scales(torch.nn.Module):
