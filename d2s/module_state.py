@@ -21,6 +21,7 @@ Before:   self.hidden = h           (a Variable left on the module)
 After:    module.hidden = <tensor of this run>   after each run
 """
 
+import contextlib
 import sys
 import types
 import weakref
@@ -82,6 +83,28 @@ def _slots(module):
 
 def snapshot(modules):
     return [(m, dict(vars(m)), dict(m._buffers)) for m in modules]
+
+
+@contextlib.contextmanager
+def restored_on_error(before):
+    """Around a trace: if it fails, `restore(before)`."""
+    try:
+        yield
+    except BaseException:
+        restore(before)
+        raise
+
+
+def restore(before):
+    """Put the modules' attributes and buffers back as `snapshot` found
+    them: a conversion that fails leaves no graph value on a module."""
+    for module, attrs, buffers in before:
+        for now, old in ((vars(module), attrs), (module._buffers, buffers)):
+            for key in [k for k in now if k not in old]:
+                del now[key]
+            for key, value in old.items():
+                if now.get(key, _MISSING) is not value:
+                    now[key] = value
 
 
 class StateWrite:

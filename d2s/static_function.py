@@ -406,7 +406,8 @@ class StaticFunction:
             before = module_state.snapshot(
                 m for v in (self._instance, *args, *kwargs.values()) if isinstance(v, torch.nn.Module)
                 for m in v.modules())
-            with program_guard(main, startup), Tracer(main, self._name_hints(args)) as tr:
+            with program_guard(main, startup), Tracer(main, self._name_hints(args)) as tr, \
+                    module_state.restored_on_error(before):
                 feeds = [self._feed(main, tr, leaf, arg_names, exact) for leaf in leaves]
                 state = input_trees.record_state([v for v in (*args, *kwargs.values()) if python_object(v)])
                 made, remaining = [], list(feeds)  # taken in `leaves` order: the arguments, then kwargs

@@ -36,10 +36,12 @@ _MAX_OBJECTS = 2000  # a walk this large is a model's whole state, not a contain
 _MAX_DEPTH = 6
 _OPAQUE = (type, types.ModuleType, types.BuiltinFunctionType, types.MethodType,
            torch.Tensor, Variable, str, bytes, int, float, complex, bool, range, type(None))
-# Of an nn.Module, the user's attributes and these dicts of torch's are walked
-# (`self.cache`, a buffer `self.stat`, a submodule `self.block.h`); its
-# parameters, hooks and flags are not places a forward writes tensors to.
+# Of an nn.Module, the user's attributes (`self.cache`, `self._step`) and
+# these dicts of torch's are walked (a buffer `self.stat`, a submodule
+# `self.block.h`); its parameters, hooks and flags are not places a forward
+# writes tensors to.
 _MODULE_DICTS = ("_buffers", "_modules")
+_TORCH_MODULE_ATTRS = frozenset(vars(torch.nn.Module()))
 
 
 class EffectsChanged(Exception):
@@ -121,7 +123,7 @@ class Effects:
                 todo += [(c.cell_contents, n, depth + 1)
                          for n, c in zip(value.__code__.co_freevars, value.__closure__ or ()) if cell_bound(c)]
             elif isinstance(value, torch.nn.Module):
-                attrs = {k: v for k, v in vars(value).items() if not k.startswith("_") and k != "training"}
+                attrs = {k: v for k, v in vars(value).items() if k not in _TORCH_MODULE_ATTRS}
                 self.saved.append(("attr", value, attrs, name))
                 todo += [(v, f"{name}.{k}", depth + 1) for k, v in attrs.items()]
                 for own in _MODULE_DICTS:
@@ -178,7 +180,7 @@ def _contents(kind, obj, old):
         return obj
     now = vars(obj)
     if isinstance(obj, torch.nn.Module):
-        return {k: v for k, v in now.items() if k in old or not (k.startswith("_") or k == "training")}
+        return {k: v for k, v in now.items() if k in old or k not in _TORCH_MODULE_ATTRS}
     return now
 
 
