@@ -112,6 +112,20 @@ def variables(fn, enclosing=frozenset()):
     return (set(enclosing) - inner.globals) | own
 
 
+def captured_names(fn):
+    """The variables of ``fn`` that a ``def`` or ``lambda`` nested in it
+    (at any depth; not a comprehension, which runs where it stands) reads
+    or rebinds: such a function may run later, after a branch or loop, and
+    then sees the name's last value (Python's late binding)."""
+    nested = [n for stmt in fn.body for n in gast.walk(stmt)
+              if isinstance(n, (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda))]
+    free = set()
+    for node in nested:
+        inner = scope_activity(node)
+        free |= inner.read | inner.bound
+    return free & variables(fn)
+
+
 def own_locals(fn):
     """The names function ``fn`` binds in its own scope (not its parameters,
     nor names it declares ``global`` or ``nonlocal``): Python's locals of it."""

@@ -29,32 +29,37 @@ class Liveness:
     live_out: dict = field(default_factory=dict)
 
 
-def analyze(fn, cell_reads=None):
+def analyze(fn, cell_reads=None, captured=frozenset()):
     """``cell_reads`` maps id(statement) -> names the statement reads without
     naming them: a generated ``x, i = helpers.convert_while(...)`` reads the
-    loop variables' values before the loop through closure cells."""
+    loop variables' values before the loop through closure cells.
+    ``captured``: names of ``fn`` that the user's nested functions read or
+    rebind (``activity.captured_names``, taken before any pass added
+    functions of its own): live everywhere in ``fn``, since such a
+    function may run at any later point and read the name's last value."""
     result = Liveness()
-    _Scope(result, cell_reads or {}).function(fn)
+    _Scope(result, cell_reads or {}).function(fn, frozenset(captured))
     return result
 
 
 class _Scope:
-    def __init__(self, result, cell_reads):
+    def __init__(self, result, cell_reads, captured=frozenset()):
         self.result = result
         self.cell_reads = cell_reads
+        self.captured = captured
         self.loops = []  # (live after the loop, live at the loop head) for break/continue
 
-    def function(self, fn):
+    def function(self, fn, captured=frozenset()):
         body = fn.body if isinstance(fn.body, list) else []
         end = activity.analyze(body).nonlocals
-        _Scope(self.result, self.cell_reads).block(body, set(end))
+        _Scope(self.result, self.cell_reads, captured).block(body, set(end))
         # Nested functions are analysed where they are defined (see `stmt`).
 
     def block(self, stmts, live):
-        live = set(live)
+        live = set(live) | self.captured
         for s in reversed(stmts):
             self.result.live_out[s] = set(live)
-            live = self.stmt(s, live)
+            live = self.stmt(s, live) | self.captured
             self.result.live_in[s] = set(live)
         return live
 

@@ -75,6 +75,23 @@ class _Range(_GraphIterable):
         raise error_at_user_line("a range() whose bounds are known only when the program runs can only be "
                                  "iterated by a `for` loop (a graph loop), not turned into Python items")
 
+    def __reversed__(self):
+        """``reversed(range(start, stop, step))``: ``range(last, start - step,
+        -step)`` with ``last`` the range's last item (``start - step`` when
+        it is empty, which makes the reversed range empty too)."""
+        step = self.step
+        if is_var(step):
+            raise error_at_user_line("reversed() of a range() whose step is known only when the program runs")
+        if step > 0:
+            count = (self.stop - self.start + step - 1) // step
+        else:
+            count = (self.start - self.stop - step - 1) // -step
+        if isinstance(count, Variable):
+            count = torch.clamp(count, min=0)
+        else:
+            count = torch.sym_max(count, 0)  # a run-time size (SymInt), or a Python int
+        return _Range(self.start + (count - 1) * step, self.start - step, -step)
+
 
 class _Enumerate(_GraphIterable):
     def __init__(self, inner, start):

@@ -35,6 +35,9 @@ matters and is part of the design:
 ``run(tree, ctx, stop_after=n)`` runs the first ``n`` passes (``set_code_level``).
 """
 
+import gast
+
+from ..ast_tools import activity
 from .annotations import Annotations
 from .asserts import Assert
 from .augassign import AugAssign
@@ -80,6 +83,8 @@ PIPELINE = [
 def run(tree, ctx, stop_after=None):
     """Run the pipeline (or its first ``stop_after`` passes) on ``tree``."""
     passes = PIPELINE if stop_after is None else PIPELINE[:stop_after]
+    if isinstance(tree, (gast.FunctionDef, gast.AsyncFunctionDef)):
+        ctx.captured = frozenset(activity.captured_names(tree))
     for transformer in passes:
         tree = transformer(ctx).transform(tree)
     return tree

@@ -34,6 +34,10 @@ class Context:
     a ``while`` loop to its iterable's name (the runtime advances the
     counter itself when it unrolls a loop over a Python sequence under a
     tensor condition).
+    ``captured`` holds the function's names its user's own nested functions
+    and lambdas read or rebind (found before any pass adds functions): the
+    liveness analyses keep them live everywhere, so branches and loops that
+    assign them share the function's cell (late binding, as eagerly).
     """
 
     filename: str
@@ -46,6 +50,7 @@ class Context:
     cell_reads: dict = field(default_factory=dict)
     truth_tests: set = field(default_factory=set)
     for_counters: dict = field(default_factory=dict)
+    captured: frozenset = frozenset()
 
     def error(self, node, message):
         lineno = getattr(node, "lineno", None)

@@ -47,7 +47,7 @@ def record_jump_liveness(tree, ctx):
     ``continue``, what is live at its head. Return lowering calls this before
     it runs: with ``return`` still a statement, liveness knows that nothing
     after it is read (after lowering, only a flag says so)."""
-    result = liveness.analyze(tree, ctx.cell_reads)
+    result = liveness.analyze(tree, ctx.cell_reads, ctx.captured)
     for node in gast.walk(tree):
         if isinstance(node, gast.While) and node in result.live_out:
             after = frozenset(result.live_out[node])

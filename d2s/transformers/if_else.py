@@ -40,7 +40,7 @@ from .base import ScopedTransformer, assign, visit_block
 
 class IfElse(ScopedTransformer):
     def transform(self, tree):
-        self.liveness = liveness.analyze(tree, self.ctx.cell_reads)
+        self.liveness = liveness.analyze(tree, self.ctx.cell_reads, self.ctx.captured)
         return super().transform(tree)
 
     def visit_If(self, node):

@@ -32,7 +32,7 @@ from .base import ScopedTransformer, assign, visit_block
 
 class WhileLoop(ScopedTransformer):
     def transform(self, tree):
-        self.liveness = liveness.analyze(tree)
+        self.liveness = liveness.analyze(tree, captured=self.ctx.captured)
         return super().transform(tree)
 
     def visit_While(self, node):

@@ -867,3 +867,33 @@ def divmod_of_numbers_read_from_tensors(x):
     if x.sum() > 0:
         x = x * q
     return x + r, fq, fr
+
+
+# -- closures see a name's last value (late binding), whatever branch or loop assigned it ----------
+
+
+@case((POS,), (NEG,), ops={"cond"})
+def lambdas_made_in_a_loop_share_its_variable(x):
+    scales = []
+    for i in range(3):
+        scales.append(lambda v: v * i)           # every lambda reads `i` when called: 2
+    if x.sum() > 0:                              # was each lambda's own `i` (0, 1, 2)
+        return scales[0](x)
+    return scales[1](x)
+
+
+@case((POS,), (NEG,), ops={"cond"})
+def closure_made_before_a_branch_reads_its_value(x):
+    read = lambda: y                             # noqa: E731
+    y = x
+    if x.sum() > 0:
+        y = x * 2                                # was unseen by `read`: the branch's own `y`
+    return read()
+
+
+@case((POS, I(1)), (NEG, I(3)), (MIX, I(0)), ops={"while"})
+def reversed_range_of_a_run_time_length(x, n):
+    out = x * 0
+    for i in reversed(range(1, int(n) + 2, 2)):  # was a TypeError ('_Range' object is not reversible)
+        out = out * 2 + i
+    return out
