@@ -195,8 +195,9 @@ def _trace_cond(pred, site, sides):
         trace = _Trace(site)
         branches = [_branch(site, trace, fn, side, exited) for fn, side, exited in sides]
         try:
+            # (Outputs that may be dropped are dropped before one side is converted.)
             merged = cf.cond(pred, *branches, names=trace.leaf_names, return_names=site.return_names,
-                             lines=site.lines, jump=site.jump and site.jump[:2])
+                             lines=site.lines, jump=site.jump and site.jump[:2], one_side=not site.extra)
         except (EffectsChanged, Deeper, _AsArrays, _Drop, _Shaped, MaybeUnbound) as retry:
             tr.rollback(mark)
             site.learn(retry, trace.outs)

@@ -34,7 +34,7 @@ register(OpDef("cond", emit=_emit_cond, inputs=("Cond", "X"), outputs=("Out",),
                attrs=("true_block", "false_block", "true_outs", "false_outs")))
 
 
-def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=None):
+def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=None, one_side=True):
     """`true_fn() if pred else false_fn()`; a graph `cond` op when `pred` is a Variable.
 
     Each branch returns a value or a tuple/list of values. With a Variable
@@ -47,7 +47,10 @@ def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=
     value (a branch may return one `Unreachable` for all its values: it ends
     in a `raise` op).
     ``jump`` (kind, line): this `if` guards the statements after a
-    `break`/`continue` (for the messages).
+    `break`/`continue` (for the messages). Values of two dtypes or ranks
+    make it convert the side the example inputs take (the other a decision
+    check), unless ``one_side`` is False (the caller may drop the output
+    instead): then they are a ConversionError.
     """
     pred = graph_condition(pred)  # a comparison of run-time sizes decides at run time
     if not isinstance(pred, Variable):
@@ -58,7 +61,7 @@ def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=
     tr = tracer.current()
     parent = tr.block
     origin = user_origin()
-    site = IfSite(tr, tr.new_block(), None, names, return_names, lines, jump, pred)
+    site = IfSite(tr, tr.new_block(), None, names, return_names, lines, jump, pred, one_side)
     with tr.block_guard(site.tblock), tracing_side(tr, pred, True):
         t_out = true_fn()
     site.fblock = tr.new_block()

@@ -21,6 +21,7 @@ from .. import framework
 from ..recording import number_or_tensor, stands_for_number
 from ..user_frames import error_at_user_line, user_origin
 from . import identity
+from .sides import example_side
 from .undefined import Undefined, Unreachable
 from .values import (as_var, assigned_at, check_rank, differing_dtype, output_label, relaxed, same_python_value,
                      tensor_like, var_base)
@@ -50,6 +51,9 @@ class IfSite:
     lines: object = None
     jump: object = None
     pred: object = None  # the condition (a Variable of the parent block)
+    # Whether two dtypes or ranks make the `if` convert one side only (see
+    # `_unmergeable_where_known`); off while the caller may drop outputs.
+    one_side: bool = True
 
     def name(self, i):
         return self.names[i] if self.names and i < len(self.names) else None
@@ -100,7 +104,7 @@ def merge_branch_values(i, a, b, site, strict=False):
         a, b = _fill_none_return(a, b, site, strict)
     if a is None or b is None or not (tensor_like(a) and tensor_like(b)):
         raise _python_values_differ(a, b, site, label, name)
-    value, yielded = _merged_var(i, a, b, site, label, live_dims)
+    value, yielded = _merged_var(i, a, b, site, label, live_dims, strict)
     identity.note(value, sides, site.pred)  # on each path the object that side's value is
     return value, yielded
 
@@ -179,7 +183,7 @@ def _python_values_differ(a, b, site, label, name):
         "branch of the `if` on a tensor at this line; only tensors and numbers can differ between branches")
 
 
-def _merged_var(i, a, b, site, label, live_dims):
+def _merged_var(i, a, b, site, label, live_dims, strict=False):
     """A new parent Variable for a tensor or number on each side."""
     tr = site.tr
     ref = a if isinstance(a, (Variable, torch.Tensor)) else b if isinstance(b, (Variable, torch.Tensor)) else None
@@ -202,9 +206,12 @@ def _merged_var(i, a, b, site, label, live_dims):
             with tr.block_guard(site.fblock):
                 vb = framework.cast(vb, va.dtype)
     places = ("in the true branch", "in the false branch of an `if` on a tensor")
-    if va.kind != vb.kind or va.dtype != vb.dtype:
-        raise differing_dtype(label, (va.dtype_name, vb.dtype_name), places, "cast one of them so both agree")
-    check_rank(label, (va.shape, vb.shape), places, "the ranks must agree")
+    try:
+        if va.kind != vb.kind or va.dtype != vb.dtype:
+            raise differing_dtype(label, (va.dtype_name, vb.dtype_name), places, "cast one of them so both agree")
+        check_rank(label, (va.shape, vb.shape), places, "the ranks must agree")
+    except ConversionError as err:
+        raise _unmergeable_where_known(err, site, strict) from None
     shape = live_dims or relaxed(va.dims, vb.dims)
     out = tr.block.create_var(name=tr.program.unique_name(var_base(site.names, i, "cond_out")),
                               shape=shape, dtype=va.dtype, kind=va.kind,
@@ -214,6 +221,17 @@ def _merged_var(i, a, b, site, label, live_dims):
     if varying:  # a number on one path, a tensor on the other
         out.number_or_tensor = varying
     return out, (va.name, vb.name)
+
+
+def _unmergeable_where_known(err, site, strict):
+    """Two dtypes or two ranks, which one program output cannot hold: where
+    the side the example inputs take is known (a declarative trace), the
+    `cond` converts that side and makes the other a decision check
+    (`Unmergeable`: a run that takes it converts again); else `err`."""
+    if strict and site.one_side and site.pred is not None \
+            and example_side(site.tr, site.pred, real_sizes=True) is not None:
+        return Unmergeable(err.message, err.filename, err.lineno)
+    return err
 
 
 def _short(value):

@@ -113,3 +113,41 @@ def test_identity_a_run_decides_otherwise_is_refused_at_the_line(fn, line):
     with pytest.raises(d2s.ConversionError, match="line") as info:
         d2s.declarative(fn)(torch.tensor([1.0, -2.0, 3.0]))
     assert line in str(info.value)
+
+
+def _ranks_differ(x):
+    if x.sum() > 0:
+        y = x.sum(0)                             # rank 1 here, rank 2 on the other path
+    else:
+        y = x
+    return y * 2
+
+
+def _dtypes_differ(x):
+    y = x.long() if x.sum() > 0 else x           # int64 here, float32 on the other path
+    return y + 1
+
+
+def _same_tensors_test(q, k):
+    if torch.equal(q, k):                        # MultiheadAttention-style `qkv_same`
+        out = q.chunk(2, dim=-1)[0]
+    else:
+        out = torch.stack([q, k])
+    return out
+
+
+@pytest.mark.parametrize("fn, arg_sets", [
+    (_ranks_differ, [(torch.ones(2, 3),), (-torch.ones(2, 3),), (torch.full((2, 3), 2.0),)]),
+    (_dtypes_differ, [(torch.ones(3),), (-torch.ones(3),), (torch.full((3,), 0.5),)]),
+    (_same_tensors_test, [(torch.ones(2, 4), torch.ones(2, 4)), (torch.ones(2, 4), torch.zeros(2, 4))]),
+])
+def test_a_value_of_two_dtypes_or_ranks_converts_each_side_a_run_takes(fn, arg_sets):
+    """One program cannot hold both (was a ConversionError): the `if` converts
+    the side the inputs take, the other side is a decision check, and a run
+    that takes it converts again (one program per side, saved ones too)."""
+    static = d2s.declarative(fn)
+    for args in arg_sets:
+        assert_same(fn(*_copy(args)), static(*_copy(args)))
+    assert len(static.program_cache) == 2
+    for concrete in static.program_cache:
+        assert {"cond", "decision_failed"} <= all_op_types(concrete.main_program)
