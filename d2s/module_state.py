@@ -87,10 +87,14 @@ def snapshot(modules):
 
 @contextlib.contextmanager
 def restored_on_error(before):
-    """Around a trace: if it fails, `restore(before)`."""
+    """Around a trace: if it fails, `restore(before)`, after the restores
+    the trace added to the list this yields (the Python objects it watched)."""
+    undo = []
     try:
-        yield
+        yield undo
     except BaseException:
+        for restore_more in reversed(undo):
+            restore_more()
         restore(before)
         raise
 

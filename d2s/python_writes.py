@@ -63,6 +63,7 @@ class Watch:
             self.where[_root_name(name)] = "module"
             roots = roots + [(f"{name}.{k}", "module", v) for k, v in attrs.items() if _watched(v)]
         self.effects = Effects((), roots=[(name, value) for name, _, value in roots])
+        self.function_attrs = [(fn, dict(vars(fn))) for fn in functions]  # `f.cache = ...`: see `undo`
         self._tracer = tracer.active()
         self._module_ids = {id(m) for _, m, _ in self.modules}
         self._seen, self._branched = {}, set()  # (id(module), name) -> the last value written; those under a branch
@@ -112,6 +113,17 @@ class Watch:
                     del vars(m)[k]
             vars(m).update({k: v for k, v in before.items() if vars(m).get(k, _MISSING) is not v})
         self.effects.restore()
+
+    def undo(self):
+        """After a failed conversion: `restore`, and the attributes of the
+        user's functions too (`_buffer.buf = x * 3`), so that no graph value
+        is left where the next call looks."""
+        self.restore()
+        for fn, before in self.function_attrs:
+            now = vars(fn)
+            for key in [k for k in now if k not in before]:
+                del now[key]
+            now.update({k: v for k, v in before.items() if now.get(k, _MISSING) is not v})
 
     def refuse_written(self, qualname):
         """Raise ConversionError for the first object the trace wrote that a

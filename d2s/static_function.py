@@ -407,7 +407,7 @@ class StaticFunction:
                 m for v in (self._instance, *args, *kwargs.values()) if isinstance(v, torch.nn.Module)
                 for m in v.modules())
             with program_guard(main, startup), Tracer(main, self._name_hints(args)) as tr, \
-                    module_state.restored_on_error(before):
+                    module_state.restored_on_error(before) as undo:
                 feeds = [self._feed(main, tr, leaf, arg_names, exact) for leaf in leaves]
                 state = input_trees.record_state([v for v in (*args, *kwargs.values()) if python_object(v)])
                 made, remaining = [], list(feeds)  # taken in `leaves` order: the arguments, then kwargs
@@ -415,6 +415,7 @@ class StaticFunction:
                                                   f"args[{i}]", made) for i, v in enumerate(args))
                 sym_kwargs = {k: replace_tensors(v, remaining, k, made) for k, v in kwargs.items()}
                 written = python_writes.watch(self._function, sym_args, sym_kwargs, arg_names, self._instance)
+                undo.append(written.undo)  # a failed conversion leaves no graph value in the user's objects
                 # Trace with autograd on whatever the caller's mode: only a
                 # `no_grad` block inside the function marks ops gradient-free.
                 sym_args, sym_kwargs = self._as_called(sym_args, sym_kwargs, form)

@@ -57,10 +57,13 @@ def test_state_kept_in_python_is_refused_naming_it(fn, name):
     with pytest.raises(d2s.ConversionError, match=f"`{name}` \\(a global of {__name__}\\) holds a tensor") as err:
         static(torch.ones(3))
     assert err.value.filename == __file__
-    # The Variable left behind is never read as this program's own: the
-    # next conversion refuses too (with grad the key differs: a new trace).
-    with pytest.raises(d2s.ConversionError):
+    # The failed conversion left no graph value behind: the state is as
+    # before, and the next conversion (with grad the key differs: a new
+    # trace) refuses the same way.
+    assert CACHE == {} and SEEN == [] and not hasattr(_buffer, "buf")
+    with pytest.raises(d2s.ConversionError, match=f"`{name}` \\(a global of {__name__}\\) holds a tensor"):
         static(torch.full((3,), 5.0, requires_grad=True))
+    assert CACHE == {} and SEEN == [] and not hasattr(_buffer, "buf")
 
 
 def test_a_global_tensor_that_is_only_read_is_a_constant():
