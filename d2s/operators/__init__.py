@@ -44,7 +44,7 @@ __all__ = [
     "Undefined", "convert_assert", "convert_augassign", "convert_call", "convert_cast", "convert_compare_chain",
     "convert_enumerate",
     "convert_for_iter", "convert_for_next", "convert_for_test", "convert_getitem", "convert_ifelse", "convert_ifexp",
-    "convert_is", "convert_is_not", "convert_isinstance", "convert_len", "convert_list_append", "convert_load", "convert_logical_and",
-    "convert_logical_not", "convert_logical_or", "convert_method", "convert_print", "convert_range",
-    "convert_shape", "convert_while", "convert_zip", "try_scope",
+    "convert_is", "convert_is_not", "convert_isinstance", "convert_len", "convert_list_append", "convert_load",
+    "convert_logical_and", "convert_logical_not", "convert_logical_or", "convert_method", "convert_print",
+    "convert_range", "convert_shape", "convert_while", "convert_zip", "try_scope",
 ]

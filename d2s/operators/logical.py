@@ -7,9 +7,9 @@ import operator
 import torch
 
 from ops import control_flow as cf
-from ops.control_flow import identity
 from ops import framework as fw
 from ops import tracer
+from ops.control_flow import identity
 from ops.recording import graph_tensor
 from ops.user_frames import error_at_user_line
 from runtime.errors import ConversionError

@@ -8,8 +8,8 @@ import functools
 import torch
 
 from ops import framework as fw
-from ops.control_flow import identity
 from ops import tracer
+from ops.control_flow import identity
 from ops.recording import graph_tensor, number_or_tensor, size as _variable_size, stands_for_number
 from ops.user_frames import error_at_user_line
 from ops.wrapped_numbers import number_dtype
