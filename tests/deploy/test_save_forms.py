@@ -248,6 +248,32 @@ def test_state_a_forward_stores_is_carried_by_the_saved_model(with_spec, tmp_pat
     assert torch.equal(d2s.jit.load(str(tmp_path / "again"))(x), eager(x))
 
 
+class StatisticsInBranch(nn.Module):
+    """A buffer a tensor `if` rebinds on one path and writes in place on the other."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("stat", torch.zeros(2))
+
+    def forward(self, x):
+        if x.sum() > 0:
+            self.stat = self.stat * 0.5 + x.mean(0)
+        else:
+            self.stat.mul_(0.9)
+        return x + self.stat
+
+
+def test_state_a_tensor_if_writes_is_carried_by_the_saved_model(tmp_path):
+    eager, static = StatisticsInBranch(), d2s.declarative(StatisticsInBranch())
+    xs = [torch.ones(3, 2), -torch.ones(3, 2), torch.full((3, 2), 2.0), -torch.ones(3, 2)]
+    assert torch.equal(static(xs[0]), eager(xs[0]))
+    d2s.jit.save(static, str(tmp_path / "m"), input_spec=[d2s.InputSpec([3, 2])])
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    for x in xs:  # both paths, from the state saved
+        assert torch.equal(loaded(x), eager(x))
+        assert torch.equal(loaded.state_dict()["stat"], eager.stat)
+
+
 def test_saving_the_program_of_a_first_call_from_none_state_is_refused(tmp_path):
     # That program starts from `hidden = None`; the module now holds a tensor: the next call takes another.
     _, _, static = _twins()
