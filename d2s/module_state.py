@@ -126,14 +126,15 @@ class StateRead:
         self.var_name = var_name
 
 
-def collect(before, lifted, output_tree, fetch, constant_ok):
+def collect(before, lifted, output_tree, fetch, constant_ok, locate=lambda name: (None, None)):
     """After a trace: the stores of Variables on modules (each store's value
     appended to `fetch` through `output_tree`), with the attributes restored,
     and the state reads among the `lifted` tensors (id -> var name): those of
     the stored attributes and of every plain attribute. A tensor made from
     no input, or a run-time size, is stored too when `constant_ok(module,
     name, value)` (the trace assigned it outside tensor `if`s and loops);
-    else it is left for d2s/python_writes.py to refuse."""
+    else it is left for d2s/python_writes.py to refuse. `locate(name)`:
+    (file, line) of the user's assignment of an attribute, for messages."""
     writes, reads = [], []
     for module, attrs, buffers in before:
         for where, name, value in _slots(module):
@@ -154,7 +155,7 @@ def collect(before, lifted, output_tree, fetch, constant_ok):
                 raise ConversionError(
                     f"`{name}` of {type(module).__name__} is assigned inside an `if` or loop on a tensor, "
                     "through objects d2s does not walk (over 6 deep, or past the first 2000 the branch reaches): "
-                    f"assign a local name there and `self.{name} = ...` after the `if` or loop")
+                    f"assign a local name there and `self.{name} = ...` after the `if` or loop", *locate(name))
             # A value eager has as a Python number (`c` after a tensor `if` that
             # set it to 1 or 2, `int(t)`, a size) is given back as one.
             writes.append(StateWrite(module, name, output_tree(value, fetch, numbers=True)))

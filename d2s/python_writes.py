@@ -114,6 +114,11 @@ class Watch:
             vars(m).update({k: v for k, v in before.items() if vars(m).get(k, _MISSING) is not v})
         self.effects.restore()
 
+    def attribute_line(self, name):
+        """(file, line) of the statement of the traced functions that assigns
+        an attribute `name` (`self.inner.memory = h`), for messages."""
+        return _write_line(self.functions, Slot(None, "attr", name, name), "self")
+
     def undo(self):
         """After a failed conversion: `restore`, and the attributes of the
         user's functions too (`_buffer.buf = x * 3`), so that no graph value

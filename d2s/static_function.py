@@ -429,7 +429,7 @@ class StaticFunction:
                 out_tree = _output_tree(out, fetch, numbers=True)
                 state_fetch = []
                 writes, reads = module_state.collect(before, tr.lifted, _output_tree, state_fetch,
-                                                     written.constant_ok)
+                                                     written.constant_ok, written.attribute_line)
                 reads += module_state.global_reads(self._converted_functions(), tr.lifted,
                                                    {r.var_name for r in reads})
                 self._refuse_global_state(main)

@@ -2,6 +2,7 @@
 behaves the same under @declarative (ParityBench's most common causes)."""
 
 import gc
+import inspect
 import weakref
 
 import numpy as np
@@ -816,6 +817,9 @@ def test_a_module_attribute_the_branch_walk_does_not_reach_is_refused_by_name():
     leaf = model.l.l.l.l.l.l.l.l
     before = dict(vars(leaf))
     for _ in range(2):  # the same refusal each time: the failed conversion left no graph value behind
-        with pytest.raises(d2s.ConversionError, match="`memory` of Module is assigned inside an `if`"):
+        with pytest.raises(d2s.ConversionError, match="`memory` of Module is assigned inside an `if`") as info:
             d2s.declarative(model)(torch.ones(2))
         assert vars(leaf) == before
+        assert info.value.filename == __file__  # the assignment's line
+        lines = inspect.getsourcelines(WritesTooDeepInBranch.forward)
+        assert info.value.lineno == lines[1] + next(i for i, line in enumerate(lines[0]) if "memory =" in line)
