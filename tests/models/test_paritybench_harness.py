@@ -41,6 +41,29 @@ def test_case_passes_and_saves(cls):
 
 
 
+class EqualityRaises(nn.Module):
+    """`==` raises (anguelos/tormentor's Distribution): the harness must not
+    compare the module with anything (it asked `None not in (copy, copy)`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        return torch.tanh(x) * self.scale
+
+    def __eq__(self, other):
+        raise NotImplementedError
+
+    __hash__ = nn.Module.__hash__
+
+
+def test_a_module_whose_eq_raises_is_judged_with_its_gradients():
+    entry = (EqualityRaises, lambda: ([], {}), lambda: ([torch.zeros(3)], {}), False)
+    result = paritybench.run_case(entry, save=False, grad=True)
+    assert (result["status"], result.get("grad")) == ("pass", "exact"), result
+
+
 def test_slow_eager_model_extends_the_time_limit_of_the_d2s_part(monkeypatch):
     # One eager call "takes" 10 s (a fake clock): the d2s calls and the save
     # get the 5 s limit again plus 80 s, so a heavy model (PSMNet) is not
