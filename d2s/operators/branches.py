@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import sys
 import threading
+import weakref
 
 import torch
 
@@ -126,6 +127,13 @@ class _IfSite:
         # Names a side leaves unbound, or maybe unbound (a tensor loop or `if` in
         # it first assigned them), where a later read sees them (`find_unbound`).
         self.first_bound = set(FIRST_BOUND.get(tr, {}).get(self.code, ()))
+        # The lists an earlier trace of this `if` (in this conversion) carried as
+        # tensor arrays: an enclosing `if` or loop traces it again for each of its
+        # own retries, and relearning them each time made nested `if`s cost
+        # 2**depth traces (fuzz nov26f program 713).
+        # (The trace that learned them refused the lists' other names.)
+        outs = self.outputs + tuple(self.extra)
+        self.arrays = {outs.index(n) for n in _ARRAYS.get(tr, {}).get(self.code, ()) if n in outs}
 
     def learn(self, retry, outs):
         """Take in what a trace's `retry` (an exception `_trace_cond` retries
@@ -142,6 +150,7 @@ class _IfSite:
             grown = [outs[k] for k in retry.outputs if outs[k] in self.old]
             refuse_list_aliases(grown, [self.old[n] for n in grown])
             self.arrays |= retry.outputs
+            _ARRAYS.setdefault(self.tr, {})[self.code] = frozenset(outs[k] for k in self.arrays)
         elif isinstance(retry, _Drop):
             self.extra.remove(retry.name)
         elif isinstance(retry, _Shaped):
@@ -513,6 +522,11 @@ class _Shaped(Exception):
     def __init__(self, specs):
         super().__init__(specs)
         self.specs = specs
+
+
+# Per trace, per `if` (the true branch's code): the names of the outputs its
+# traces carried as tensor arrays (`_IfSite.__post_init__`).
+_ARRAYS = weakref.WeakKeyDictionary()
 
 
 class _AsArrays(Exception):

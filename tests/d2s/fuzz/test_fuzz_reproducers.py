@@ -248,3 +248,18 @@ def test_reproducer_matches_eager(name):
     program = fuzz_programs.SourceProgram(textwrap.dedent(text).lstrip(), ops=ops, **options)
     outcome = fuzz_runner.run(program)
     assert outcome.kind == "pass", f"{outcome.kind} at {outcome.stage}: {outcome.detail}\n{outcome.message}"
+
+
+# Programs kept whole, by seed and index: shrinking them loses what made them fail.
+SEEDED = [
+    # Nested tensor `if`s (an `elif` chain with returns, lists grown under them): each enclosing
+    # `if`'s retry traced the inner ones again, and each relearned which lists become tensor
+    # arrays, so the conversion took 2**depth traces (over 60 s of CPU; now about 2 s).
+    ("nov26f", 713),
+]
+
+
+@pytest.mark.parametrize("seed, index", SEEDED)
+def test_seeded_program_matches_eager(seed, index):
+    outcome = fuzz_runner.run(fuzz_programs.generate(f"{seed}-{index}"))
+    assert outcome.kind == "pass", f"{outcome.kind} at {outcome.stage}: {outcome.detail}\n{outcome.message}"
