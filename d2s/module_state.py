@@ -32,6 +32,8 @@ from runtime import output_tree
 from runtime.errors import ConversionError
 from runtime.ir import Variable
 
+from .operators.effects import TORCH_MODULE_ATTRS, restore_dict
+
 
 _BASES = ((dict, dict.values), (list, list.__iter__), (tuple, tuple.__iter__), (set, set.__iter__),
           (frozenset, frozenset.__iter__))
@@ -103,12 +105,8 @@ def restore(before):
     """Put the modules' attributes and buffers back as `snapshot` found
     them: a conversion that fails leaves no graph value on a module."""
     for module, attrs, buffers in before:
-        for now, old in ((vars(module), attrs), (module._buffers, buffers)):
-            for key in [k for k in now if k not in old]:
-                del now[key]
-            for key, value in old.items():
-                if now.get(key, _MISSING) is not value:
-                    now[key] = value
+        restore_dict(vars(module), attrs)
+        restore_dict(module._buffers, buffers)
 
 
 class StateWrite:
@@ -166,7 +164,7 @@ def collect(before, lifted, output_tree, fetch, constant_ok, locate=lambda name:
                 reads += _reads_of(module, name, old, lifted)
         written = {w.name for w in writes if w.module() is module}
         for name, value in attrs.items():
-            if name not in written and name not in _TORCH_ATTRS:
+            if name not in written and name not in TORCH_MODULE_ATTRS:
                 reads += _reads_of(module, name, value, lifted)
     return writes, reads
 
@@ -193,7 +191,7 @@ def plain_tensors(module):
     attributes: `pe` for `self.pe`, `table.1` for the second tensor of a
     list or dict `self.table`. The names the program gives them."""
     for name, value in list(vars(module).items()):
-        if name in _TORCH_ATTRS:
+        if name in TORCH_MODULE_ATTRS:
             continue
         if isinstance(value, torch.Tensor):
             yield name, value
@@ -207,8 +205,6 @@ def _reads_of(module, name, value, lifted):
 
 
 _MISSING = object()
-# nn.Module's own attributes (_parameters, _buffers, _forward_hooks, training, ...).
-_TORCH_ATTRS = frozenset(vars(torch.nn.Module()))
 
 
 def _tensors(value):

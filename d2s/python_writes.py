@@ -35,8 +35,7 @@ from runtime.errors import ConversionError
 from runtime.ir import Variable
 
 from . import module_watch
-from .module_state import _TORCH_ATTRS
-from .operators.effects import _MISSING, Effects, Slot, cell_bound
+from .operators.effects import _MISSING, TORCH_MODULE_ATTRS, Effects, Slot, cell_bound, restore_dict
 from .output_types import holds_variable
 
 _LIBRARIES = frozenset({"torch", "numpy", "d2s", "ops", "runtime", "functools", "collections", "builtins",
@@ -125,10 +124,7 @@ class Watch:
         is left where the next call looks."""
         self.restore()
         for fn, before in self.function_attrs:
-            now = vars(fn)
-            for key in [k for k in now if k not in before]:
-                del now[key]
-            now.update({k: v for k, v in before.items() if now.get(k, _MISSING) is not v})
+            restore_dict(vars(fn), before)
 
     def refuse_written(self, qualname):
         """Raise ConversionError for the first object the trace wrote that a
@@ -220,7 +216,7 @@ def watch(function, args, kwargs, arg_names, instance=None):
 def _own_attrs(module):
     """A module's own attributes that are neither torch's (`training`,
     `_parameters`, ...) nor modules: what `restore` puts back."""
-    return {k: v for k, v in vars(module).items() if k not in _TORCH_ATTRS and not isinstance(v, torch.nn.Module)}
+    return {k: v for k, v in vars(module).items() if k not in TORCH_MODULE_ATTRS and not isinstance(v, torch.nn.Module)}
 
 
 def _watched(value):

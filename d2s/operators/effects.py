@@ -41,7 +41,8 @@ _OPAQUE = (type, types.ModuleType, types.BuiltinFunctionType, types.MethodType,
 # `self.block.h`); its parameters, hooks and flags are not places a forward
 # writes tensors to.
 _MODULE_DICTS = ("_buffers", "_modules")
-_TORCH_MODULE_ATTRS = frozenset(vars(torch.nn.Module()))
+# nn.Module's own attributes (_parameters, _buffers, _forward_hooks, training, ...).
+TORCH_MODULE_ATTRS = frozenset(vars(torch.nn.Module()))
 
 
 class EffectsChanged(Exception):
@@ -123,7 +124,7 @@ class Effects:
                 todo += [(c.cell_contents, n, depth + 1)
                          for n, c in zip(value.__code__.co_freevars, value.__closure__ or ()) if cell_bound(c)]
             elif isinstance(value, torch.nn.Module):
-                attrs = {k: v for k, v in vars(value).items() if k not in _TORCH_MODULE_ATTRS}
+                attrs = {k: v for k, v in vars(value).items() if k not in TORCH_MODULE_ATTRS}
                 self.saved.append(("attr", value, attrs, name))
                 todo += [(v, f"{name}.{k}", depth + 1) for k, v in attrs.items()]
                 for own in _MODULE_DICTS:
@@ -172,6 +173,14 @@ class Effects:
                         setattr(obj, key, value)
 
 
+def restore_dict(now, before):
+    """Make the dict `now` hold what `before` (its earlier copy) holds,
+    touching only the keys that differ (by identity)."""
+    for key in [k for k in now if k not in before]:
+        del now[key]
+    now.update({k: v for k, v in before.items() if now.get(k, _MISSING) is not v})
+
+
 def _contents(kind, obj, old):
     """What a saved object holds now, as its saved copy `old` has it: a
     dict's items, a plain object's attributes, a module's user attributes
@@ -180,7 +189,7 @@ def _contents(kind, obj, old):
         return obj
     now = vars(obj)
     if isinstance(obj, torch.nn.Module):
-        return {k: v for k, v in now.items() if k in old or k not in _TORCH_MODULE_ATTRS}
+        return {k: v for k, v in now.items() if k in old or k not in TORCH_MODULE_ATTRS}
     return now
 
 

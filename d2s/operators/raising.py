@@ -85,7 +85,7 @@ def raising_after_raise_ops(fn, program):
     """``fn`` for the whole function being traced. An error its top level
     raises (not a ConversionError, not torch refusing sizes) fails the
     conversion, as it fails every eager call, unless the program already
-    holds a ``raise`` or ``assert`` op, which a run may reach first (a loop
+    holds one of `_USER_CHECKS` (a ``raise``, a tensor ``assert``), which a run may reach first (a loop
     body that raises on every path: eager raises there for inputs that take
     a trip, and here for the others; a tensor ``assert`` that fails before
     a name the function never binds). Then it becomes a ``raise`` op too, and the
