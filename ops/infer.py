@@ -253,12 +253,26 @@ def _infer_by_samples(fn, args, kwargs, inputs, shapes, factory, error, value_de
     static, any other (and every dimension of a value-dependent output) is a
     fresh symbol."""
     runs, seen = [], {}
+    fill = 1
     for offset in (0, 7):
         try:
-            values = [_sample(v, shapes, offset, seen) for v in inputs]
+            values = [_sample(v, shapes, offset, seen, fill) for v in inputs]
             with torch.random.fork_rng(devices=[]):
                 runs.append(_call(fn, args, kwargs, values, factory))
         except Exception as exc:  # noqa: BLE001 - the op's own complaint is the fake run's
+            if not runs and fill and any(_int_like(v) for v in inputs):
+                # The samples' values are made up: a 0-d integer of 1 is an
+                # index past the end of a dimension of size 1 (`x[i - 1]`
+                # under `while i < x.size(0)`). 0 is an index into any
+                # non-empty dimension.
+                fill = 0
+                try:
+                    values = [_sample(v, shapes, offset, seen, fill) for v in inputs]
+                    with torch.random.fork_rng(devices=[]):
+                        runs.append(_call(fn, args, kwargs, values, factory))
+                    continue
+                except Exception:  # noqa: BLE001 - the first run's complaint is the one to report
+                    pass
             if not runs:
                 from .symbolic import SpecializesSize  # lazy: sympy; loaded here, as the symbolic run came first
                 # ... unless the fake run stopped at our own signal (a size it
@@ -292,9 +306,10 @@ def _depends(example):
                            "time; compute it with tensor ops instead")
 
 
-def _sample(v, shapes, offset, seen):
+def _sample(v, shapes, offset, seen, fill=1):
     """A real value standing for `v`: symbolic sizes are their example size
-    plus `offset`; `seen` maps (size, size + offset) to the symbol."""
+    plus `offset`; `seen` maps (size, size + offset) to the symbol. Tensors
+    are ones; a 0-d integer is `fill`."""
     if not isinstance(v, Variable):
         return v
 
@@ -306,6 +321,8 @@ def _sample(v, shapes, offset, seen):
     if v.kind == SCALAR:
         return size(shapes.scalars[id(v)])
     sizes = [size(shapes.symint(d, v, i)) if isinstance(d, str) or d == -1 else d for i, d in enumerate(v.dims)]
+    if _int_like(v):
+        return torch.full(sizes, fill, dtype=v.dtype)
     make = lambda: torch.ones(sizes, dtype=v.dtype)  # noqa: E731
     return [make() for _ in range(3)] if v.kind == TENSOR_ARRAY else make()
 

@@ -377,6 +377,30 @@ def python_while_with_tensor_if(x):
     return x
 
 
+ROW, NEG_ROW = torch.tensor([[1.0, 2.0]]), torch.tensor([[-1.0, -2.0]])
+
+
+# A dimension of size 1: the body's `x[i - 1]` is traced with a value made
+# up for `i` (it changes every trip), which must be a valid index there.
+@case((ROW, I(0)), (NEG_ROW, I(0)), (ROW, I(1)), ops={"while", "cond"})
+def while_counter_indexes_size_one(x, i):
+    acc = x[0] * 0
+    while i < x.shape[0]:
+        i = i + 1
+        if x[i - 1].sum() < 0:
+            continue
+        acc = acc + x[i - 1]
+    return acc
+
+
+@case((ROW,), (NEG_ROW,), (ROW * 0.1,), ops={"while", "cond"})
+def return_from_range_loop_size_one(x):
+    for i in range(x.shape[0]):
+        if x[i].sum() > 1:
+            return x[i], i
+    return x[0] * 0, -1
+
+
 @case((POS, I(3)), (POS, I(0)), ops={"while"})
 def while_else(x, n):
     i = 0
