@@ -124,6 +124,59 @@ def _tensor_method(fn):
 
 
 
+# torch.compile's hints on a tensor (`torch._dynamo.mark_static_address(t)`
+# in transformers' cache initialisation, `mark_dynamic`): eager only sets an
+# attribute on the tensor that Dynamo reads. A graph tensor is made when the
+# program runs, which no Dynamo traces: the hint is dropped (they refuse a
+# Variable with a TypeError). Matched by module and name, as referring to
+# them would import torch._dynamo.
+_COMPILE_HINTS = frozenset({"mark_static_address", "mark_dynamic", "maybe_mark_dynamic", "mark_static",
+                            "mark_unbacked"})
+
+
+def _compile_hint(fn):
+    def call(*args, **kwargs):
+        if any(isinstance(a, Variable) for a in args):
+            return None
+        return fn(*args, **kwargs)
+    return call
+
+
+# nn.Module's conversions (`self.classifier = self.classifier.to(self.dtype)`
+# in switch_transformers' router, run on every call). Traced, they would
+# capture `param.to(...)` as ops and fail in `Module._apply`. Eager converts
+# on the first call and finds nothing to do on later ones: a conversion that
+# changes nothing is that, the module itself; one that would change the
+# parameters while the program is built (ops traced before it already read
+# them) is refused at the user's line.
+_MODULE_CONVERSIONS = {"to": None, "float": torch.float32, "double": torch.float64, "half": torch.float16,
+                       "bfloat16": torch.bfloat16, "cpu": "cpu"}
+
+
+def _module_conversion(method):
+    module, name = method.__self__, method.__func__.__name__
+
+    def call(*args, **kwargs):
+        if name == "to":
+            if any(isinstance(a, Variable) for a in (*args, *kwargs.values())):
+                raise error_at_user_line("`Module.to(tensor)` with a graph tensor: convert the module before the "
+                                         "call, or pass the dtype/device (`.to(x.dtype)`)")
+            device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        else:
+            target = _MODULE_CONVERSIONS[name]
+            device, dtype = (torch.device(target), None) if name == "cpu" else (None, target)
+        changes = [n for n, t in (*module.named_parameters(), *module.named_buffers())
+                   if (dtype is not None and (t.is_floating_point() or t.is_complex()) and t.dtype != dtype)
+                   or (device is not None and t.device != torch.device(device))]
+        if changes:
+            raise error_at_user_line(
+                f"`.{name}(...)` converts the module's `{changes[0]}` ({len(changes)} tensors) while the program "
+                "is built, after which the program would read them converted where eager read them as they "
+                "were: convert the model before calling it (eager's later calls find nothing to convert)")
+        return module
+    return call
+
+
 @functools.lru_cache(maxsize=None)
 def _takes_bools(fn):
     """Whether `fn` is a torch C function with a `bool` parameter in its ATen schema."""
@@ -175,6 +228,8 @@ def convert_call(fn):
         return mapped
     if fn in _SIZE_VARARGS:
         return functools.partial(_call_with_packed_sizes, fn)
+    if getattr(fn, "__module__", None) == "torch._dynamo.decorators" and getattr(fn, "__name__", None) in _COMPILE_HINTS:
+        return _compile_hint(fn)
     if isinstance(fn, _C_METHODS) and getattr(fn, "__objclass__", None) in _TENSOR_CLASSES:
         return _tensor_method(fn)
     if isinstance(fn, types.BuiltinFunctionType) and _takes_bools(fn):
@@ -197,6 +252,10 @@ def convert_call(fn):
         return record_apply(fn, convert_call)
     if isinstance(fn, types.MethodType) and isinstance(fn.__self__, _OPTIMIZERS):
         return record_optimizer_call(fn)  # opt.step() is an op of the program, not a build-time call
+    if isinstance(fn, types.MethodType) and isinstance(fn.__self__, torch.nn.Module) \
+            and getattr(torch.nn.Module, getattr(fn.__func__, "__name__", ""), None) is fn.__func__ \
+            and fn.__func__.__name__ in _MODULE_CONVERSIONS:
+        return _module_conversion(fn)
     if isinstance(fn, types.MethodType):
         func = unwrap(fn.__func__)
         if isinstance(func, types.FunctionType) and _convertible(func):

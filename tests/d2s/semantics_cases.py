@@ -897,3 +897,17 @@ def reversed_range_of_a_run_time_length(x, n):
     for i in reversed(range(1, int(n) + 2, 2)):  # was a TypeError ('_Range' object is not reversible)
         out = out * 2 + i
     return out
+
+
+# -- torch.compile's hints on a graph tensor are dropped, as eager leaves the values alone ----------
+
+
+@case((POS,), (NEG,), ops={"cond"})
+def compile_hints_on_graph_tensors(x):
+    import torch._dynamo                         # transformers' cache layers call it when building a cache
+    cache = torch.zeros(x.shape)
+    torch._dynamo.mark_static_address(cache)     # was a TypeError (it takes only a torch.Tensor)
+    torch._dynamo.maybe_mark_dynamic(x, 0)
+    if x.sum() > 0:
+        cache = cache + x
+    return cache

@@ -370,3 +370,36 @@ def test_a_dtype_written_by_forward_is_replayed():
 def _line(marker):
     with open(__file__) as f:
         return next(i for i, text in enumerate(f, 1) if text.rstrip().endswith(f"# line: {marker}"))
+
+
+class ConvertsItself(torch.nn.Module):
+    """switch_transformers' router: `self.classifier = self.classifier.to(self.dtype)` on every call."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.classifier, self.how = torch.nn.Linear(3, 2), how
+
+    def forward(self, x):
+        self.classifier = {"to dtype": lambda m: m.to(x.dtype), "to device": lambda m: m.to("cpu"),
+                           "float": lambda m: m.float(), "cpu": lambda m: m.cpu(),
+                           "to both": lambda m: m.to(torch.device("cpu"), torch.float32)}[self.how](self.classifier)
+        if x.sum() > 0:
+            return self.classifier(x)
+        return self.classifier(x) * 2
+
+
+@pytest.mark.parametrize("how", ["to dtype", "to device", "float", "cpu", "to both"])
+def test_a_module_converting_itself_to_what_it_is_converts(how):
+    # Was a ConversionError: Module._apply's `_has_compatible_shallow_copy_type` on a captured `param.to()`.
+    model = ConvertsItself(how)
+    static = d2s.declarative(model)
+    for x in (torch.randn(4, 3).abs(), -torch.randn(4, 3).abs()):
+        assert torch.equal(static(x), ConvertsItself.forward(model, x))
+    assert {"cond"} <= all_op_types(static.forward.concrete_program.main_program)
+
+
+def test_a_module_conversion_that_changes_parameters_is_refused_at_its_line():
+    model = ConvertsItself("to dtype").double()
+    with pytest.raises(ConversionError, match=r"test_module_attr_writes.py.*converts the module's `weight`"):
+        d2s.declarative(model)(torch.randn(4, 3))
+    assert model.classifier.weight.dtype == torch.float64  # left as it was
