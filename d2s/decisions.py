@@ -107,12 +107,12 @@ def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None, stat
 
 
 def _side_taken(failing):
-    """{(file, line): side} of the `if` whose side-not-converted raised at
+    """{site key: side} of the `if` whose side-not-converted raised at
     `failing` (a `decision_failed` op first in a cond's block), else {}."""
     holder = _holder(failing) if failing.block.parent_idx >= 0 else None
     if holder is None or holder.type != "cond" or not holder.origin:
         return {}
-    return {tuple(holder.origin[:2]): holder.attrs["true_block"] is failing.block}
+    return {control_flow.site_key(holder.origin): holder.attrs["true_block"] is failing.block}
 
 
 def _hold(cache, key, group):

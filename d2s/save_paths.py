@@ -29,8 +29,8 @@ MAX_PATHS = 8
 
 
 def decided_sides(program):
-    """{(file, line): the side not converted} of the unmergeable `if`s
-    `program` was converted for one side of."""
+    """{site key (control_flow.site_key): the side not converted} of the
+    unmergeable `if`s `program` was converted for one side of."""
     out = {}
     for block in program.blocks:
         for op in block.ops:
@@ -39,7 +39,7 @@ def decided_sides(program):
             for side, key in ((True, "true_block"), (False, "false_block")):
                 ops = op.attrs[key].ops
                 if ops and ops[0].type == "decision_failed":  # where _specialise puts it
-                    out.setdefault(tuple(op.origin[:2]), side)
+                    out.setdefault(control_flow.site_key(op.origin), side)
     return out
 
 

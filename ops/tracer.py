@@ -21,6 +21,7 @@ tracer's own bookkeeping), so a probe leaves no trace behind.
 
 import contextlib
 import contextvars
+import sys
 import weakref
 
 from runtime import run_modes
@@ -97,6 +98,7 @@ class Tracer:
         # tracing that a rollback takes back (d2s logs module attribute assignments).
         self.python_writes = []
         self._shapes = None     # ops.symbolic.Shapes, made on the first dynamic dimension
+        self.entry_frame = None  # the frame that entered this tracer, while it is active
         self._token = None
         self._patches = None    # what the trace changes in torch/random/numpy while active (__enter__)
         self.caller_modes = None  # (grad, inference) of the caller, read on entry
@@ -145,6 +147,9 @@ class Tracer:
         if self._token is not None:
             raise RuntimeError("a Tracer is active already; make a new one per trace")
         self._token = _current.set(self)
+        # The frame tracing runs under (`with Tracer(...): fn(...)`): where
+        # a user line's site stops (user_frames.user_origin_at_site).
+        self.entry_frame = sys._getframe(1)
         self._patches = contextlib.ExitStack()
         # Sizes are compared and symbols made outside shape inference too
         # (`if x.size(0) > 2:` in user code): keep torch._dynamo unloaded for the whole trace.
@@ -174,6 +179,7 @@ class Tracer:
             finally:
                 _current.reset(self._token)
                 self._token = None
+                self.entry_frame = None  # a frame holds its locals alive
 
     # -- blocks ----------------------------------------------------------------------
     def new_block(self):

@@ -45,6 +45,38 @@ def user_origin(skip_internal=True):
     return (frame.f_code.co_filename, frame.f_lineno, line)
 
 
+class Origin(tuple):
+    """(filename, lineno, source line) of a user line, and `site`: the
+    (filename, lineno) of each user frame from that line out to the frame
+    that entered the trace. One line can be reached through several calls
+    in one trace (transformers' `sdpa_mask` builds a model's full mask and
+    its sliding-window mask), each of which may take another side of its
+    `if`: the site tells them apart where the line cannot."""
+
+    site = None
+
+
+_MAX_SITE = 64  # frames: past them the site is cut (a deep recursion)
+
+
+def user_origin_at_site(entry):
+    """`user_origin()` as an `Origin` whose site reaches out to `entry`
+    (the frame that entered the trace; None: as far as the stack goes)."""
+    frame = _user_frame()
+    if frame is None:
+        return None
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    origin = Origin((frame.f_code.co_filename, frame.f_lineno, line))
+    site = []
+    while frame is not None and frame is not entry and len(site) < _MAX_SITE:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(INTERNAL_DIRS) and not filename.startswith("<frozen"):
+            site.append((filename, frame.f_lineno))
+        frame = frame.f_back
+    origin.site = tuple(site)
+    return origin
+
+
 def user_name(value, what="tensor"):
     """How a message names ``value``: "tensor `s`" when a variable of the
     user's code holds it and appears on the user's line, else "this tensor"

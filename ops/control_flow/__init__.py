@@ -29,9 +29,9 @@ The rooms, in the order a `cond` uses them:
 """
 
 from .cond_op import cond
-from .sides import decide_failed_side, forced_used, forcing, raised_by_torch
+from .sides import decide_failed_side, forced_used, forcing, raised_by_torch, site_key
 from .undefined import Undefined, Unreachable
 from .while_op import while_loop
 
 __all__ = ["Undefined", "Unreachable", "cond", "decide_failed_side", "forced_used", "forcing",
-           "raised_by_torch", "while_loop"]
+           "raised_by_torch", "site_key", "while_loop"]

@@ -10,7 +10,7 @@ from runtime.ir import TENSOR_ARRAY, Variable
 from .. import tracer
 from ..recording import graph_condition
 from ..registry import OpDef, register
-from ..user_frames import user_origin
+from ..user_frames import user_origin_at_site
 from .merge import IfSite, Unmergeable, merge, unmergeable
 from .sides import example_side, side_to_convert, specialise, tracing_side
 from .undefined import Unreachable
@@ -60,7 +60,7 @@ def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=
     check_pred(pred)
     tr = tracer.current()
     parent = tr.block
-    origin = user_origin()
+    origin = user_origin_at_site(tr.entry_frame)
     site = IfSite(tr, tr.new_block(), None, names, return_names, lines, jump, pred, one_side)
     with tr.block_guard(site.tblock), tracing_side(tr, pred, True):
         t_out = true_fn()

@@ -17,11 +17,13 @@ from .. import framework, tracer
 from ..user_frames import user_origin
 from .undefined import Unreachable
 
-# {(file, line): side}: `if`s whose values cannot be merged, converted for
-# the side given here instead of the example inputs' (d2s/save_paths.py
-# traces each such side for a saved model). `_FALLBACK`: the side where
-# replaying the example cannot tell (d2s/decisions.py: the side a run
-# took). `forced_used` records which of them tracing met.
+# {key: side}: `if`s whose values cannot be merged, converted for the side
+# given here instead of the example inputs' (d2s/save_paths.py traces each
+# such side for a saved model). `_FALLBACK`: the side where replaying the
+# example cannot tell (d2s/decisions.py: the side a run took). A key is
+# `site_key(origin)`: the line and the calls that reached it, so two calls
+# of one helper can be given different sides. `forced_used` records which
+# of them tracing met.
 _FORCED, _FALLBACK = {}, {}
 forced_used = set()
 
@@ -42,11 +44,22 @@ def forcing(sides, fallback=False):
         table.update(saved)
 
 
+def site_key(origin):
+    """The key of a cond op's `if` in the forcing tables: its user frames
+    out to the traced function (user_frames.Origin.site), else its line."""
+    if not origin:
+        return None
+    site = getattr(origin, "site", None)
+    return ("site",) + site if site else tuple(origin[:2])
+
+
 def forced_side(origin, table=_FORCED):
-    key = tuple(origin[:2]) if origin else None
-    if key in table:
-        forced_used.add(key)
-        return table[key]
+    # The line alone where the key came from a copy of the program that
+    # kept only the line (a JSON round trip keeps no site).
+    for key in (site_key(origin), tuple(origin[:2]) if origin else None):
+        if key is not None and key in table:
+            forced_used.add(key)
+            return table[key]
     return None
 
 

@@ -374,6 +374,30 @@ def test_saved_model_holds_every_side_of_a_decision(tmp_path, example):
     assert torch.equal(again(x, FULL), attend(x, FULL))
 
 
+class FullAndWindowed(torch.nn.Module):
+    """One helper line reached by two calls that take different sides for
+    one input: transformers' `sdpa_mask` building a model's full mask (None
+    when nothing is masked) and its sliding-window mask (never None)."""
+
+    def forward(self, x, mask):
+        full = attend(x, mask)
+        windowed = attend(x, mask * torch.tensor([1.0, 1.0, 0.0]))
+        return full + windowed
+
+
+@pytest.mark.parametrize("example", [PADDED, FULL])
+def test_saved_model_holds_the_sides_each_call_of_a_helper_takes(tmp_path, example):
+    # Sides were forced per source line: both calls took the same one, so
+    # no saved path held (None, tensor) and an unpadded batch was refused.
+    x = torch.randn(2, 3, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d2s.jit.save(FullAndWindowed(), str(tmp_path / "m"), input_spec=[x, example])
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    for mask in (PADDED, FULL, PADDED):
+        assert torch.equal(loaded(x, mask), FullAndWindowed()(x, mask))
+
+
 class Reshaped(torch.nn.Module):
     """The None side holds a view the saved sizes cannot take."""
 
