@@ -90,8 +90,10 @@ class Tracer:
         self.lifted = {}        # id(tensor) -> name of its persistable Variable
         self.expanding = set()  # Python-level torch functions whose body is being captured
         self.examples = {}      # feed name -> the tensor of the call being traced (ops/examples.py)
-        self.sides = []         # (condition, side) of each tensor `if` side being traced, innermost last
+        self.sides = []         # (condition, side, the if's origin) of each tensor `if` side being traced, innermost last
         self.example_sides = {}  # (file, line) -> the side of an unmergeable `if` the example inputs took there
+        # (id(condition), side): sides whose tracing failed where the example's side is unknown (control_flow.sides)
+        self.unknown_sides_failed = set()
         self.reads_layout = False  # the trace read strides (`x.stride()`, `is_contiguous()`): see _strides
         self.layout_read_at = None  # where it first did: the user's (file, line, text)
         # (namespace dict, key, value before) of Python attribute writes made while

@@ -62,10 +62,10 @@ def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=
     parent = tr.block
     origin = user_origin_at_site(tr.entry_frame)
     site = IfSite(tr, tr.new_block(), None, names, return_names, lines, jump, pred, one_side)
-    with tr.block_guard(site.tblock), tracing_side(tr, pred, True):
+    with tr.block_guard(site.tblock), tracing_side(tr, pred, True, origin):
         t_out = true_fn()
     site.fblock = tr.new_block()
-    with tr.block_guard(site.fblock), tracing_side(tr, pred, False):
+    with tr.block_guard(site.fblock), tracing_side(tr, pred, False, origin):
         f_out = false_fn()
     t_leaves, t_spec = flatten_outputs(t_out)
     f_leaves, f_spec = flatten_outputs(f_out)

@@ -98,8 +98,8 @@ def side_to_convert(tr, pred, origin, t_leaves, f_leaves):
 
 
 @contextlib.contextmanager
-def tracing_side(tr, pred, side):
-    tr.sides.append((pred, side))
+def tracing_side(tr, pred, side, origin=None):
+    tr.sides.append((pred, side, origin))
     try:
         yield
     finally:
@@ -113,21 +113,33 @@ def decide_failed_side(exc):
     example inputs do not take this side (or a side around it), the side
     becomes a `decision_failed` op (converted again when a run takes it)
     and this returns True. False for an error the user's code raised
-    itself, or on a side the inputs take: that error is what eager raises."""
+    itself, or on a side the inputs take: that error is what eager raises.
+
+    Where replaying the example cannot tell the side (its condition comes
+    from ops replay does not run: longformer's `if is_global_attn:`), the
+    side a run took (d2s/decisions.py) tells; failing that, the innermost
+    side is taken for one the inputs skip, unless the other side of that
+    `if` was too (both sides failing is the `if` failing). If the inputs do
+    take it, the run raises DecisionFailed, the call converts again knowing
+    the side, and then this returns False: the error is raised at the
+    user's line."""
     tr = tracer.current()
     if not tr.sides or not raised_by_torch(exc):
         return False
-    for pred, side in reversed(tr.sides):
-        if example_side(tr, pred) is (not side):
-            origin = user_origin()
-            framework.decision_failed(
-                f"this program was converted for inputs that do not take this side of a tensor `if` (tracing "
-                f"it failed: {type(exc).__name__}: {str(exc)[:200]}); these inputs take it, which d2s "
-                "converts when a declarative call first takes it: a saved program holds only the sides its "
-                "example inputs took (save from inputs that take this side for a program of its own)",
-                origin=origin)
-            return True
-    return False
+    taken = [example_side(tr, pred) for pred, _, _ in tr.sides]
+    taken = [forced_side(origin, _FALLBACK) if t is None else t for t, (_, _, origin) in zip(taken, tr.sides)]
+    if not any(t is (not side) for t, (_, side, _) in zip(taken, tr.sides)):
+        pred, side, _ = tr.sides[-1]
+        if taken[-1] is not None or (id(pred), not side) in tr.unknown_sides_failed:
+            return False
+        tr.unknown_sides_failed.add((id(pred), side))
+    framework.decision_failed(
+        f"this program was converted for inputs that do not take this side of a tensor `if` (tracing "
+        f"it failed: {type(exc).__name__}: {str(exc)[:200]}); these inputs take it, which d2s "
+        "converts when a declarative call first takes it: a saved program holds only the sides its "
+        "example inputs took (save from inputs that take this side for a program of its own)",
+        origin=user_origin())
+    return True
 
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep

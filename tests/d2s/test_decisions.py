@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 import d2s
 from d2s import static_function
-from runtime.errors import DecisionFailed
+from runtime.errors import ConversionError, DecisionFailed
 
 
 def _ops(program):
@@ -105,6 +105,35 @@ def test_side_unknown_by_replay_converts_the_side_the_run_took(masks, tmp_path):
     assert _paths(tmp_path / "m") == 1
     for mask in masks:
         assert torch.equal(loaded(x, mask), written_mask_or_none(x, mask))
+
+
+def view_on_a_side_replay_cannot_tell(x, both):
+    # The condition reads an in-place write (replay cannot tell its side);
+    # the true side's view fails at these sizes (longformer's global
+    # attention branch, traced with made-up sizes). `both`: the false side
+    # fails as well, and so the `if` does.
+    m = x.clone()
+    m.add_(1)
+    if (m > 100).any():
+        y = x.view(7, 5)
+    elif both:
+        y = x.view(5, 7)
+    else:
+        y = x * 2
+    return y + 1
+
+
+def test_a_side_failing_to_trace_converts_where_replay_cannot_tell_the_side():
+    # Was a ConversionError for every input: the side is unknown, so the
+    # failure could have been eager's.
+    static = d2s.declarative(view_on_a_side_replay_cannot_tell)
+    x = torch.randn(2, 3)
+    assert torch.equal(static(x, False), view_on_a_side_replay_cannot_tell(x, False))
+    assert {"cond", "decision_failed"} <= set(_ops(static.concrete_program.main_program))
+    with pytest.raises(ConversionError, match=r"test_decisions.py\", line \d+: .*shape '\[7, 5\]' is invalid"):
+        static(torch.full((2, 3), 200.0), False)
+    with pytest.raises(ConversionError, match=r"shape '\[(7, 5|5, 7)\]' is invalid"):  # not a side: the if fails
+        d2s.declarative(view_on_a_side_replay_cannot_tell)(x, True)
 
 
 # -- class 5: a Python `if` on a run-time size, the other side untraceable --------------------------
