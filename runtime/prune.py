@@ -7,25 +7,35 @@ After:  the ops the fetch targets depend on, their blocks renumbered, the
 """
 
 from .optable import get_op_def
+from .replay import viewed
+
+# Beyond views (replay.viewed): methods that return their tensor itself when
+# it already is what they ask for (`x.to(torch.float32)` of a float32 `x`).
+_MAY_RETURN_SELF = {"to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long", "short",
+                    "bool", "byte", "char", "cpu", "cuda", "requires_grad_"}
 
 
 def prune_program(program, feed_names, fetch_names):
     """A copy of `program` with only what computing `fetch_names` needs.
 
     Walks the global block backwards: an op is kept if it writes a needed
-    name (in-place ops write their first input, which is also an output) or
-    has a side effect, then everything it reads becomes needed. A control-flow
+    name (in-place ops write their first input, which is also an output, and
+    every name that may share its memory: `q = x.new_empty(...)` then
+    `q[..., :4] = a` writes `q` through a view) or has a side effect (an
+    in-place write into a persistable or a view of one), then everything it
+    reads becomes needed. A control-flow
     op reads and writes everything its sub-blocks do. Training-only ops are
     always dropped; blocks only dropped ops used are removed and the rest
     renumbered. Global variables nothing kept mentions are removed.
     """
     copy = program.copy()
     block = copy.global_block()
+    aliases = _alias_groups(copy)
     # Checks of assumed input sizes (op extra "size_check") go with the
     # inputs they read: a check of a data variable that is not fed is dropped.
     unfed = {v.name for v in copy.data_vars() if v.name not in feed_names}
     for op in block.ops:
-        reads, writes, _ = _effects(op, get_op_def)
+        reads, writes, _ = _effects(op, get_op_def, aliases)
         if reads & unfed:
             unfed |= writes
     needed = set(fetch_names)
@@ -34,7 +44,7 @@ def prune_program(program, feed_names, fetch_names):
         opdef = get_op_def(op.type)
         if opdef.training_only:
             continue
-        reads, writes, side_effect = _effects(op, get_op_def)
+        reads, writes, side_effect = _effects(op, get_op_def, aliases)
         if side_effect and opdef.size_check and reads & unfed:
             continue
         if side_effect or writes & needed:
@@ -44,7 +54,7 @@ def prune_program(program, feed_names, fetch_names):
 
     mentioned = set(feed_names) | set(fetch_names)
     for op in block.ops:
-        reads, writes, _ = _effects(op, get_op_def)
+        reads, writes, _ = _effects(op, get_op_def, aliases)
         mentioned |= reads | writes
     unfed = [v.name for v in copy.data_vars() if v.name in mentioned and v.name not in feed_names]
     if unfed:
@@ -57,7 +67,36 @@ def prune_program(program, feed_names, fetch_names):
     return copy
 
 
-def _effects(op, get_op_def):
+def _alias_groups(program):
+    """{name: the names whose memory it may share}, for the names some op
+    makes a view of, or may return as they are: views (replay.viewed),
+    `_MAY_RETURN_SELF`, and `cond` / `while` outputs (a branch or a loop of
+    no trips may yield an input itself)."""
+    parent = {}
+
+    def find(n):
+        while parent.setdefault(n, n) != n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for block in program.blocks:
+        for op in block.ops:
+            if op.type in ("cond", "while"):
+                names = [*op.input("X"), *op.input("Init"), *op.output_names]
+            elif viewed(op) is not None or (op.type.rsplit(".", 1)[-1] in _MAY_RETURN_SELF and op.input("X")):
+                names = [op.input("X")[0], *op.output_names]
+            else:
+                continue
+            for a, b in zip(names, names[1:]):
+                parent[find(a)] = find(b)
+    groups = {}
+    for n in parent:
+        groups.setdefault(find(n), set()).add(n)
+    return {n: groups[find(n)] for n in parent}
+
+
+def _effects(op, get_op_def, aliases):
     """(names read, names written, has a side effect) of `op`, including
     its sub-blocks and the names its attributes list (a branch may yield an
     outer variable no op of the branch reads)."""
@@ -66,11 +105,15 @@ def _effects(op, get_op_def):
     opdef = get_op_def(op.type)
     side_effect = opdef.side_effect
     if opdef.mutates and op.input("X"):
-        # Updating module state in place (batch norm's num_batches_tracked
-        # += 1) is an effect that outlives the run, wanted or not by a fetch.
+        # An in-place write reaches every tensor that may share the target's
+        # memory; one into module state (batch norm's num_batches_tracked
+        # += 1, `self.cache[:, i] = k`) is an effect that outlives the run,
+        # wanted or not by a fetch.
         target = op.input("X")[0]
-        state = op.block.program.global_block().vars.get(target)
-        side_effect = side_effect or (state is not None and state.persistable)
+        written = aliases.get(target, {target})
+        writes |= written
+        state = op.block.program.global_block().vars
+        side_effect = side_effect or any(state[n].persistable for n in written if n in state)
     for value in op.attrs.values():
         if isinstance(value, str):
             reads.add(value)
@@ -78,7 +121,7 @@ def _effects(op, get_op_def):
             reads.update(value)
     for sub in op.sub_blocks():
         for inner in sub.ops:
-            r, w, s = _effects(inner, get_op_def)
+            r, w, s = _effects(inner, get_op_def, aliases)
             reads |= r | w
             writes |= w
             side_effect = side_effect or s

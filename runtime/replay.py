@@ -133,7 +133,7 @@ _VIEW_METHODS = {"view", "view_as", "__getitem__", "transpose", "permute", "t", 
                  "contiguous", "alias", "indices", "values", "data"}
 
 
-def _viewed(op):
+def viewed(op):
     """The name whose memory `op`'s results may share, or None."""
     if op.type.rsplit(".", 1)[-1] in _VIEW_METHODS and op.input("X"):
         return op.input("X")[0]
@@ -146,7 +146,7 @@ def view_bases(ops):
     stack = list(ops)
     while stack:
         op = stack.pop()
-        base = _viewed(op)
+        base = viewed(op)
         if base is not None:
             bases.update((out, base) for out in op.output("Out") if out != base)
         for sub in op.sub_blocks():
@@ -242,7 +242,7 @@ def check_aliasing(program, ops, written_inputs):
     views, inside = set(), {id(op) for op in ops}
     for block in program.blocks:
         for op in block.ops:
-            if id(op) not in inside and _viewed(op) is not None:
+            if id(op) not in inside and viewed(op) is not None:
                 views.update(op.input("X")[:1] + op.output("Out"))
     bases = view_bases(ops)
     for op in ops:
