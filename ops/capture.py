@@ -19,11 +19,15 @@ run under capture, or a refusal), and the tensor methods of Variables
 
 import functools
 import inspect
+import linecache
+import re
+import sys
 import threading
 
 import torch
 from torch.overrides import TorchFunctionMode
 
+from runtime import ir
 from runtime.ir import TENSOR_ARRAY, Variable
 
 from . import framework, numpy_ufuncs, optimizer_ops, torch_ops, tracer
@@ -31,7 +35,7 @@ from .examples import constant_value
 from .recording import _TO_PYTHON, _contains, _to_python_error, record, size, stands_for_number
 from .registry import op_for_callable
 from .storage_address import StorageAddress
-from .user_frames import error_at_user_line, user_name, user_origin
+from .user_frames import INTERNAL_DIRS, error_at_user_line, user_name, user_origin
 
 
 # -- dispatch ----------------------------------------------------------------------
@@ -318,6 +322,8 @@ def _number_to_int(var, name, ndigits):
 
 
 def _method(var, name):
+    if name == "__format__":
+        return lambda: _refuse_text_in_user_code(var)
     if name == "type":
         return lambda *args, **kwargs: (_type_name(var) if _is_type_query(torch.Tensor.type, (var,) + args, kwargs)
                                         else dispatch(torch.Tensor.type, (var,) + args, kwargs))
@@ -387,6 +393,31 @@ def _method(var, name):
             f"tensor method `.{name}()` cannot be captured into a program: it is not in d2s's "
             "op table (ops/torch_ops.py)")
     return lambda *args, **kwargs: dispatch(attr, (var,) + args, kwargs)
+
+
+def _refuse_text_in_user_code(var):
+    """`f"{x}"` / `format(x)` / `str(x)` of a graph tensor in the user's code
+    while tracing: eager's text holds the values (a key `f"expert_{i}"`, a
+    message), which exist only when the program runs. Who formatted is
+    the first frame outside this module and runtime/ir.py (`Variable.__str__`
+    calls `__format__`)."""
+    if tracer.active() is None:
+        return
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename in (__file__, ir.__file__):
+        frame = frame.f_back
+    if frame is None or frame.f_code.co_filename.startswith(INTERNAL_DIRS):
+        return
+    # A message (`raise ValueError(f"bad {x}")`, a warning, a log line) is
+    # made while the program is built and keeps the repr, as documented;
+    # text that the code computes with (a key, a name) is refused.
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    if _MESSAGE_LINE.search(line):
+        return
+    raise _to_python_error(var, "text (an f-string, str(), format()); print(x) prints it when the program runs")
+
+
+_MESSAGE_LINE = re.compile(r"\b(raise|assert|print|warn\w*|log\w*|debug|info|warning|error|\w*Error|\w*Exception)\b")
 
 
 def _operator(var, name, attr, args, kwargs):

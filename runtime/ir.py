@@ -214,6 +214,18 @@ class Variable:
     def __repr__(self):
         return f"Variable({self.to_string()})"
 
+    def __format__(self, spec):
+        # f"{x}", format(x), str(x): eager's text shows the tensor's values,
+        # which a program has only when it runs. The capture hook refuses it
+        # in the user's code (the text would be this repr, silently); the
+        # project's own messages get the repr.
+        if Variable._method_hook is not None:
+            Variable._method_hook(self, "__format__")()
+        return format(repr(self), spec)
+
+    def __str__(self):
+        return self.__format__("")
+
     # -- tensor behaviour (hooks installed by ops.capture) --------------------
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):

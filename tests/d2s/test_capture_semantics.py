@@ -823,3 +823,39 @@ def test_a_module_attribute_the_branch_walk_does_not_reach_is_refused_by_name():
         assert info.value.filename == __file__  # the assignment's line
         lines = inspect.getsourcelines(WritesTooDeepInBranch.forward)
         assert info.value.lineno == lines[1] + next(i for i, line in enumerate(lines[0]) if "memory =" in line)
+
+
+# -- text made from a graph tensor: a key or name is refused, a message keeps the repr ---------------
+
+WEIGHTS = {"k0": 1.0, "k1": 2.0}
+
+
+def key_from_a_tensor(x):
+    i = x.argmax()
+    return x * WEIGHTS.get(f"k{i}", 5.0)  # eager: "k0" or "k1"; was "kVariable(...)", the default, silently
+
+
+def name_from_a_tensor(x):
+    return x * len(str(x.sum()))
+
+
+def message_from_a_tensor(x):
+    print(f"input {x}")  # printed while the program is built (docs: syntax_and_limitations.md)
+    if x.sum() > 100:
+        raise ValueError(f"too large: {x.sum()}")
+    return x + 1
+
+
+@pytest.mark.parametrize("fn", [key_from_a_tensor, name_from_a_tensor])
+def test_text_made_from_a_graph_tensor_is_refused_at_the_users_line(fn):
+    with pytest.raises(d2s.ConversionError, match=r"test_capture_semantics.py\", line \d+: .*cannot be used as text"):
+        d2s.declarative(fn)(torch.tensor([3.0, 1.0]))
+
+
+def test_a_message_made_from_a_graph_tensor_converts():
+    static = d2s.declarative(message_from_a_tensor)
+    x = torch.tensor([3.0, 1.0])
+    assert torch.equal(static(x), x + 1)
+    with pytest.raises(ValueError, match="too large"):
+        static(x * 100)
+    assert "raise" in all_op_types(static.concrete_program.main_program)
