@@ -20,8 +20,10 @@ run under capture, or a refusal), and the tensor methods of Variables
 import functools
 import inspect
 import linecache
+import os
 import re
 import sys
+import sysconfig
 import threading
 
 import torch
@@ -396,7 +398,7 @@ def _method(var, name):
 
 
 def _refuse_text_in_user_code(var):
-    """`f"{x}"` / `format(x)` / `str(x)` of a graph tensor in the user's code
+    """`f"{x}"` / `format(x)` / `str(x)` / `repr(x)` of a graph tensor in the user's code
     while tracing: eager's text holds the values (a key `f"expert_{i}"`, a
     message), which exist only when the program runs. Who formatted is
     the first frame outside this module and runtime/ir.py (`Variable.__str__`
@@ -406,7 +408,11 @@ def _refuse_text_in_user_code(var):
     frame = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename in (__file__, ir.__file__):
         frame = frame.f_back
-    if frame is None or frame.f_code.co_filename.startswith(INTERNAL_DIRS):
+    # The standard library formats for the user's messages too (`logging`'s
+    # lazy "%s", `pdb`, `traceback`).
+    filename = frame.f_code.co_filename if frame is not None else ""
+    if frame is None or filename.startswith(INTERNAL_DIRS) or (
+            filename.startswith(_STDLIB_DIRS) and not filename.startswith(_SITE_DIRS)):
         return
     # A message (`raise ValueError(f"bad {x}")`, a warning, a log line) is
     # made while the program is built and keeps the repr, as documented;
@@ -414,9 +420,12 @@ def _refuse_text_in_user_code(var):
     line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
     if _MESSAGE_LINE.search(line):
         return
-    raise _to_python_error(var, "text (an f-string, str(), format()); print(x) prints it when the program runs")
+    raise _to_python_error(var, "text (an f-string, str(), repr(), format()); print(x) prints it when the program runs")
 
 
+_STDLIB_DIRS, _SITE_DIRS = ({os.path.join(os.path.realpath(sysconfig.get_paths()[k]), "") for k in keys}
+                             for keys in (("stdlib", "platstdlib"), ("purelib", "platlib")))
+_STDLIB_DIRS, _SITE_DIRS = tuple(_STDLIB_DIRS), tuple(_SITE_DIRS)
 _MESSAGE_LINE = re.compile(r"\b(raise|assert|print|warn\w*|log\w*|debug|info|warning|error|\w*Error|\w*Exception)\b")
 
 

@@ -211,20 +211,19 @@ class Variable:
             head = f"{self.name}: {self._dtype}[{', '.join(str(d) for d in self._shape)}]"
         return head + (f" ({', '.join(flags)})" if flags else "")
 
-    def __repr__(self):
-        return f"Variable({self.to_string()})"
-
     def __format__(self, spec):
-        # f"{x}", format(x), str(x): eager's text shows the tensor's values,
-        # which a program has only when it runs. The capture hook refuses it
-        # in the user's code (the text would be this repr, silently); the
-        # project's own messages get the repr.
+        # f"{x}", format(x), str(x), repr(x): eager's text shows the tensor's
+        # values, which a program has only when it runs. The capture hook
+        # refuses it in the user's code (the text would be this one,
+        # silently); the project's own messages get it.
         if Variable._method_hook is not None:
             Variable._method_hook(self, "__format__")()
-        return format(repr(self), spec)
+        return format(f"Variable({self.to_string()})", spec)
 
     def __str__(self):
         return self.__format__("")
+
+    __repr__ = __str__
 
     # -- tensor behaviour (hooks installed by ops.capture) --------------------
     @classmethod

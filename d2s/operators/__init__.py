@@ -35,7 +35,8 @@ from .list_append import convert_list_append
 from .logical import (convert_compare_chain, convert_is, convert_is_not, convert_logical_and, convert_logical_not,
                       convert_logical_or)
 from .raising import try_scope
-from .py_builtins import convert_assert, convert_cast, convert_isinstance, convert_len, convert_print, convert_shape
+from .py_builtins import (convert_assert, convert_cast, convert_isinstance, convert_len, convert_print, convert_shape,
+                          convert_type)
 from .state import Undefined, convert_load
 from .subscripts import convert_getitem
 from .while_loops import convert_while
@@ -46,5 +47,5 @@ __all__ = [
     "convert_for_iter", "convert_for_next", "convert_for_test", "convert_getitem", "convert_ifelse", "convert_ifexp",
     "convert_is", "convert_is_not", "convert_isinstance", "convert_len", "convert_list_append", "convert_load",
     "convert_logical_and", "convert_logical_not", "convert_logical_or", "convert_method", "convert_print",
-    "convert_range", "convert_shape", "convert_while", "convert_zip", "try_scope",
+    "convert_range", "convert_shape", "convert_type", "convert_while", "convert_zip", "try_scope",
 ]

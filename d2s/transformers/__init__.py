@@ -25,6 +25,7 @@ matters and is part of the design:
 13. ListAppend    ``x.append(v)`` -> ``convert_list_append`` (after 7-8, whose
                   analyses see ``x.append`` as modifying ``x``)
 14. Shape         ``x.shape`` -> ``convert_shape(x)``
+14b. ClassAttr    ``x.__class__`` -> ``convert_type(x)`` (a graph tensor's class is eager's)
 15. Subscripts    ``seq[i]`` by a computed index -> ``convert_getitem(seq, i)`` (a tuple
                   indexed by a run-time int)
 16. TryScope      a ``try`` body with handlers -> inside ``with try_scope():`` (a
@@ -44,6 +45,7 @@ from .augassign import AugAssign
 from .base import Context, Transformer
 from .break_continue import BreakContinue
 from .calls import Call
+from .class_attr import ClassAttr
 from .for_loops import ForLoop
 from .if_else import IfElse
 from .kept_locals import KeptLocals
@@ -74,6 +76,7 @@ PIPELINE = [
     AugAssign,
     ListAppend,
     Shape,
+    ClassAttr,
     Subscripts,
     TryScope,
     Call,

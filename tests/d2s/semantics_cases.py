@@ -911,3 +911,15 @@ def compile_hints_on_graph_tensors(x):
     if x.sum() > 0:
         cache = cache + x
     return cache
+
+
+# -- a graph tensor's class is eager's ----------------------------------------------------------------
+
+
+@case((POS,), (NEG,), ops={"cond"})
+def class_of_a_graph_tensor(x):
+    if x.__class__ is torch.Tensor and x.__class__.__name__ == "Tensor":  # was Variable: the other branch
+        x = x * 2
+    if x.sum() > 0:
+        x = x + 1
+    return x, x.__class__ is torch.nn.Parameter

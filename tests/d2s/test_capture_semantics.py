@@ -839,6 +839,10 @@ def name_from_a_tensor(x):
     return x * len(str(x.sum()))
 
 
+def repr_of_a_tensor(x):
+    return x * (2 if repr(x).startswith("tensor") else 3)
+
+
 def message_from_a_tensor(x):
     print(f"input {x}")  # printed while the program is built (docs: syntax_and_limitations.md)
     if x.sum() > 100:
@@ -846,7 +850,7 @@ def message_from_a_tensor(x):
     return x + 1
 
 
-@pytest.mark.parametrize("fn", [key_from_a_tensor, name_from_a_tensor])
+@pytest.mark.parametrize("fn", [key_from_a_tensor, name_from_a_tensor, repr_of_a_tensor])
 def test_text_made_from_a_graph_tensor_is_refused_at_the_users_line(fn):
     with pytest.raises(d2s.ConversionError, match=r"test_capture_semantics.py\", line \d+: .*cannot be used as text"):
         d2s.declarative(fn)(torch.tensor([3.0, 1.0]))
