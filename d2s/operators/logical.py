@@ -215,9 +215,26 @@ def convert_is_not(a, b):
     return convert_logical_not(identity.same_object(a, b))
 
 
+def convert_in(a, b):
+    """``a in b``; for a graph tensor ``b``, eager's ``Tensor.__contains__``:
+    whether any element equals ``a`` (a number or a tensor), as a bool the
+    program computes."""
+    if not is_var(b):
+        return a in b
+    if not isinstance(a, (int, float, bool, complex, torch.Tensor, torch.SymInt, torch.SymFloat)) and not is_var(a):
+        raise RuntimeError(f"Tensor.__contains__ only supports Tensor or scalar, but you passed in a {type(a)}.")
+    found = (a == b).any().detach()  # a new 0-d bool tensor
+    found.python_number = True  # eagerly a Python bool, as py_builtins.convert_cast marks `bool(t)`
+    return found
+
+
+def convert_not_in(a, b):
+    """``a not in b``."""
+    return convert_logical_not(convert_in(a, b)) if is_var(b) else a not in b
+
+
 _COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
-            "!=": operator.ne, "is": convert_is, "is not": convert_is_not,
-            "in": lambda a, b: a in b, "not in": lambda a, b: a not in b}
+            "!=": operator.ne, "is": convert_is, "is not": convert_is_not, "in": convert_in, "not in": convert_not_in}
 
 
 def convert_compare_chain(first, *steps):

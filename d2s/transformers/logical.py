@@ -40,6 +40,14 @@ one object or another depending on the path (ops/control_flow/identity.py)::
     if helpers.convert_is(y, x):
 
 (``y is None`` stays Python's: no path makes a tensor output None.)
+
+``in`` / ``not in`` ask ``helpers.convert_in``: ``3.0 in x`` of a graph
+tensor is eager's ``Tensor.__contains__``, ``(x == 3.0).any()``, a bool the
+program computes (Python's ``in`` would iterate it and test each row)::
+
+    if 3.0 in x:
+  ->
+    if helpers.convert_in(3.0, x):
 """
 
 import copy
@@ -83,6 +91,9 @@ class Logical(Transformer):
 
     def _identity(self, node):
         op, (right,) = node.ops[0], node.comparators
+        if isinstance(op, (gast.In, gast.NotIn)) and not isinstance(right, gast.Constant):
+            helper = "helpers.convert_in(a, b)" if isinstance(op, gast.In) else "helpers.convert_not_in(a, b)"
+            return self.expression(helper, node, a=node.left, b=right)
         if not isinstance(op, (gast.Is, gast.IsNot)) or any(
                 isinstance(side, gast.Constant) for side in (node.left, right)):
             return node

@@ -923,3 +923,14 @@ def class_of_a_graph_tensor(x):
     if x.sum() > 0:
         x = x + 1
     return x, x.__class__ is torch.nn.Parameter
+
+
+# -- `v in x` of a graph tensor is eager's Tensor.__contains__ ---------------------------------------
+
+
+@case((T(1.0, 3.0, 5.0), T(3.0)), (T(1.0, 2.0, 5.0), T(3.0)), ops={"cond"})
+def membership_in_a_graph_tensor(x, v):
+    found = v in x                               # was a ConversionError: bool() of each row's comparison
+    if v not in x:
+        x = x * 2
+    return x, found, 5.0 in x, x[0] in x
