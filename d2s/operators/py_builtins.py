@@ -125,6 +125,8 @@ def _types(value):
     number type where it stands for a number, `torch.Tensor` where it is one."""
     if getattr(value, "kind", None) == GENERATOR:
         return [torch.Generator]  # a generator argument (a feed of the program)
+    if not isinstance(value, Variable):  # a run-time size (SymInt) or a comparison of sizes (SymBool): eagerly a number
+        return [bool if isinstance(value, torch.SymBool) else float if isinstance(value, torch.SymFloat) else int]
     number = bool if value.dtype == torch.bool else float if value.dtype.is_floating_point else int
     if number_or_tensor(value):
         return [number, torch.Tensor]

@@ -863,3 +863,20 @@ def test_a_message_made_from_a_graph_tensor_converts():
     with pytest.raises(ValueError, match="too large"):
         static(x * 100)
     assert "raise" in all_op_types(static.concrete_program.main_program)
+
+
+def type_of_a_run_time_size(x):
+    n = x.shape[0]  # a run-time size under the InputSpec: eagerly a Python int
+    if x.sum() > 0:  # transformers' `q_offset.to(...) if isinstance(q_offset, torch.Tensor) else q_offset`
+        n = n.to(x.device) if isinstance(n, torch.Tensor) else n + 1
+    return x * n, type(x.shape[1]) is int
+
+
+def test_isinstance_and_type_of_a_run_time_size_are_a_python_ints():
+    # Was an AttributeError ('SymInt' object has no attribute 'dtype') inside
+    # d2s, recorded as the branch's own error: every run taking it raised.
+    static = d2s.declarative(type_of_a_run_time_size, input_spec=[d2s.InputSpec([None, None])])
+    for x in (torch.ones(3, 2), -torch.ones(2, 4)):
+        want, got = type_of_a_run_time_size(x), static(x)
+        assert torch.equal(got[0], want[0]) and got[1] is want[1] is True
+    assert "cond" in all_op_types(static.concrete_program.main_program)
