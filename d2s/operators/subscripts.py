@@ -6,7 +6,10 @@ Python indexes the sequence with a Python int; in a program the index is a
 graph tensor, so the items become one tensor array read at that index, with
 Python's bounds check (``IndexError`` when a run goes out of range, as
 eager raises it). Items of one Python number type, or tensors of one dtype,
-can be staged; a sequence of anything else is refused at the user's line.
+can be staged. Modules or functions (an `nn.ModuleList` of experts) are
+picked when called: a `cond` per item, so the run calls the one its index
+names (`ChosenAtRunTime`). A sequence of anything else is refused at the
+user's line.
 """
 
 import torch
@@ -16,19 +19,35 @@ from ops import framework as fw
 from ops.user_frames import error_at_user_line, user_origin
 from runtime.ir import Variable
 
+from .calls import convert_call
 from .state import is_var
 
 
 def convert_getitem(seq, index):
     """Equivalent Python: ``return seq[index]``."""
-    if not (type(seq) in (tuple, list) and is_var(index)):
+    if not ((type(seq) in (tuple, list) or isinstance(seq, torch.nn.ModuleList)) and is_var(index)):
         return seq[index]
     index = fw.fill_constant(index, torch.int64) if not isinstance(index, Variable) else index
+    items = list(seq)
+    if items and all(callable(v) and not isinstance(v, (Variable, torch.Tensor, type)) for v in items):
+        return ChosenAtRunTime(items, _integer_index(index, type(seq).__name__), type(seq).__name__)
+    if isinstance(seq, torch.nn.ModuleList):
+        return seq[index]
+    return _read(seq, index)
+
+
+def _integer_index(index, kind):
     if index.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool) \
             or index.shape:
         raise error_at_user_line(
-            f"a Python {type(seq).__name__} indexed by a tensor that is not an integer number "
+            f"a Python {kind} indexed by a tensor that is not an integer number "
             f"({index.dtype_name}{list(index.shape)}); index it by an int")
+    return index if index.dtype == torch.int64 else fw.cast(index, torch.int64)
+
+
+def _read(seq, index):
+    """`seq[index]` of numbers or tensors: a tensor array read at run time."""
+    index = _integer_index(index, type(seq).__name__)
     items = list(seq)
     numbers = {type(v) for v in items if isinstance(v, (bool, int, float))}
     tensors = [v for v in items if isinstance(v, (Variable, torch.Tensor))]
@@ -39,7 +58,6 @@ def convert_getitem(seq, index):
             f"a Python {type(seq).__name__} indexed by an int known only when the program runs must hold numbers "
             "of one type or tensors of one dtype and rank, to be read at run time; this one holds "
             f"{sorted({type(v).__name__ for v in items})}: pick the value with `if`/`elif` on the index instead")
-    index = index if index.dtype == torch.int64 else fw.cast(index, torch.int64)
     _check_bounds(index, len(items), type(seq).__name__)
     item = fw.array_read(fw.array_from_list(items), index)
     if numbers:
@@ -56,3 +74,32 @@ def _check_bounds(index, length, kind):
         return cf.Unreachable("index")
 
     cf.cond(inside, lambda: (), out_of_range)
+
+
+class ChosenAtRunTime:
+    """`seq[i]` of modules or functions with an int `i` known only when the
+    program runs (`self.experts[idx](x)`): calling it calls the item the
+    run's index names, a `cond` per item, with Python's IndexError out of
+    range. Gradients reach the parameters of the item called."""
+
+    def __init__(self, items, index, kind):
+        self._items, self._index, self._kind = items, index, kind
+
+    def __call__(self, *args, **kwargs):
+        n = len(self._items)
+        _check_bounds(self._index, n, self._kind)
+        position = self._index % n  # Python's index of a negative one (torch's % has the divisor's sign)
+
+        def pick(j):
+            call = lambda: convert_call(self._items[j])(*args, **kwargs)  # noqa: E731
+            if j == n - 1:
+                return call()
+            return cf.cond(position == j, call, lambda: pick(j + 1))
+        return pick(0)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):  # Python's and d2s's own probes (`__wrapped__`, `__d2s_unwrap__`)
+            raise AttributeError(name)
+        raise error_at_user_line(
+            f"an item of a {self._kind} picked by an int known only when the program runs can be called, "
+            f"not read (`.{name}`): call it, or pick the value with `if`/`elif` on the index")

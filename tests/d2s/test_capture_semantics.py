@@ -880,3 +880,40 @@ def test_isinstance_and_type_of_a_run_time_size_are_a_python_ints():
         want, got = type_of_a_run_time_size(x), static(x)
         assert torch.equal(got[0], want[0]) and got[1] is want[1] is True
     assert "cond" in all_op_types(static.concrete_program.main_program)
+
+
+# -- a ModuleList indexed by an int known only when the program runs --------------------------------
+
+class Experts(nn.Module):
+    """Mixture-of-experts routing as older code writes it: each token to the
+    expert its router picks, the experts a `ModuleList` indexed by a tensor."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.router = nn.Linear(3, 3)
+        self.experts = nn.ModuleList([nn.Linear(3, 3) for _ in range(3)])
+
+    def forward(self, x, k):
+        out = self.experts[k](x)                      # was refused: ModuleList.__getitem__ of a graph int
+        choice = self.router(x).argmax(-1)
+        for e in torch.unique(choice):                # a tensor loop over the experts hit
+            rows = choice == e
+            out = out + torch.where(rows[:, None], self.experts[e](x), torch.zeros_like(x))
+        return out
+
+
+def test_a_module_list_indexed_by_a_run_time_int_calls_the_item_the_run_names():
+    model = Experts()
+    static = d2s.declarative(Experts())
+    for k in (0, 2, -1, 1):
+        x = torch.randn(5, 3)
+        assert torch.equal(static(x, torch.tensor(k)), model(x, torch.tensor(k)))
+    assert len(list(static.forward.program_cache)) == 1
+    assert {"cond", "while"} <= all_op_types(static.forward.concrete_program.main_program)
+    with pytest.raises(IndexError, match="ModuleList index out of range"):
+        static(torch.randn(5, 3), torch.tensor(3))
+    x = torch.randn(5, 3)
+    model(x, torch.tensor(1)).sum().backward()
+    static(x, torch.tensor(1)).sum().backward()
+    assert torch.equal(static.experts[1].weight.grad, model.experts[1].weight.grad)
