@@ -439,7 +439,26 @@ def _operator(var, name, attr, args, kwargs):
     if op_for_callable(attr) is None:
         raise error_at_user_line(f"tensor operator `{name}` cannot be captured into a program: it is not in "
                                  "d2s's op table (ops/torch_ops.py)")
-    return dispatch(attr, (var,) + args, kwargs)
+    result = dispatch(attr, (var,) + args, kwargs)
+    if name in _OVERFLOWING and len(args) == 1 and isinstance(result, Variable) and result.dtype == torch.int64 \
+            and stands_for_number(result):
+        _check_int_overflow(name, var, args[0], result)
+    return result
+
+
+# Python int arithmetic that leaves int64 long before a loop counter could:
+# eager's ints have no bound (`n * 10**12`), a program's are int64, where
+# torch wraps around silently. Sums and differences are left unchecked.
+_OVERFLOWING = {"__mul__", "__rmul__", "__pow__", "__rpow__", "__lshift__"}
+
+
+def _check_int_overflow(name, var, other, result):
+    """An OverflowError when the program runs, where `result` (a Python int
+    eagerly) left int64 (framework.check_int64); the operands in Python's
+    order."""
+    a, b = (other, var) if name.startswith("__r") else (var, other)
+    kind = "mul" if name.endswith("mul__") else "pow" if name.endswith("pow__") else "lshift"
+    framework.check_int64(result, a, b, kind)
 
 
 Variable._torch_function_hook = staticmethod(_torch_function)

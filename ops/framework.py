@@ -241,6 +241,40 @@ def _check_all_true_kernel(valid, message):
 register(OpDef("check_all_true", kernel=_check_all_true_kernel, side_effect=True))
 
 
+_INT64_LIMIT = 9.2e18  # below 2**63 by more than float64's rounding there
+
+
+def _check_int64_kernel(result, a, b, kind, message):
+    if not isinstance(result, torch.Tensor):
+        return  # the scalars pass ran it as a Python int: exact, as eager (a tensor made of it refuses past int64)
+    if kind == "mul":
+        fits = (b == 0) | (result // (torch.where(b == 0, 1, b) if isinstance(b, torch.Tensor) else b or 1) == a)
+    elif kind == "pow":
+        fits = abs(torch.as_tensor(a, dtype=torch.float64) ** torch.as_tensor(b, dtype=torch.float64)) < _INT64_LIMIT
+    else:  # a << b
+        fits = (torch.as_tensor(b) < 63) & ((result >> b) == a)
+    if not bool(fits):
+        raise OverflowError(message)
+
+
+register(OpDef("check_int64", kernel=_check_int64_kernel, side_effect=True, takes_python_ints=True))
+
+
+def check_int64(result, a, b, kind):
+    """An OverflowError when the program runs where `result = a <kind> b`
+    (kind "mul", "pow" or "lshift") of Python ints, which eager computes
+    exactly (`n * 10**12`), left the int64 a program holds them in (torch
+    wraps around silently). Where the scalars pass runs them as Python ints
+    the value is exact and the check does nothing."""
+    message = ("a Python int here exceeds 64 bits: eager Python computes it exactly, a program holds it as "
+               "int64; keep such values as Python ints outside the program, or as float tensors")
+    values = [_as_var(v) if isinstance(v, SYMBOLIC_TYPES + (Variable, torch.Tensor)) else v for v in (result, a, b)]
+    inputs = [v for v in values if isinstance(v, Variable)]
+    refs = [InputRef(next(i for i, u in enumerate(inputs) if u is v)) if isinstance(v, Variable) else v
+            for v in values]
+    _append("check_int64", inputs, (*refs, kind, message), {}, [], None)
+
+
 def check_all_true(valid):
     """`torch._is_all_true(valid)` on a graph tensor: torch calls it only to
     validate arguments (`if not torch._is_all_true(valid): raise ValueError`

@@ -19,7 +19,8 @@ exactly the inputs for which d2s raises (it runs on to the end of the
 graph first: the error comes from onnxruntime, not as the Python
 exception d2s raises).
 
-Not a check in ONNX: `check_strides` of a contiguous input (ONNX tensors
+Not a check in ONNX: `check_int64` (a Python int past int64: the ONNX
+model computes ints in int64, as torch does), `check_strides` of a contiguous input (ONNX tensors
 are always dense), and `check_modes` (ops/ambient_modes.py: ONNX has no
 autograd or inference mode; the model is the program converted in the
 exporting call's mode, as torch.onnx.export traces in the caller's mode). A program converted for a non-contiguous input layout
@@ -28,7 +29,7 @@ is refused.
 
 from .onnx_common import op_error
 
-CHECKS = frozenset(("assert", "raise", "check_all_true", "check_sizes", "check_dims", "check_bool",
+CHECKS = frozenset(("assert", "raise", "check_all_true", "check_int64", "check_sizes", "check_dims", "check_bool",
                     "check_strides", "decision_failed", "check_modes"))
 
 
@@ -79,6 +80,8 @@ def condition(graph, op, block, lowering):
     args = list(op.attrs.get("args", ()))
     if op.type in ("raise", "decision_failed"):
         return _never(graph, lowering)
+    if op.type == "check_int64":
+        return None  # ONNX computes the ints in int64, as torch does: no check of Python's unbounded ints
     if op.type in ("assert", "check_all_true", "check_sizes"):
         return _all_true(graph, _input(graph, op))
     if op.type == "check_bool":

@@ -285,11 +285,12 @@ def _op_error(exc, op):
         filename, lineno, line = op.origin
         where = f'\n  created at File "{filename}", line {lineno}' + (f"\n    {line}" if line else "")
     message = f"{type(exc).__name__}: {exc}\n  while running op: {op.to_string()}{where}"
-    if isinstance(exc, AssertionError) or op.type in ("raise", "check_all_true", "array_read"):
+    if isinstance(exc, AssertionError) or op.type in ("raise", "check_all_true", "array_read", "check_int64"):
         # A check the user wrote (`assert`, `raise` under a tensor condition)
         # raises the exception type and message the user chose; torch's own
         # argument checks (check_all_true) raise the ValueError torch raises;
-        # a list read past its end (`ys[5]` of a tensor array) Python's IndexError.
+        # a list read past its end (`ys[5]` of a tensor array) Python's IndexError;
+        # a Python int past int64 (check_int64) an OverflowError.
         try:
             return type(exc)(f"{exc}{where}")
         except TypeError:  # an exception class with a richer constructor

@@ -46,7 +46,11 @@ def _check_dims(x, dims, name):
                      f"dimension {i}")
 
 
-_SIZE_CHECKS = {"check_sizes": _check_sizes, "check_dims": _check_dims}
+def _int64_unchecked(*args):
+    """`check_int64` in an ExportedProgram: its ints are int64, as torch's."""
+
+
+_SIZE_CHECKS = {"check_sizes": _check_sizes, "check_dims": _check_dims, "check_int64": _int64_unchecked}
 _VALUE_CHECKS = ("assert", "raise", "check_all_true", "check_bool", "decision_failed", "check_strides")
 
 

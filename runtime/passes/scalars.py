@@ -20,7 +20,8 @@ A value an in-place op may write (`y = n * 1; while y.add_(1) < 5:`), directly
 or through a view made of it, stays a tensor: a Python int would not change.
 
 Only for CPU programs. int64 overflow (past 2**63) is the one difference from
-the tensor arithmetic, and counters never get there.
+the tensor arithmetic, and counters never get there; a `check_int64` of a
+value that became a Python int is dropped (the value is exact, as eager's).
 
 Before:                                          After:
     tmp_2 = fill_constant(0, torch.int64)            length_i = scalar_from_tensor(length)
@@ -337,6 +338,8 @@ def run(ctx):
                 new_ops.append(Operator(block, py, {"X": names}, {"Out": op.output("Out")},
                                         {"args": args, "kwargs": {}, "out": OutputRef(0)}, op.origin))
                 continue
+            if op.type == "check_int64" and op.input("X")[0] in scalar_names:
+                continue  # a Python int now: exact, as eager's (ops/framework.py check_int64)
             keep_scalar = _index_positions(op, ctx.get_op_def)
             if op.type == "while":
                 lvs = op.attrs["loop_vars"]

@@ -917,3 +917,23 @@ def test_a_module_list_indexed_by_a_run_time_int_calls_the_item_the_run_names():
     model(x, torch.tensor(1)).sum().backward()
     static(x, torch.tensor(1)).sum().backward()
     assert torch.equal(static.experts[1].weight.grad, model.experts[1].weight.grad)
+
+
+# -- Python ints past int64 ---------------------------------------------------------------------------
+
+def big_python_ints(x, power):
+    n = int(x.sum())                               # eagerly a Python int: no bound
+    return n * 3, -7 * n, n ** 2, 2 ** int(power), n << 2, (n * 10**15) // 10**15, n * 10**12 * int(power)
+
+
+@pytest.mark.parametrize("power, overflows", [(3, False), (62, False), (63, True), (70, True)])
+def test_a_python_int_past_int64_is_an_overflow_error_not_a_wrapped_value(power, overflows):
+    # Was torch's int64 arithmetic: 2 ** 70 came back as 0, n * 10**12 * 10**7 wrapped, silently.
+    static = d2s.declarative(big_python_ints)
+    x, p = torch.tensor([3.0, -1.0]), torch.tensor(power)
+    if overflows:
+        with pytest.raises(OverflowError, match=r"exceeds 64 bits.*\n  created at .*test_capture_semantics.py"):
+            static(x, p)
+    else:
+        assert static(x, p) == big_python_ints(x, p)
+    assert "check_int64" in all_op_types(static.concrete_program.main_program)
