@@ -20,10 +20,8 @@ run under capture, or a refusal), and the tensor methods of Variables
 import functools
 import inspect
 import linecache
-import os
 import re
 import sys
-import sysconfig
 import threading
 
 import torch
@@ -37,7 +35,7 @@ from .examples import constant_value
 from .recording import _TO_PYTHON, _contains, _to_python_error, record, size, stands_for_number
 from .registry import op_for_callable
 from .storage_address import StorageAddress
-from .user_frames import INTERNAL_DIRS, error_at_user_line, user_name, user_origin
+from .user_frames import INTERNAL_DIRS, error_at_user_line, is_stdlib_file, user_name, user_origin
 
 
 # -- dispatch ----------------------------------------------------------------------
@@ -410,9 +408,7 @@ def _refuse_text_in_user_code(var):
         frame = frame.f_back
     # The standard library formats for the user's messages too (`logging`'s
     # lazy "%s", `pdb`, `traceback`).
-    filename = frame.f_code.co_filename if frame is not None else ""
-    if frame is None or filename.startswith(INTERNAL_DIRS) or (
-            filename.startswith(_STDLIB_DIRS) and not filename.startswith(_SITE_DIRS)):
+    if frame is None or frame.f_code.co_filename.startswith(INTERNAL_DIRS) or is_stdlib_file(frame.f_code.co_filename):
         return
     # A message (`raise ValueError(f"bad {x}")`, a warning, a log line) is
     # made while the program is built and keeps the repr, as documented;
@@ -423,9 +419,6 @@ def _refuse_text_in_user_code(var):
     raise _to_python_error(var, "text (an f-string, str(), repr(), format()); print(x) prints it when the program runs")
 
 
-_STDLIB_DIRS, _SITE_DIRS = ({os.path.join(os.path.realpath(sysconfig.get_paths()[k]), "") for k in keys}
-                             for keys in (("stdlib", "platstdlib"), ("purelib", "platlib")))
-_STDLIB_DIRS, _SITE_DIRS = tuple(_STDLIB_DIRS), tuple(_SITE_DIRS)
 _MESSAGE_LINE = re.compile(r"\b(raise|assert|print|warn\w*|log\w*|debug|info|warning|error|\w*Error|\w*Exception)\b")
 
 

@@ -253,23 +253,24 @@ def _infer_by_samples(fn, args, kwargs, inputs, shapes, factory, error, value_de
     static, any other (and every dimension of a value-dependent output) is a
     fresh symbol."""
     runs, seen = [], {}
-    fill = 1
+    # The samples' values are made up: a 0-d integer of 1 is an index past
+    # the end of a dimension of size 1 (`x[i - 1]` under `while i <
+    # x.size(0)`); 0 indexes any non-empty dimension, tried when 1 fails.
+    fills = [1, 0] if any(_int_like(v) for v in inputs) else [1]
+
+    def run(offset, fill):
+        values = [_sample(v, shapes, offset, seen, fill) for v in inputs]
+        with torch.random.fork_rng(devices=[]):
+            return _call(fn, args, kwargs, values, factory)
+
     for offset in (0, 7):
         try:
-            values = [_sample(v, shapes, offset, seen, fill) for v in inputs]
-            with torch.random.fork_rng(devices=[]):
-                runs.append(_call(fn, args, kwargs, values, factory))
+            runs.append(run(offset, fills[0]))
         except Exception as exc:  # noqa: BLE001 - the op's own complaint is the fake run's
-            if not runs and fill and any(_int_like(v) for v in inputs):
-                # The samples' values are made up: a 0-d integer of 1 is an
-                # index past the end of a dimension of size 1 (`x[i - 1]`
-                # under `while i < x.size(0)`). 0 is an index into any
-                # non-empty dimension.
-                fill = 0
+            if not runs and len(fills) > 1:
+                fills.pop(0)
                 try:
-                    values = [_sample(v, shapes, offset, seen, fill) for v in inputs]
-                    with torch.random.fork_rng(devices=[]):
-                        runs.append(_call(fn, args, kwargs, values, factory))
+                    runs.append(run(offset, fills[0]))
                     continue
                 except Exception:  # noqa: BLE001 - the first run's complaint is the one to report
                     pass

@@ -9,6 +9,7 @@ import linecache
 import os
 import re
 import sys
+import sysconfig
 
 import torch
 
@@ -21,6 +22,19 @@ INTERNAL_DIRS = tuple(
     os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), d) + os.sep
     for d in ("ops", "runtime", "d2s")
 )
+
+
+# The standard library, recognised by where its files live (a user module
+# may well be called `test` or `types`); site-packages lies inside it.
+_STDLIB_DIRS = tuple({os.path.join(os.path.realpath(sysconfig.get_paths()[k]), "")
+                      for k in ("stdlib", "platstdlib")})
+_SITE_DIRS = tuple({os.path.join(os.path.realpath(sysconfig.get_paths()[k]), "") for k in ("purelib", "platlib")})
+
+
+def is_stdlib_file(filename):
+    """Whether `filename` is a file of Python's standard library."""
+    path = os.path.realpath(filename)
+    return path.startswith(_STDLIB_DIRS) and not path.startswith(_SITE_DIRS)
 
 
 def _user_frame(skip_internal=True):
@@ -39,10 +53,12 @@ def _user_frame(skip_internal=True):
 def user_origin(skip_internal=True):
     """(filename, lineno, source line) of the innermost user frame."""
     frame = _user_frame(skip_internal)
-    if frame is None:
-        return None
+    return None if frame is None else _origin(frame)
+
+
+def _origin(frame, kind=tuple):
     line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-    return (frame.f_code.co_filename, frame.f_lineno, line)
+    return kind((frame.f_code.co_filename, frame.f_lineno, line))
 
 
 class Origin(tuple):
@@ -65,8 +81,7 @@ def user_origin_at_site(entry):
     frame = _user_frame()
     if frame is None:
         return None
-    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-    origin = Origin((frame.f_code.co_filename, frame.f_lineno, line))
+    origin = _origin(frame, Origin)
     site = []
     while frame is not None and frame is not entry and len(site) < _MAX_SITE:
         filename = frame.f_code.co_filename

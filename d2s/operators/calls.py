@@ -8,8 +8,6 @@ classes and C functions are called as they are.
 
 import functools
 import inspect
-import os
-import sysconfig
 import types
 
 import torch
@@ -18,7 +16,7 @@ from ops.autograd_function import is_function_apply, record_apply
 from ops import tracer
 from ops.capture import refuse_denied
 from ops.recording import decide_bools
-from ops.user_frames import error_at_user_line
+from ops.user_frames import error_at_user_line, is_stdlib_file
 from ops.optimizer_ops import record_optimizer_call
 from runtime.ir import Variable
 
@@ -46,12 +44,7 @@ _NOT_CONVERTED = frozenset({
     "torch", "numpy", "d2s", "ops", "runtime", "builtins", "gast", "astor", "safetensors",
     "hypothesis", "pytest", "_pytest", "pluggy", "typing_extensions",
 })
-# ... and so is the standard library, recognised by where its files live
-# (a user module may well be called `test` or `types`).
-_STDLIB_DIRS = tuple({os.path.join(os.path.realpath(sysconfig.get_paths()[k]), "")
-                      for k in ("stdlib", "platstdlib")})
-_SITE_DIRS = tuple({os.path.join(os.path.realpath(p), "")
-                    for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])})
+# ... and so is the standard library (user_frames.is_stdlib_file).
 
 
 # ... except these parts of torch, plain Python over tensors whose type
@@ -77,16 +70,11 @@ def _conversion():
     return conversion
 
 
-def _is_stdlib_file(filename):
-    path = os.path.realpath(filename)
-    return path.startswith(_STDLIB_DIRS) and not path.startswith(_SITE_DIRS)
-
-
 def _convertible(fn):
     code = fn.__code__
     return (_is_user_code(fn) and not _conversion().is_converted(fn)
             and not code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR)
-            and not code.co_filename.startswith("<") and not _is_stdlib_file(code.co_filename))
+            and not code.co_filename.startswith("<") and not is_stdlib_file(code.co_filename))
 
 
 # Factories taking sizes as varargs: torch's argument parser rejects a

@@ -383,16 +383,22 @@ def _paths(path):
         return len(json.load(f).get("paths", []))
 
 
+def _saved_and_loaded(model, path, input_spec):
+    """`model` saved with `jit.save` (its warnings about the sides it
+    traces again silenced) and loaded back."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d2s.jit.save(model, str(path), input_spec=input_spec)
+    return d2s.jit.load(str(path))
+
+
 @pytest.mark.parametrize("example", [PADDED, FULL])
 def test_saved_model_holds_every_side_of_a_decision(tmp_path, example):
     # Saved from inputs taking one side, the model holds a program for the
     # other (d2s/save_paths.py), tried when the first raises DecisionFailed.
     x = torch.randn(2, 3, 3)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        d2s.jit.save(Masked(), str(tmp_path / "m"), input_spec=[x, example])
+    loaded = _saved_and_loaded(Masked(), tmp_path / "m", [x, example])
     assert _paths(tmp_path / "m") == 1
-    loaded = d2s.jit.load(str(tmp_path / "m"))
     ops = [_ops(p) for p in [loaded.program] + [part[0] for part in loaded._paths]]
     assert all("cond" in o and "decision_failed" in o for o in ops)
     for mask in (PADDED, FULL, PADDED):
@@ -419,10 +425,7 @@ def test_saved_model_holds_the_sides_each_call_of_a_helper_takes(tmp_path, examp
     # Sides were forced per source line: both calls took the same one, so
     # no saved path held (None, tensor) and an unpadded batch was refused.
     x = torch.randn(2, 3, 3)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        d2s.jit.save(FullAndWindowed(), str(tmp_path / "m"), input_spec=[x, example])
-    loaded = d2s.jit.load(str(tmp_path / "m"))
+    loaded = _saved_and_loaded(FullAndWindowed(), tmp_path / "m", [x, example])
     for mask in (PADDED, FULL, PADDED):
         assert torch.equal(loaded(x, mask), FullAndWindowed()(x, mask))
 
