@@ -13,6 +13,7 @@ from ops.control_flow import identity
 from ops.recording import graph_tensor
 from ops.user_frames import error_at_user_line
 from runtime.errors import ConversionError
+from runtime.ir import Variable
 from runtime.optable import get_op_def
 
 from .effects import Effects
@@ -219,7 +220,7 @@ def convert_in(a, b):
     """``a in b``; for a graph tensor ``b``, eager's ``Tensor.__contains__``:
     whether any element equals ``a`` (a number or a tensor), as a bool the
     program computes."""
-    if not is_var(b):
+    if not isinstance(b, Variable) or is_array(b):  # a run-time size or a tensor array: Python's own `in`
         return a in b
     if not isinstance(a, (int, float, bool, complex, torch.Tensor, torch.SymInt, torch.SymFloat)) and not is_var(a):
         raise RuntimeError(f"Tensor.__contains__ only supports Tensor or scalar, but you passed in a {type(a)}.")
@@ -230,7 +231,7 @@ def convert_in(a, b):
 
 def convert_not_in(a, b):
     """``a not in b``."""
-    return convert_logical_not(convert_in(a, b)) if is_var(b) else a not in b
+    return convert_logical_not(convert_in(a, b)) if isinstance(b, Variable) and not is_array(b) else a not in b
 
 
 _COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
