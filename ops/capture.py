@@ -419,7 +419,8 @@ def _refuse_text_in_user_code(var):
     raise _to_python_error(var, "text (an f-string, str(), repr(), format()); print(x) prints it when the program runs")
 
 
-_MESSAGE_LINE = re.compile(r"\b(raise|assert|print|warn\w*|log\w*|debug|info|warning|error|\w*Error|\w*Exception)\b")
+_MESSAGE_LINE = re.compile(r"\b(raise|assert|print|warn\w*|log\w*|debug|info|warning|error|\w*Error|\w*Exception"
+                           r"|msg\w*|\w*_msg|message\w*|\w*_message)\b")  # `msg = f"mean {x.mean()}"`, logged after
 
 
 def _operator(var, name, attr, args, kwargs):

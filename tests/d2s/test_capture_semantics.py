@@ -3,6 +3,7 @@ behaves the same under @declarative (ParityBench's most common causes)."""
 
 import gc
 import inspect
+import warnings
 import weakref
 
 import numpy as np
@@ -845,6 +846,8 @@ def repr_of_a_tensor(x):
 
 def message_from_a_tensor(x):
     print(f"input {x}")  # printed while the program is built (docs: syntax_and_limitations.md)
+    msg = f"mean: {x.mean()}"  # ParityBench's bayeSDE `Print` module, logged on the next line
+    warnings.warn(msg)
     if x.sum() > 100:
         raise ValueError(f"too large: {x.sum()}")
     return x + 1
