@@ -846,7 +846,8 @@ def repr_of_a_tensor(x):
 
 def message_from_a_tensor(x):
     print(f"input {x}")  # printed while the program is built (docs: syntax_and_limitations.md)
-    msg = f"mean: {x.mean()}"  # ParityBench's bayeSDE `Print` module, logged on the next line
+    # ParityBench's bayeSDE `Print` module: the text made on a line of its own, warned of on the next
+    msg = f"mean: {x.mean()}"
     warnings.warn(msg)
     if x.sum() > 100:
         raise ValueError(f"too large: {x.sum()}")
