@@ -157,7 +157,10 @@ class _Replay:
         if self.budget < 0 or op.sub_blocks() or not is_registered(op.type):
             raise _Unknown(op.type)
         opdef = get_op_def(op.type)
-        if opdef.kernel is None or opdef.mutates or opdef.random or opdef.training_only \
+        # Only pure ops: their kernels run on the call's real tensors, and a
+        # side effect (batch norm's running statistics in training mode) would
+        # happen a second time.
+        if opdef.kernel is None or not opdef.pure \
                 or op.attrs.get("out") is None or "args" not in op.attrs \
                 or (self.constants_only and op.attrs.get("autocast")):
             raise _Unknown(op.type)

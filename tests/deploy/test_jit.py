@@ -459,3 +459,26 @@ def test_writes_through_views_are_kept_in_a_saved_program(tmp_path, into_state):
         a, b = torch.randn(batch, 4), torch.randn(batch, 4)
         assert torch.equal(loaded(a, b), eager(a, b))
     assert torch.equal(loaded.state_dict()["seen"], eager.seen)
+
+
+class _NormThenCount(nn.Module):
+    # A number read after a norm in training mode: saving finds its example
+    # value by replaying ops on the example's tensors, never the norm, whose
+    # running statistics would move.
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        y = self.bn(x)
+        return torch.zeros(int((y > 0).sum())) + y.sum()
+
+
+@pytest.mark.parametrize("spec", [[4, 4], [None, 4]], ids=["static", "dynamic"])
+def test_saving_a_module_in_training_mode_leaves_its_state(tmp_path, spec):
+    torch.manual_seed(0)
+    model = _NormThenCount().train()
+    before = copy.deepcopy(model.state_dict())
+    d2s.jit.save(model, str(tmp_path / "m"), input_spec=[d2s.InputSpec(spec)])
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name]), name

@@ -70,3 +70,34 @@ def test_an_input_written_in_place_is_not_its_example():
     x = torch.arange(6.0)
     got = d2s.declarative(bump_then_read)(x, torch.tensor([1]))
     torch.testing.assert_close(got, bump_then_read(x, torch.tensor([1])), rtol=0, atol=0)
+
+
+class NormThenCount(torch.nn.Module):
+    """A norm in training mode updates its running statistics (a write its
+    schema does not declare); a number read after it needs the example's
+    values, which the replay finds without running the norm again."""
+
+    def __init__(self, norm):
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, x):
+        y = self.norm(x)
+        n = int((y > 0).sum())
+        return torch.zeros(n) + y.sum()
+
+
+@pytest.mark.parametrize("norm", [lambda: torch.nn.BatchNorm1d(4),
+                                  lambda: torch.nn.InstanceNorm1d(4, track_running_stats=True)],
+                         ids=["batch_norm", "instance_norm"])
+def test_a_replay_for_an_example_never_repeats_a_side_effect(norm):
+    torch.manual_seed(0)
+    eager = NormThenCount(norm()).train()
+    static = d2s.declarative(NormThenCount(norm()).train())
+    static.load_state_dict(eager.state_dict())
+    for shift in (0.0, 1.0, 2.0):  # the first call converts; the program serves the others
+        x = torch.randn(5, 4, 3 if isinstance(eager.norm, torch.nn.InstanceNorm1d) else 1).squeeze(-1) + shift
+        assert torch.equal(static(x), eager(x))
+        for name, want in eager.norm.state_dict().items():
+            assert torch.equal(static.norm.state_dict()[name], want), name
+    assert len(static.forward.program_cache) == 1
