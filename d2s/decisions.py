@@ -34,12 +34,12 @@ before running again (`generator_states`), so the draws are made once.
 import torch
 
 from ops import control_flow
-from runtime import modes, runner
+from runtime import runner
+from runtime.effects import draws, var_attr_names
 from runtime.errors import DecisionFailed
 from runtime.ir import GENERATOR
 from runtime.optable import get_op_def, is_registered
 from runtime.passes import hoist_constants, inplace
-from runtime.passes._util import attr_names
 
 # Ops whose result is always a new tensor of its own (never an input or a
 # view of one): an in-place write into it changes nothing a caller holds.
@@ -188,8 +188,9 @@ def _observable(op, generators_restored=False):
         return False  # its generator is put back before the run is repeated
     if opdef.random:
         # dropout in eval mode (`train=False`, a constant of the program)
-        # draws nothing: every transformers model runs one before its masks
-        return modes.mode_value(op) is not False
+        # draws nothing: every transformers model runs one before its masks;
+        # nor does attention with `dropout_p=0.0`
+        return draws(op)
     if not opdef.mutates:
         return False
     return not _temporary(op.block.program, op.input("X")[0])
@@ -216,7 +217,7 @@ def _temporary(program, name, seen=None):
     for op in writers:
         if _fresh(op):
             continue
-        read = op.input_names + attr_names(op) if op.sub_blocks() else op.input_names
+        read = op.input_names + var_attr_names(op) if op.sub_blocks() else op.input_names
         if not all(_temporary(program, n, seen) for n in read):
             return False
     return True

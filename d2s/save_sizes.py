@@ -15,6 +15,7 @@ refused with the check's text, never saved.
 import torch
 
 from ops.infer import _call
+from runtime.effects import has_effects
 from runtime.ir import torch_dtype
 from runtime.optable import get_op_def, is_registered
 
@@ -151,7 +152,7 @@ class _Replay:
                 or "args" not in op.attrs or op.attrs.get("out") is None:
             raise _Unknown(name)
         opdef = get_op_def(op.type)
-        if opdef.kernel is None or not opdef.pure:  # it runs on real tensors: no effect twice
+        if opdef.kernel is None or has_effects(op):  # it runs on real tensors: no effect twice
             raise _Unknown(name)
         inputs = [self.value(n) for n in op.input("X")]
         if any(isinstance(v, torch.Tensor) for v in inputs) and op.type != "size":

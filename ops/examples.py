@@ -23,6 +23,7 @@ elements (the replay runs on the real example data).
 import torch
 
 from runtime.attrs import OutputRef
+from runtime.effects import has_effects
 from runtime.ir import SCALAR, TENSOR_ARRAY
 from runtime.optable import get_op_def, is_registered
 
@@ -160,7 +161,7 @@ class _Replay:
         # Only pure ops: their kernels run on the call's real tensors, and a
         # side effect (batch norm's running statistics in training mode) would
         # happen a second time.
-        if opdef.kernel is None or not opdef.pure \
+        if opdef.kernel is None or has_effects(op) \
                 or op.attrs.get("out") is None or "args" not in op.attrs \
                 or (self.constants_only and op.attrs.get("autocast")):
             raise _Unknown(op.type)

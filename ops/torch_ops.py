@@ -124,14 +124,19 @@ def denied(fn):
     return None
 
 
-def _schemas(fn):
+def _overloads(fn):
+    """The ATen overloads of a native function (`torch.lstm`: lstm.input, lstm.data)."""
     packet = getattr(torch.ops.aten, getattr(fn, "__name__", "") or "", None)
     if packet is None:
         return []
     try:
-        return [getattr(packet, o)._schema for o in packet.overloads()]
+        return [getattr(packet, o) for o in packet.overloads()]
     except (AttributeError, RuntimeError):
         return []
+
+
+def _schemas(fn):
+    return [o._schema for o in _overloads(fn)]
 
 
 def _is_factory(fn):
@@ -141,8 +146,15 @@ def _is_factory(fn):
 
 
 def _is_random(name, fn):
+    """It may draw from a generator: Python-level dropout and its kin by
+    name; a native function torch tags `nondeterministic_seeded` (its
+    random functions, and kernels with a dropout probability inside:
+    attention's `dropout_p`, the RNN kernels' `dropout`, whose ops draw
+    unless that probability is 0: runtime/effects.py `draws`) or that takes
+    a generator."""
     return "dropout" in name or name in ("rrelu", "gumbel_softmax") or any(
-        any(a.name == "generator" for a in s.arguments) for s in _schemas(fn))
+        torch.Tag.nondeterministic_seeded in o.tags or any(a.name == "generator" for a in o._schema.arguments)
+        for o in _overloads(fn))
 
 
 def _is_inplace(name):

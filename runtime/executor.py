@@ -17,6 +17,7 @@ import torch
 from . import _debug, foreign_tracers
 from . import native, passes
 from .codegen import compile_program
+from .effects import written_in_place
 from .runner import check_shape, convert_feed, convert_input, run_compiled  # noqa: F401 - re-exported
 from .ir import Program, Variable, default_main_program
 from .optable import get_op_def
@@ -218,8 +219,7 @@ class _Facts:
         # flagged `scope_init`; see ops/framework.py init_in_startup).
         self.module_copies = {n for op in ops if get_op_def(op.type).scope_init
                               for n in op.output_names}
-        self.mutated_feeds = {op.input_names[0] for op in ops
-                              if op.input_names and get_op_def(op.type).mutates and op.input_names[0] in data}
+        self.mutated_feeds = {written_in_place(op) for op in ops} & data
 
 
 def _program_facts(program):

@@ -28,16 +28,17 @@ MODE_ARGUMENTS = ("training", "train", "use_input_stats")
 _positions = {}  # op type -> (position of the mode argument or None, its name, default) or None
 
 
-def _mode_parameter(kernel):
-    """(position or None, name, default) of `kernel`'s mode argument, or None
-    when it takes none."""
+def _parameter(kernel, names, schema_defaults=False):
+    """(position or None, name, default) of the first parameter of `kernel`
+    called one of `names`, or None when it takes none. A builtin's default
+    is its native schema's when `schema_defaults`, else None (unknown)."""
     try:
         params = list(inspect.signature(kernel).parameters.values())
     except (TypeError, ValueError):
         params = None
     if params is not None:
         for i, p in enumerate(params):
-            if p.name in MODE_ARGUMENTS:
+            if p.name in names:
                 positional = p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
                 default = None if p.default is p.empty else p.default
                 return (i if positional else None), p.name, default
@@ -50,9 +51,16 @@ def _mode_parameter(kernel):
     for overload in packet.overloads():
         arguments = getattr(packet, overload)._schema.arguments
         for i, a in enumerate(arguments):
-            if a.name in MODE_ARGUMENTS:
-                return (None if a.kwarg_only else i), a.name, None
+            if a.name in names:
+                default = a.default_value if schema_defaults and a.has_default_value() else None
+                return (None if a.kwarg_only else i), a.name, default
     return None
+
+
+def _mode_parameter(kernel):
+    """(position or None, name, default) of `kernel`'s mode argument, or None
+    when it takes none."""
+    return _parameter(kernel, MODE_ARGUMENTS)
 
 
 def mode_parameter(op_type):
@@ -74,20 +82,44 @@ def mode_ops(program):
     return found
 
 
+# Parameter names of a dropout probability inside a bigger kernel (attention's
+# `dropout_p`, the RNN kernels' `dropout` between layers): such a kernel
+# draws from the global generator unless the probability is 0.
+DROPOUT_ARGUMENTS = ("dropout_p", "dropout")
+
+_dropout_positions = {}  # op type -> (position or None, name, default) or None
+
+
+def dropout_value(op):
+    """The constant dropout probability `op` passes (a number), or None if
+    it takes none or passes a value known only when the program runs."""
+    if op.type not in _dropout_positions:
+        kernel = get_op_def(op.type).kernel
+        _dropout_positions[op.type] = (_parameter(kernel, DROPOUT_ARGUMENTS, schema_defaults=True)
+                                       if kernel is not None else None)
+    param = _dropout_positions[op.type]
+    if param is None:
+        return None
+    value = _argument(op, *param)
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _argument(op, position, name, default):
+    args, kwargs = op.attrs.get("args", ()), op.attrs.get("kwargs", {})
+    if isinstance(kwargs, dict) and name in kwargs:
+        return kwargs[name]
+    if position is not None and isinstance(args, (tuple, list)) and position < len(args):
+        return args[position]
+    return default
+
+
 def mode_value(op):
     """The constant True or False `op` passes as its mode argument; None if
     it takes none or passes a value known only when the program runs."""
     param = mode_parameter(op.type)
     if param is None:
         return None
-    position, name, default = param
-    args, kwargs = op.attrs.get("args", ()), op.attrs.get("kwargs", {})
-    if isinstance(kwargs, dict) and name in kwargs:
-        value = kwargs[name]
-    elif position is not None and isinstance(args, (tuple, list)) and position < len(args):
-        value = args[position]
-    else:
-        value = default
+    value = _argument(op, *param)
     return value if isinstance(value, bool) else None
 
 

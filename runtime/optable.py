@@ -10,8 +10,13 @@ about one op type:
   - `emit`: how the executor lowers it to Python (`emit(op, ctx)` returns
     `ast` statements); call-style ops share one emitter;
   - `inputs`/`outputs`/`attrs`: the slot and attribute schema;
-  - effects, read by every pass and by pruning through `pure` /
-    `writes_tensor` (never spelled out again elsewhere):
+    `var_attrs`: the attributes that name variables (a name or a list of
+    names: a cond's `true_outs`, a while's `loop_vars`), which passes
+    rename and read as uses (runtime/effects.py); no other attribute string
+    is ever taken for a name;
+  - effects, read through `pure` / `writes_tensor` and, for one op in a
+    program, runtime/effects.py by every pass, by pruning and by the
+    translator (never spelled out again elsewhere):
       `mutates`: writes its first input in place (`x.add_(1)`, `x[i] = v`,
         an optimizer update, an append to a tensor array);
       `random`: draws from the global generator (read it as a truth value:
@@ -73,6 +78,7 @@ class OpDef:
     inputs: tuple = ("X",)
     outputs: tuple = ("Out",)
     attrs: tuple = ()
+    var_attrs: tuple = ()
     mutates: bool = False
     random: bool = False  # or a FirstUse
     side_effect: bool = False

@@ -349,11 +349,13 @@ class _Validator:
             if sub.parent is None or not sub.parent.is_under(block):
                 _fail(where, f"sub-block {sub.idx} is not nested inside block {block.idx}")
         if subs:
-            # Control-flow ops name values of their sub-blocks in attributes
-            # (true_outs, loop_vars, cond_out, ...).
-            for key, value in op.attrs.items():
-                names = [value] if isinstance(value, str) else value if (
-                    isinstance(value, list) and all(isinstance(v, str) for v in value)) else []
+            # Control-flow ops name values of their sub-blocks in the
+            # attributes their type declares (true_outs, loop_vars, cond_out, ...).
+            for key in get_op_def(op.type).var_attrs:
+                value = op.attrs.get(key)
+                names = [value] if isinstance(value, str) else value
+                if not isinstance(names, (list, tuple)) or not all(isinstance(v, str) for v in names):
+                    _fail(where, f"attr {key!r} must name variables, got {value!r:.80}")
                 for name in names:
                     if not any(_visible(sub, name) for sub in subs):
                         _fail(where, f"attr {key!r} names {name!r}, which no sub-block of this op can see")

@@ -14,7 +14,7 @@ from ops.recording import graph_tensor
 from ops.user_frames import error_at_user_line
 from runtime.errors import ConversionError
 from runtime.ir import Variable
-from runtime.optable import get_op_def
+from runtime.effects import has_effects
 
 from .effects import Effects
 from .raising import raising_as_op
@@ -164,8 +164,7 @@ def unobservable_since(tr, mark):
     for block in tr.program.blocks:
         n_ops = mark.blocks[block.idx][0] if block.idx < len(mark.blocks) else 0
         for op in block.ops[n_ops:]:
-            opdef = get_op_def(op.type)
-            if opdef.mutates or opdef.random or opdef.side_effect or not _total(op):
+            if has_effects(op) or not _total(op):
                 return False
     return True
 

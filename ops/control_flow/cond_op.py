@@ -31,7 +31,8 @@ def _emit_cond(op, gen):
 
 
 register(OpDef("cond", emit=_emit_cond, inputs=("Cond", "X"), outputs=("Out",),
-               attrs=("true_block", "false_block", "true_outs", "false_outs")))
+               attrs=("true_block", "false_block", "true_outs", "false_outs"),
+               var_attrs=("true_outs", "false_outs")))
 
 
 def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=None, one_side=True):

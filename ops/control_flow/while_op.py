@@ -52,7 +52,8 @@ def _emit_while(op, gen):
 
 
 register(OpDef("while", emit=_emit_while, inputs=("Init", "X"), outputs=("Out",),
-               attrs=("cond_block", "body_block", "loop_vars", "cond_out", "body_outs")))
+               attrs=("cond_block", "body_block", "loop_vars", "cond_out", "body_outs"),
+               var_attrs=("loop_vars", "cond_out", "body_outs")))
 
 
 class _Spec:

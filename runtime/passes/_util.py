@@ -1,19 +1,8 @@
 """Helpers the passes share: walking uses of names."""
 
 from ..attrs import InputRef
+from ..optable import get_op_def
 from ..run_modes import has_mode
-
-
-def attr_names(op):
-    """Variable names an op's attributes mention (loop variables, the
-    outputs a sub-block yields, the condition's name)."""
-    names = []
-    for value in op.attrs.values():
-        if isinstance(value, str):
-            names.append(value)
-        elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-            names += value
-    return names
 
 
 def all_ops(program):
@@ -48,11 +37,12 @@ def rename_uses(block, rename):
     for op in block.ops:
         for slot, names in op.inputs.items():
             op.inputs[slot] = [rename.get(n, n) for n in names]
-        for key, value in op.attrs.items():
-            if isinstance(value, str) and value in rename:
-                op.attrs[key] = rename[value]
-            elif isinstance(value, list) and value and all(isinstance(v, str) for v in value) \
-                    and key not in ("loop_vars",):
+        for key in get_op_def(op.type).var_attrs:
+            value = op.attrs[key]
+            # A while's loop_vars name its body's own variables, never an outer one.
+            if isinstance(value, str):
+                op.attrs[key] = rename.get(value, value)
+            elif key != "loop_vars":
                 op.attrs[key] = [rename.get(v, v) for v in value]
         for sub in op.sub_blocks():
             rename_uses(sub, rename)

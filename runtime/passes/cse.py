@@ -25,6 +25,7 @@ Before:                                  After:
 """
 
 from ..attrs import encode
+from ..effects import is_pure, written_in_place, writes_tensors
 from ..ir import TENSOR_ARRAY
 from ..run_modes import mode_key
 from ._util import find_var, rename_uses
@@ -60,15 +61,15 @@ def run(ctx):
     program = ctx.program
     # An in-place write may reach a merged value through a view: programs
     # with any (but appends to tensor arrays) are left as they are.
-    if any(ctx.get_op_def(op.type).writes_tensor for block in program.blocks for op in block.ops):
+    if writes_tensors(program.blocks, ctx.get_op_def):
         return
     # Names whose value changes after they are made: an array an append writes
     # (`len(ys)` before and after `ys.append(v)` differ), a name assigned twice.
     written, made = set(), set()
     for block in program.blocks:
         for op in block.ops:
-            if ctx.get_op_def(op.type).mutates and op.input_names:
-                written.add(op.input_names[0])
+            if (target := written_in_place(op, ctx.get_op_def)) is not None:
+                written.add(target)
             written.update(n for n in op.output_names if n in made)
             made.update(op.output_names)
     fetched = set(ctx.fetch_names)
@@ -82,7 +83,7 @@ def run(ctx):
                 visit(sub, seen)
             opdef = ctx.get_op_def(op.type)
             key = None
-            if ("args" in op.attrs and not op.sub_blocks() and opdef.pure
+            if ("args" in op.attrs and not op.sub_blocks() and is_pure(op, ctx.get_op_def)
                     and not opdef.factory and not opdef.new_object and op.output_names
                     and not (set(op.input_names) | set(op.output_names)) & written
                     and not set(op.output_names) & fetched and not opdef.internal

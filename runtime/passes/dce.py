@@ -12,16 +12,8 @@ Before:                                After:
     fetch: tmp_1
 """
 
-from ._util import all_ops, attr_names
-
-
-def _pure(op, ctx):
-    opdef = ctx.get_op_def(op.type)
-    if not opdef.pure:
-        return False
-    if not op.output_names:
-        return False
-    return all(_pure(inner, ctx) for sub in op.sub_blocks() for inner in sub.ops)
+from ..effects import is_pure, var_attr_names
+from ._util import all_ops
 
 
 def run(ctx):
@@ -32,11 +24,11 @@ def run(ctx):
         used = set(ctx.fetch_names)
         for _, op in all_ops(program):
             used.update(op.input_names)
-            used.update(attr_names(op))
+            used.update(var_attr_names(op, ctx.get_op_def))
         changed = False
         for block in program.blocks:
             kept = [op for op in block.ops
-                    if any(n in used or n in persistable for n in op.output_names) or not _pure(op, ctx)]
+                    if any(n in used or n in persistable for n in op.output_names) or not is_pure(op, ctx.get_op_def)]
             if len(kept) != len(block.ops):
                 block.ops = kept
                 changed = True

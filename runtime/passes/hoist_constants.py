@@ -12,7 +12,8 @@ Before:                                       After:
 """
 
 from ..attrs import InputRef
-from ._util import all_ops, attr_names, is_call
+from ..effects import var_attr_names
+from ._util import all_ops, is_call
 
 # Ops whose result is always a new tensor, never an input or a view of one.
 FRESH = {f"torch.Tensor.__{n}__" for n in
@@ -39,8 +40,8 @@ def run(ctx):
         # A cond/while lists in X the outer names its sub-blocks read: those
         # sub-block ops are the real readers.
         through = set(op.input("X")) if op.sub_blocks() else set()
-        for name in set(op.input_names) | set(attr_names(op)):
-            if name in through and name not in attr_names(op) and op.input_names.count(name) == 1:
+        for name in set(op.input_names) | set(var_attr_names(op)):
+            if name in through and name not in var_attr_names(op) and op.input_names.count(name) == 1:
                 passing.setdefault(name, []).append(op)
             else:
                 readers.setdefault(name, []).append(op)

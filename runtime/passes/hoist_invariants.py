@@ -48,9 +48,9 @@ Before:                                        After:
     tmp_6 = torch.Tensor.__add__(h_0, tmp_5)       tmp_6 = torch.Tensor.__add__(h_0, tmp_5)
 """
 
+from ..effects import is_pure, var_attr_names, writes_tensors
 from ..run_modes import has_mode
 from . import hoist_constants, inplace
-from ._util import attr_names
 
 # Ops whose result is always a new tensor, never an input or a view of one.
 _NEW = hoist_constants.FRESH | inplace.FRESH
@@ -82,7 +82,7 @@ def _candidate(op, ctx):
     opdef = ctx.get_op_def(op.type)
     return ("args" in op.attrs and op.output_names and op.attrs.get("out") is not None
             and not has_mode(op) and not op.sub_blocks() and opdef.emit is None
-            and not (not opdef.pure or opdef.internal or opdef.new_object
+            and not (not is_pure(op, ctx.get_op_def) or opdef.internal or opdef.new_object
                      or op.type.startswith("py.")))
 
 
@@ -95,12 +95,12 @@ def run(ctx):
 
 def _mark(loop, ctx):
     body, test = loop.attrs["body_block"], loop.attrs["cond_block"]
-    if any(ctx.get_op_def(o.type).writes_tensor for o in _ops([body, test])):
+    if writes_tensors([body, test], ctx.get_op_def):
         return
     varying = _assigned([body, test]) | set(loop.attrs["loop_vars"])
     invariant, marked = set(), []
     for op in body.ops:
-        reads = set(op.input_names) | set(attr_names(op))
+        reads = set(op.input_names) | set(var_attr_names(op))
         if _candidate(op, ctx) and all(n not in varying or n in invariant for n in reads):
             marked.append(op)
             invariant.update(op.output_names)
@@ -122,7 +122,7 @@ def _escapes(invariant, loop, body):
                 continue
             # A branch or loop yields what its blocks compute (visited here
             # too) or what it starts from: its other inputs only feed those.
-            reads = set(attr_names(op)) | set(op.inputs.get("Init", ())) if op.sub_blocks() else op.input_names
+            reads = set(var_attr_names(op)) | set(op.inputs.get("Init", ())) if op.sub_blocks() else op.input_names
             if set(reads) & alias:
                 alias |= outs
                 grew = True

@@ -29,7 +29,8 @@ Before:                                        After:
 """
 
 from ..attrs import InputRef, OutputRef
-from ._util import attr_names, rename_uses
+from ..effects import var_attr_names, writes_tensors
+from ._util import rename_uses
 
 _UNARY = {f"torch.{n}": f"torch.Tensor.{n}_" for n in
           "tanh sigmoid relu exp neg abs sqrt rsqrt sin cos log reciprocal".split()}
@@ -69,12 +70,12 @@ def _plain(op, fresh_only=False):
 
 def run(ctx):
     program = ctx.program
-    if any(ctx.get_op_def(op.type).writes_tensor for block in program.blocks for op in block.ops):
+    if writes_tensors(program.blocks, ctx.get_op_def):
         return
     uses = {}
     for block in program.blocks:
         for op in block.ops:
-            for name in op.input_names + attr_names(op):
+            for name in op.input_names + var_attr_names(op):
                 uses[name] = uses.get(name, 0) + 1
     for name in ctx.fetch_names:
         uses[name] = uses.get(name, 0) + 1

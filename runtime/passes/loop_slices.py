@@ -28,6 +28,7 @@ import ast
 import torch
 
 from ..attrs import InputRef, OutputRef
+from ..effects import writes_tensors
 from ..ir import TENSOR_ARRAY, Operator
 from ..optable import OpDef, is_internal, register
 from ._util import find_var
@@ -65,16 +66,6 @@ def _names_defined(block):
     return names
 
 
-def _writes_in_place(block, get_op_def):
-    for op in block.ops:
-        opdef = get_op_def(op.type)
-        if opdef.writes_tensor:
-            return True
-        if any(_writes_in_place(sub, get_op_def) for sub in op.sub_blocks()):
-            return True
-    return False
-
-
 def run(ctx):
     program = ctx.program
     for block in program.blocks:
@@ -83,7 +74,7 @@ def run(ctx):
                 continue
             body, test = op.attrs["body_block"], op.attrs["cond_block"]
             inside = _names_defined(body) | _names_defined(test) | set(op.attrs["loop_vars"])
-            if _writes_in_place(body, ctx.get_op_def) or _writes_in_place(test, ctx.get_op_def):
+            if writes_tensors([body, test], ctx.get_op_def):
                 continue
             made = {}
 

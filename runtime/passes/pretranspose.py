@@ -23,13 +23,14 @@ Before:                                       After (w_t: a derived argument, w.
 """
 
 from ..attrs import InputRef
+from ..effects import writes_tensors
 from ..run_modes import has_mode
 from ._util import find_var
 
 
 def run(ctx):
     program = ctx.program
-    if any(ctx.get_op_def(op.type).writes_tensor for block in program.blocks for op in block.ops):
+    if writes_tensors(program.blocks, ctx.get_op_def):
         return
     derived = {}  # weight name -> its transpose's name
     for block in program.blocks:

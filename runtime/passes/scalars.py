@@ -43,7 +43,7 @@ import torch
 from ..attrs import InputRef, OutputRef
 from ..ir import Operator
 from ..optable import OpDef, is_internal, register
-from ._util import attr_names, find_var, is_call
+from ._util import find_var, is_call
 
 _BINARY = {  # op type -> (py op type, ast operator, reversed operands)
     "torch.Tensor.__add__": ("py.add", ast.Add, False),

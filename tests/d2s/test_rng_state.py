@@ -2,6 +2,8 @@
 `torch.random.fork_rng` restores it when the program runs, not only while
 tracing."""
 
+import copy
+
 import pytest
 import torch
 
@@ -184,3 +186,49 @@ def test_exporters_refuse_a_generator_input(tmp_path):
     pytest.importorskip("onnx")
     with pytest.raises(ValueError, match="takes the torch.Generator 'generator'"):
         d2s.onnx.export(static, str(tmp_path / "m.onnx"), input_spec=spec)
+
+
+# Kernels with a dropout probability inside (attention's `dropout_p`, a
+# stacked RNN's `dropout`) draw from the global generator like dropout: two
+# equal calls are two draws (CSE merged them), and a number read after one
+# is found without running it again (the replay for its example drew).
+def attention_twice(q):
+    a = torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+    b = torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+    return a + b
+
+
+def attention_then_count(q):
+    a = torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+    return torch.zeros(int((a > 0).sum())) + torch.rand(3).sum()
+
+
+class StackedLSTM(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.LSTM(4, 4, num_layers=2, dropout=0.5)
+
+    def forward(self, x):
+        a, b = self.rnn(x)[0], self.rnn(x)[0]
+        return a + b, torch.zeros(int((a > 0).sum()))
+
+
+@pytest.mark.parametrize("make, shape", [(lambda: attention_twice, (1, 2, 5, 4)),
+                                         (lambda: attention_then_count, (1, 2, 5, 4)),
+                                         (lambda: StackedLSTM().train(), (3, 2, 4))],
+                         ids=["attention_twice", "attention_then_count", "stacked_lstm"])
+@pytest.mark.parametrize("optimize", ["default", "fast"])
+def test_kernels_with_dropout_inside_draw_as_eager(make, shape, optimize):
+    fn = make()
+    static = d2s.declarative(copy.deepcopy(fn), optimize=optimize)  # a module is converted in place
+    q = torch.randn(shape)
+    for seed in (1, 2):  # the converting call, then the program
+        torch.manual_seed(seed)
+        want, after = fn(q), torch.rand(2)
+        torch.manual_seed(seed)
+        got, got_after = static(q), torch.rand(2)
+        want, got = (want, got) if isinstance(want, tuple) else ((want,), (got,))
+        assert all(torch.equal(a, b) for a, b in zip(want, got))
+        assert torch.equal(got_after, after)  # the generator where eager left it
+    cache = static.forward.program_cache if isinstance(static, torch.nn.Module) else static.program_cache
+    assert len(cache) == 1
