@@ -170,9 +170,13 @@ def _bool_tensor(fn):
 
 # Functions that write tensor arguments their schemas do not mark as
 # written (so neither the name nor `mutates` tells): batch and instance
-# norm's running statistics in training mode, embedding's weight under
-# max_norm. Their ops are effects: never dropped, merged or hoisted.
-WRITES_UNDECLARED = frozenset({"batch_norm", "instance_norm", "embedding"})
+# norm's running statistics in training mode (also through the native
+# functions the composites call, whose schemas say nothing either),
+# embedding's and embedding_bag's weight under max_norm, a fake-quant
+# observer's statistics. Their ops are effects: never dropped, merged,
+# hoisted or replayed for an example.
+WRITES_UNDECLARED = frozenset({"batch_norm", "instance_norm", "embedding", "embedding_bag", "native_batch_norm",
+                               "miopen_batch_norm", "fused_moving_avg_obs_fake_quant"})
 
 
 def _add(type_name, name, fn, **flags):

@@ -1,5 +1,6 @@
 """Calls that write tensor arguments their schemas do not declare written
-(batch norm's running statistics in training mode, embedding's weight under
+(batch norm's running statistics in training mode, also through
+torch.native_batch_norm; embedding's and embedding_bag's weight under
 max_norm) are effects: no pass drops an unused one or merges two equal ones.
 Dead-code removal dropped `F.batch_norm(x, rm, rv, training=True)` whose
 result nothing read, and CSE merged two equal calls into one update: the
@@ -41,7 +42,26 @@ class Unused(nn.Module):
         return x - 1
 
 
-@pytest.mark.parametrize("make", [Twice, Unused])
+class UnusedNative(nn.Module):
+    """The native functions behind the composites (their schemas say
+    nothing of the writes either) and embedding_bag's renormalisation."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("rm", torch.zeros(3))
+        self.register_buffer("rv", torch.ones(3))
+        self.register_buffer("table", torch.randn(5, 3) * 3)
+        self.register_buffer("offsets", torch.tensor([0, 1]))
+
+    def forward(self, x, ids):
+        torch.native_batch_norm(x, None, None, self.rm, self.rv, True, 0.5, 1e-5)
+        F.embedding_bag(ids, self.table, self.offsets, max_norm=1.0)
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+
+@pytest.mark.parametrize("make", [Twice, Unused, UnusedNative])
 @pytest.mark.parametrize("optimize", ["default", "fast"])
 def test_undeclared_writes_happen_as_in_eager(make, optimize):
     torch.manual_seed(0)
