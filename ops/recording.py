@@ -20,12 +20,13 @@ import torch
 
 from runtime.attrs import InputRef, OutputRef, ReturnType
 from runtime.errors import ConversionError
-from runtime.ir import SCALAR, Variable
+from runtime.ir import SCALAR, TENSOR, Variable
 from runtime.optable import writing_variant
 from runtime import run_modes
 
 from . import tracer, wrapped_numbers
 from .infer import Meta, infer, substitute
+from .registry import OpDef, register
 from .user_frames import SYMBOLIC_TYPES, _user_names, error_at_user_line, user_name, user_origin
 
 # torch's own function: while a trace is under way `torch.is_grad_enabled`
@@ -342,6 +343,8 @@ def record(opdef, fn, args, kwargs):
             attrs["autocast"] = changes
     block.append_op(opdef.type, inputs={"X": refs.inputs}, outputs={"Out": outs}, attrs=attrs,
                     origin=user_origin())
+    if opdef.mutates and isinstance(meta, Meta) and opdef.type.rpartition(".")[2] in _NEW_SIZES_IN_PLACE:
+        _follow_new_sizes(opdef, refs.inputs[0], meta, block)
     # Checks of what inference assumed about run-time sizes; after the op,
     # so an input that breaks the op's own preconditions gets the op's error.
     emit_guards(tr)
@@ -380,6 +383,56 @@ def _results(opdef, meta, block, refs):
         if varying and all(stands_for_number(v) or number_or_tensor(v) for v in refs.inputs):
             result.number_or_tensor = varying[0]  # `s * 2`: a number where `s` is one
     return result, outs, out_tree
+
+
+# In-place ops that may give their tensor new sizes or strides.
+_NEW_SIZES_IN_PLACE = {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_"}
+
+
+def _same_tensor(x):
+    return x
+
+
+# The tensor an in-place op just gave new sizes (`y.unsqueeze_(1)`): the
+# same object under a new name, declared with the new sizes.
+register(OpDef("rebind", kernel=_same_tensor))
+
+
+def _follow_new_sizes(opdef, var, meta, block):
+    """After `y.unsqueeze_(1)` or `y.t_()` changed `y`'s sizes or strides:
+    eagerly the same tensor object has the new ones from there on, while a
+    program declares one shape per value (later ops, and Python's own
+    `y.shape`, `len(y)`, `for row in y`, read it). So the value before keeps
+    its name and declaration, and the user's Variable becomes a new name
+    with the new sizes, bound by a `rebind` op to the very tensor the
+    in-place op wrote (the same object when the program runs, as eagerly).
+    Refused where the old name must keep meaning the user's value: a
+    tensor from outside this branch or loop body, an input, module state,
+    sizes known only when the program runs."""
+    known = getattr(var, "strides", None)
+    if known is None and all(type(d) is int for d in var.dims):
+        known = torch.empty(var.dims, device="meta").stride()
+    same_strides = meta.strides is None or known is None or tuple(meta.strides) == tuple(known)
+    if tuple(meta.shape) == tuple(var.dims) and same_strides:
+        return
+    method = opdef.type.rpartition(".")[2]
+    if (var.block is not block or var.persistable or var.is_data or var.kind != TENSOR
+            or not all(type(d) is int for d in (*var.dims, *meta.shape))):
+        raise error_at_user_line(
+            f"`{method}` changes the sizes or strides of {user_name(var)} in place "
+            f"({var.dtype_name}[{', '.join(map(str, var.dims))}] -> [{', '.join(map(str, meta.shape))}]), "
+            f"which d2s follows only for a tensor made in the same branch or loop body, with sizes known "
+            f"while converting (not an input or module state); use the out-of-place form and assign it: "
+            f"`y = y.{method[:-1]}(...)`")
+    before = object.__new__(Variable)  # not copy.copy: Variables refuse pickling protocols
+    before.__dict__.update(var.__dict__)
+    block.vars[before.name] = before
+    var.name = block.program.unique_name(var.name)
+    var.shape = meta.shape
+    var.strides = meta.strides
+    block.vars[var.name] = var
+    block.append_op("rebind", inputs={"X": [before]}, outputs={"Out": [var]},
+                    attrs={"args": (InputRef(0),), "kwargs": {}, "out": OutputRef(0)}, origin=user_origin())
 
 
 def _as_eager_numbers(opdef, fn, args_tree, kwargs_tree, refs, numbers, meta, tr):

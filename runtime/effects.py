@@ -30,9 +30,10 @@ from .optable import get_op_def
 from .replay import viewed
 
 # Beyond views (replay.viewed): methods that return their tensor itself when
-# it already is what they ask for (`x.to(torch.float32)` of a float32 `x`).
+# it already is what they ask for (`x.to(torch.float32)` of a float32 `x`),
+# and `rebind` (ops/recording.py), which always does.
 _MAY_RETURN_SELF = {"to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long", "short",
-                    "bool", "byte", "char", "cpu", "cuda", "requires_grad_"}
+                    "bool", "byte", "char", "cpu", "cuda", "requires_grad_", "rebind"}
 
 
 def written_in_place(op, get=get_op_def):

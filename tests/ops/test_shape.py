@@ -3,7 +3,9 @@
 import pytest
 import torch
 
+import d2s
 from opcheck import check, randn
+from runtime.errors import ConversionError
 
 SHAPE_OPS = {
     "view": lambda x: x.view(-1, 6),
@@ -74,3 +76,100 @@ def test_size_and_shape_attributes(dyn):
         b, c, w = x.shape if dyn is None else x.size()
         return x.reshape(b, c * w) + c
     check(fn, lambda n: (randn(n, 2, 3),), dyn)
+
+
+# In-place ops that give a tensor new sizes or strides: the same tensor
+# object has them from there on, and Python reads them (`y.shape`, `len`,
+# `is_contiguous`). The program follows them with a new name bound to the
+# same tensor (`rebind`), in block 0, in a branch and in a loop body.
+def _unsqueeze_then_transpose(x):
+    y = x * 1
+    y.unsqueeze_(1)
+    y.transpose_(0, 1)
+    return y.sum(0) * x, y.shape[0], len(y)
+
+
+def _t_of_a_square_slice(x):
+    y = x[:, :2] * 1
+    y.t_()
+    return y.is_contiguous(), y.stride(), y + 1
+
+
+def _squeeze_chain(x):
+    p = x * 1
+    p.unsqueeze_(-1).unsqueeze_(-1)
+    p.squeeze_(-1)
+    p.squeeze_()  # no size-1 dimension left: nothing changes
+    return p @ torch.ones(3, 2)
+
+
+def _in_a_branch(x):
+    y = x * 2
+    if x.sum() > 0:
+        y = y * 3
+        y.unsqueeze_(0)
+    else:
+        y = y.unsqueeze(0)
+    return y.shape[0], y.sum(1) * 2
+
+
+def _in_a_loop(x, n):
+    i = 0
+    acc = x.sum(0)
+    while i < n:
+        z = x * i
+        z.swapdims_(0, 1)
+        acc = acc + z.sum(1)
+        i += 1
+    return acc
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(_same(u, v) for u, v in zip(a, b))
+    return a == b
+
+
+@pytest.mark.parametrize("fn, inputs, kind", [
+    (_unsqueeze_then_transpose, [(torch.randn(2, 3),)], None),
+    (_t_of_a_square_slice, [(torch.randn(2, 3),)], None),
+    (_squeeze_chain, [(torch.randn(2, 3),)], None),
+    (_in_a_branch, [(torch.ones(2, 3),), (-torch.ones(2, 3),)], "cond"),
+    (_in_a_loop, [(torch.randn(2, 3), torch.tensor(0)), (torch.randn(2, 3), torch.tensor(3))], "while")])
+def test_in_place_ops_that_change_sizes_are_followed(fn, inputs, kind):
+    static = d2s.declarative(fn)
+    for args in inputs:
+        eager_args = [a.clone().requires_grad_(a.is_floating_point()) for a in args]
+        static_args = [a.clone().requires_grad_(a.is_floating_point()) for a in args]
+        want, got = fn(*eager_args), static(*static_args)
+        assert _same(want, got)
+        loss = [v for v in (want if isinstance(want, tuple) else (want,)) if isinstance(v, torch.Tensor)]
+        if loss and loss[-1].requires_grad:
+            loss[-1].sum().backward()
+            got_loss = [v for v in (got if isinstance(got, tuple) else (got,)) if isinstance(v, torch.Tensor)]
+            got_loss[-1].sum().backward()
+            assert torch.equal(eager_args[0].grad, static_args[0].grad)
+    assert len(static.program_cache) == 1
+    types = [op.type for block in static.concrete_program.main_program.blocks for op in block.ops]
+    assert "rebind" in types and (kind is None or kind in types)
+
+
+def _on_an_input(x):
+    x.unsqueeze_(0)
+    return x
+
+
+def _from_outside_the_branch(x):
+    y = x * 2
+    if x.sum() > 0:
+        y.t_()
+    return y
+
+
+@pytest.mark.parametrize("fn", [_on_an_input, _from_outside_the_branch])
+def test_in_place_size_changes_it_cannot_follow_are_refused_at_the_line(fn):
+    with pytest.raises(ConversionError, match="changes the sizes or strides of") as info:
+        d2s.declarative(fn)(torch.ones(2, 3))
+    assert info.value.filename == __file__
