@@ -14,6 +14,7 @@ layers, so this module imports framework when it first needs it.
 """
 
 import inspect
+import re
 
 import numpy as np
 import torch
@@ -407,8 +408,7 @@ def _follow_new_sizes(opdef, var, meta, block):
     with the new sizes, bound by a `rebind` op to the very tensor the
     in-place op wrote (the same object when the program runs, as eagerly).
     Refused where the old name must keep meaning the user's value: a
-    tensor from outside this branch or loop body, an input, module state,
-    sizes known only when the program runs."""
+    tensor from outside this branch or loop body, an input, module state."""
     known = getattr(var, "strides", None)
     if known is None and all(type(d) is int for d in var.dims):
         known = torch.empty(var.dims, device="meta").stride()
@@ -416,18 +416,23 @@ def _follow_new_sizes(opdef, var, meta, block):
     if tuple(meta.shape) == tuple(var.dims) and same_strides:
         return
     method = opdef.type.rpartition(".")[2]
-    if (var.block is not block or var.persistable or var.is_data or var.kind != TENSOR
-            or not all(type(d) is int for d in (*var.dims, *meta.shape))):
+    if var.block is not block or var.persistable or var.is_data or var.kind != TENSOR:
         raise error_at_user_line(
             f"`{method}` changes the sizes or strides of {user_name(var)} in place "
             f"({var.dtype_name}[{', '.join(map(str, var.dims))}] -> [{', '.join(map(str, meta.shape))}]), "
-            f"which d2s follows only for a tensor made in the same branch or loop body, with sizes known "
-            f"while converting (not an input or module state); use the out-of-place form and assign it: "
-            f"`y = y.{method[:-1]}(...)`")
+            f"which d2s follows only for a tensor made in the same branch or loop body (not an input or "
+            f"module state); use the out-of-place form and assign it: `y = y.{method[:-1]}(...)`")
+    tr = tracer.current()
     before = object.__new__(Variable)  # not copy.copy: Variables refuse pickling protocols
     before.__dict__.update(var.__dict__)
+    # Each write logged: a trial trace rolled back puts the Variable back.
+    tr.log_write(block.vars, var.name)
     block.vars[before.name] = before
-    var.name = block.program.unique_name(var.name)
+    if tr._shapes is not None:
+        tr._shapes.follow(var, before)
+    for key in ("name", "_shape", "strides"):
+        tr.log_write(var.__dict__, key)
+    var.name = block.program.unique_name(re.sub(r"(_\d+)+$", "", var.name))
     var.shape = meta.shape
     var.strides = meta.strides
     block.vars[var.name] = var

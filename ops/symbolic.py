@@ -117,6 +117,17 @@ class Shapes:
         self._item_vars = {}    # unbacked symbol of a fake's `.item()` -> that Variable
         self.emitted = 0        # how many ShapeEnv guards have become assert ops
 
+    def follow(self, var, before):
+        """`var` now stands for another value (an in-place op gave its
+        tensor new sizes: ops/recording.py), `before` for the one it stood
+        for: sizes read from the old value are read from `before` (each
+        change logged, so that a rollback puts it back)."""
+        for table in (self.sources, self._fake_vars, self._item_vars):
+            for key, entry in list(table.items()):
+                if entry is var or (isinstance(entry, tuple) and any(e is var for e in entry)):
+                    self.tracer.log_write(table, key)
+                    table[key] = before if entry is var else tuple(before if e is var else e for e in entry)
+
     # -- symbols ---------------------------------------------------------------------
     def _evaluate_sym_node(self, node, *args, **kwargs):
         # A kernel reading a symbolic size as a plain int (C++ composite ops

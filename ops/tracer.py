@@ -213,6 +213,15 @@ class Tracer:
         variables, the tracer's entries for them, and the logged Python
         attribute writes (`python_writes`)."""
         program = self.program
+        # The logged writes first: one may be a block's entry for a name
+        # (ops/recording.py renames a Variable), which keeps its place in
+        # the block's order and so is removed below when made after `mark`.
+        while len(self.python_writes) > mark.writes:  # newest first: the oldest value is what stays
+            namespace, key, before = self.python_writes.pop()
+            if before is _MISSING:
+                namespace.pop(key, None)
+            else:
+                namespace[key] = before
         program.truncate_blocks(len(mark.blocks))
         for block, (n_ops, n_vars) in zip(program.blocks, mark.blocks):
             removed = list(block.vars)[n_vars:]
@@ -222,12 +231,6 @@ class Tracer:
         live = program.global_block().vars
         self.lifted = {k: n for k, n in self.lifted.items() if n in live}
         self.block = mark.block
-        while len(self.python_writes) > mark.writes:  # newest first: the oldest value is what stays
-            namespace, key, before = self.python_writes.pop()
-            if before is _MISSING:
-                namespace.pop(key, None)
-            else:
-                namespace[key] = before
         if self._shapes is not None:
             # Assumptions whose checks were rolled back are checked again at the next op.
             self._shapes.emitted = min(self._shapes.emitted, mark.guards)

@@ -156,6 +156,25 @@ def test_in_place_ops_that_change_sizes_are_followed(fn, inputs, kind):
     assert "rebind" in types and (kind is None or kind in types)
 
 
+def test_in_place_size_changes_at_run_time_sizes(tmp_path):
+    def fn(x):
+        y = x * 1
+        y.unsqueeze_(1)
+        z = y.squeeze_(1).t_()
+        return z.sum(0) + 1, y.size(1), y.shape
+
+    static = d2s.declarative(fn, input_spec=[d2s.InputSpec([None, 3])])
+    for batch in (2, 5, 1):  # one program, a free batch size
+        x = torch.randn(batch, 3)
+        assert _same(fn(x), static(x))
+    assert len(static.program_cache) == 1
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    for batch in (1, 4):
+        x = torch.randn(batch, 3)
+        assert torch.equal(loaded(x)[0], fn(x)[0])
+
+
 def _on_an_input(x):
     x.unsqueeze_(0)
     return x
