@@ -31,6 +31,7 @@ from . import operators, transformers
 from .ast_tools import codegen, origin, parsing
 from .ast_tools.naming import Namer
 from .transformers.base import Context
+from .transformers.private_names import mangling_class
 from .unwrap import unwrap
 
 _code_level = None
@@ -96,7 +97,7 @@ def _convert_tree(fn, level=None):
     code = fn.__code__
     namer = Namer.for_tree(parsed.node, extra=code.co_names + code.co_varnames + code.co_freevars)
     ctx = Context(filename=parsed.filename, line_offset=parsed.line_offset, namer=namer,
-                  helpers=namer.new("_d2s"))
+                  helpers=namer.new("_d2s"), owner_class=mangling_class(getattr(fn, "__qualname__", "")))
     tree = transformers.run(parsed.node, ctx, stop_after=level)
     return tree, ctx
 

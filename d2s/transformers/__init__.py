@@ -33,6 +33,9 @@ matters and is part of the design:
 17. Call          ``f(...)`` -> ``convert_call(f)(...)`` (last: it must not wrap the
                   helper calls earlier passes generate, and it must see every call)
 
+Before them all, ``PrivateNames`` gives ``self.__x`` in a method of a class
+``Owner`` Python's name ``self._Owner__x`` (Python does it when compiling a
+class body; the converted code is compiled outside it).
 ``run(tree, ctx, stop_after=n)`` runs the first ``n`` passes (``set_code_level``).
 """
 
@@ -52,6 +55,7 @@ from .kept_locals import KeptLocals
 from .ifexp import IfExp
 from .list_append import ListAppend
 from .logical import Logical
+from .private_names import PrivateNames
 from .returns import Return
 from .shape import Shape
 from .subscripts import Subscripts
@@ -86,6 +90,7 @@ PIPELINE = [
 def run(tree, ctx, stop_after=None):
     """Run the pipeline (or its first ``stop_after`` passes) on ``tree``."""
     passes = PIPELINE if stop_after is None else PIPELINE[:stop_after]
+    tree = PrivateNames(ctx).transform(tree)  # first: every later pass sees Python's names
     if isinstance(tree, (gast.FunctionDef, gast.AsyncFunctionDef)):
         ctx.captured = frozenset(activity.captured_names(tree))
     for transformer in passes:

@@ -51,6 +51,7 @@ class Context:
     truth_tests: set = field(default_factory=set)
     for_counters: dict = field(default_factory=dict)
     captured: frozenset = frozenset()
+    owner_class: str = None  # the innermost class the function is defined in (private_names.py)
 
     def error(self, node, message):
         lineno = getattr(node, "lineno", None)
