@@ -4,8 +4,9 @@
 one function scope, and returns an ``Activity``. Rules:
 
 - ``x = ...``, ``x += ...``, ``del x``, ``for x in``, ``with ... as x``,
-  ``import x``, ``def x``, ``class x``, ``except E as x``, ``(x := ...)``
-  modify ``x``.
+  ``import x``, ``def x``, ``class x``, ``except E as x``, ``(x := ...)``,
+  a ``match`` pattern's capture (``case (x, *y)``, ``case {**x}``,
+  ``case P() as x``) modify ``x``.
 - ``x[i] = ...`` and mutating method calls on a bare name or ``convert_load(x)`` (``x.append(v)``,
   ``x.extend``, ``x.pop``, ...) *mutate* ``x``: the object changes, the name
   does not. ``modified`` holds both kinds; ``bound`` only the rebound names,
@@ -192,6 +193,15 @@ class _Visitor(gast.NodeVisitor):
             if name is not None:
                 self.activity.mutated.add(name)
         self.generic_visit(node)
+
+    def _capture(self, node):
+        # A pattern's capture names are identifiers, not Name nodes.
+        name = getattr(node, "name", None) if not isinstance(node, gast.MatchMapping) else node.rest
+        if name is not None:
+            self.activity.bound.add(name)
+        self.generic_visit(node)
+
+    visit_MatchAs = visit_MatchStar = visit_MatchMapping = _capture
 
     def visit_Global(self, node):
         self.activity.globals.update(node.names)

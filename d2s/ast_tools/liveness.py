@@ -134,6 +134,15 @@ class _Scope:
 
     stmt_AsyncWith = stmt_With
 
+    def stmt_Match(self, s, out):
+        # No case may match: then the statement only reads its subject.
+        live = set(out)
+        for case in s.cases:
+            captured = activity.analyze(case.pattern).bound
+            tests = _reads(case.pattern) | _reads(case.guard)  # a guard runs after the capture
+            live |= (self.block(case.body, out) | tests) - captured
+        return live | _reads(s.subject)
+
     def stmt_FunctionDef(self, s, out):
         self.function(s)
         return (out - {s.name}) | activity.scope_activity(s).read

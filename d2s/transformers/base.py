@@ -163,8 +163,10 @@ def own_nodes_in(stmts, kinds):
 
 def map_bodies(stmt, rewrite):
     """Apply `rewrite` (a list of statements -> a list of statements) to every
-    statement list of an `if`, `with` or `try`; returns False for any other
-    statement, whose bodies a jump transformer cannot rewrite in place."""
+    statement list of an `if`, `with`, `try` or `match` (its patterns and
+    guards are Python's: a tensor subject meets them as eagerly); returns
+    False for any other statement, whose bodies a jump transformer cannot
+    rewrite in place."""
     if isinstance(stmt, gast.If):
         stmt.body, stmt.orelse = rewrite(stmt.body), rewrite(stmt.orelse)
     elif isinstance(stmt, (gast.With, gast.AsyncWith)):
@@ -173,6 +175,9 @@ def map_bodies(stmt, rewrite):
         stmt.body, stmt.orelse, stmt.finalbody = rewrite(stmt.body), rewrite(stmt.orelse), rewrite(stmt.finalbody)
         for handler in stmt.handlers:
             handler.body = rewrite(handler.body)
+    elif isinstance(stmt, gast.Match):
+        for case in stmt.cases:
+            case.body = rewrite(case.body)
     else:
         return False
     return True

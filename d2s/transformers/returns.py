@@ -136,10 +136,21 @@ def _always_returns(stmts):
         if isinstance(s, gast.Try) and (_always_returns(s.finalbody) or (
                 _always_returns(s.body) and all(_always_returns(h.body) for h in s.handlers))):
             return True
+        if isinstance(s, gast.Match) and s.cases and _irrefutable(s.cases[-1]) and all(
+                _always_returns(case.body) for case in s.cases):
+            return True
         if (isinstance(s, gast.While) and isinstance(s.test, gast.Constant) and s.test.value is True
                 and not own_nodes_in(s.body, (gast.Break,))):
             return True  # `while True:` without break only leaves by return or raise
     return False
+
+
+def _irrefutable(case):
+    """`case _:` or `case name:` without a guard: it matches every subject."""
+    pattern = case.pattern
+    while isinstance(pattern, gast.MatchAs) and pattern.pattern is not None:
+        pattern = pattern.pattern
+    return case.guard is None and isinstance(pattern, gast.MatchAs)
 
 
 def _located(node, origin):
