@@ -109,7 +109,7 @@ class Executor:
         dead temporaries in place)."""
         trace = _debug.level() >= 3
         key = (program._version, tuple(feed_names), tuple(fetch_names), trace, optimize, inference)
-        cache = program.__dict__.setdefault("_compiled", {})
+        cache = program.compiled_cache
         entry = cache.get(key)
         if entry is None:
             if len(cache) > 64:
@@ -223,9 +223,9 @@ class _Facts:
 
 
 def _program_facts(program):
-    facts = program.__dict__.get("_facts")
+    facts = program.run_facts
     if facts is None or facts.version != program._version:
-        facts = program.__dict__["_facts"] = _Facts(program)
+        facts = program.run_facts = _Facts(program)
     return facts
 
 
