@@ -11,6 +11,7 @@ every op as it runs.
 """
 
 import sys
+import weakref
 
 import torch
 
@@ -22,6 +23,12 @@ from .runner import check_shape, convert_feed, convert_input, run_compiled  # no
 from .ir import Program, Variable, default_main_program
 from .optable import get_op_def
 from .run_modes import check_caller_autocast
+
+# The executor's own tables per program, beside it (a Program holds only IR)
+# and gone with it: compiled forms by (version, feeds, fetches, level,
+# variant), and what a run reads of the program (`_Facts`, by version).
+_compiled = weakref.WeakKeyDictionary()
+_facts = weakref.WeakKeyDictionary()
 
 
 class CPUPlace:
@@ -109,7 +116,7 @@ class Executor:
         dead temporaries in place)."""
         trace = _debug.level() >= 3
         key = (program._version, tuple(feed_names), tuple(fetch_names), trace, optimize, inference)
-        cache = program.compiled_cache
+        cache = _compiled.setdefault(program, {})
         entry = cache.get(key)
         if entry is None:
             if len(cache) > 64:
@@ -223,9 +230,9 @@ class _Facts:
 
 
 def _program_facts(program):
-    facts = program.run_facts
+    facts = _facts.get(program)
     if facts is None or facts.version != program._version:
-        facts = program.run_facts = _Facts(program)
+        facts = _facts[program] = _Facts(program)
     return facts
 
 

@@ -404,11 +404,6 @@ class Program:
         # The autocast it was traced in (runtime/run_modes.py `traced_autocast`),
         # None when off; a program that is not retraced per call runs only there.
         self.autocast = None
-        # The executor's (runtime/executor.py), kept with the program they
-        # belong to and keyed by its version: compiled forms per (version,
-        # feeds, fetches, level, variant), and what it reads of the program.
-        self.compiled_cache = {}
-        self.run_facts = None
 
     # -- structure -----------------------------------------------------------
     def global_block(self):
