@@ -35,7 +35,7 @@ import torch
 
 from ops import control_flow
 from runtime import runner
-from runtime.effects import draws, var_attr_names
+from runtime.effects import draws, var_attr_names, written_in_place
 from runtime.errors import DecisionFailed
 from runtime.ir import GENERATOR
 from runtime.optable import get_op_def, is_registered
@@ -193,7 +193,7 @@ def _observable(op, generators_restored=False):
         return draws(op)
     if not opdef.mutates:
         return False
-    return not _temporary(op.block.program, op.input("X")[0])
+    return not _temporary(op.block.program, written_in_place(op))
 
 
 def _temporary(program, name, seen=None):

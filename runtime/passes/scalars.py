@@ -41,6 +41,7 @@ import operator
 import torch
 
 from ..attrs import InputRef, OutputRef
+from ..effects import written_in_place
 from ..ir import Operator
 from ..optable import OpDef, is_internal, register
 from ._util import find_var, is_call
@@ -207,8 +208,7 @@ def _written_in_place(program, get_op_def):
     input of an op making such a name (loop and branch values: the names a
     `while`/`cond` joins), to a fixed point."""
     ops = [op for block in program.blocks for op in block.ops]
-    written = {op.input_names[0] for op in ops
-               if op.input_names and get_op_def(op.type).writes_tensor}
+    written = {written_in_place(op) for op in ops if get_op_def(op.type).writes_tensor} - {None}
     if not written:
         return written
     groups = []  # names that share memory or a value through an op
