@@ -2,9 +2,12 @@
 op as soon as it is a graph tensor.
 """
 
+import weakref
+
 from ops import control_flow as cf
 from ops import tracer
 from ops.user_frames import error_at_user_line
+from runtime.errors import ConversionError
 from runtime.ir import Variable
 
 from .branches import convert_ifelse
@@ -53,22 +56,40 @@ def convert_while(test, body, names, return_names=(), counter=None):
     # Paths of the user objects the body rebinds to new ones (`out = model(x)`):
     # carried as their parts (state.changed_objects).
     deep = known_deep(body.__code__)
+    # Names of the lists carried as tensor arrays (the others as their items).
+    arrays = set(_ARRAYS.get(tr, {}).get(body.__code__, ()))
     while True:
         try:
-            result = _graph_loop(test, body, names, return_names, st, effects, slots, deep)
+            result = _graph_loop(test, body, names, return_names, st, effects, slots, deep, arrays)
             remember_slots(body.__code__, slots)
             remember_deep(body.__code__, deep)
+            if arrays:
+                _ARRAYS.setdefault(tr, {})[body.__code__] = frozenset(arrays)
             return result
         except EffectsChanged as retry:
             slots = retry.slots
             deep |= set(retry.paths)
         except Deeper as retry:
             deep |= set(retry.paths)
+        except _AsArrays as retry:
+            arrays |= retry.names
         except PythonItemsInGraphLoop:
             tr.rollback(mark)
             st.restore(snapshot)
             effects.restore()
             return _guarded(test, body, names, return_names, counter, st)
+        except ConversionError:
+            # The body may use a list as only a tensor array can be used
+            # (`ys[i]` with a tensor `i`): trace it again with every list an
+            # array, as before lists of fixed length were carried as items;
+            # that trace raises what cannot be staged either way.
+            tr.rollback(mark)
+            st.restore(snapshot)
+            effects.restore()
+            fixed = _fixed_lists(names, st.get(), arrays)
+            if not fixed:
+                raise
+            arrays |= fixed
         tr.rollback(mark)
         st.restore(snapshot)
         effects.restore()
@@ -101,13 +122,51 @@ def _guarded(test, body, names, return_names, counter, st):
     return st.get()
 
 
-def _graph_loop(test, body, names, return_names, st, effects, slots, deep=frozenset()):
+# The names each loop carried as tensor arrays when it was last traced, per
+# trace and code object: an enclosing construct's retrace (or a conversion
+# under another decision) starts from them instead of finding them again.
+_ARRAYS = weakref.WeakKeyDictionary()
+
+
+class _AsArrays(Exception):
+    """Trace the loop again carrying the lists of these names as tensor
+    arrays: the body changes their length."""
+
+    def __init__(self, names):
+        super().__init__(names)
+        self.names = set(names)
+
+
+def _lists_in(value):
+    """The Python lists in `value` (itself, or in its dicts and tuples)."""
+    if type(value) is list:
+        return [value] + [inner for v in value for inner in _lists_in(v)]
+    if type(value) is dict or isinstance(value, tuple):
+        return [inner for v in (value.values() if type(value) is dict else value) for inner in _lists_in(v)]
+    return []
+
+
+def _fixed_lists(names, start, arrays):
+    """The names whose lists a loop carries as their items, a leaf each,
+    rather than as tensor arrays: a list whose length the body keeps
+    (`hs[layer] = cell(x, hs[layer])`) keeps elements of any shape, dtype
+    or kind, exactly as eager. Empty lists are appended to, so arrays; a
+    body that changes a list's length sends it to `arrays` (`_AsArrays`)."""
+    return {n for n, v in zip(names, start)
+            if n not in arrays and (lists := _lists_in(v)) and all(lists)}
+
+
+def _graph_loop(test, body, names, return_names, st, effects, slots, deep=frozenset(), arrays=frozenset()):
     """The ``while`` op over the loop variables ``names``, then the object
-    ``slots`` of ``effects`` (see ``effects.py``), each as its leaves."""
+    ``slots`` of ``effects`` (see ``effects.py``), each as its leaves;
+    lists as their items except those of the names in ``arrays``."""
     start = st.get()
-    carried = _Carried(names, start, effects, slots, deep)
+    fixed = _fixed_lists(names, start, arrays)
+    carried = _Carried(names, start, effects, slots, deep, fixed)
     leaf_names = carried.leaf_names()
-    refuse_list_aliases(names, start)
+    # (Lists carried as items are refilled: the same list, which other names see.)
+    as_arrays = [(n, v) for n, v in zip(names, start) if n not in fixed]
+    refuse_list_aliases([n for n, _ in as_arrays], [v for _, v in as_arrays])
     maybe = [n for n, v in zip(names, start)
              if (isinstance(v, Undefined) or maybe_unbound(v)) and n not in return_names]
     carried.start = start = [LoopFirst(n) if n in maybe and isinstance(v, Undefined) else v
@@ -160,14 +219,18 @@ class _Carried:
     the loop carries is carried as its leaves (a dict changed in place stays
     the same dict, as in eager); its keys and length must stay. So is a user
     object at a path in `deep`, one the body replaces with a new one of its
-    class (`out = model(x)`): its class and structure must stay."""
+    class (`out = model(x)`): its class and structure must stay. So are the
+    lists of the names in `fixed` (`_fixed_lists`); other lists are tensor
+    arrays."""
 
-    def __init__(self, names, start, effects, slots, deep):
+    def __init__(self, names, start, effects, slots, deep, fixed=frozenset()):
         self.names, self.start, self.effects, self.slots, self.deep = names, start, effects, slots, deep
+        self.fixed = fixed
         refuse_object_aliases([(n, v) for n, v in zip(names, start) if (n,) in deep and carried_node(v) is not None],
                               effects)
         # Each variable's flattening spec (None: carried as one leaf), each slot's.
-        self.layout = [flatten(v, False, deep, (n,))[1] if type(v) in (dict, tuple) or (n,) in deep else None
+        self.layout = [flatten(v, n in fixed, deep, (n,))[1]
+                       if type(v) in (dict, tuple) or (n,) in deep or n in fixed else None
                        for n, v in zip(names, start)]
         slot_start = [slot.get() for slot in slots]
         for slot, value in zip(slots, slot_start):
@@ -182,7 +245,7 @@ class _Carried:
         """The while op's name of each leaf (of the values before the loop):
         the variables', then the slots'."""
         names = [n for n, v, spec in zip(self.names, self.start, self.layout)
-                 for _ in (flatten(v, False, self.deep, (n,))[0] if spec is not None else [v])]
+                 for _ in (flatten(v, n in self.fixed, self.deep, (n,))[0] if spec is not None else [v])]
         return names + [slot.name for slot, v in zip(self.slots, self.slot_start) for _ in flatten(v)[0]]
 
     def unpack(self, leaves):
@@ -202,7 +265,8 @@ class _Carried:
         and where a value's structure is not the one it had before the loop."""
         found = merge_slots(self.slots, self.effects.written())
         replaced = [p for name, old, value in zip(self.names, self.start, values)
-                    for p in changed_objects(old, value, self.deep, (name,), lists=False) if p not in self.deep]
+                    for p in changed_objects(old, value, self.deep, (name,), lists=name in self.fixed)
+                    if p not in self.deep]
         if len(found) > len(self.slots):
             raise EffectsChanged(found, replaced)
         if replaced:
@@ -212,7 +276,9 @@ class _Carried:
             if spec is None:
                 leaves.append(value)
                 continue
-            flat, now = flatten(value, False, self.deep, (name,))
+            flat, now = flatten(value, name in self.fixed, self.deep, (name,))
+            if now != spec and name in self.fixed:
+                raise _AsArrays({name})
             if now != spec:
                 raise error_at_user_line(
                     f"loop variable {name!r} is a {describe(spec)} before the loop but a {describe(now)} after "
