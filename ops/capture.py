@@ -321,6 +321,26 @@ def _number_to_int(var, name, ndigits):
     return out
 
 
+def _integer_scalar(var):
+    return var.kind == "tensor" and all(d == 1 for d in var.dims) and not (
+        var.dtype.is_floating_point or var.dtype.is_complex or var.dtype == torch.bool)
+
+
+def _decided_int(var, name):
+    """`int(t)` / `operator.index(t)` in code d2s does not convert (torch's
+    own Python: nn.GRU's check of the hidden state reads `int(batch_sizes[0])`),
+    which must return a Python int: the int of the call being converted
+    (ops/examples.py), checked when the program runs. A run that breaks it
+    converts again (d2s/decisions.py), as for a Python bool a kernel takes
+    (recording.decide_bools). Refused where the example cannot tell it."""
+    value = tracer.current().example_int(var, None)
+    if value is None:
+        raise _to_python_error(var, _TO_PYTHON[name])
+    same = dispatch(torch.eq, (var, value), {})
+    framework.check_bool(same, True, f"the Python int {value} that {user_name(var)} held while converting")
+    return value
+
+
 def _method(var, name):
     if name == "__format__":
         return lambda: _refuse_text_in_user_code(var)
@@ -335,6 +355,8 @@ def _method(var, name):
                 with torch._C.DisableTorchFunction():
                     listed = value.tolist()
                 return lambda: listed
+        if name in ("__int__", "__index__") and _integer_scalar(var):
+            return lambda: _decided_int(var, name)
         raise _to_python_error(var, _TO_PYTHON[name])
     if name == "data_ptr":  # compared for identity, never read (ops/storage_address.py)
         return lambda: StorageAddress(var)

@@ -22,7 +22,7 @@ elements (the replay runs on the real example data).
 
 import torch
 
-from runtime.attrs import OutputRef
+from runtime.attrs import OutputRef, ReturnType
 from runtime.effects import has_effects
 from runtime.ir import SCALAR, TENSOR_ARRAY
 from runtime.optable import get_op_def, is_registered
@@ -63,6 +63,22 @@ def _example(tracer, var, real_sizes):
     except Exception:  # noqa: BLE001 - anything the replay cannot do: no example, the stand-in hint
         return None
     return int(value) if isinstance(value, (int, bool)) else None
+
+
+def example_tensor(tracer, var):
+    """The integer tensor `var` holds for the example inputs of this trace
+    (sizes as the trace has them), or None where replaying pure ops cannot
+    tell (see `example_int`)."""
+    if not tracer.examples:
+        return None
+    try:
+        with _without_function_modes(), torch._C.DisableTorchFunction(), torch.no_grad():
+            value = _Replay(tracer, False).value(var)
+    except Exception:  # noqa: BLE001 - anything the replay cannot do: no example
+        return None
+    if not isinstance(value, torch.Tensor) or value.dtype.is_floating_point or value.dtype.is_complex:
+        return None
+    return value
 
 
 def constant_value(tracer, var):
@@ -182,6 +198,8 @@ def _producer(var):
 
 def _pick(tree, result, index):
     """The part of `result` that the op's output tree names OutputRef(index)."""
+    if isinstance(tree, ReturnType):  # `torch.sort(x)`: values, indices
+        tree = tree.items
     if isinstance(tree, OutputRef):
         if tree.index == index:
             return result

@@ -307,8 +307,9 @@ def record(opdef, fn, args, kwargs):
     try:
         # Infer with the kernel the executor will run (`torch.equal` runs as
         # a bool tensor; see ops/torch_ops.py), not the Python-level callable.
-        meta = infer(opdef.kernel or fn, args_tree, kwargs_tree, refs.inputs, tr,
-                     factory=opdef.factory)
+        meta = opdef.infer(refs.inputs, args_tree, kwargs_tree, tr) if opdef.infer is not None else None
+        if meta is None:
+            meta = infer(opdef.kernel or fn, args_tree, kwargs_tree, refs.inputs, tr, factory=opdef.factory)
     except ConversionError as exc:
         if exc.filename is None:
             raise error_at_user_line(f"`{opdef.type}`: {exc.message}") from None

@@ -32,6 +32,7 @@ from torch.overrides import get_ignored_functions, get_overridable_functions
 from runtime.optable import FirstUse
 from runtime.optable import callable_key as _key
 
+from .packed_sequences import RULES as SHAPE_RULES
 from .registry import OpDef, is_registered, register
 
 NAMESPACES = (
@@ -187,7 +188,8 @@ def _add(type_name, name, fn, **flags):
     kernel = _bool_tensor(fn) if name in TO_BOOL_TENSOR else fn
     # Schemas are looked up for the ops a program uses, not for all at import.
     random = FirstUse(_is_random, name, fn)
-    register(OpDef(type_name, kernel=kernel, mutates=_is_inplace(name), random=random, **flags), fn)
+    register(OpDef(type_name, kernel=kernel, mutates=_is_inplace(name), random=random,
+                   infer=SHAPE_RULES.get(type_name), **flags), fn)
 
 
 OVERRIDABLE = {_key(f) for fs in get_overridable_functions().values() for f in fs}
@@ -198,8 +200,9 @@ PYTHON_LEVEL = (
     ("torch.nn.functional", "hardsigmoid hardswish sigmoid tanh upsample upsample_bilinear upsample_nearest"),
     ("torch.Tensor", "unflatten"),
     # Private native functions torch's own code calls (nn.utils.weight_norm;
-    # `_shape_as_tensor`, the sizes as a tensor, in fairseq's positional embeddings).
-    ("torch", "_weight_norm _shape_as_tensor"),
+    # `_shape_as_tensor`, the sizes as a tensor, in fairseq's positional
+    # embeddings; nn.utils.rnn's packed sequences, ops/packed_sequences.py).
+    ("torch", "_weight_norm _shape_as_tensor _pack_padded_sequence _pad_packed_sequence"),
 )
 # Tensor properties whose value is a tensor; the others (shape, dtype,
 # device, requires_grad, ...) are metadata.

@@ -9,6 +9,10 @@ about one op type:
   - `kernel`: the PyTorch callable that runs it;
   - `emit`: how the executor lowers it to Python (`emit(op, ctx)` returns
     `ast` statements); call-style ops share one emitter;
+  - `infer`: the outputs' shapes for a kernel whose output sizes depend on
+    its inputs' values (`infer(inputs, args, kwargs, tracer)`, returning
+    ops.infer.Meta, or None for the forms the stand-in run infers: see
+    ops/packed_sequences.py); None: the kernel runs on stand-in tensors;
   - `inputs`/`outputs`/`attrs`: the slot and attribute schema;
     `var_attrs`: the attributes that name variables (a name or a list of
     names: a cond's `true_outs`, a while's `loop_vars`), which passes
@@ -75,6 +79,7 @@ class OpDef:
     type: str
     kernel: Optional[Callable] = None
     emit: Optional[Callable] = None
+    infer: Optional[Callable] = None
     inputs: tuple = ("X",)
     outputs: tuple = ("Out",)
     attrs: tuple = ()
