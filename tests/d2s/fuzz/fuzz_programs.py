@@ -22,7 +22,8 @@ UnboundLocalError on a path that skips it) and read after it, `int()`/`float()` 
 `assert`s that hold and `raise`/`assert` checks that fail on some inputs,
 `zip`, a dict changed in place and a tuple rebuilt, `any`/`all`/`max`/`min`
 of tensors, `or` as a value, keyword arguments, attributes of a local object
-and items of containers in containers written in place, names first assigned
+and items of containers in containers written in place, items of a list of
+fixed length reassigned, names first assigned
 in a loop body and read after the loop, loop bodies that always raise.
 
 `generate(seed)` is deterministic: the same seed gives the same program on
@@ -56,6 +57,8 @@ STATE = {
     "ob": ("ob = Obj(x * 1.0)", "ob.v + ob.n"),  # attributes of a local object written in place
     "nest": ("nest = {'l': [x * 0.5, 0], 'd': {'w': x * 1.0}}",  # containers in containers
              "nest['l'][0] + nest['l'][1] + nest['d']['w']"),
+    # a list whose items are reassigned and whose length stays: carried item by item
+    "hs": ("hs = [x * 1.0, 0.5, [x * 0.0]]", "hs[0] + hs[1] + hs[2][0]"),
 }
 
 HELPERS = '''
@@ -150,6 +153,9 @@ CONTAINERS = ["dd['u'] = dd['u'] + a", "dd['c'] = dd['c'] + 1", "h = (h[1], h[0]
               "a = a + h[0] - dd['u']", "dd['u'] = torch.tanh(dd['u'] + h[1])"]
 LISTS = ["ys.append(a * {s})", "zs.append(b)", "a = a + torch.stack(ys).mean(0)", "k = k + len(zs)",
          "b = b + torch.cat(ys).view(-1, 3).sum(0) * {s}", "ws.append(a + b)", "k = k + len(ws) - len(zs)"]
+# Items of a list reassigned, its length kept (`hs[layer] = cell(x, hs[layer])`).
+FIXED_LISTS = ["hs[0] = hs[0] + a", "hs[1] = hs[1] * {s}", "hs[2][0] = torch.tanh(hs[2][0] + b)",
+               "b = b + hs[0] * {s} + hs[1]"]
 # Writes to an object's attributes and to items of containers in containers (no name rebound).
 # `ob = Obj(...)` rebinds the name to a new object: carried as its parts.
 OBJECTS = ["ob.v = ob.v + a", "ob.n = ob.n + 1", "ob.v = torch.tanh(ob.v) * {s}", "a = a + ob.v",
@@ -361,7 +367,7 @@ class _Generator:
         lists = LISTS  # (appended under a tensor `if` too: a tensor array)
         groups = [("assign", ASSIGNS, 5), ("python", PY_ASSIGNS, 3), ("ternary_tensor", TERNARY, 2),
                   ("list", lists, 2), ("grow", GROW, 1), ("call", CALLS, 1), ("container", CONTAINERS, 1),
-                  ("check", CHECKS, 1), ("object", OBJECTS, 2)]
+                  ("check", CHECKS, 1), ("object", OBJECTS, 2), ("fixed_list", FIXED_LISTS, 1)]
         if not self.grad:
             groups += [("aug", AUG, 2), ("inplace", INPLACE, 1), ("alias", ALIASES, 1)]
         if targets:
