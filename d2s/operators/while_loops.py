@@ -2,6 +2,8 @@
 op as soon as it is a graph tensor.
 """
 
+import dis
+import functools
 import weakref
 
 from ops import control_flow as cf
@@ -86,7 +88,7 @@ def convert_while(test, body, names, return_names=(), counter=None):
             tr.rollback(mark)
             st.restore(snapshot)
             effects.restore()
-            fixed = _fixed_lists(names, st.get(), arrays)
+            fixed = _fixed_lists(names, st.get(), arrays, body)
             if not fixed:
                 raise
             arrays |= fixed
@@ -146,14 +148,26 @@ def _lists_in(value):
     return []
 
 
-def _fixed_lists(names, start, arrays):
+def _fixed_lists(names, start, arrays, body):
     """The names whose lists a loop carries as their items, a leaf each,
     rather than as tensor arrays: a list whose length the body keeps
     (`hs[layer] = cell(x, hs[layer])`) keeps elements of any shape, dtype
     or kind, exactly as eager. Empty lists are appended to, so arrays; a
-    body that changes a list's length sends it to `arrays` (`_AsArrays`)."""
+    body that changes a list's length sends it to `arrays` (`_AsArrays`).
+    A body that stores no item anywhere (`ys.append(y)` only) makes no
+    such list: its lists are arrays at once, without a trace to find out."""
+    if not _stores_items(body.__code__):
+        return set()
     return {n for n, v in zip(names, start)
             if n not in arrays and (lists := _lists_in(v)) and all(lists)}
+
+
+@functools.lru_cache(maxsize=1024)
+def _stores_items(code):
+    """Whether `code` (or a function defined in it: a converted `if`'s
+    branches) stores or deletes an item (`a[i] = v`, `del a[i]`)."""
+    return any(i.opname in ("STORE_SUBSCR", "DELETE_SUBSCR", "STORE_SLICE") for i in dis.get_instructions(code)) \
+        or any(_stores_items(c) for c in code.co_consts if hasattr(c, "co_code"))
 
 
 def _graph_loop(test, body, names, return_names, st, effects, slots, deep=frozenset(), arrays=frozenset()):
@@ -161,7 +175,7 @@ def _graph_loop(test, body, names, return_names, st, effects, slots, deep=frozen
     ``slots`` of ``effects`` (see ``effects.py``), each as its leaves;
     lists as their items except those of the names in ``arrays``."""
     start = st.get()
-    fixed = _fixed_lists(names, start, arrays)
+    fixed = _fixed_lists(names, start, arrays, body)
     carried = _Carried(names, start, effects, slots, deep, fixed)
     leaf_names = carried.leaf_names()
     # (Lists carried as items are refilled: the same list, which other names see.)
