@@ -22,7 +22,7 @@ import torch
 from runtime.attrs import InputRef, OutputRef, ReturnType
 from runtime.errors import ConversionError
 from runtime.ir import SCALAR, TENSOR, Variable
-from runtime.optable import writing_variant
+from runtime.optable import WRITES, writing_variant
 from runtime import run_modes
 
 from . import tracer, wrapped_numbers
@@ -345,7 +345,8 @@ def record(opdef, fn, args, kwargs):
             attrs["autocast"] = changes
     block.append_op(opdef.type, inputs={"X": refs.inputs}, outputs={"Out": outs}, attrs=attrs,
                     origin=user_origin())
-    if opdef.mutates and isinstance(meta, Meta) and opdef.type.rpartition(".")[2] in _NEW_SIZES_IN_PLACE:
+    if opdef.mutates and isinstance(meta, Meta) and (
+            opdef.type.rpartition(".")[2] in _NEW_SIZES_IN_PLACE or _new_sizes(refs.inputs[0], meta)):
         _follow_new_sizes(opdef, refs.inputs[0], meta, block)
     # Checks of what inference assumed about run-time sizes; after the op,
     # so an input that breaks the op's own preconditions gets the op's error.
@@ -388,7 +389,17 @@ def _results(opdef, meta, block, refs):
 
 
 # In-place ops that may give their tensor new sizes or strides.
-_NEW_SIZES_IN_PLACE = {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_"}
+_NEW_SIZES_IN_PLACE = {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_",
+                       "resize_", "resize_as_"}
+
+
+def _new_sizes(var, meta):
+    """Whether any other op writing `var` gave it other sizes: a kernel
+    resizes an `out=` tensor of another shape (`torch.mul(a, 2, out=t)`
+    of an empty `t`). Known ranks and static sizes only (a run-time size's
+    text may differ from the same size's)."""
+    return var.kind == TENSOR and (len(var.dims) != len(meta.shape) or any(
+        type(a) is int and type(b) is int and a != b for a, b in zip(var.dims, meta.shape)))
 
 
 def _same_tensor(x):
@@ -418,11 +429,14 @@ def _follow_new_sizes(opdef, var, meta, block):
         return
     method = opdef.type.rpartition(".")[2]
     if var.block is not block or var.persistable or var.is_data or var.kind != TENSOR:
+        fix = (f"use the out-of-place form and assign it: `y = y.{method[:-1]}(...)`" if method.endswith("_")
+               else f"assign the result (`y = {opdef.type.rstrip(WRITES)}(...)`) instead of writing it into a "
+                    "tensor of another shape")
         raise error_at_user_line(
-            f"`{method}` changes the sizes or strides of {user_name(var)} in place "
+            f"`{method.rstrip(WRITES)}` changes the sizes or strides of {user_name(var)} in place "
             f"({var.dtype_name}[{', '.join(map(str, var.dims))}] -> [{', '.join(map(str, meta.shape))}]), "
             f"which d2s follows only for a tensor made in the same branch or loop body (not an input or "
-            f"module state); use the out-of-place form and assign it: `y = y.{method[:-1]}(...)`")
+            f"module state); {fix}")
     tr = tracer.current()
     before = object.__new__(Variable)  # not copy.copy: Variables refuse pickling protocols
     before.__dict__.update(var.__dict__)

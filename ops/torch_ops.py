@@ -56,7 +56,7 @@ DENYLIST = (
     ("torch.Tensor", "register_hook register_post_accumulate_grad_hook retain_grad backward "
                      "record_stream share_memory_ pin_memory", "hooks, autograd and process state"),
     ("torch.Tensor", "data_ptr const_data_ptr storage untyped_storage storage_type set_ is_set_to "
-                     "is_shared is_pinned resize_ resize_as_ __dlpack__ __dlpack_device__ "
+                     "is_shared is_pinned __dlpack__ __dlpack_device__ "
                      "__setstate__ apply_ map_ map2_ module_load", "storage and pointer access"),
     ("torch.Tensor", "item tolist numpy __array__ __array_wrap__ __bool__ __nonzero__ __int__ "
                      "__long__ __float__ __complex__ __index__ __format__ __repr__ __reduce_ex__ "

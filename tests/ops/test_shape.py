@@ -124,6 +124,24 @@ def _in_a_loop(x, n):
     return acc
 
 
+def _resized(x):
+    x = x.detach()  # (eager resizes no tensor that requires grad)
+    y = x * 2
+    y.resize_(3, 2)  # the same elements, new sizes
+    z = x.new_empty(0)
+    z.resize_as_(x).copy_(x)  # grown, then filled
+    return y.shape[0], y + 1, z * 3
+
+
+def _written_by_out(x):
+    x = x.detach()  # (an `out=` call takes no tensor that requires grad)
+    t = x.new_empty(0)
+    torch.mul(x, 2, out=t)  # the kernel resizes `t` to the result's shape
+    c = x.new_zeros(1)
+    torch.cumsum(x, 1, out=c)
+    return t.shape[0], len(c), t + c
+
+
 def _same(a, b):
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
@@ -136,6 +154,8 @@ def _same(a, b):
     (_unsqueeze_then_transpose, [(torch.randn(2, 3),)], None),
     (_t_of_a_square_slice, [(torch.randn(2, 3),)], None),
     (_squeeze_chain, [(torch.randn(2, 3),)], None),
+    (_resized, [(torch.randn(2, 3),)], None),
+    (_written_by_out, [(torch.randn(2, 3),)], None),
     (_in_a_branch, [(torch.ones(2, 3),), (-torch.ones(2, 3),)], "cond"),
     (_in_a_loop, [(torch.randn(2, 3), torch.tensor(0)), (torch.randn(2, 3), torch.tensor(3))], "while")])
 @pytest.mark.parametrize("optimize", ["default", "fast"])
@@ -190,7 +210,12 @@ def _from_outside_the_branch(x):
     return y
 
 
-@pytest.mark.parametrize("fn", [_on_an_input, _from_outside_the_branch])
+def _out_of_another_shape(x):
+    torch.mul(x.sum(0), 2, out=x)  # resizes the input
+    return x
+
+
+@pytest.mark.parametrize("fn", [_on_an_input, _from_outside_the_branch, _out_of_another_shape])
 def test_in_place_size_changes_it_cannot_follow_are_refused_at_the_line(fn):
     with pytest.raises(ConversionError, match="changes the sizes or strides of") as info:
         d2s.declarative(fn)(torch.ones(2, 3))
