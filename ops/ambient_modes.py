@@ -30,6 +30,7 @@ import sys
 import torch
 
 from runtime.errors import DecisionFailed
+from runtime.ir import Variable
 
 from .registry import OpDef, register
 from .trace_patches import WhileTracing
@@ -64,6 +65,31 @@ def is_grad_enabled():
             "torch.is_grad_enabled() is read inside a block where this function turns gradients on, in a "
             "call made without gradients: d2s traces with gradients on and cannot tell which mode eager "
             "would see here; call it with gradients on, or read the mode before turning it on")
+    return False
+
+
+def requires_grad(var):
+    """`t.requires_grad` of a program variable, read by the user's code
+    while tracing: where the caller records no gradients, eager's answer
+    for a tensor an op made is False, though the trace (with autograd on)
+    marks it as requiring grad; reading it makes the program one of the
+    caller's mode (the `check_modes` op), as reading the mode itself does.
+    Inputs, module state and leaves flagged to require grad
+    (`requires_grad_()`, `requires_grad=True`) keep their flags in every mode."""
+    flag = not var.stop_gradient
+    tracer = _tracing() if _tracing is not None else None
+    if not flag or var.persistable or var.is_data or var.grad_leaf or tracer is None \
+            or tracer.caller_modes is None or not _from_user(2):
+        return flag
+    caller = tracer.caller_modes[0]
+    tracer.modes_read["grad"] = caller
+    if caller:
+        return True
+    if tracer.user_enabled_grad:
+        raise error_at_user_line(
+            "`.requires_grad` of a tensor is read in a call made without gradients, where this function "
+            "turns gradients on: d2s traces with gradients on and cannot tell what eager would see here; "
+            "call it with gradients on, or read the flag outside the block that turns them on")
     return False
 
 
@@ -133,3 +159,6 @@ def answer_caller_modes(tracing):
     _tracing = tracing
     with _patches.held():
         yield
+
+
+Variable._requires_grad_hook = staticmethod(requires_grad)

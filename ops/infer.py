@@ -32,12 +32,15 @@ class Meta:
     """The inferred type of one tensor output (`shape` holds ints and the
     texts of symbolic dimensions)."""
 
-    __slots__ = ("shape", "dtype", "strides")
+    __slots__ = ("shape", "dtype", "strides", "requires_grad", "grad_leaf")
 
     def __init__(self, shape, dtype, strides=None):
         self.shape = tuple(shape)
         self.dtype = dtype
         self.strides = strides  # the meta kernel's strides, when every run agrees (`x.stride()`)
+        # What autograd said of the meta kernel's result (`note_requires_grad`); None: not asked.
+        self.requires_grad = None
+        self.grad_leaf = False  # a leaf requiring grad (`requires_grad=True`, `requires_grad_()`)
 
 
 def _meta_input(v):
@@ -99,15 +102,68 @@ def _int_like(v):
         and not v.dtype.is_complex
 
 
-def infer(fn, args, kwargs, inputs, tracer, factory=False):
+def infer(fn, args, kwargs, inputs, tracer, factory=False, autograd=False):
     """The result structure of `fn(*args, **kwargs)` with tensors replaced by
     `Meta` (SymInts stay SymInts). `args`/`kwargs` hold InputRef(i) for
-    `inputs[i]`."""
+    `inputs[i]`. `autograd`: `fn` is torch's own function, whose meta run
+    can also tell whether each result requires grad (`note_requires_grad`)."""
     # Warnings are the real kernel's to give when the program runs; here
     # they would be about stand-in sizes (an `out=` resized from a symbol).
     with dynamo_free(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _infer(fn, args, kwargs, inputs, tracer, factory)
+        result = _infer(fn, args, kwargs, inputs, tracer, factory)
+        if autograd:
+            note_requires_grad(result, fn, args, kwargs, inputs, factory)
+        return result
+
+
+def note_requires_grad(result, fn, args, kwargs, inputs, factory):
+    """Set `requires_grad` on the Metas of `result` to what eager's autograd
+    gives the kernel's results: an input requiring grad stands in as a meta
+    tensor requiring grad (a leaf where eager has one: an input or module
+    state; else made by an op), and the kernel runs on them under the
+    caller's grad mode. `x.detach()`, `torch.zeros_like(x)`, `x.new_ones(2)`
+    and `x.data` require no grad; `t.copy_(x)` and `requires_grad=True` do.
+    Where that run cannot be made (run-time sizes, a kernel refusing the
+    stand-ins), the Metas keep None and the caller's rule applies."""
+    if not torch.is_grad_enabled() or any(_is_symbolic(v) for v in inputs) or \
+            run_modes.full_autocast_state() != run_modes.OFF:
+        return
+    try:
+        with torch._C.DisableTorchFunction():
+            values = [_grad_input(v) for v in inputs]
+            flags = _grad_flags(_call(fn, args, kwargs, values, factory, "meta"))
+    except Exception:  # noqa: BLE001 - the kernel's own complaint is the plain run's, when it runs
+        return
+    _set_grad_flags(result, flags)
+
+
+def _grad_input(v):
+    t = _meta_input(v) if isinstance(v, Variable) and v.kind == "tensor" else None
+    if t is None:
+        raise TypeError("only tensor inputs")
+    if not v.stop_gradient and (v.dtype.is_floating_point or v.dtype.is_complex):
+        t.requires_grad_()
+        if not (v.persistable or v.is_data):
+            t = t.clone()  # made by an op: not a leaf, as eagerly (in-place ops allowed)
+    return t
+
+
+def _grad_flags(result):
+    if isinstance(result, torch.Tensor):
+        return result.requires_grad, result.requires_grad and result.is_leaf
+    if isinstance(result, (list, tuple)):
+        return [_grad_flags(r) for r in result]
+    return None
+
+
+def _set_grad_flags(meta, flags):
+    if isinstance(meta, Meta):
+        if isinstance(flags, tuple):
+            meta.requires_grad, meta.grad_leaf = flags
+    elif isinstance(meta, (list, tuple)) and isinstance(flags, list) and len(flags) == len(meta):
+        for m, f in zip(meta, flags):
+            _set_grad_flags(m, f)
 
 
 def _infer(fn, args, kwargs, inputs, tracer, factory):

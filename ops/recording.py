@@ -142,10 +142,14 @@ def _stop_gradient(inputs):
 def _build_outputs(meta, block, opdef, inputs, outs, stop_gradient):
     """The user-facing result and the attr tree with OutputRef leaves."""
     if isinstance(meta, Meta):
+        if meta.requires_grad is not None:  # autograd's own answer (infer.note_requires_grad)
+            stop_gradient = not meta.requires_grad
         var = block.create_var(name=block.program.unique_name("tmp"), shape=meta.shape,
                                dtype=meta.dtype, stop_gradient=stop_gradient
                                or not (meta.dtype.is_floating_point or meta.dtype.is_complex))
         var.strides = meta.strides
+        if meta.grad_leaf:
+            var.grad_leaf = True
         outs.append(var)
         return var, OutputRef(len(outs) - 1)
     if isinstance(meta, (torch.SymInt, torch.SymBool, torch.SymFloat)):
@@ -309,7 +313,9 @@ def record(opdef, fn, args, kwargs):
         # a bool tensor; see ops/torch_ops.py), not the Python-level callable.
         meta = opdef.infer(refs.inputs, args_tree, kwargs_tree, tr) if opdef.infer is not None else None
         if meta is None:
-            meta = infer(opdef.kernel or fn, args_tree, kwargs_tree, refs.inputs, tr, factory=opdef.factory)
+            # Whether results require grad is autograd's to say, for torch's own kernels.
+            meta = infer(opdef.kernel or fn, args_tree, kwargs_tree, refs.inputs, tr, factory=opdef.factory,
+                         autograd=_grad_enabled() and opdef.kernel in (None, fn))
     except ConversionError as exc:
         if exc.filename is None:
             raise error_at_user_line(f"`{opdef.type}`: {exc.message}") from None
@@ -374,6 +380,13 @@ def _results(opdef, meta, block, refs):
         # An in-place op writes its first input; `out` names it so the
         # executor knows the op's result is that same tensor.
         returns_tensor = isinstance(meta, Meta)
+        written = refs.inputs[0]
+        if returns_tensor and meta.requires_grad is not None and written.stop_gradient == meta.requires_grad:
+            # `y.detach_()`, `t.copy_(x)`, `t.requires_grad_()`: autograd's new answer for the
+            # tensor (logged: a rolled-back trial trace puts it back).
+            tracer.current().log_write(written.__dict__, "stop_gradient")
+            tracer.current().log_write(written.__dict__, "grad_leaf")
+            written.stop_gradient, written.grad_leaf = not meta.requires_grad, meta.grad_leaf
         return (refs.inputs[0] if returns_tensor else None), [refs.inputs[0]], (
             OutputRef(0) if returns_tensor else None)
     outs = []

@@ -103,6 +103,7 @@ class Variable:
     # Filled by `ops.capture`: handlers for torch functions and tensor methods.
     _torch_function_hook = None
     _method_hook = None
+    _requires_grad_hook = None
 
     # Facts tracing records on a Variable, with their defaults. Declared here
     # so that reading one never reaches `__getattr__` (which looks up tensor
@@ -113,6 +114,7 @@ class Variable:
     number_or_tensor = None  # the user's name, when eager has it as a number on some paths, a tensor on others
     elem_known = True  # tensor arrays: False while no path has given it an element (shape and dtype unknown)
     strides = None  # the strides eager gives this value (ops/infer.py), when tracing knows them
+    grad_leaf = False  # a leaf flagged to require grad (`requires_grad_()`): so even without gradients
     # As torch.Tensor's. NumPy operands of Python operators reach the
     # Variable's `__array_ufunc__` (below), which calls the tensor operator
     # (`np.float64(2.0) * x` is `x.__rmul__(np.float64(2.0))`), as eager does.
@@ -171,6 +173,10 @@ class Variable:
 
     @property
     def requires_grad(self):
+        # While tracing, the caller's mode decides it for values ops made
+        # (ops/ambient_modes.py `requires_grad`, installed by ops).
+        if Variable._requires_grad_hook is not None:
+            return Variable._requires_grad_hook(self)
         return not self.stop_gradient
 
     @requires_grad.setter
