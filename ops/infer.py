@@ -121,8 +121,9 @@ def note_requires_grad(result, fn, args, kwargs, inputs, factory):
     """Set `requires_grad` on the Metas of `result` to what eager's autograd
     gives the kernel's results: an input requiring grad stands in as a meta
     tensor requiring grad (a leaf where eager has one: an input or module
-    state; else made by an op), and the kernel runs on them under the
-    caller's grad mode. `x.detach()`, `torch.zeros_like(x)`, `x.new_ones(2)`
+    state; else made by an op), and the kernel runs on them in the trace's
+    grad mode (a read of the flag answers for the caller's:
+    ops/ambient_modes.py `requires_grad`). `x.detach()`, `torch.zeros_like(x)`, `x.new_ones(2)`
     and `x.data` require no grad; `t.copy_(x)` and `requires_grad=True` do.
     Where that run cannot be made (run-time sizes, a kernel refusing the
     stand-ins), the Metas keep None and the caller's rule applies."""

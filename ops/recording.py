@@ -381,9 +381,11 @@ def _results(opdef, meta, block, refs):
         # executor knows the op's result is that same tensor.
         returns_tensor = isinstance(meta, Meta)
         written = refs.inputs[0]
-        if returns_tensor and meta.requires_grad is not None and written.stop_gradient == meta.requires_grad:
+        if returns_tensor and meta.requires_grad is not None and written.stop_gradient == meta.requires_grad \
+                and written.block is block:
             # `y.detach_()`, `t.copy_(x)`, `t.requires_grad_()`: autograd's new answer for the
-            # tensor (logged: a rolled-back trial trace puts it back).
+            # tensor (logged: a rolled-back trial trace puts it back). Not for a tensor from
+            # outside this branch or loop body, which other paths leave as it was.
             tracer.current().log_write(written.__dict__, "stop_gradient")
             tracer.current().log_write(written.__dict__, "grad_leaf")
             written.stop_gradient, written.grad_leaf = not meta.requires_grad, meta.grad_leaf

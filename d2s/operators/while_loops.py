@@ -61,6 +61,7 @@ def convert_while(test, body, names, return_names=(), counter=None):
     # Names of the lists carried as tensor arrays (the others as their items).
     arrays = set(_ARRAYS.get(tr, {}).get(body.__code__, ()))
     while True:
+        fixed = _fixed_lists(names, st.get(), arrays, body)  # (what this trace carries as items)
         try:
             result = _graph_loop(test, body, names, return_names, st, effects, slots, deep, arrays)
             remember_slots(body.__code__, slots)
@@ -85,10 +86,6 @@ def convert_while(test, body, names, return_names=(), counter=None):
             # (`ys[i]` with a tensor `i`): trace it again with every list an
             # array, as before lists of fixed length were carried as items;
             # that trace raises what cannot be staged either way.
-            tr.rollback(mark)
-            st.restore(snapshot)
-            effects.restore()
-            fixed = _fixed_lists(names, st.get(), arrays, body)
             if not fixed:
                 raise
             arrays |= fixed
