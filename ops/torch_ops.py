@@ -301,6 +301,8 @@ def _register_python_level():
     for fn, opdef in RNG_STATE_OPS.items():
         register(opdef, fn)
     register(OpDef("torch._grouped_mm", kernel=_grouped_mm), torch._grouped_mm)
+    # nn.utils.rnn.pad_sequence's native function (its sizes follow its inputs' sizes).
+    register(OpDef("torch._C._nn.pad_sequence", kernel=torch._C._nn.pad_sequence), torch._C._nn.pad_sequence)
     setter = _lookup("torch.Tensor", "data").__set__
     register(OpDef("torch.Tensor.data.__set__", kernel=_set_data, mutates=True), setter)
     for prefix, names in PYTHON_LEVEL:

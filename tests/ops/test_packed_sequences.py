@@ -15,7 +15,7 @@ import copy
 import pytest
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import pack_padded_sequence, pack_sequence, pad_packed_sequence, pad_sequence
 
 import d2s
 from runtime.errors import DecisionFailed
@@ -111,3 +111,26 @@ def test_another_batch_converts_again():
                            (torch.randn(3, 5, 4), [3, 5, 1])):
             lengths = torch.tensor(lengths)
             assert all(torch.equal(a, b) for a, b in zip(model(x, lengths), eager(x, lengths)))
+
+
+def padded_and_packed(a, b, c):
+    padded = pad_sequence([a, b, c], batch_first=True, padding_value=-1.0)
+    packed = pack_sequence([a, b, c], enforce_sorted=False)
+    out, _ = pad_packed_sequence(packed, batch_first=True)
+    return padded, out
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_pad_sequence_and_pack_sequence(dynamic):
+    spec = [d2s.InputSpec([None, 2])] * 3 if dynamic else None
+    static = d2s.declarative(padded_and_packed, input_spec=spec)
+    for lengths in ((3, 5, 1), (2, 2, 4)):
+        args = [torch.randn(n, 2, requires_grad=True) for n in lengths]
+        want, got = padded_and_packed(*args), static(*args)
+        assert all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(want, got))
+        weights = [torch.randn(t.shape) for t in want]
+        expected = torch.autograd.grad(sum((t * w).sum() for t, w in zip(want, weights)), args)
+        grads = torch.autograd.grad(sum((t * w).sum() for t, w in zip(got, weights)), args)
+        assert all(torch.equal(g, e) for g, e in zip(grads, expected))
+    # (Run-time lengths: which sequence is the longest is a size decision of its own.)
+    assert len(static.program_cache) <= 2
