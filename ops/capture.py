@@ -321,6 +321,10 @@ def _number_to_int(var, name, ndigits):
     return out
 
 
+# When a Python list is a tensor array (d2s/operators/while_loops.py `_fixed_lists`).
+_ARRAY_WHY = "(a list whose length a tensor loop or `if` changes, or that one indexes by a tensor)"
+
+
 def _integer_scalar(var):
     return var.kind == "tensor" and all(d == 1 for d in var.dims) and not (
         var.dtype.is_floating_point or var.dtype.is_complex or var.dtype == torch.bool)
@@ -392,12 +396,12 @@ def _method(var, name):
                         isinstance(i, Variable) and i.shape == () and not i.dtype.is_floating_point
                         and not i.dtype.is_complex and i.dtype != torch.bool)):
                     raise error_at_user_line(
-                        f"{user_name(var, 'list')} is a tensor array (a list that a tensor loop or `if` changes): "
+                        f"{user_name(var, 'list')} is a tensor array {_ARRAY_WHY}: "
                         "it can be indexed by an int only, not by a slice or other value")
                 return framework.array_read(var, i)
             return read
         raise error_at_user_line(
-            f"{user_name(var, 'list')} is a tensor array (a list that a tensor loop or `if` changes): it has no "
+            f"{user_name(var, 'list')} is a tensor array {_ARRAY_WHY}: it has no "
             f"method `{name}`; it supports append, len(), indexing by an int, `for` loops, torch.stack and torch.cat")
     attr = getattr(torch.Tensor, name, None)
     if attr is None:

@@ -52,33 +52,32 @@ def example_int(tracer, var, real_sizes=False):
     return _example(tracer, var, False) if value is None else value
 
 
-def _example(tracer, var, real_sizes):
+def _replayed(tracer, var, real_sizes, most=MAX_ELEMENTS):
+    """The Python ints of the integer tensor (or the number) `var` holds for
+    the example inputs, or None where the replay cannot tell or they are
+    more than `most`."""
     try:
         with _without_function_modes(), torch._C.DisableTorchFunction(), torch.no_grad():
             value = _Replay(tracer, real_sizes).value(var)
             if isinstance(value, torch.Tensor):
-                if value.numel() != 1 or value.dtype.is_floating_point or value.dtype.is_complex:
+                if value.dtype.is_floating_point or value.dtype.is_complex or value.numel() > most:
                     return None
-                value = value.item()
+                return value.reshape(-1).tolist()
     except Exception:  # noqa: BLE001 - anything the replay cannot do: no example, the stand-in hint
         return None
-    return int(value) if isinstance(value, (int, bool)) else None
+    return [value] if isinstance(value, (int, bool)) else None
 
 
-def example_tensor(tracer, var):
-    """The integer tensor `var` holds for the example inputs of this trace
-    (sizes as the trace has them), or None where replaying pure ops cannot
-    tell (see `example_int`)."""
-    if not tracer.examples:
-        return None
-    try:
-        with _without_function_modes(), torch._C.DisableTorchFunction(), torch.no_grad():
-            value = _Replay(tracer, False).value(var)
-    except Exception:  # noqa: BLE001 - anything the replay cannot do: no example
-        return None
-    if not isinstance(value, torch.Tensor) or value.dtype.is_floating_point or value.dtype.is_complex:
-        return None
-    return value
+def _example(tracer, var, real_sizes):
+    values = _replayed(tracer, var, real_sizes, most=1)
+    return int(values[0]) if values is not None and len(values) == 1 else None
+
+
+def example_ints(tracer, var):
+    """The Python ints the integer tensor `var` holds for the example inputs
+    of this trace, flattened (sizes as the trace has them), or None where
+    replaying pure ops cannot tell (see `example_int`)."""
+    return _replayed(tracer, var, False) if tracer.examples else None
 
 
 def constant_value(tracer, var):

@@ -127,9 +127,9 @@ def note_requires_grad(result, fn, args, kwargs, inputs, factory):
     and `x.data` require no grad; `t.copy_(x)` and `requires_grad=True` do.
     Where that run cannot be made (run-time sizes, a kernel refusing the
     stand-ins), the Metas keep None and the caller's rule applies."""
-    if not torch.is_grad_enabled() or any(_is_symbolic(v) for v in inputs) or \
-            run_modes.full_autocast_state() != run_modes.OFF:
-        return
+    if not torch.is_grad_enabled() or run_modes.full_autocast_state() != run_modes.OFF or not all(
+            isinstance(v, Variable) and v.kind == "tensor" and not _is_symbolic(v) for v in inputs):
+        return  # (a generator feed, a tensor array, a run-time size: the caller's rule)
     try:
         with torch._C.DisableTorchFunction():
             values = [_grad_input(v) for v in inputs]
@@ -140,9 +140,7 @@ def note_requires_grad(result, fn, args, kwargs, inputs, factory):
 
 
 def _grad_input(v):
-    t = _meta_input(v) if isinstance(v, Variable) and v.kind == "tensor" else None
-    if t is None:
-        raise TypeError("only tensor inputs")
+    t = _meta_input(v)
     if not v.stop_gradient and (v.dtype.is_floating_point or v.dtype.is_complex):
         t.requires_grad_()
         if not (v.persistable or v.is_data):

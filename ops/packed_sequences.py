@@ -23,33 +23,23 @@ import torch
 from runtime.attrs import InputRef
 from runtime.ir import Variable
 
-from .examples import example_tensor
-from .infer import Meta
+from .examples import example_ints
+from .infer import Meta, substitute
 
 
-def _pack_padded_sequence(input, lengths, batch_first):  # noqa: A002 - torch's own argument names
-    pass
+def _signature(names):
+    """The kernel's arguments, by torch's names, for binding a call's."""
+    return inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names.split()])
 
 
-def _pad_packed_sequence(data, batch_sizes, batch_first, padding_value, total_length):
-    pass
+_PACK = _signature("input lengths batch_first")
+_PAD = _signature("data batch_sizes batch_first padding_value total_length")
+_PACKED_RNN = _signature("data batch_sizes hx params has_biases num_layers dropout train bidirectional")
 
 
-def _packed_rnn(data, batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional):
-    pass
-
-
-def _bind(signature_of, inputs, args, kwargs):
+def _bind(signature, inputs, args, kwargs):
     """{argument: value}, Variables in place of their InputRefs."""
-    bound = inspect.signature(signature_of).bind(*args, **kwargs).arguments
-
-    def value(v):
-        if isinstance(v, InputRef):
-            return inputs[v.index]
-        if isinstance(v, (list, tuple)):
-            return type(v)(value(x) for x in v)
-        return v
-    return {k: value(v) for k, v in bound.items()}
+    return signature.bind(*substitute(args, inputs), **substitute(kwargs, inputs)).arguments
 
 
 def _size(tracer, hint, label):
@@ -59,37 +49,37 @@ def _size(tracer, hint, label):
 
 
 def _example(tracer, var):
-    return example_tensor(tracer, var) if isinstance(var, Variable) else None
+    """The example call's ints of the integer tensor `var`, if known and not empty."""
+    values = example_ints(tracer, var) if isinstance(var, Variable) else None
+    return values or None
 
 
 def pack_padded_sequence(inputs, args, kwargs, tracer):
     """`(data, batch_sizes)`: `data` [sum(lengths), *features], `batch_sizes`
     [max(lengths)] int64."""
-    a = _bind(_pack_padded_sequence, inputs, args, kwargs)
+    a = _bind(_PACK, inputs, args, kwargs)
     x, lengths = a["input"], a["lengths"]
     steps, batch = (x.dims[1], x.dims[0]) if a["batch_first"] else (x.dims[0], x.dims[1])
-    example = _example(tracer, lengths)
-    hint_total = int(example.sum()) if example is not None and example.numel() else \
-        tracer.shapes.hint(steps) * tracer.shapes.hint(batch)
-    hint_steps = int(example.max()) if example is not None and example.numel() else tracer.shapes.hint(steps)
-    return (Meta((_size(tracer, hint_total, "sum(lengths)"), *x.dims[2:]), x.dtype),
-            Meta((_size(tracer, hint_steps, "max(lengths)"),), torch.int64))
+    example, hint = _example(tracer, lengths), tracer.shapes.hint
+    total, longest = (sum(example), max(example)) if example is not None else \
+        (hint(steps) * hint(batch), hint(steps))
+    return (Meta((_size(tracer, total, "sum(lengths)"), *x.dims[2:]), x.dtype),
+            Meta((_size(tracer, longest, "max(lengths)"),), torch.int64))
 
 
 def pad_packed_sequence(inputs, args, kwargs, tracer):
     """`(padded, lengths)`: `padded` [total_length, batch, *features] (batch
     first: [batch, total_length, ...]) where batch is `batch_sizes[0]`;
     `lengths` [batch] int64."""
-    a = _bind(_pad_packed_sequence, inputs, args, kwargs)
+    a = _bind(_PAD, inputs, args, kwargs)
     data, total = a["data"], a["total_length"]
     example = _example(tracer, a["batch_sizes"])
-    batch = _size(tracer, int(example[0]) if example is not None and example.numel() else 8, "batch_sizes[0]")
+    batch = _size(tracer, example[0] if example is not None else 8, "batch_sizes[0]")
     scalar = tracer.shapes.scalars.get(id(total)) if isinstance(total, Variable) else None
     if scalar is not None:  # `batch_sizes.size(0)`, pad_packed_sequence's default: that size
         total = tracer.shapes.text(scalar)
     elif isinstance(total, Variable):
-        known = tracer.example_int(total, None)
-        total = _size(tracer, known if known is not None else 8, "total_length")
+        total = _size(tracer, tracer.example_int(total, 8), "total_length")
     elif not isinstance(total, int) or total <= 0:
         return None  # the kernel's own form of the length (its error, when it has one)
     padded = (batch, total) if a["batch_first"] else (total, batch)
@@ -103,15 +93,14 @@ def packed_rnn(inputs, args, kwargs, tracer):
     second = inputs[args[1].index] if len(args) > 1 and isinstance(args[1], InputRef) else None
     if second is None or second.kind != "tensor" or second.dtype != torch.int64 or len(second.dims) != 1:
         return None  # the padded form, `(input, hx, params, ...)`: hx is floating point
-    a = _bind(_packed_rnn, inputs, args, kwargs)
+    a = _bind(_PACKED_RNN, inputs, args, kwargs)
     data, hx = a["data"], a["hx"]
     hidden = list(hx) if isinstance(hx, (list, tuple)) else [hx]
-    directions = 2 if a["bidirectional"] else 1
-    h = hidden[0]
-    out_size = h.dims[2] * directions if isinstance(h.dims[2], int) else None
-    if out_size is None:
+    features = hidden[0].dims[2]  # h's last size (proj_size where an LSTM has one)
+    if not isinstance(features, int):
         return None
-    return (Meta((data.dims[0], out_size), data.dtype), *(Meta(v.dims, v.dtype) for v in hidden))
+    features *= 2 if a["bidirectional"] else 1
+    return (Meta((data.dims[0], features), data.dtype), *(Meta(v.dims, v.dtype) for v in hidden))
 
 
 RULES = {
