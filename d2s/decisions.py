@@ -39,12 +39,7 @@ from runtime.effects import draws, var_attr_names, written_in_place
 from runtime.errors import DecisionFailed
 from runtime.ir import GENERATOR
 from runtime.optable import get_op_def, is_registered
-from runtime.passes import hoist_constants, inplace
-
-# Ops whose result is always a new tensor of its own (never an input or a
-# view of one): an in-place write into it changes nothing a caller holds.
-_FRESH = hoist_constants.FRESH | inplace.FRESH | {"torch.clone", "torch.Tensor.clone"} | {
-    f"torch.{n}_like" for n in ("zeros", "ones", "empty", "full")}
+from runtime.aten import returns_new
 
 
 class Group:
@@ -225,12 +220,13 @@ def _temporary(program, name, seen=None):
 
 def _fresh(op):
     """An op whose result is a tensor of its own, whatever its inputs: a
-    new result (`_FRESH`) or a factory, which reads sizes only (`torch.zeros`
+    new result (runtime/aten.py `returns_new`: an in-place write into it
+    changes nothing a caller holds) or a factory, which reads sizes only (`torch.zeros`
     at a run-time size; not `as_tensor` or a sparse constructor, which may
     hand on the tensors they are given)."""
     if op.sub_blocks() or "out" in (op.attrs.get("kwargs") or {}):
         return False
-    if op.type in _FRESH or not op.input_names:
+    if not op.input_names or is_registered(op.type) and returns_new(get_op_def(op.type)):
         return True
     name = op.type.rsplit(".", 1)[-1]
     return (is_registered(op.type) and get_op_def(op.type).factory and name != "as_tensor"

@@ -32,6 +32,7 @@ from torch.overrides import get_ignored_functions, get_overridable_functions
 from runtime.optable import FirstUse
 from runtime.optable import callable_key as _key
 
+from .aten_names import aten_call
 from .packed_sequences import RULES as SHAPE_RULES
 from .registry import OpDef, is_registered, register
 
@@ -188,8 +189,10 @@ def _add(type_name, name, fn, **flags):
     kernel = _bool_tensor(fn) if name in TO_BOOL_TENSOR else fn
     # Schemas are looked up for the ops a program uses, not for all at import.
     random = FirstUse(_is_random, name, fn)
+    # A kernel that is not the callable (a bool made a tensor) is no ATen call.
+    aten, wrapper = aten_call(type_name, fn) if kernel is fn else (None, None)
     register(OpDef(type_name, kernel=kernel, mutates=_is_inplace(name), random=random,
-                   infer=SHAPE_RULES.get(type_name), **flags), fn)
+                   infer=SHAPE_RULES.get(type_name), aten=aten, wrapper=wrapper, **flags), fn)
 
 
 OVERRIDABLE = {_key(f) for fs in get_overridable_functions().values() for f in fs}

@@ -195,7 +195,7 @@ class Lowering:
             return self.cond(graph, block, op)
         if op.type == "while":
             return self.loop(graph, block, op)
-        lower = self.lowerings.get(op.type)
+        lower = self.lowerings.get(get_op_def(op.type).canonical)
         if lower is None:
             raise op_error(op, "no ONNX lowering for this op on tensor arrays (runtime/onnx_ops.py lists "
                            "the ones that have one)")

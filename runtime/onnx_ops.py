@@ -11,22 +11,25 @@ list that a loop grows, so torch.onnx has no sequence values to give.
     array_append              SequenceInsert (the array variable is rebound)
     array_length              SequenceLength
     array_read                SequenceAt
-    torch.stack / torch.cat   ConcatFromSequence (new_axis 1 / 0)
+    stack / cat               ConcatFromSequence (new_axis 1 / 0)
 
-`LOWERINGS[op_type](graph, op, block)` appends nodes to `graph` and returns
-the ONNX value(s) of the op's `Out` outputs.
+`LOWERINGS[name](graph, op, block)`, keyed by the op's canonical name
+(`OpDef.canonical`: the ATen operator `torch.stack` calls, or the type of
+an op of our own), appends nodes to `graph` and returns the ONNX value(s)
+of the op's `Out` outputs.
 """
 
 from .attrs import InputRef
 from .onnx_common import elem_type, op_error
+from .optable import get_op_def
 
 LOWERINGS = {}
 
 
-def lowering(*op_types):
+def lowering(*names):
     def register(fn):
-        for t in op_types:
-            LOWERINGS[t] = fn
+        for name in names:
+            LOWERINGS[name] = fn
         return fn
     return register
 
@@ -95,7 +98,7 @@ def _array_read(graph, op, block):
     return graph.node("SequenceAt", [_value(graph, op, array), position])
 
 
-@lowering("torch.stack", "torch.cat")
+@lowering("stack", "cat")
 def _stack(graph, op, block):
     args, kwargs = _args(op)
     tensors = args[0] if args else kwargs.get("tensors")
@@ -103,4 +106,4 @@ def _stack(graph, op, block):
     if not isinstance(tensors, InputRef) or isinstance(dim, InputRef):
         raise op_error(op, "only a whole tensor array and a constant dim are supported for ONNX")
     return graph.node("ConcatFromSequence", [_value(graph, op, tensors)], axis=int(dim),
-                      new_axis=int(op.type == "torch.stack"))
+                      new_axis=int(get_op_def(op.type).aten == "stack"))

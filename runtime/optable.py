@@ -13,6 +13,18 @@ about one op type:
     its inputs' values (`infer(inputs, args, kwargs, tracer)`, returning
     ops.infer.Meta, or None for the forms the stand-in run infers: see
     ops/packed_sequences.py); None: the kernel runs on stand-in tensors;
+  - `aten`: the canonical ATen operator the op calls, by the name of its
+    overload packet (`torch.ops.aten.<aten>`): the op's arguments are that
+    operator's, read as torch's Python binding reads them. `torch.add`,
+    `x.add` and `x + y` are all "add". Backend tables (native segments,
+    the `inplace` pass, runtime/aten.py's facts) are keyed by it, so an op
+    reaches a backend by what it computes, not by how it was spelled. None
+    when no one ATen operator takes the same arguments (`x.__rpow__(2)`,
+    `F.embedding`, whose padding_idx means something else);
+  - `wrapper`: for a Python function that forwards to `aten` (`F.relu`,
+    `F.softmax`): its own parameters, and the values of those the ATen
+    operator does not take under which the call is exactly the operator's
+    (see `Wrapper`);
   - `inputs`/`outputs`/`attrs`: the slot and attribute schema;
     `var_attrs`: the attributes that name variables (a name or a list of
     names: a cond's `true_outs`, a while's `loop_vars`), which passes
@@ -53,6 +65,21 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 
+ANY = object()  # `Wrapper.fixed`: any value of this parameter gives the ATen call
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """A Python function's call as its ATen operator's (`OpDef.aten`):
+    `params`/`defaults` bind the call's arguments by the function's own
+    signature; each parameter in `fixed` must hold that value (or any, for
+    ANY) and is then dropped; the rest are the operator's, by name."""
+
+    params: tuple
+    defaults: tuple = ()
+    fixed: tuple = ()  # (name, value) pairs
+
+
 class FirstUse:
     """A flag computed when first asked (`bool(flag)`): for what costs a
     lookup per op to know (whether torch's native schemas of an op take a
@@ -80,6 +107,8 @@ class OpDef:
     kernel: Optional[Callable] = None
     emit: Optional[Callable] = None
     infer: Optional[Callable] = None
+    aten: Optional[str] = None
+    wrapper: Optional[Wrapper] = None
     inputs: tuple = ("X",)
     outputs: tuple = ("Out",)
     attrs: tuple = ()
@@ -95,6 +124,12 @@ class OpDef:
     takes_python_ints: bool = False
     live_object: Optional[str] = None
     internal: bool = False
+
+    @property
+    def canonical(self):
+        """The key backend tables use: the ATen operator, or for an op that
+        calls none with the same arguments, its own type."""
+        return self.aten or self.type
 
     @property
     def pure(self):
@@ -153,7 +188,9 @@ def writing_variant(opdef):
     op_type = opdef.type + WRITES
     variant = _OPS.get(op_type)
     if variant is None:
-        variant = _OPS[op_type] = replace(opdef, type=op_type, mutates=True)
+        # Not its ATen operator's call any more (it writes an argument), so
+        # no backend takes it for one.
+        variant = _OPS[op_type] = replace(opdef, type=op_type, mutates=True, aten=None, wrapper=None)
     return variant
 
 

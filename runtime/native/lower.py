@@ -1,8 +1,10 @@
 """Which program ops a native segment runs, and how (see segment.cpp).
 
-Each entry maps op types to an opcode of segment.cpp and builds its operands
-from the op's arguments exactly as torch's Python binding reads them, so the
-C++ side makes the binding's ATen call:
+Each entry maps an ATen operator (an op's canonical name, `OpDef.aten`:
+every spelling of `add` reaches the one entry) to an opcode of segment.cpp
+and builds its operands from the op's arguments exactly as torch's Python
+binding reads them (a wrapper's through runtime/aten.py `bind`), so the C++
+side makes the binding's ATen call:
 
   - a tensor argument is a register (`reg`); a list of them `regs`;
   - a Python number where the binding takes a Tensor (`x + 1`, `x * 0.5`:
@@ -27,9 +29,10 @@ Before (Python statements):                After (one segment):
 
 import torch
 
+from ..aten import bind
 from ..attrs import InputRef, OutputRef
 from ..ir import TENSOR
-from ..passes._util import bind_args
+from ..optable import get_op_def
 from ..run_modes import has_mode
 from . import families
 
@@ -164,41 +167,30 @@ def _number(value):
 
 # -- the table ---------------------------------------------------------------------------
 
-# op type -> (parameter names, defaults of the trailing ones, build(args) -> (opcode, operands))
+# canonical ATen name (OpDef.aten) -> (parameter names, defaults of the
+# trailing ones, build(args) -> (opcode, operands)). Every op type calling
+# that operator (`torch.add`, `x.add`, `x + y`; `F.relu(x)` through its
+# wrapper) lowers through the one entry.
 TABLE = {}
 
 
-def _entry(types, names, defaults=()):
+def _entry(atens, names, defaults=()):
     def register(build):
-        for op_type in types.split():
-            TABLE[op_type] = (tuple(names.split()), tuple(defaults), build)
+        for aten in atens.split():
+            TABLE[aten] = (tuple(names.split()), tuple(defaults), build)
         return build
     return register
 
 
-def _unary(opcode, types):
-    _entry(types, "input")(lambda a: (opcode, [a.tensor("input")]))
+def _unary(opcode):
+    _entry(opcode, "input")(lambda a: (opcode, [a.tensor("input")]))
 
 
-for _name in families.UNARY:
-    _unary(_name, f"torch.{_name} torch.Tensor.{_name}")
-_unary("tanh", "torch.nn.functional.tanh")
-_unary("sigmoid", "torch.nn.functional.sigmoid")
-_unary("neg", "torch.Tensor.__neg__ torch.negative torch.Tensor.negative")
-_unary("abs", "torch.Tensor.__abs__")
-_unary("bitwise_not", "torch.Tensor.__invert__")
-_unary("t", "torch.t torch.Tensor.t")
-_unary("detach", "torch.detach torch.Tensor.detach")
-_unary("contiguous", "torch.Tensor.contiguous")
+for _name in families.UNARY + ("t", "detach", "contiguous", "silu"):
+    _unary(_name)
 
 
-@_entry("torch.nn.functional.silu", "input inplace", (False,))
-def _silu(a):
-    a.equals("inplace", False)
-    return "silu", [a.tensor("input")]
-
-
-@_entry("torch.nn.functional.gelu", "input approximate", ("none",))
+@_entry("gelu", "input approximate", ("none",))
 def _gelu(a):
     return "gelu", [a.tensor("input"), a.string("approximate")]
 
@@ -212,51 +204,44 @@ def _arith(opcode, types, alpha):
     _entry(types, names, (1,) if alpha else ())(build)
 
 
-_arith("add", "torch.Tensor.__add__ torch.Tensor.__radd__ torch.add torch.Tensor.add", alpha=True)
-_arith("sub", "torch.Tensor.__sub__ torch.sub torch.Tensor.sub", alpha=True)
-_arith("rsub", "torch.Tensor.__rsub__", alpha=True)
-_arith("mul", "torch.Tensor.__mul__ torch.Tensor.__rmul__ torch.mul torch.Tensor.mul", alpha=False)
-_arith("div", "torch.Tensor.__truediv__ torch.div torch.Tensor.div", alpha=False)
+_arith("add", "add", alpha=True)
+_arith("sub", "sub", alpha=True)
+_arith("rsub", "rsub", alpha=True)
+_arith("mul", "mul", alpha=False)
+_arith("div", "div", alpha=False)
 
 
-def _binary_tensors(opcode, types):
-    _entry(types, "input other")(lambda a: (opcode, [a.tensor("input"), a.tensor("other")]))
+def _binary_tensors(opcode):
+    _entry(opcode, "input other")(lambda a: (opcode, [a.tensor("input"), a.tensor("other")]))
 
 
-_binary_tensors("matmul", "torch.Tensor.__matmul__ torch.matmul torch.Tensor.matmul")
-# torch.mm and torch.dsmm are one C function (equal callables): the op may carry either name.
-_binary_tensors("mm", "torch.mm torch.dsmm torch.Tensor.mm")
-_binary_tensors("bmm", "torch.bmm torch.Tensor.bmm")
-_binary_tensors("maximum", "torch.maximum torch.Tensor.maximum")
-_binary_tensors("minimum", "torch.minimum torch.Tensor.minimum")
-_binary_tensors("logical_and", "torch.logical_and torch.Tensor.logical_and")
-_binary_tensors("logical_or", "torch.logical_or torch.Tensor.logical_or")
+for _name in ("matmul", "mm", "bmm", "maximum", "minimum", "logical_and", "logical_or"):
+    _binary_tensors(_name)
 
 
-def _tensor_or_scalar(opcode, types):
-    _entry(types, "input other")(lambda a: (opcode, [a.tensor("input"), a.tensor_or_scalar("other")]))
+def _tensor_or_scalar(opcode, aten):
+    _entry(aten, "input other")(lambda a: (opcode, [a.tensor("input"), a.tensor_or_scalar("other")]))
 
 
-_tensor_or_scalar("pow", "torch.Tensor.__pow__ torch.pow torch.Tensor.pow")
-for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
-    _tensor_or_scalar(_name, f"torch.Tensor.__{_name}__ torch.{_name} torch.Tensor.{_name}")
-_tensor_or_scalar("and_", "torch.Tensor.__and__")
-_tensor_or_scalar("or_", "torch.Tensor.__or__")
-_tensor_or_scalar("xor_", "torch.Tensor.__xor__")
+for _name in ("pow", "eq", "ne", "lt", "le", "gt", "ge"):
+    _tensor_or_scalar(_name, _name)
+_tensor_or_scalar("and_", "__and__")
+_tensor_or_scalar("or_", "__or__")
+_tensor_or_scalar("xor_", "__xor__")
 
 
-@_entry("torch.where", "condition input other")
+@_entry("where", "condition input other")
 def _where(a):
     return "where", [a.tensor("condition"), a.tensor("input"), a.tensor("other")]
 
 
-@_entry("torch.masked_fill torch.Tensor.masked_fill", "input mask value")
+@_entry("masked_fill", "input mask value")
 def _masked_fill(a):
     return "masked_fill", [a.tensor("input"), a.tensor("mask"), a.tensor_or_scalar("value")]
 
 
 def _sum_like(name):
-    @_entry(f"torch.{name} torch.Tensor.{name}", "input dim keepdim dtype", (None, False, None))
+    @_entry(name, "input dim keepdim dtype", (None, False, None))
     def build(a):
         if a.bound["dim"] is None:
             a.equals("keepdim", False)
@@ -269,7 +254,7 @@ _sum_like("mean")
 
 
 def _amax_like(name):
-    @_entry(f"torch.{name} torch.Tensor.{name}", "input dim keepdim", ((), False))
+    @_entry(name, "input dim keepdim", ((), False))
     def build(a):
         return name, [a.tensor("input"), a.dims("dim"), a.boolean("keepdim")]
 
@@ -279,7 +264,7 @@ _amax_like("amin")
 
 
 def _all_like(name):
-    @_entry(f"torch.{name} torch.Tensor.{name}", "input dim keepdim", (None, False))
+    @_entry(name, "input dim keepdim", (None, False))
     def build(a):
         if a.bound["dim"] is None:
             a.equals("keepdim", False)
@@ -292,7 +277,7 @@ _all_like("any")
 
 
 def _arg_reduce(name):
-    @_entry(f"torch.{name} torch.Tensor.{name}", "input dim keepdim", (None, False))
+    @_entry(name, "input dim keepdim", (None, False))
     def build(a):
         return name, [a.tensor("input"), a.opt_integer("dim"), a.boolean("keepdim")]
 
@@ -301,12 +286,12 @@ _arg_reduce("argmax")
 _arg_reduce("argmin")
 
 
-@_entry("torch.Tensor.max torch.max", "input")
+@_entry("max", "input")
 def _max_all(a):
     return "max_all", [a.tensor("input")]
 
 
-@_entry("torch.Tensor.min torch.min", "input")
+@_entry("min", "input")
 def _min_all(a):
     return "min_all", [a.tensor("input")]
 
@@ -322,59 +307,59 @@ def _shape_args(op, first):
     return {"input": args[0], "shape": rest}
 
 
-_VARARG_SHAPES = {"torch.Tensor.view": "view", "torch.Tensor.reshape": "reshape", "torch.Tensor.permute": "permute",
-                  "torch.Tensor.expand": "expand"}
+# Tensor methods taking their int list as varargs too (`x.view(2, 3)`).
+_VARARG_SHAPES = {"view", "reshape", "permute", "expand"}
 
 
-@_entry("torch.reshape", "input shape")
+@_entry("reshape", "input shape")
 def _reshape(a):
     return "reshape", [a.tensor("input"), a.ints("shape")]
 
 
-@_entry("torch.permute", "input dims")
+@_entry("permute", "input dims")
 def _permute(a):
     return "permute", [a.tensor("input"), a.ints("dims")]
 
 
-@_entry("torch.flatten torch.Tensor.flatten", "input start_dim end_dim", (0, -1))
+@_entry("flatten", "input start_dim end_dim", (0, -1))
 def _flatten(a):
     return "flatten", [a.tensor("input"), a.integer("start_dim"), a.integer("end_dim")]
 
 
-@_entry("torch.unsqueeze torch.Tensor.unsqueeze", "input dim")
+@_entry("unsqueeze", "input dim")
 def _unsqueeze(a):
     return "unsqueeze", [a.tensor("input"), a.integer("dim")]
 
 
-@_entry("torch.squeeze torch.Tensor.squeeze", "input dim", (None,))
+@_entry("squeeze", "input dim", (None,))
 def _squeeze(a):
     if a.bound["dim"] is None:
         return "squeeze", [a.tensor("input")]
     return "squeeze_dim", [a.tensor("input"), a.integer("dim")]
 
 
-@_entry("torch.transpose torch.Tensor.transpose", "input dim0 dim1")
+@_entry("transpose", "input dim0 dim1")
 def _transpose(a):
     return "transpose", [a.tensor("input"), a.integer("dim0"), a.integer("dim1")]
 
 
-@_entry("torch.select torch.Tensor.select", "input dim index")
+@_entry("select", "input dim index")
 def _select(a):
     return "select", [a.tensor("input"), a.integer("dim"), a.integer("index")]
 
 
-@_entry("torch.nn.functional.linear", "input weight bias", (None,))
+@_entry("linear", "input weight bias", (None,))
 def _linear(a):
     return "linear", [a.tensor("input"), a.tensor("weight"), a.opt_tensor("bias")]
 
 
-@_entry("torch.addmm", "input mat1 mat2")
+@_entry("addmm", "input mat1 mat2")
 def _addmm(a):
     return "addmm", [a.tensor("input"), a.tensor("mat1"), a.tensor("mat2")]
 
 
 def _conv(name, size):
-    @_entry(f"torch.{name} torch.nn.functional.{name}", "input weight bias stride padding dilation groups",
+    @_entry(name, "input weight bias stride padding dilation groups",
             (None, 1, 0, 1, 1))
     def build(a):
         return name, [a.tensor("input"), a.tensor("weight"), a.opt_tensor("bias"), a.ints("stride", size),
@@ -385,14 +370,13 @@ _conv("conv1d", 1)
 _conv("conv2d", 2)
 
 
-@_entry("torch.max_pool2d", "input kernel_size stride padding dilation ceil_mode", ((), 0, 1, False))
+@_entry("max_pool2d", "input kernel_size stride padding dilation ceil_mode", ((), 0, 1, False))
 def _max_pool2d(a):
     return "max_pool2d", [a.tensor("input"), a.ints("kernel_size", 2), a.ints("stride", 2),
                           a.ints("padding", 2), a.ints("dilation", 2), a.boolean("ceil_mode")]
 
 
-@_entry("torch.nn.functional.avg_pool2d torch.avg_pool2d",
-        "input kernel_size stride padding ceil_mode count_include_pad divisor_override",
+@_entry("avg_pool2d", "input kernel_size stride padding ceil_mode count_include_pad divisor_override",
         (None, 0, False, True, None))
 def _avg_pool2d(a):
     stride = ("ints", []) if a.bound["stride"] is None else a.ints("stride", 2)
@@ -400,19 +384,19 @@ def _avg_pool2d(a):
                           a.boolean("ceil_mode"), a.boolean("count_include_pad"), a.opt_integer("divisor_override")]
 
 
-@_entry("torch.nn.functional.adaptive_avg_pool2d", "input output_size")
+@_entry("adaptive_avg_pool2d", "input output_size")
 def _adaptive_avg_pool2d(a):
     return "adaptive_avg_pool2d", [a.tensor("input"), a.ints("output_size", 2)]
 
 
-@_entry("torch.embedding", "weight input padding_idx scale_grad_by_freq sparse", (-1, False, False))
+@_entry("embedding", "weight input padding_idx scale_grad_by_freq sparse", (-1, False, False))
 def _embedding(a):
     return "embedding", [a.tensor("weight"), a.tensor("input"), a.integer("padding_idx"),
                          a.boolean("scale_grad_by_freq"), a.boolean("sparse")]
 
 
 def _cell(name):
-    @_entry(f"torch.{name}", "input hx w_ih w_hh b_ih b_hh", (None, None))
+    @_entry(name, "input hx w_ih w_hh b_ih b_hh", (None, None))
     def build(a):
         hx = a.tensors("hx") if name == "lstm_cell" else a.tensor("hx")
         return name, [a.tensor("input"), hx, a.tensor("w_ih"), a.tensor("w_hh"), a.opt_tensor("b_ih"),
@@ -424,29 +408,23 @@ for _name in ("gru_cell", "lstm_cell", "rnn_tanh_cell", "rnn_relu_cell"):
 
 
 def _softmax_like(name):
-    @_entry(f"torch.{name} torch.Tensor.{name}", "input dim dtype", (None,))
+    @_entry(name, "input dim dtype", (None,))
     def build(a):
         return name, [a.tensor("input"), a.integer("dim"), a.opt_dtype("dtype")]
-
-    # The functional wrapper (constant int dim, no dtype) calls `input.<name>(dim)`.
-    @_entry(f"torch.nn.functional.{name}", "input dim _stacklevel dtype", (None, 3, None))
-    def build_functional(a):
-        a.equals("dtype", None)
-        return name, [a.tensor("input"), a.integer("dim"), ("none", None)]
 
 
 _softmax_like("softmax")
 _softmax_like("log_softmax")
 
 
-@_entry("torch.nn.functional.layer_norm", "input normalized_shape weight bias eps", (None, None, 1e-5))
+@_entry("layer_norm", "input normalized_shape weight bias eps cudnn_enable", (None, None, 1e-5, True))
 def _layer_norm(a):
     return "layer_norm", [a.tensor("input"), a.ints("normalized_shape"), a.opt_tensor("weight"),
-                          a.opt_tensor("bias"), a.floating("eps"), ("scalar", bool(torch.backends.cudnn.enabled))]
+                          a.opt_tensor("bias"), a.floating("eps"), a.boolean("cudnn_enable")]
 
 
 def _join(name):
-    @_entry(f"torch.{name}", "tensors dim", (0,))
+    @_entry(name, "tensors dim", (0,))
     def build(a):
         return name, [a.tensors("tensors"), a.integer("dim")]
 
@@ -458,14 +436,13 @@ _join("stack")
 # In place (the `inplace` pass, grad mode off): the segment runs them only on
 # a temporary an earlier op of the same segment made (see `writes`), so a
 # segment that falls back has still written nothing the Python path reads.
-INPLACE = set()  # opcodes
+INPLACE = set()  # opcodes, and the canonical names of their ops
 for _name in families.UNARY_INPLACE:
-    _unary(_name + "_", f"torch.Tensor.{_name}_")
+    _unary(_name + "_")
     INPLACE.add(_name + "_")
 for _name, _alpha in (("add", True), ("sub", True), ("mul", False), ("div", False)):
-    _arith(_name + "_", f"torch.Tensor.{_name}_", alpha=_alpha)
+    _arith(_name + "_", _name + "_", alpha=_alpha)
     INPLACE.add(_name + "_")
-WRITER_TYPES = {"torch.Tensor." + opcode for opcode in INPLACE}  # their op types (ops that `mutate`)
 
 
 def writes(op, lowered):
@@ -509,29 +486,33 @@ def lower(op, tensor_names, once=False):
     if "args" not in op.attrs or set(op.inputs) - {"X"} or has_mode(op) or \
             op.attrs.get("once") and not once:
         return None
+    try:
+        aten = get_op_def(op.type).aten
+    except KeyError:
+        return None
     out = op.attrs.get("out")
-    in_place = out is None and op.type in WRITER_TYPES
-    if not isinstance(out, OutputRef) and op.type != "torch.lstm_cell" and not in_place:
+    in_place = out is None and aten in INPLACE
+    if not isinstance(out, OutputRef) and aten != "lstm_cell" and not in_place:
         return None
-    if op.type == "torch.lstm_cell" and not _pair_out(out):
+    if aten == "lstm_cell" and not _pair_out(out):
         return None
-    if op.type in ("torch.zeros", "torch.ones"):
-        return _factory(op, op.type.rsplit(".", 1)[1])
+    if aten in ("zeros", "ones"):
+        return _factory(op, aten)
     inputs = op.input("X") if "X" in op.inputs else []
-    if op.type in _VARARG_SHAPES:
+    if aten in _VARARG_SHAPES and op.type.startswith("torch.Tensor."):
         bound = _shape_args(op, 1)
         if bound is None:
             return None
         a = _Args(bound, inputs, tensor_names)
         try:
-            return _VARARG_SHAPES[op.type], [a.tensor("input"), a.ints("shape")]
+            return aten, [a.tensor("input"), a.ints("shape")]
         except _NoFit:
             return None
-    entry = TABLE.get(op.type)
+    entry = TABLE.get(aten)
     if entry is None:
         return None
     names, defaults, build = entry
-    bound = bind_args(op, names, defaults)
+    bound = bind(op, get_op_def(op.type), names, defaults)
     if bound is None:
         return None
     try:

@@ -46,23 +46,3 @@ def rename_uses(block, rename):
                 op.attrs[key] = [rename.get(v, v) for v in value]
         for sub in op.sub_blocks():
             rename_uses(sub, rename)
-
-
-def bind_args(op, names, defaults):
-    """The op's arguments by parameter name, defaults filled in; None when
-    they do not fit the signature."""
-    args, kwargs = op.attrs["args"], op.attrs.get("kwargs") or {}
-    if len(args) > len(names) or any(k not in names for k in kwargs):
-        return None
-    bound = dict(zip(names, args))
-    for k, v in kwargs.items():
-        if k in bound:
-            return None
-        bound[k] = v
-    first_default = len(names) - len(defaults)
-    for i, name in enumerate(names):
-        if name not in bound:
-            if i < first_default:
-                return None
-            bound[name] = defaults[i - first_default]
-    return bound

@@ -36,7 +36,8 @@ Before:                                                 After:
 """
 
 from ..attrs import InputRef
-from ._util import all_ops, bind_args
+from ..aten import bind_args
+from ._util import all_ops
 
 _MISSING = object()
 

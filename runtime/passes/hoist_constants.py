@@ -1,8 +1,9 @@
 """Hoist constants out of the per-call path.
 
 A `fill_constant` allocates a 0-d tensor on every call. When every op that
-reads it makes a fresh result from it (arithmetic and comparisons, which
-never return or alias an input, and never write it), one tensor made at
+reads it makes a fresh result from it (arithmetic and comparisons and the
+other ops of runtime/aten.py's `returns_new`, which never return or alias an
+input, and never write it), one tensor made at
 compile time serves every call: the op is removed and its readers get the
 tensor itself as a constant argument (a global of the generated code).
 
@@ -11,14 +12,10 @@ Before:                                       After:
     tmp_4 = torch.Tensor.__mul__(x, tmp_3)
 """
 
+from ..aten import returns_new
 from ..attrs import InputRef
 from ..effects import var_attr_names
 from ._util import all_ops, is_call
-
-# Ops whose result is always a new tensor, never an input or a view of one.
-FRESH = {f"torch.Tensor.__{n}__" for n in
-         "add radd sub rsub mul rmul truediv rtruediv floordiv rfloordiv mod pow rpow "
-         "lt le gt ge eq ne and or xor".split()}
 
 
 def _substitute(tree, index, value):
@@ -52,7 +49,7 @@ def run(ctx):
             (name,) = op.output("Out")
             users = readers.get(name, [])
             if (name in ctx.fetch_names or not users
-                    or not all(u.type in FRESH and is_call(u) and u.input("X").count(name) == 1
+                    or not all(returns_new(ctx.get_op_def(u.type)) and is_call(u) and u.input("X").count(name) == 1
                                and set(u.inputs) == {"X"} for u in users)):
                 continue
             value = ctx.get_op_def("fill_constant").kernel(*op.attrs["args"])

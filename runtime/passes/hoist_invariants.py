@@ -48,12 +48,10 @@ Before:                                        After:
     tmp_6 = torch.Tensor.__add__(h_0, tmp_5)       tmp_6 = torch.Tensor.__add__(h_0, tmp_5)
 """
 
+from ..aten import returns_new
 from ..effects import is_pure, var_attr_names, writes_tensors
+from ..optable import get_op_def
 from ..run_modes import has_mode
-from . import hoist_constants, inplace
-
-# Ops whose result is always a new tensor, never an input or a view of one.
-_NEW = hoist_constants.FRESH | inplace.FRESH
 
 
 def _assigned(blocks):
@@ -118,7 +116,7 @@ def _escapes(invariant, loop, body):
         grew = False
         for op in _ops([body]):
             outs = set(op.output_names)
-            if outs <= alias or op.type in _NEW and not op.sub_blocks():
+            if outs <= alias or returns_new(get_op_def(op.type)) and not op.sub_blocks():
                 continue
             # A branch or loop yields what its blocks compute (visited here
             # too) or what it starts from: its other inputs only feed those.

@@ -28,31 +28,19 @@ Before:                                        After:
   (readers of tmp_1, tmp_2, tmp_3 read tmp_0)
 """
 
+from ..aten import inplace_unary, returns_new
 from ..attrs import InputRef, OutputRef
 from ..effects import var_attr_names, writes_tensors
 from ._util import rename_uses
 
-_UNARY = {f"torch.{n}": f"torch.Tensor.{n}_" for n in
-          "tanh sigmoid relu exp neg abs sqrt rsqrt sin cos log reciprocal".split()}
-_UNARY.update({f"torch.Tensor.{n}": f"torch.Tensor.{n}_" for n in
-               "tanh sigmoid relu exp neg abs sqrt rsqrt sin cos log reciprocal".split()})
-_UNARY.update({"torch.Tensor.__neg__": "torch.Tensor.neg_", "torch.Tensor.__abs__": "torch.Tensor.abs_",
-               "torch.nn.functional.relu": "torch.Tensor.relu_"})
-# op type -> (in-place type, may the temporary be the second operand)
+# Ops are found by their canonical ATen name (`OpDef.aten`), whatever their
+# spelling: `torch.tanh(t)`, `t.tanh()`, `F.tanh(t)` alike. Elementwise ops
+# of one tensor take their in-place form where ATen says it writes the same
+# values (runtime/aten.py `inplace_unary`); the binary ones are these:
+# canonical name -> (in-place op type, may the temporary be the second operand).
 _BINARY = {
-    "torch.Tensor.__add__": ("torch.Tensor.add_", True), "torch.add": ("torch.Tensor.add_", True),
-    "torch.Tensor.__radd__": ("torch.Tensor.add_", False),
-    "torch.Tensor.__mul__": ("torch.Tensor.mul_", True), "torch.mul": ("torch.Tensor.mul_", True),
-    "torch.Tensor.__rmul__": ("torch.Tensor.mul_", False),
-    "torch.Tensor.__sub__": ("torch.Tensor.sub_", False), "torch.sub": ("torch.Tensor.sub_", False),
-    "torch.Tensor.__truediv__": ("torch.Tensor.div_", False), "torch.div": ("torch.Tensor.div_", False),
-}
-# Ops whose result is always a new tensor of its own.
-FRESH = set(_UNARY) | set(_BINARY) | {
-    "torch.nn.functional.linear", "torch.matmul", "torch.mm", "torch.addmm", "torch.Tensor.__matmul__",
-    "torch.conv1d", "torch.conv2d", "torch.conv3d", "torch.nn.functional.conv1d", "torch.nn.functional.conv2d",
-    "torch.nn.functional.conv3d", "torch.cat", "torch.stack", "torch.nn.functional.embedding",
-    "torch.embedding", "torch.Tensor.softmax", "torch.nn.functional.max_pool2d", "torch.max_pool2d",
+    "add": ("torch.Tensor.add_", True), "mul": ("torch.Tensor.mul_", True),
+    "sub": ("torch.Tensor.sub_", False), "div": ("torch.Tensor.div_", False),
 }
 # Keyword arguments that change nothing (`F.relu(x, inplace=False)`) and that
 # the in-place call drops; `max_pool2d` returns a new tensor whatever its
@@ -70,6 +58,7 @@ def _plain(op, fresh_only=False):
 
 def run(ctx):
     program = ctx.program
+    get_op_def = ctx.get_op_def
     if writes_tensors(program.blocks, ctx.get_op_def):
         return
     uses = {}
@@ -84,7 +73,8 @@ def run(ctx):
         fresh = {}  # temporaries of this block made by a fresh-result op
         for op in block.ops:
             ins = [rename.get(n, n) for n in op.input("X")]
-            target = _target(op, ins, block, fresh, uses) if _plain(op) else None
+            opdef = get_op_def(op.type)
+            target = _target(op, opdef.aten, ins, block, fresh, uses) if _plain(op) else None
             if target is not None:
                 new_type, args = target
                 (out,) = op.output_names
@@ -97,7 +87,7 @@ def run(ctx):
                 uses[dead] = uses.pop(out, 0)
                 continue
             # A `once` result (hoist_invariants) is reused by later trips: never written.
-            if op.type in FRESH and _plain(op, fresh_only=True) and not op.attrs.get("once"):
+            if returns_new(opdef) and _plain(op, fresh_only=True) and not op.attrs.get("once"):
                 fresh[op.output_names[0]] = block.vars.get(op.output_names[0])
     if rename:
         # Chains (tmp_1 -> tmp_0, tmp_2 -> tmp_1) resolve to the first name.
@@ -109,15 +99,15 @@ def run(ctx):
         ctx.fetch_names = [rename.get(n, n) for n in ctx.fetch_names]
 
 
-def _target(op, ins, block, fresh, uses):
-    """(in-place op type, its arguments) when `op` can write into a dead
-    temporary among its inputs; None otherwise."""
+def _target(op, aten, ins, block, fresh, uses):
+    """(in-place op type, its arguments) when `op` (calling ATen's `aten`)
+    can write into a dead temporary among its inputs; None otherwise."""
     args = op.attrs["args"]
     out = block.vars.get(op.output_names[0])
-    if op.type in _UNARY:
-        candidates, new_type = [0], _UNARY[op.type]
-    elif op.type in _BINARY and len(args) == 2:
-        new_type, swap = _BINARY[op.type]
+    if inplace_unary(aten) and len(args) == 1:
+        candidates, new_type = [0], f"torch.Tensor.{aten}_"
+    elif aten in _BINARY and len(args) == 2:
+        new_type, swap = _BINARY[aten]
         candidates = [0, 1] if swap else [0]
     else:
         return None

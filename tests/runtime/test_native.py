@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import d2s
 from runtime import native
-from runtime.native import lower
+from runtime.native import families, lower
 from runtime.native import plan as native_plan
 
 _AVAILABLE = native.load() is not None
@@ -83,9 +83,11 @@ def contiguous(x):
     return x.t().contiguous()
 
 
-UNARY = [torch.tanh, torch.sigmoid, torch.relu, torch.exp, torch.log, torch.neg, torch.abs, torch.sqrt,
-         torch.rsqrt, torch.sin, torch.cos, torch.reciprocal, torch.floor, torch.ceil, torch.sign, torch.erf,
-         torch.log1p, torch.expm1, torch.tan, F.silu, F.tanh, F.sigmoid, transposed, contiguous]
+# Each family member as `torch.NAME` (the ops on masks are in `compare` and
+# `inplace_chain`), and other spellings of the same ATen ops.
+_ON_BOOL = ("logical_not", "bitwise_not")
+UNARY = [getattr(torch, name) for name in families.UNARY if name not in _ON_BOOL] + [
+    F.silu, F.tanh, F.sigmoid, torch.negative, torch.Tensor.__neg__, torch.Tensor.__abs__, transposed, contiguous]
 
 
 @pytest.mark.parametrize("op", UNARY, ids=lambda o: o.__name__)
@@ -191,12 +193,18 @@ CASES = {
 }
 
 
+# Every elementwise family member, called as `torch.NAME` (the bool ops on a mask).
+_UNARY_FNS = tuple((name in _ON_BOOL, getattr(torch, name)) for name in families.UNARY)
+
+
 def inplace_chain(x, y):
     """Under no_grad the `inplace` pass writes each fresh temporary in place."""
     p = x.abs() + 0.5
-    return (torch.tanh(x * 1.1), torch.sigmoid(x * 1.2), torch.relu(x * 1.3), torch.exp(x * 1.4), -(x * 1.5),
-            torch.abs(x * 1.6), torch.sqrt(p * 1.7), torch.rsqrt(p * 1.8), torch.sin(x * 1.9), torch.cos(x * 2.1),
-            torch.log(p * 2.2), torch.reciprocal(p * 2.3), x * 2.4 + y, x * 2.5 - y, x * 2.6 * y, x * 2.7 / p)
+    outs = [x * 2.4 + y, x * 2.5 - y, x * 2.6 * y, x * 2.7 / p, -(x * 1.5), torch.abs(x * 1.6)]
+    for i, (on_bool, fn) in enumerate(_UNARY_FNS):
+        scale = 1.0 + i / 64  # each temporary its own (cse would merge equal ones)
+        outs.append(fn(p > scale) if on_bool else fn(p * scale))
+    return tuple(outs)
 
 
 def outside(x, y):
