@@ -18,7 +18,8 @@ from ..aten import inplace_unary
 
 # at::NAME(x)
 UNARY = ("tanh", "sigmoid", "relu", "exp", "log", "neg", "abs", "sqrt", "rsqrt", "sin", "cos", "reciprocal",
-         "logical_not", "bitwise_not", "floor", "ceil", "sign", "erf", "log1p", "expm1", "tan")
+         "logical_not", "bitwise_not", "floor", "ceil", "sign", "erf", "log1p", "expm1", "tan", "sinh", "cosh",
+         "atan", "trunc")
 
 # x.NAME_() on a temporary the segment made (the `inplace` pass, grad mode
 # off). Opcodes: NAME_.
