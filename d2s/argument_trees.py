@@ -142,3 +142,14 @@ def feed_name(leaf, arg_names):
     if leaf.keyword is not None:
         return leaf.keyword
     return re.sub(r"\W+", "_", leaf.path).strip("_")
+
+
+def same_tensors(tensors):
+    """Where one tensor object is passed as several arguments: (position,
+    earlier position of the same object) pairs, else (). Eager code may ask
+    `q is k` (nn.MultiheadAttention's self-attention projects once), so
+    such a call keys a program of its own, traced with one value for both."""
+    if len(tensors) < 2 or len(set(map(id, tensors))) == len(tensors):
+        return ()
+    first = {}
+    return tuple((i, first[id(t)]) for i, t in enumerate(tensors) if first.setdefault(id(t), i) != i)

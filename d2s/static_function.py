@@ -33,7 +33,7 @@ from runtime.run_modes import autocast_state
 
 from . import conversion, decisions, input_trees, module_state, module_watch, python_writes
 from .argument_trees import (SymbolicArguments, feed_leaves, feed_name, flatten_args, is_generator, mode_of,
-                             python_object, replace_tensors, tensor_leaves)
+                             python_object, replace_tensors, same_tensors, tensor_leaves)
 from .concrete_program import ConcreteProgram
 from .input_spec import InputSpec
 from .layout_guard import layout_guard, layout_matches
@@ -194,6 +194,9 @@ class StaticFunction:
             parts.append(flatten_args(kwargs, None, tensors))
         if stale:
             self._refresh_training_flags(args, kwargs)
+        same = same_tensors(tensors)
+        if same:
+            parts.append(("same",) + same)
         state_attrs = self.program_cache.state_attrs
         parts += (len(args), self.program_cache.flags, autocast_state(),
                   module_state.key(state_attrs) if state_attrs else (), self._optimize or STATE.optimize)
@@ -301,7 +304,10 @@ class StaticFunction:
                     parts += (v.shape, v.dtype, v.device, v.requires_grad)
                 else:
                     parts += (len(args), cache.flags, autocast_state(), (), self._optimize or translator.optimize)
-                key = parts and tuple(parts)
+                # One tensor passed twice keys another program (`same_tensors`): the full path.
+                # (Two arguments, the common case, are compared without building a set.)
+                distinct = args[0] is not args[1] if len(args) == 2 else len(set(map(id, args))) == len(args)
+                key = parts and distinct and tuple(parts)
             if key is not None:
                 concrete = cache._programs.get(key)
                 if concrete is not None and concrete is cache._recent:
@@ -410,7 +416,11 @@ class StaticFunction:
                     module_state.restored_on_error(before) as undo:
                 feeds = [self._feed(main, tr, leaf, arg_names, exact) for leaf in leaves]
                 state = input_trees.record_state([v for v in (*args, *kwargs.values()) if python_object(v)])
-                made, remaining = [], list(feeds)  # taken in `leaves` order: the arguments, then kwargs
+                # A tensor passed twice is one value in the trace too (`q is k` as eager
+                # sees it); its second feed takes the same tensor and is not read.
+                first = {}
+                traced = [feeds[first.setdefault(id(leaf.tensor), i)] for i, leaf in enumerate(leaves)]
+                made, remaining = [], traced  # taken in `leaves` order: the arguments, then kwargs
                 sym_args = tuple(replace_tensors(v, remaining, arg_names[i] if i < len(arg_names) else
                                                   f"args[{i}]", made) for i, v in enumerate(args))
                 sym_kwargs = {k: replace_tensors(v, remaining, k, made) for k, v in kwargs.items()}

@@ -386,3 +386,36 @@ def test_a_class_decorated_forward_converts_once_per_instance(calls):
         assert any(op.type == "cond" for op in main.global_block().ops)
     assert m.forward.program_cache is m.forward.program_cache  # one cache per instance
     assert m.forward.program_cache is not other.forward.program_cache
+
+
+def _identity_matters(a, b, scale):
+    if a is b:  # eager code may ask; nn.MultiheadAttention does (`query is key`)
+        return a * scale + 1
+    return a + b * scale
+
+
+@pytest.mark.parametrize("order", ["same_first", "distinct_first"])
+@pytest.mark.parametrize("form", ["positional", "keyword", "in_a_list"])
+def test_one_tensor_passed_twice_is_one_value_as_eagerly(order, form):
+    """The same tensor object as two arguments keys a program of its own,
+    traced with one value for both, so `a is b` answers as it does eagerly;
+    it used to be two feeds, and `a is b` was False (a silent wrong value)."""
+    if form == "in_a_list":
+        def fn(pair):
+            return _identity_matters(pair[0], pair[1], 3.0)
+
+        def call(f, a, b):
+            return f([a, b])
+    else:
+        fn = _identity_matters
+
+        def call(f, a, b):
+            return f(a, b, 3.0) if form == "positional" else f(a=a, b=b, scale=3.0)
+    static = d2s.declarative(fn)
+    x, y = torch.randn(4), torch.randn(4)
+    calls = [(x, x), (x, y)] if order == "same_first" else [(x, y), (x, x)]
+    for a, b in calls + calls:
+        assert torch.equal(call(static, a, b), call(fn, a, b))
+    assert len(static.program_cache) == 2
+    assert torch.equal(call(static, y, y), call(fn, y, y))  # another tensor, passed twice: the same program
+    assert len(static.program_cache) == 2
