@@ -14,11 +14,14 @@ import os
 
 import torch
 
+from ops import ambient_modes
 from runtime.executor import resolve_persistables
+from runtime.ir import TENSOR
 from runtime.io import read_model
 from runtime.onnx_common import OnnxExportError
 from runtime.onnx_export import program_to_onnx
 
+from .input_spec import InputSpec
 from .jit import TranslatedLayer, concrete_to_save
 from .static_function import StaticFunction
 from .translator import ProgramTranslator
@@ -27,12 +30,35 @@ ExportError = OnnxExportError
 
 
 def _from_static(static, input_spec):
-    _, _, concrete = concrete_to_save(static, input_spec, "d2s.onnx.export")
+    # Traced for an exporter (ONNX, torch.export): torch modules' fused
+    # inference kernels have no ONNX translation, and torch.export's own
+    # tracing takes their other path: so does this one (ops/ambient_modes.py).
+    with ambient_modes.without_fast_paths():
+        _, _, concrete = concrete_to_save(static, input_spec, "d2s.onnx.export")
+        if _fused_ops(concrete.main_program):  # the latest call's program, made without gradients
+            _, _, concrete = concrete_to_save(static, _specs_of_latest(static, concrete), "d2s.onnx.export")
     program = concrete.main_program
     feeds = [v.name for v in concrete.inputs]
     fetches = [v.name for v in concrete.fetch_vars]
     names = [v.name for v in program.persistable_vars()]
     return program, feeds, fetches, dict(zip(names, resolve_persistables(program, names)))
+
+
+def _specs_of_latest(static, concrete):
+    """InputSpecs of the latest call's feeds, to trace it again: only where
+    they are the function's leading parameters, in order."""
+    names = [v.name for v in concrete.inputs]
+    if names != static._feed_names()[:len(names)] or any(v.kind != TENSOR for v in concrete.inputs):
+        raise OnnxExportError(
+            "the latest call ran without gradients, so its program calls torch's fused inference kernels "
+            f"({', '.join(sorted(_fused_ops(concrete.main_program)))}), which exporters do not translate; "
+            "pass input_spec to the export so that it traces the unfused path")
+    return [InputSpec([None if isinstance(d, str) or d == -1 else d for d in v.dims], v.dtype, v.name)
+            for v in concrete.inputs]
+
+
+def _fused_ops(program):
+    return {op.type for block in program.blocks for op in block.ops if op.type in ambient_modes.FAST_KERNELS}
 
 
 def _resolve(obj, input_spec):

@@ -15,7 +15,15 @@ the loaded model runs the first and, when a run raises DecisionFailed,
 the next (runtime state is untouched by a failed run: see `may_rerun`). A
 side that cannot be traced at the saved sizes is left out: the loaded model
 refuses inputs taking it with the DecisionFailed that names it.
+
+The caller's grad mode is such a decision too: a program whose code read it
+(`if torch.is_grad_enabled():` in the user's code, nn.MultiheadAttention's
+fused inference kernel: ops/ambient_modes.py) starts with a `check_modes`
+op, so `jit.save` traces once more in the other mode and saves that program
+as a path: the loaded model serves calls with and without gradients.
 """
+
+import torch
 
 from ops import control_flow
 from ops.autograd_function import has_live_ops
@@ -43,17 +51,44 @@ def decided_sides(program):
     return out
 
 
+def grad_mode_read(program):
+    """The grad mode `program` was converted for when its code reads the
+    mode (its first op is a `check_modes` naming one), else None."""
+    ops = program.global_block().ops
+    if ops and ops[0].type == "check_modes":
+        return ops[0].attrs["args"][0]
+    return None
+
+
 def other_paths(retrace, program):
     """Concrete programs for the sides `program` (and each program found
-    so) did not convert: `retrace()` traces the function again under
-    `control_flow.forcing`. A side whose trace fails is left out."""
+    so) did not convert, and for the other grad mode when it reads the
+    mode: `retrace()` traces the function again (under
+    `control_flow.forcing`, in the other mode). A side whose trace fails is
+    left out."""
+    found = _other_sides(retrace, program, MAX_PATHS - 1)
+    grad = grad_mode_read(program)
+    if grad is not None and len(found) < MAX_PATHS - 1:
+        with torch.set_grad_enabled(not grad):
+            try:
+                other = retrace()
+            except Exception:  # noqa: BLE001 - calls in that mode stay a DecisionFailed, naming itself
+                return found
+            found.append(other)
+            found += _other_sides(retrace, other.main_program, MAX_PATHS - 1 - len(found))
+    return found
+
+
+def _other_sides(retrace, program, most):
+    """At most `most` programs for the `if` sides `program` (and each
+    program found so) did not convert."""
     tried, found = set(), []
     todo = [({}, program)]
     while todo:
         forced, current = todo.pop(0)
         for key, side in decided_sides(current).items():
             sides = {**forced, key: side} if key not in forced else None
-            if sides is None or frozenset(sides.items()) in tried or len(found) >= MAX_PATHS - 1:
+            if sides is None or frozenset(sides.items()) in tried or len(found) >= most:
                 continue
             tried.add(frozenset(sides.items()))
             with control_flow.forcing(sides):

@@ -12,7 +12,7 @@ does eagerly, and the program may then only serve calls made in that mode:
         return self.block(x)
 
 While a trace is under way the two functions are wrapped. A call made
-directly from the user's code (not from torch's own modules, which get the
+directly from the user's code (not from the rest of torch, which gets the
 real mode: `no_grad.__enter__` saves and restores it) answers the caller's
 mode: the real one where the trace runs in it, and under a caller's
 `no_grad` the caller's False, unless the user's code itself turned
@@ -20,7 +20,19 @@ gradients back on inside the trace, where the answer is not known and the
 read is refused. The trace notes each mode read; the program then starts
 with a `check_modes` op (ops/framework.py) that raises DecisionFailed in
 another mode, and the call converts again for that mode (d2s/decisions.py),
-keeping both programs.
+keeping both programs. A saved model holds the program of each mode
+(d2s/save_paths.py).
+
+torch's own modules that pick a fused inference kernel by the caller's
+mode (`nn.MultiheadAttention` and `nn.TransformerEncoderLayer` in eval
+mode call `torch._native_multi_head_attention` /
+`torch._transformer_encoder_layer_fwd` when gradients are off: FAST_PATHS)
+are answered as the user's code is, and their check that no argument
+overrides torch functions (`torch.overrides.has_torch_function`) answers
+as for the plain tensors the program's values stand for. So a call without
+gradients runs the kernel eager runs, with eager's bits; where the caller's
+mode is not known (the user's code turned gradients on inside the trace)
+they get the trace's mode, and the slow path.
 """
 
 import contextlib
@@ -44,6 +56,25 @@ _real_set_grad = torch._C._set_grad_enabled
 _tracing = None  # `tracer.active`, given by the tracer
 
 
+# torch's modules whose forward picks a fused inference kernel by the mode,
+# and those kernels (which exporters have no translation for).
+FAST_PATHS = frozenset(os.path.join(_TORCH_DIR, "nn", "modules", f) for f in ("activation.py", "transformer.py"))
+FAST_KERNELS = frozenset({"torch._native_multi_head_attention", "torch._transformer_encoder_layer_fwd"})
+_fast_paths_off = [0]
+
+
+@contextlib.contextmanager
+def without_fast_paths():
+    """Traces for an exporter (ONNX, torch.export): FAST_PATHS get the
+    trace's own answers, so they take the path of ops exporters translate,
+    as torch's exporters make them do eagerly."""
+    _fast_paths_off[0] += 1
+    try:
+        yield
+    finally:
+        _fast_paths_off[0] -= 1
+
+
 def _from_user(depth):
     """Whether the frame `depth` levels above the wrapper's caller is the
     user's code (not torch's, not d2s's)."""
@@ -51,10 +82,18 @@ def _from_user(depth):
     return frame is not None and not frame.f_code.co_filename.startswith(INTERNAL_DIRS)
 
 
+def _from_fast_path(depth):
+    frame = sys._getframe(depth + 1)
+    return frame is not None and frame.f_code.co_filename in FAST_PATHS and not _fast_paths_off[0]
+
+
 def is_grad_enabled():
     tracer = _tracing() if _tracing is not None else None
     real = _real_grad()
-    if tracer is None or tracer.caller_modes is None or not _from_user(1):
+    if tracer is None or tracer.caller_modes is None:
+        return real
+    fast_path = not _from_user(1) and _from_fast_path(1)
+    if not fast_path and not _from_user(1) or fast_path and tracer.user_enabled_grad:
         return real
     caller = tracer.caller_modes[0]
     tracer.modes_read["grad"] = caller
@@ -79,7 +118,8 @@ def requires_grad(var):
     flag = not var.stop_gradient
     tracer = _tracing() if _tracing is not None else None
     if not flag or var.persistable or var.is_data or var.grad_leaf or tracer is None \
-            or tracer.caller_modes is None or not _from_user(2):
+            or tracer.caller_modes is None or not (_from_user(2) or _from_fast_path(2)
+                                                   and not tracer.user_enabled_grad):
         return flag
     caller = tracer.caller_modes[0]
     tracer.modes_read["grad"] = caller
@@ -108,6 +148,25 @@ def _set_grad_enabled(mode):
     if mode and tracer is not None and _from_user(2):
         tracer.user_enabled_grad = True
     return _real_set_grad(mode)
+
+
+_real_has_torch_function = torch.overrides.has_torch_function
+_PLAIN = (torch.Tensor.__torch_function__.__func__, torch._C._disabled_torch_function_impl)
+
+
+def _overrides(value):
+    method = getattr(type(value), "__torch_function__", None)
+    return method is not None and getattr(method, "__func__", method) not in _PLAIN and not isinstance(value, Variable)
+
+
+def has_torch_function(args):
+    """`torch.overrides.has_torch_function`, as FAST_PATHS ask it of their
+    arguments: what eager answers, without the trace's own capture mode (a
+    user's mode or tensor subclass still answers True)."""
+    if not _from_fast_path(1):
+        return _real_has_torch_function(args)
+    modes = torch.overrides._get_current_function_mode_stack()
+    return any(not getattr(m, "d2s_capture", False) for m in modes) or any(_overrides(a) for a in args)
 
 
 def _check_modes_kernel(grad, inference):
@@ -140,12 +199,14 @@ def _install():
     torch.is_grad_enabled = is_grad_enabled
     torch.is_inference_mode_enabled = is_inference_mode_enabled
     torch._C._set_grad_enabled = _set_grad_enabled
+    torch.overrides.has_torch_function = has_torch_function
 
 
 def _uninstall():
     torch.is_grad_enabled = _real_grad
     torch.is_inference_mode_enabled = _real_inference
     torch._C._set_grad_enabled = _real_set_grad
+    torch.overrides.has_torch_function = _real_has_torch_function
 
 
 _patches = WhileTracing(_install, _uninstall)

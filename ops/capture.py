@@ -163,6 +163,8 @@ class CaptureMode(TorchFunctionMode):
     through `dispatch`. It also lets torch's own Python helpers that accept
     only real tensors take graph tensors (`_HELPERS`) while it is active."""
 
+    d2s_capture = True  # not a user's mode (ops/ambient_modes.py `has_torch_function`)
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         return dispatch(func, args, kwargs or {})
 

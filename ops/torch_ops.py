@@ -206,6 +206,9 @@ PYTHON_LEVEL = (
     # `_shape_as_tensor`, the sizes as a tensor, in fairseq's positional
     # embeddings; nn.utils.rnn's packed sequences, ops/packed_sequences.py).
     ("torch", "_weight_norm _shape_as_tensor _pack_padded_sequence _pad_packed_sequence"),
+    # The fused inference kernels nn.MultiheadAttention and
+    # nn.TransformerEncoderLayer call without gradients (ops/ambient_modes.py).
+    ("torch", "_native_multi_head_attention _transformer_encoder_layer_fwd"),
 )
 # Tensor properties whose value is a tensor; the others (shape, dtype,
 # device, requires_grad, ...) are metadata.

@@ -495,3 +495,24 @@ def test_a_numpy_ufunc_without_a_torch_form_is_refused(tmp_path):
     torch.testing.assert_close(_numpy_compared(x), _numpy_compared.dygraph_function(x))
     with pytest.raises(d2s.onnx.ExportError, match=r"'numpy.greater'.*NumPy computes it outside torch.*test_onnx.py"):
         d2s.onnx.export(_numpy_compared, str(tmp_path / "n.onnx"))
+
+
+@pytest.mark.parametrize("spec", [True, False], ids=["input_spec", "latest_call"])
+def test_a_module_with_a_fused_inference_kernel_exports_its_unfused_path(tmp_path, spec):
+    """Without gradients nn.TransformerEncoderLayer's program calls torch's
+    fused kernel, which ONNX has no translation for: the export traces the
+    path torch's exporters take instead, also when the program of the latest
+    call (made without gradients) is the one exported."""
+    torch.manual_seed(0)
+    eager = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True).eval()
+    static = d2s.declarative(copy.deepcopy(eager))
+    x = torch.randn(2, 5, 16)
+    path = str(tmp_path / "model.onnx")
+    with torch.no_grad():
+        if spec:
+            d2s.onnx.export(static, path, input_spec=[d2s.InputSpec([None, None, 16])])
+        else:
+            static(x)
+            d2s.onnx.export(static, path)
+        want = eager(x)
+    _check(ort.InferenceSession(path, providers=["CPUExecutionProvider"]), [x], want)

@@ -3,6 +3,7 @@ layer switched to a mode it has no program for refuses, naming the mode,
 unless no op of its program differs between the modes (runtime/modes.py).
 Never the other mode's program run silently."""
 
+import copy
 import json
 
 import pytest
@@ -218,3 +219,40 @@ def test_a_mode_that_cannot_be_converted_is_left_out_and_refused(tmp_path):
         d2s.jit.load(str(tmp_path / "again")).train()
     with pytest.raises(d2s.ConversionError, match="tolist"):  # saved in train mode: that mode must convert
         d2s.jit.save(model.train(), str(tmp_path / "train"), input_spec=spec)
+
+
+class ReadsGradMode(nn.Module):
+    """The user's code picks a path by the caller's grad mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        if torch.is_grad_enabled():
+            return self.fc(x) * 2
+        return self.fc(x) + 1
+
+
+def _encoder_layer():
+    torch.manual_seed(0)  # eval: without gradients torch runs a fused kernel
+    return nn.TransformerEncoderLayer(4, 2, 8, dropout=0.0, batch_first=True).eval()
+
+
+@pytest.mark.parametrize("saved_in", ["grad", "no_grad"])
+@pytest.mark.parametrize("make", [ReadsGradMode, _encoder_layer], ids=["user_read", "fused_kernel"])
+def test_a_program_reading_the_grad_mode_is_saved_for_both_modes(tmp_path, make, saved_in):
+    """A program that read the caller's grad mode serves only that mode; the
+    saved model holds the other mode's program as a path, so the loaded one
+    serves calls with and without gradients as eager does (it refused the
+    other mode with DecisionFailed)."""
+    model = make()
+    eager = copy.deepcopy(model)
+    path = str(tmp_path / "m")
+    with torch.set_grad_enabled(saved_in == "grad"):
+        d2s.jit.save(model, path, input_spec=[d2s.InputSpec([None, 3, 4])])
+    loaded = d2s.jit.load(path)
+    x = torch.randn(2, 3, 4)
+    for mode in ("grad", "no_grad", "grad"):
+        with torch.set_grad_enabled(mode == "grad"):
+            assert torch.equal(loaded(x), eager(x)), mode

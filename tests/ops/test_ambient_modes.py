@@ -93,3 +93,59 @@ def test_a_read_after_the_user_turns_gradients_on_in_a_call_without_is_refused()
             d2s.declarative(f)(torch.ones(2))
     assert info.value.filename == __file__
     assert torch.is_grad_enabled is torch._C.is_grad_enabled  # nothing left wrapped
+
+
+# -- torch modules with a fused inference kernel ---------------------------------------------
+
+def _encoder_layer():
+    torch.manual_seed(0)
+    return torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True).eval()
+
+
+def _attention():
+    torch.manual_seed(0)
+    return torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+
+
+def _all_ops(static):
+    return {op.type for block in static.concrete_program.main_program.blocks for op in block.ops}
+
+
+FUSED = {"encoder_layer": (_encoder_layer, lambda m, x, y: m(x), "torch._transformer_encoder_layer_fwd"),
+         "self_attention": (_attention, lambda m, x, y: m(x, x, x)[0], "torch._native_multi_head_attention"),
+         # Not self-attention: eager's unfused path in every mode (with k/v projected once).
+         "key_is_value": (_attention, lambda m, x, y: m(x, y, y, need_weights=False)[0], None)}
+
+
+@pytest.mark.parametrize("order", [("no_grad", "grad", "no_grad"), ("grad", "no_grad", "grad")])
+@pytest.mark.parametrize("case", sorted(FUSED))
+def test_a_module_with_a_fused_inference_kernel_runs_the_kernel_eager_runs(case, order):
+    """nn.TransformerEncoderLayer and nn.MultiheadAttention in eval mode call
+    a fused kernel when gradients are off: the program does too, bit for bit
+    with eager (it used to take the other path: other bits, slower), and
+    the program converted with gradients keeps the path autograd runs."""
+    make, call, kernel = FUSED[case]
+    module, static = make(), d2s.declarative(make().forward)
+    x, y = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    for mode in order:
+        with MODES[mode]():
+            assert torch.equal(call(static, x, y), call(module, x, y)), mode
+        assert (kernel in _all_ops(static)) == (mode == "no_grad" and kernel is not None)
+    grads = []
+    for m in (static, module):
+        xg = x.clone().requires_grad_()
+        call(m, xg, y).sum().backward()
+        grads.append(xg.grad)
+    assert torch.equal(*grads)
+
+
+def test_a_users_torch_function_mode_keeps_the_unfused_path_as_eagerly():
+    class Count(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    module, static = _encoder_layer(), d2s.declarative(_encoder_layer().forward)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad(), Count():
+        assert torch.equal(static(x), module(x))
+    assert "torch._transformer_encoder_layer_fwd" not in _all_ops(static)
