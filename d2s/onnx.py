@@ -61,14 +61,28 @@ def _fused_ops(program):
     return {op.type for block in program.blocks for op in block.ops if op.type in ambient_modes.FAST_KERNELS}
 
 
+def _unfused(program, feeds, fetches, paths):
+    """A saved model's program, or where it calls torch's fused inference
+    kernels (saved from a call without gradients) the path saved for the
+    other grad mode (d2s/save_paths.py), which takes the general path."""
+    if not _fused_ops(program):
+        return program, feeds, fetches
+    return next(((p, list(f), list(o)) for p, f, o in paths if not _fused_ops(p) and list(f) == list(feeds)),
+                (program, feeds, fetches))
+
+
 def _resolve(obj, input_spec):
     """(program, feed names, fetch names, {parameter name: tensor}) of `obj`."""
     if isinstance(obj, (str, os.PathLike)):
         model = read_model(obj)
-        return model.program, model.feed_names, model.fetch_names, model.params
+        program, feeds, fetches = _unfused(model.program, model.feed_names, model.fetch_names,
+                                           [(p.program, p.feed_names, p.fetch_names) for p in model.paths])
+        return program, feeds, fetches, model.params
     if isinstance(obj, TranslatedLayer):
         values = {name: obj._lookup(name) for name in obj._slots}
-        return obj.program, obj.feed_names, [v.name for v in obj.fetch_vars], values
+        program, feeds, fetches = _unfused(obj.program, obj.feed_names, [v.name for v in obj.fetch_vars],
+                                           [(p, f, [v.name for v in vs]) for p, f, vs, *_ in obj._paths])
+        return program, feeds, fetches, values
     if isinstance(obj, (StaticFunction, torch.nn.Module)):
         return _from_static(ProgramTranslator._static(obj), input_spec)
     if callable(obj):

@@ -516,3 +516,18 @@ def test_a_module_with_a_fused_inference_kernel_exports_its_unfused_path(tmp_pat
             d2s.onnx.export(static, path)
         want = eager(x)
     _check(ort.InferenceSession(path, providers=["CPUExecutionProvider"]), [x], want)
+
+
+@pytest.mark.parametrize("how", ["translated", "directory"])
+def test_a_model_saved_without_gradients_exports_its_general_path(tmp_path, how):
+    """Saved from a call without gradients, the main program calls the fused
+    kernel; the export takes the path saved for calls with gradients."""
+    torch.manual_seed(0)
+    eager = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True).eval()
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        d2s.jit.save(copy.deepcopy(eager), str(tmp_path / "saved"), input_spec=[d2s.InputSpec([None, None, 16])])
+        source = d2s.jit.load(str(tmp_path / "saved")) if how == "translated" else str(tmp_path / "saved")
+        d2s.onnx.export(source, str(tmp_path / "model.onnx"))
+        want = eager(x)
+    _check(ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"]), [x], want)
