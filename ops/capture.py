@@ -20,6 +20,7 @@ run under capture, or a refusal), and the tensor methods of Variables
 import functools
 import inspect
 import linecache
+import os
 import re
 import sys
 import threading
@@ -347,6 +348,32 @@ def _decided_int(var, name):
     return value
 
 
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+def _from_torch():
+    """Whether the nearest frame outside d2s's own packages is torch's code."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(INTERNAL_DIRS) \
+            and not frame.f_code.co_filename.startswith(_TORCH_DIR):
+        frame = frame.f_back
+    return frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR)
+
+
+def _decided_bool(var, name):
+    """`bool(t)` of a one-element bool tensor in torch's own Python
+    (nn.TransformerEncoder's `if not torch._nested_tensor_from_mask_left_aligned(...)`):
+    the bool of the call being converted, checked when the program runs, as
+    `_decided_int`. In the user's code it stays refused at the line (a
+    tensor `if` there is converted; `match t:` against a value is not)."""
+    value = tracer.current().example_int(var, None) if _from_torch() else None
+    if value is None:
+        raise _to_python_error(var, _TO_PYTHON[name])
+    framework.check_bool(var, bool(value), f"the Python bool {bool(value)} that {user_name(var)} held while "
+                         "converting")
+    return bool(value)
+
+
 def _method(var, name):
     if name == "__format__":
         return lambda: _refuse_text_in_user_code(var)
@@ -363,6 +390,9 @@ def _method(var, name):
                 return lambda: listed
         if name in ("__int__", "__index__") and _integer_scalar(var):
             return lambda: _decided_int(var, name)
+        if name in ("__bool__", "__nonzero__") and var.kind == "tensor" and var.dtype == torch.bool \
+                and all(d == 1 for d in var.dims):
+            return lambda: _decided_bool(var, name)
         raise _to_python_error(var, _TO_PYTHON[name])
     if name == "data_ptr":  # compared for identity, never read (ops/storage_address.py)
         return lambda: StorageAddress(var)

@@ -74,7 +74,7 @@ element_size is_contiguous is_same_size is_inference is_conj is_neg dim_order __
 # Functions torch computes a Python bool from tensor values with: recorded
 # as ops returning a 0-d bool tensor, so `if torch.equal(a, b):` becomes a
 # graph branch instead of a value frozen at build time.
-TO_BOOL_TENSOR = {"equal", "allclose", "is_nonzero"}
+TO_BOOL_TENSOR = {"equal", "allclose", "is_nonzero", "_nested_tensor_from_mask_left_aligned"}
 
 _INPLACE_OPERATORS = {
     "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
@@ -209,6 +209,9 @@ PYTHON_LEVEL = (
     # The fused inference kernels nn.MultiheadAttention and
     # nn.TransformerEncoderLayer call without gradients (ops/ambient_modes.py).
     ("torch", "_native_multi_head_attention _transformer_encoder_layer_fwd"),
+    # nn.TransformerEncoder's check that a padding mask is left-aligned (a
+    # bool of the mask's values: a decision, ops/capture.py `_decided_bool`).
+    ("torch", "_nested_tensor_from_mask_left_aligned"),
 )
 # Tensor properties whose value is a tensor; the others (shape, dtype,
 # device, requires_grad, ...) are metadata.

@@ -149,3 +149,35 @@ def test_a_users_torch_function_mode_keeps_the_unfused_path_as_eagerly():
     with torch.no_grad(), Count():
         assert torch.equal(static(x), module(x))
     assert "torch._transformer_encoder_layer_fwd" not in _all_ops(static)
+
+
+def _encoder():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+    return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval()
+
+
+def test_an_encoder_with_a_padding_mask_decides_its_left_aligned_check():
+    """nn.TransformerEncoder in eval mode asks whether the padding mask is
+    left-aligned (a bool of the mask's values, in torch's own code): the bool
+    of the converting call, checked when the program runs; a mask that
+    answers otherwise converts again. It was refused. With gradients torch
+    then takes the general path, which the program runs bit for bit."""
+    module, static = _encoder(), d2s.declarative(_encoder().forward)
+    x = torch.randn(2, 5, 16)
+    left = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    gaps = torch.tensor([[False] * 5, [True] + [False] * 4])  # padding first: not left-aligned
+    for mask in (left, gaps, left, gaps):
+        assert torch.equal(static(x, src_key_padding_mask=mask), module(x, src_key_padding_mask=mask))
+    assert len(static.program_cache) == 2  # one per answer, each checking it
+    assert {"torch._nested_tensor_from_mask_left_aligned", "decision_failed"} <= _all_ops(static)
+
+
+def test_an_encoder_that_would_nest_its_input_is_refused_at_the_users_line():
+    """Without gradients eager runs the layers on a nested tensor and pads
+    the result with zeros; a program has no nested tensors: refused."""
+    static = d2s.declarative(_encoder().forward)
+    mask = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    with torch.no_grad(), pytest.raises(ConversionError, match="_nested_tensor_from_mask") as info:
+        static(torch.randn(2, 5, 16), src_key_padding_mask=mask)
+    assert info.value.filename == __file__
