@@ -87,13 +87,16 @@ def _from_fast_path(depth):
     return frame is not None and frame.f_code.co_filename in FAST_PATHS and not _fast_paths_off[0]
 
 
+def _answers_caller(depth, tracer):
+    """Whether a read `depth` frames above the caller gets the caller's
+    mode: the user's code, or a FAST_PATHS module where that mode is known."""
+    return _from_user(depth + 1) or _from_fast_path(depth + 1) and not tracer.user_enabled_grad
+
+
 def is_grad_enabled():
     tracer = _tracing() if _tracing is not None else None
     real = _real_grad()
-    if tracer is None or tracer.caller_modes is None:
-        return real
-    fast_path = not _from_user(1) and _from_fast_path(1)
-    if not fast_path and not _from_user(1) or fast_path and tracer.user_enabled_grad:
+    if tracer is None or tracer.caller_modes is None or not _answers_caller(1, tracer):
         return real
     caller = tracer.caller_modes[0]
     tracer.modes_read["grad"] = caller
@@ -118,8 +121,7 @@ def requires_grad(var):
     flag = not var.stop_gradient
     tracer = _tracing() if _tracing is not None else None
     if not flag or var.persistable or var.is_data or var.grad_leaf or tracer is None \
-            or tracer.caller_modes is None or not (_from_user(2) or _from_fast_path(2)
-                                                   and not tracer.user_enabled_grad):
+            or tracer.caller_modes is None or not _answers_caller(2, tracer):
         return flag
     caller = tracer.caller_modes[0]
     tracer.modes_read["grad"] = caller
