@@ -129,7 +129,15 @@ def dispatch(fn, args, kwargs):
             expanding.discard(fn)
     raise error_at_user_line(
         f"torch function `{_name(fn)}` cannot be captured into a program: it is not in d2s's op table "
-        "(ops/torch_ops.py), and running it now would freeze its result into the program")
+        "(ops/torch_ops.py), and running it now would freeze its result into the program"
+        + _WHY_NOT.get(getattr(fn, "__name__", None), ""))
+
+
+# Why some torch functions are not ops, and what to do instead.
+_WHY_NOT = {"_nested_tensor_from_mask": (
+    ". nn.TransformerEncoder in eval mode, called without gradients and with a src_key_padding_mask, runs its "
+    "layers on a nested tensor, which a program cannot hold: call it with gradients on, or build it with "
+    "enable_nested_tensor=False (then eager and the program take the unnested path)")}
 
 
 # Where torch takes a uint8 tensor as the bool mask `m != 0` (deprecated

@@ -178,6 +178,23 @@ def test_an_encoder_that_would_nest_its_input_is_refused_at_the_users_line():
     the result with zeros; a program has no nested tensors: refused."""
     static = d2s.declarative(_encoder().forward)
     mask = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
-    with torch.no_grad(), pytest.raises(ConversionError, match="_nested_tensor_from_mask") as info:
+    with torch.no_grad(), pytest.raises(ConversionError, match="_nested_tensor_from_mask.*enable_nested_tensor=False") \
+            as info:
         static(torch.randn(2, 5, 16), src_key_padding_mask=mask)
     assert info.value.filename == __file__
+
+
+def test_an_encoder_built_without_nested_tensors_runs_its_fused_layers_with_a_padding_mask():
+    """The way out the refusal names: each layer then runs torch's fused
+    kernel with the mask, without gradients, as eagerly."""
+    def make():
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+        return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+
+    module, static = make(), d2s.declarative(make().forward)
+    x, mask = torch.randn(2, 5, 16), torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    for mode in ("no_grad", "grad"):
+        with MODES[mode]():
+            assert torch.equal(static(x, src_key_padding_mask=mask), module(x, src_key_padding_mask=mask))
+        assert ("torch._transformer_encoder_layer_fwd" in _all_ops(static)) == (mode == "no_grad")
