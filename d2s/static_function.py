@@ -307,7 +307,7 @@ class StaticFunction:
                 # One tensor passed twice keys another program (`same_tensors`): the full path.
                 # (Two arguments, the common case, are compared without building a set.)
                 distinct = args[0] is not args[1] if len(args) == 2 else len(set(map(id, args))) == len(args)
-                key = parts and distinct and tuple(parts)
+                key = tuple(parts) if parts and distinct else None
             if key is not None:
                 concrete = cache._programs.get(key)
                 if concrete is not None and concrete is cache._recent:
@@ -418,8 +418,8 @@ class StaticFunction:
                 state = input_trees.record_state([v for v in (*args, *kwargs.values()) if python_object(v)])
                 # A tensor passed twice is one value in the trace too (`q is k` as eager
                 # sees it); its second feed takes the same tensor and is not read.
-                first = {}
-                traced = [feeds[first.setdefault(id(leaf.tensor), i)] for i, leaf in enumerate(leaves)]
+                same = dict(same_tensors([leaf.tensor for leaf in leaves]))
+                traced = [feeds[same.get(i, i)] for i in range(len(feeds))]
                 made, remaining = [], traced  # taken in `leaves` order: the arguments, then kwargs
                 sym_args = tuple(replace_tensors(v, remaining, arg_names[i] if i < len(arg_names) else
                                                   f"args[{i}]", made) for i, v in enumerate(args))

@@ -46,9 +46,8 @@ from runtime.ir import Variable
 
 from .registry import OpDef, register
 from .trace_patches import WhileTracing
-from .user_frames import INTERNAL_DIRS, error_at_user_line
+from .user_frames import INTERNAL_DIRS, TORCH_DIR, error_at_user_line
 
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _real_grad = torch._C.is_grad_enabled
 _real_inference = torch._C.is_inference_mode_enabled
 _real_set_grad = torch._C._set_grad_enabled
@@ -58,7 +57,7 @@ _tracing = None  # `tracer.active`, given by the tracer
 
 # torch's modules whose forward picks a fused inference kernel by the mode,
 # and those kernels (which exporters have no translation for).
-FAST_PATHS = frozenset(os.path.join(_TORCH_DIR, "nn", "modules", f) for f in ("activation.py", "transformer.py"))
+FAST_PATHS = frozenset(os.path.join(TORCH_DIR, "nn", "modules", f) for f in ("activation.py", "transformer.py"))
 FAST_KERNELS = frozenset({"torch._native_multi_head_attention", "torch._transformer_encoder_layer_fwd"})
 _fast_paths_off = [0]
 

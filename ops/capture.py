@@ -20,7 +20,6 @@ run under capture, or a refusal), and the tensor methods of Variables
 import functools
 import inspect
 import linecache
-import os
 import re
 import sys
 import threading
@@ -36,7 +35,7 @@ from .examples import constant_value
 from .recording import _TO_PYTHON, _contains, _to_python_error, record, size, stands_for_number
 from .registry import op_for_callable
 from .storage_address import StorageAddress
-from .user_frames import INTERNAL_DIRS, error_at_user_line, is_stdlib_file, user_name, user_origin
+from .user_frames import INTERNAL_DIRS, called_from_torch, error_at_user_line, is_stdlib_file, user_name, user_origin
 
 
 # -- dispatch ----------------------------------------------------------------------
@@ -341,10 +340,12 @@ def _integer_scalar(var):
         var.dtype.is_floating_point or var.dtype.is_complex or var.dtype == torch.bool)
 
 
-def _decided_int(var, name):
+def _decided(var, name):
     """`int(t)` / `operator.index(t)` in code d2s does not convert (torch's
     own Python: nn.GRU's check of the hidden state reads `int(batch_sizes[0])`),
-    which must return a Python int: the int of the call being converted
+    and `bool(t)` of a one-element bool tensor in torch's own Python
+    (nn.TransformerEncoder's `if not torch._nested_tensor_from_mask_left_aligned(...)`),
+    which must return a Python int or bool: that of the call being converted
     (ops/examples.py), checked when the program runs. A run that breaks it
     converts again (d2s/decisions.py), as for a Python bool a kernel takes
     (recording.decide_bools). Refused where the example cannot tell it."""
@@ -352,34 +353,13 @@ def _decided_int(var, name):
     if value is None:
         raise _to_python_error(var, _TO_PYTHON[name])
     same = dispatch(torch.eq, (var, value), {})
-    framework.check_bool(same, True, f"the Python int {value} that {user_name(var)} held while converting")
+    framework.check_bool(same, True, f"the Python {type(value).__name__} {value} that {user_name(var)} held "
+                         "while converting")
     return value
 
 
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-
-
-def _from_torch():
-    """Whether the nearest frame outside d2s's own packages is torch's code."""
-    frame = sys._getframe(2)
-    while frame is not None and frame.f_code.co_filename.startswith(INTERNAL_DIRS) \
-            and not frame.f_code.co_filename.startswith(_TORCH_DIR):
-        frame = frame.f_back
-    return frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR)
-
-
-def _decided_bool(var, name):
-    """`bool(t)` of a one-element bool tensor in torch's own Python
-    (nn.TransformerEncoder's `if not torch._nested_tensor_from_mask_left_aligned(...)`):
-    the bool of the call being converted, checked when the program runs, as
-    `_decided_int`. In the user's code it stays refused at the line (a
-    tensor `if` there is converted; `match t:` against a value is not)."""
-    value = tracer.current().example_int(var, None) if _from_torch() else None
-    if value is None:
-        raise _to_python_error(var, _TO_PYTHON[name])
-    framework.check_bool(var, bool(value), f"the Python bool {bool(value)} that {user_name(var)} held while "
-                         "converting")
-    return bool(value)
+def _refuse_python_value(var, name):
+    raise _to_python_error(var, _TO_PYTHON[name])
 
 
 def _method(var, name):
@@ -397,10 +377,12 @@ def _method(var, name):
                     listed = value.tolist()
                 return lambda: listed
         if name in ("__int__", "__index__") and _integer_scalar(var):
-            return lambda: _decided_int(var, name)
+            return lambda: _decided(var, name)
+        # In the user's code bool(t) stays refused at the line (a tensor `if`
+        # there is converted; `match t:` against a value is not).
         if name in ("__bool__", "__nonzero__") and var.kind == "tensor" and var.dtype == torch.bool \
                 and all(d == 1 for d in var.dims):
-            return lambda: _decided_bool(var, name)
+            return lambda: _decided(var, name) if called_from_torch() else _refuse_python_value(var, name)
         raise _to_python_error(var, _TO_PYTHON[name])
     if name == "data_ptr":  # compared for identity, never read (ops/storage_address.py)
         return lambda: StorageAddress(var)

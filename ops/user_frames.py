@@ -15,13 +15,21 @@ import torch
 
 from runtime.errors import ConversionError
 
-INTERNAL_DIRS = tuple(
-    os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-    for m in (torch,)
-) + tuple(
+TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+INTERNAL_DIRS = (TORCH_DIR,) + tuple(
     os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), d) + os.sep
     for d in ("ops", "runtime", "d2s")
 )
+
+
+def called_from_torch():
+    """Whether the nearest frame of the caller's outside d2s's own packages
+    is torch's code (not the user's)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(INTERNAL_DIRS) \
+            and not frame.f_code.co_filename.startswith(TORCH_DIR):
+        frame = frame.f_back
+    return frame is not None and frame.f_code.co_filename.startswith(TORCH_DIR)
 
 
 # The standard library, recognised by where its files live (a user module

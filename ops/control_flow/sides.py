@@ -9,12 +9,9 @@ take that side (d2s/decisions.py); a saved program refuses such inputs.
 """
 
 import contextlib
-import os
-
-import torch
 
 from .. import framework, tracer
-from ..user_frames import user_origin
+from ..user_frames import TORCH_DIR, user_origin
 from .undefined import Unreachable
 
 # {key: side}: `if`s whose values cannot be merged, converted for the side
@@ -142,9 +139,6 @@ def decide_failed_side(exc):
     return True
 
 
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-
-
 def raised_by_torch(exc):
     """Whether `exc` is torch refusing the sizes it was given: a kernel's
     inference failing (ops/capture.py marks it), or an error raised inside
@@ -156,7 +150,7 @@ def raised_by_torch(exc):
     tb, last = exc.__traceback__, None
     while tb is not None:
         last, tb = tb.tb_frame.f_code.co_filename, tb.tb_next
-    return last is not None and last.startswith(_TORCH_DIR)
+    return last is not None and last.startswith(TORCH_DIR)
 
 
 def specialise(tblock, fblock, taken, origin, why):

@@ -195,13 +195,13 @@ def _gelu(a):
     return "gelu", [a.tensor("input"), a.string("approximate")]
 
 
-def _arith(opcode, types, alpha):
+def _arith(opcode, aten, alpha):
     names = "input other alpha" if alpha else "input other"
 
     def build(a):
         ops = [a.tensor("input"), a.tensor_or_wrapped("other")]
         return opcode, ops + ([a.scalar("alpha")] if alpha else [])
-    _entry(types, names, (1,) if alpha else ())(build)
+    _entry(aten, names, (1,) if alpha else ())(build)
 
 
 _arith("add", "add", alpha=True)
@@ -487,9 +487,10 @@ def lower(op, tensor_names, once=False):
             op.attrs.get("once") and not once:
         return None
     try:
-        aten = get_op_def(op.type).aten
+        opdef = get_op_def(op.type)
     except KeyError:
         return None
+    aten = opdef.aten
     out = op.attrs.get("out")
     in_place = out is None and aten in INPLACE
     if not isinstance(out, OutputRef) and aten != "lstm_cell" and not in_place:
@@ -512,7 +513,7 @@ def lower(op, tensor_names, once=False):
     if entry is None:
         return None
     names, defaults, build = entry
-    bound = bind(op, get_op_def(op.type), names, defaults)
+    bound = bind(op, opdef, names, defaults)
     if bound is None:
         return None
     try:

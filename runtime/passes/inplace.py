@@ -58,7 +58,6 @@ def _plain(op, fresh_only=False):
 
 def run(ctx):
     program = ctx.program
-    get_op_def = ctx.get_op_def
     if writes_tensors(program.blocks, ctx.get_op_def):
         return
     uses = {}
@@ -73,7 +72,7 @@ def run(ctx):
         fresh = {}  # temporaries of this block made by a fresh-result op
         for op in block.ops:
             ins = [rename.get(n, n) for n in op.input("X")]
-            opdef = get_op_def(op.type)
+            opdef = ctx.get_op_def(op.type)
             target = _target(op, opdef.aten, ins, block, fresh, uses) if _plain(op) else None
             if target is not None:
                 new_type, args = target
