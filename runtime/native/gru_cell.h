@@ -229,9 +229,17 @@ bool exact_gru_cell(const Tensor& x, const Tensor& hx, const Tensor& w_ih, const
   Tensor w_ih_t, w_hh_t;
   {
     at::AutoGradMode no_grad(false);
-    w_ih_t = w_ih.t();
-    w_hh_t = w_hh.t();
-    st->saved = cell_ops(x, hx, w_ih_t, w_hh_t, b_ih, b_hh, hy);
+    w_ih_t = d2s_lstm::weight_t(w_ih);
+    w_hh_t = d2s_lstm::weight_t(w_hh);
+    {
+      // Below autograd, as lstm_cell.h's cell: same kernels and values; hy's
+      // version is set to eager's, whose composite writes it in place twice
+      // (`(hx - n).mul_(z).add_(n)`).
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      st->saved = cell_ops(x, hx, w_ih_t, w_hh_t, b_ih, b_hh, hy);
+    }
+    torch::autograd::impl::bump_version(hy);
+    torch::autograd::impl::bump_version(hy);
   }
   auto req = [&](int k) { return in[k]->requires_grad(); };
   st->gates_req = req(X) || req(HX) || req(W_IH) || req(W_HH) || req(B_IH) || req(B_HH);

@@ -79,6 +79,21 @@ Tensor mm_mat2_grad(const Tensor& grad, const Tensor& mat1, at::IntArrayRef size
   return mat1.t().conj().mm(grad);
 }
 
+// weight.t() as the cell's addmm reads it, made below autograd: a tensor on
+// the weight's storage sharing its version counter, so that a write to the
+// weight before backward fails the saved variable's version check with
+// eager's error (the t() of a weight made under no_grad is a view autograd
+// refuses to rebase, with an error about no_grad views instead).
+Tensor weight_t(const Tensor& w) {
+  Tensor t;
+  {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    t = w.t();
+  }
+  t.unsafeGetTensorImpl()->set_version_counter(w.unsafeGetTensorImpl()->version_counter());
+  return t;
+}
+
 // What eager's AddmmBackward0 keeps of one `addmm(bias, mat1, weight.t())`,
 // and only when it keeps it: mat1 when the weight needs a gradient, mat2
 // (weight.t()) when mat1 does, and the sizes/strides its formulas test.
@@ -336,9 +351,18 @@ bool exact_lstm_cell(const Tensor& x, const Tensor& hx, const Tensor& cx, const 
   Tensor w_ih_t, w_hh_t;
   {
     at::AutoGradMode no_grad(false);
-    w_hh_t = w_hh.t();
-    w_ih_t = w_ih.t();
-    st->saved = cell_ops(x, hx, cx, w_ih_t, w_hh_t, b_ih, b_hh, hy, cy);
+    w_hh_t = weight_t(w_hh);
+    w_ih_t = weight_t(w_ih);
+    {
+      // The cell's own calls skip the autograd and ADInplaceOrView kernels,
+      // which under no_grad only check there is nothing to record (a large
+      // share of each call's time at RNN sizes); same kernels, same values.
+      // What those kernels would leave observable is the version of cy,
+      // which eager's composite writes in place once: bumped below.
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      st->saved = cell_ops(x, hx, cx, w_ih_t, w_hh_t, b_ih, b_hh, hy, cy);
+    }
+    torch::autograd::impl::bump_version(cy);
   }
   auto req = [&](int k) { return in[k]->requires_grad(); };
   st->gates_req = req(X) || req(HX) || req(W_IH) || req(W_HH) || req(B_IH) || req(B_HH);

@@ -117,6 +117,11 @@ struct Code {
   std::vector<int> outputs;
   bool fusable = false;       // every instruction has a fused gradient (fused_grad_kind)
   std::vector<char> needed;   // registers the fused gradient reads
+  // By instruction, for the fused path: the in-place form of an elementwise
+  // op whose operand is a temporary dead after it that the gradient does not
+  // read (`tanh(linear(x))` writes tanh into linear's result), as the
+  // `inplace` pass does with grad mode off; op -1 where there is none.
+  std::vector<Instr> in_place;
 };
 
 struct SegmentObject {
@@ -392,6 +397,24 @@ bool aliases(int op) {
   }
 }
 
+// The opcode of `op`'s in-place form (D2S_UNARY_INPLACE: NAME_ for NAME), or -1.
+int in_place_twin(int op) {
+  static const std::vector<int> twins = [] {
+    std::vector<int> t(OP_COUNT, -1);
+    for (int a = 0; a < OP_COUNT; ++a) {
+      for (int b = 0; b < OP_COUNT; ++b) {
+        if (std::string(kOpNames[b]) == std::string(kOpNames[a]) + "_") t[a] = b;
+      }
+    }
+    // Only the unary family's forms: add_ and the like take other operands.
+    for (int a = 0; a < OP_COUNT; ++a) {
+      if (a == OP_add || a == OP_sub || a == OP_mul || a == OP_div) t[a] = -1;
+    }
+    return t;
+  }();
+  return op >= 0 && op < OP_COUNT ? twins[op] : -1;
+}
+
 // Decides `fusable` and `needed` once, when the segment is made.
 void plan_fused(Code& code) {
   code.needed.assign(code.n_regs, 0);
@@ -412,13 +435,24 @@ void plan_fused(Code& code) {
     if (producer[o] >= 0 && aliases(producer[o])) return;
   }
   code.fusable = true;
+  code.in_place.assign(code.instrs.size(), Instr{-1, {}, {}, {}});
+  for (size_t i = 0; i < code.instrs.size(); ++i) {
+    const Instr& in = code.instrs[i];
+    int twin = in_place_twin(in.op);
+    if (twin < 0 || fused_grad_kind(in) == G_NONDIFF || in.args.empty() || in.args[0].kind != K_REG) continue;
+    int r = in.args[0].reg;
+    bool dies_here = std::find(in.frees.begin(), in.frees.end(), r) != in.frees.end();
+    if (r < code.n_inputs || code.needed[r] || !dies_here) continue;
+    code.in_place[i] = in;
+    code.in_place[i].op = twin;
+  }
 }
 
 struct SegmentBackward : public torch::autograd::Node {
   std::shared_ptr<const Code> code;
   std::vector<at::Tensor> saved;       // by register: detached values the gradient reads
   std::vector<uint32_t> versions;      // their versions when saved
-  std::vector<std::vector<int64_t>> shapes;
+  std::vector<at::DimVector> shapes;   // by register (inline storage: no allocation per op)
   std::vector<at::ScalarType> dtypes;
   std::vector<char> req;               // the register's value depends on an input that requires grad
   std::vector<int> grad_outputs;       // output registers, in the order of this node's inputs
@@ -646,12 +680,37 @@ struct SegmentBackward : public torch::autograd::Node {
 // The forward of a fused call, under no_grad: runs the instructions and
 // records in `node`, for every result, whether it carries gradient, its shape
 // and its dtype. The GIL is released by the caller.
+//
+// The calls dispatch below autograd (AutoDispatchBelowADInplaceOrView): under
+// no_grad the autograd and ADInplaceOrView kernels of every op would only
+// check that there is nothing to record, a large share of a small op's time,
+// and this node records the gradient itself. What the ADInplaceOrView
+// kernels would have done that is observable is done here: a view shares
+// the version counter of the tensor it views, so a later in-place write to
+// either fails the version check in backward as eager's does. Results are
+// made by the same kernels (values bit for bit). A dead register the
+// gradient does not read is freed at its last use, as the per-op path frees
+// it; inputs stay (a call that falls back runs again from them).
 void run_fused(const Code& code, std::vector<at::Tensor>& regs, SegmentBackward& node) {
   auto& req = node.req;
   at::AutoGradMode no_grad(false);
-  for (const Instr& in : code.instrs) {
-    run_one(regs, in, /*keep_all=*/true);
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  for (size_t i = 0; i < code.instrs.size(); ++i) {
+    const Instr& in = code.instrs[i];
+    const Instr& twin = code.in_place[i];
+    // In place only on a floating-point temporary nothing else holds or
+    // views (the in-place form writes the out-of-place form's dtype there).
+    bool reuse = twin.op >= 0 && regs[twin.args[0].reg].use_count() == 1 &&
+                 regs[twin.args[0].reg].storage().use_count() == 1 &&
+                 at::isFloatingType(regs[twin.args[0].reg].scalar_type());
+    run_one(regs, reuse ? twin : in, /*keep_all=*/true);
     int o = in.outs[0];
+    if (aliases(in.op)) {
+      const at::Tensor& base = tensor_of(in.args[0], regs);
+      if (!regs[o].is_same(base) && regs[o].is_alias_of(base)) {
+        regs[o].unsafeGetTensorImpl()->set_version_counter(base.unsafeGetTensorImpl()->version_counter());
+      }
+    }
     bool r = false;
     if (fused_grad_kind(in) != G_NONDIFF) {
       for (const Operand& a : in.args) {
@@ -660,8 +719,11 @@ void run_fused(const Code& code, std::vector<at::Tensor>& regs, SegmentBackward&
       }
     }
     req[o] = r;
-    node.shapes[o] = regs[o].sizes().vec();
+    node.shapes[o] = at::DimVector(regs[o].sizes());
     node.dtypes[o] = regs[o].scalar_type();
+    for (int dead : in.frees) {
+      if (dead >= code.n_inputs && !code.needed[dead]) regs[dead] = at::Tensor();
+    }
   }
 }
 
@@ -688,7 +750,7 @@ bool run_with_one_node(const std::shared_ptr<const Code>& code, std::vector<at::
   node->dtypes.assign(n, at::ScalarType::Undefined);
   for (int i = 0; i < code->n_inputs; ++i) {
     node->req[i] = regs[i].requires_grad();
-    node->shapes[i] = regs[i].sizes().vec();
+    node->shapes[i] = at::DimVector(regs[i].sizes());
     node->dtypes[i] = regs[i].scalar_type();
   }
   run_fused(*code, regs, *node);
@@ -696,12 +758,16 @@ bool run_with_one_node(const std::shared_ptr<const Code>& code, std::vector<at::
     for (const at::Tensor& in : inputs) {
       if (regs[o].is_alias_of(in)) return false;
     }
-    // A view of a tensor made inside the call (`linear` of a 3-d input is a
-    // view of its matmul's result) would be a view made under no_grad: give
-    // the caller a tensor of its own, with the same values and strides.
-    if (regs[o].is_view()) {
-      at::AutoGradMode no_grad(false);
-      regs[o] = regs[o].clone();
+    // A result sharing storage with a tensor made inside the call (`linear`
+    // of a 3-d input is a view of its matmul's result) would share it with
+    // no tensor autograd knows of: give the caller a tensor of its own, with
+    // the same values and strides.
+    for (int r = code->n_inputs; r < n; ++r) {
+      if (r != o && regs[r].defined() && regs[o].is_alias_of(regs[r]) && !regs[o].is_same(regs[r])) {
+        at::AutoGradMode no_grad(false);
+        regs[o] = regs[o].clone();
+        break;
+      }
     }
   }
   node->code = code;
@@ -737,12 +803,14 @@ void run_code(const std::shared_ptr<const Code>& code, std::vector<at::Tensor>& 
   // tensors: with any active, calls record per-op nodes, as eager's.
   if (fused_autograd && code->fusable && torch::autograd::GradMode::is_enabled() &&
       at::SavedTensorDefaultHooks::get_tls_state().stack.empty()) {
-    bool wants_grad = false, tangents = false;
+    bool wants_grad = false, tangents = false, inference = false;
     for (int i = 0; i < code->n_inputs; ++i) {
       wants_grad = wants_grad || regs[i].requires_grad();
       tangents = tangents || regs[i]._fw_grad(/*level=*/0).defined();
+      inference = inference || regs[i].is_inference();  // its views have no version counter to share
     }
-    fused = wants_grad && !tangents;  // forward-mode AD: the per-op path computes tangents
+    // forward-mode AD: the per-op path computes tangents
+    fused = wants_grad && !tangents && !inference;
   }
   if (fused && !run_with_one_node(code, regs)) {
     fused = false;  // run again with per-op autograd (fused calls free nothing: inputs are still here)

@@ -146,14 +146,34 @@ def test_module_loop_parameters_gradients_bit_identical(n):
             assert torch.equal(got, want)
 
 
-def test_in_place_write_after_the_call_is_eagers_error():
+@pytest.mark.parametrize("written", [0, 2], ids=["x", "w_ih"])
+def test_in_place_write_after_the_call_is_eagers_error(written):
+    """x is saved for w_ih's gradient, w_ih (as its t() view) for x's."""
     tensors = _inputs(2, 3, 4)
     for fn in (steps, static_steps):
         leaves = [t.detach().clone().requires_grad_(k >= 2) for k, t in enumerate(tensors)]
+        leaves[0].requires_grad_(written != 0)  # w_ih.t() is saved for x's gradient
         out = fn(leaves[0], torch.tensor(2), *leaves[1:])
-        leaves[0].mul_(2)  # x, saved for w_ih's gradient
+        with torch.no_grad():
+            leaves[written].mul_(2)
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             out.sum().backward()
+
+
+@pytest.mark.parametrize("level", ["default", "fast"])
+def test_output_version_is_eagers(level):
+    """Eager's composite writes hy in place twice (`(hx - n).mul_(z).add_(n)`);
+    the cell's calls run below autograd, which counts no write, so the
+    version is set as eager's."""
+    tensors = [t.requires_grad_(k >= 2) for k, t in enumerate(_inputs(2, 3, 4))]
+
+    def one(x, h, w_ih, w_hh, b_ih, b_hh):
+        return torch.gru_cell(x, h, w_ih, w_hh, b_ih, b_hh)
+
+    args = [tensors[0][0]] + tensors[1:]
+    hy = d2s.declarative(one, optimize=level)(*args)
+    assert hy.grad_fn.name() == ONE_NODE
+    assert hy._version == one(*args)._version == 2
 
 
 def test_second_backward_is_eagers_error():
