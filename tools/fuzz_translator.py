@@ -129,11 +129,14 @@ def main(argv=None):
                         "the counts then cover the programs run")
     parser.add_argument("--per-class", type=int, default=3, help="programs shrunk per class of wrong results")
     parser.add_argument("--no-minimize", action="store_true", help="only count outcomes")
+    parser.add_argument("--optimize", choices=("default", "fast"), default="default",
+                        help="the level declarative calls compile at (fast: floats compared up to rounding)")
     args = parser.parse_args(argv)
 
     # Workers are spawned with this environment: a run, its minimiser and
     # `PYTHONHASHSEED=... python reproducer.py` see sets of strings in one order.
     os.environ.setdefault("PYTHONHASHSEED", hash_seed(args.seed))
+    os.environ["D2S_FUZZ_OPTIMIZE"] = fuzz_runner.LEVEL = args.optimize
     print(f"workers run with PYTHONHASHSEED={os.environ['PYTHONHASHSEED']}", flush=True)
     started = time.monotonic()
     counts, groups, done = run_programs(args, started)

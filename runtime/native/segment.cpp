@@ -755,6 +755,9 @@ bool run_with_one_node(const std::shared_ptr<const Code>& code, std::vector<at::
   }
   run_fused(*code, regs, *node);
   for (int o : code->outputs) {
+    // Storage held by this output alone can alias nothing (the usual case:
+    // the scans below are for views and ops that return their operand).
+    if (!regs[o].has_storage() || regs[o].storage().use_count() == 1) continue;
     for (const at::Tensor& in : inputs) {
       if (regs[o].is_alias_of(in)) return false;
     }
