@@ -699,10 +699,12 @@ void run_fused(const Code& code, std::vector<at::Tensor>& regs, SegmentBackward&
     const Instr& in = code.instrs[i];
     const Instr& twin = code.in_place[i];
     // In place only on a floating-point temporary nothing else holds or
-    // views (the in-place form writes the out-of-place form's dtype there).
-    bool reuse = twin.op >= 0 && regs[twin.args[0].reg].use_count() == 1 &&
-                 regs[twin.args[0].reg].storage().use_count() == 1 &&
-                 at::isFloatingType(regs[twin.args[0].reg].scalar_type());
+    // views (the in-place form writes the out-of-place form's dtype there),
+    // laid out densely without overlap (where the out-of-place form's
+    // result has the operand's strides; it could not write an expanded one).
+    const at::Tensor* operand = twin.op >= 0 ? &regs[twin.args[0].reg] : nullptr;
+    bool reuse = operand != nullptr && operand->use_count() == 1 && operand->storage().use_count() == 1 &&
+                 at::isFloatingType(operand->scalar_type()) && operand->is_non_overlapping_and_dense();
     run_one(regs, reuse ? twin : in, /*keep_all=*/true);
     int o = in.outs[0];
     if (aliases(in.op)) {

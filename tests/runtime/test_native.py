@@ -619,13 +619,19 @@ def tanh_of_viewed(x, w, b, v, s):
     return torch.tanh(a).sum() + (k * 1.0)
 
 
+def tanh_of_expanded(x, w, b, v, s):
+    e = (v * 2).expand(3, 4)                       # its base dies here: e alone holds the storage
+    t = torch.tanh((x * 3).t())                    # a dead transposed temporary: written, strides kept
+    return torch.tanh(e) * x, t * 1.0
+
+
 def relu_then_saved(x, w, b, v, s):
     a = torch.mm(x, w)                             # mm keeps x and w, not a
     return torch.exp(torch.relu(a)) * v            # relu into a; exp keeps its result
 
 
 @pytest.mark.parametrize("fn", [tanh_of_dead_linear, tanh_of_live_linear, tanh_of_input, tanh_of_viewed,
-                                relu_then_saved], ids=lambda f: f.__name__)
+                                tanh_of_expanded, relu_then_saved], ids=lambda f: f.__name__)
 def test_fused_forward_writes_only_dead_temporaries_in_place(fn):
     """The fused forward runs `tanh(a)` as `a.tanh_()` where nothing else
     reads or views a; values stay eager's bit for bit and no input changes."""
@@ -635,9 +641,11 @@ def test_fused_forward_writes_only_dead_temporaries_in_place(fn):
     for _ in range(2):
         got, want = fast(*args), fn(*eager_args)
         got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
-        assert all(torch.equal(g, w) for g, w in zip(got, want))
+        assert all(torch.equal(g, w) and g.stride() == w.stride() for g, w in zip(got, want))
         assert all(torch.equal(a, b) for a, b in zip(args, before))
-    assert any(s.fused() for s in _compiled(fast).segments)
+    compiled = _compiled(fast)
+    assert any(s.fused() for s in compiled.segments)
+    assert all(s.fallbacks() == 0 for s in compiled.segments)
     sum(g.sum() for g in got).backward()
     sum(w.sum() for w in want).backward()
     for a, b in zip(args, eager_args):
