@@ -397,6 +397,12 @@ bool aliases(int op) {
   }
 }
 
+// Composites whose choice of kernels reads autograd state: matmul folds a
+// batched operand into one mm when the other requires grad, which a view
+// made below autograd (the weight's t() inside linear) does not; a
+// different fold rounds differently. They run above autograd (under no_grad).
+bool reads_autograd_state(int op) { return op == OP_linear || op == OP_matmul; }
+
 // The opcode of `op`'s in-place form (D2S_UNARY_INPLACE: NAME_ for NAME), or -1.
 int in_place_twin(int op) {
   static const std::vector<int> twins = [] {
@@ -688,15 +694,18 @@ struct SegmentBackward : public torch::autograd::Node {
 // kernels would have done that is observable is done here: a view shares
 // the version counter of the tensor it views, so a later in-place write to
 // either fails the version check in backward as eager's does. Results are
-// made by the same kernels (values bit for bit). A dead register the
+// made by the same kernels (values bit for bit), except where a composite
+// picks its kernels by autograd state it would not see below autograd
+// (`reads_autograd_state`): those ops dispatch as usual. A dead register the
 // gradient does not read is freed at its last use, as the per-op path frees
 // it; inputs stay (a call that falls back runs again from them).
 void run_fused(const Code& code, std::vector<at::Tensor>& regs, SegmentBackward& node) {
   auto& req = node.req;
   at::AutoGradMode no_grad(false);
-  at::AutoDispatchBelowADInplaceOrView below_autograd;
   for (size_t i = 0; i < code.instrs.size(); ++i) {
     const Instr& in = code.instrs[i];
+    c10::impl::ExcludeDispatchKeyGuard below_autograd(
+        reads_autograd_state(in.op) ? c10::DispatchKeySet() : c10::autograd_dispatch_keyset_with_ADInplaceOrView);
     const Instr& twin = code.in_place[i];
     // In place only on a floating-point temporary nothing else holds or
     // views (the in-place form writes the out-of-place form's dtype there),
@@ -759,20 +768,22 @@ bool run_with_one_node(const std::shared_ptr<const Code>& code, std::vector<at::
   for (int o : code->outputs) {
     // Storage held by this output alone can alias nothing (the usual case:
     // the scans below are for views and ops that return their operand).
-    if (!regs[o].has_storage() || regs[o].storage().use_count() == 1) continue;
+    const bool shared = regs[o].has_storage() && regs[o].storage().use_count() > 1;
+    if (!shared && !regs[o].is_view()) continue;
     for (const at::Tensor& in : inputs) {
       if (regs[o].is_alias_of(in)) return false;
     }
     // A result sharing storage with a tensor made inside the call (`linear`
-    // of a 3-d input is a view of its matmul's result) would share it with
-    // no tensor autograd knows of: give the caller a tensor of its own, with
-    // the same values and strides.
-    for (int r = code->n_inputs; r < n; ++r) {
-      if (r != o && regs[r].defined() && regs[o].is_alias_of(regs[r]) && !regs[o].is_same(regs[r])) {
-        at::AutoGradMode no_grad(false);
-        regs[o] = regs[o].clone();
-        break;
-      }
+    // of a 3-d input is a view of its matmul's result, made under no_grad)
+    // would share it with no tensor autograd knows of: give the caller a
+    // tensor of its own, with the same values and strides.
+    bool copy = regs[o].is_view();
+    for (int r = code->n_inputs; r < n && !copy; ++r) {
+      copy = r != o && regs[r].defined() && regs[o].is_alias_of(regs[r]) && !regs[o].is_same(regs[r]);
+    }
+    if (copy) {
+      at::AutoGradMode no_grad(false);
+      regs[o] = regs[o].clone();
     }
   }
   node->code = code;
