@@ -397,11 +397,16 @@ bool aliases(int op) {
   }
 }
 
-// Composites whose choice of kernels reads autograd state: matmul folds a
-// batched operand into one mm when the other requires grad, which a view
-// made below autograd (the weight's t() inside linear) does not; a
-// different fold rounds differently. They run above autograd (under no_grad).
-bool reads_autograd_state(int op) { return op == OP_linear || op == OP_matmul; }
+// Calls whose choice of kernels reads autograd state: matmul folds a batched
+// operand into one mm when the other requires grad, which a view made below
+// autograd (the weight's t() inside linear) does not, and another fold
+// rounds differently. Only a batched (3-d or more) operand is folded; with
+// 1-d and 2-d ones linear is addmm and matmul is mm, mv or dot. Such calls
+// run above autograd (under no_grad).
+bool reads_autograd_state(const Instr& in, const std::vector<at::Tensor>& regs) {
+  if (in.op != OP_linear && in.op != OP_matmul) return false;
+  return tensor_of(in.args[0], regs).dim() >= 3 || tensor_of(in.args[1], regs).dim() >= 3;
+}
 
 // The opcode of `op`'s in-place form (D2S_UNARY_INPLACE: NAME_ for NAME), or -1.
 int in_place_twin(int op) {
@@ -705,7 +710,7 @@ void run_fused(const Code& code, std::vector<at::Tensor>& regs, SegmentBackward&
   for (size_t i = 0; i < code.instrs.size(); ++i) {
     const Instr& in = code.instrs[i];
     c10::impl::ExcludeDispatchKeyGuard below_autograd(
-        reads_autograd_state(in.op) ? c10::DispatchKeySet() : c10::autograd_dispatch_keyset_with_ADInplaceOrView);
+        reads_autograd_state(in, regs) ? c10::DispatchKeySet() : c10::autograd_dispatch_keyset_with_ADInplaceOrView);
     const Instr& twin = code.in_place[i];
     // In place only on a floating-point temporary nothing else holds or
     // views (the in-place form writes the out-of-place form's dtype there),
