@@ -199,8 +199,8 @@ at::TensorOptions factory_options(const Frame& f, size_t i) {
 }
 
 // One instruction: the ATen call the op's Python binding makes.
-// `keep_all`: free nothing (the fused path records every result's shape and
-// saves what its gradient reads once the call is done).
+// `keep_all`: free nothing (the fused path records each result's shape
+// first, then frees only what its gradient does not read).
 void run_one(std::vector<at::Tensor>& regs, const Instr& in, bool keep_all = false) {
   Frame f{regs, in};
   at::Tensor r;
