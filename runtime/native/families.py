@@ -31,6 +31,8 @@ def _x_list(names):
 
 
 def compiler_definitions():
-    """The families as the compiler's -D arguments (segment.cpp's X-macros)."""
+    """The families as the compiler's -D arguments (segment.cpp's X-macros);
+    D2S_UNARY_TWIN pairs each op with its in-place form (NAME, NAME_)."""
     return [f"-DD2S_UNARY(X)={_x_list(UNARY)}",
-            f"-DD2S_UNARY_INPLACE(X)={_x_list(name + '_' for name in UNARY_INPLACE)}"]
+            f"-DD2S_UNARY_INPLACE(X)={_x_list(name + '_' for name in UNARY_INPLACE)}",
+            f"-DD2S_UNARY_TWIN(X)={_x_list(f'{name},{name}_' for name in UNARY_INPLACE)}"]

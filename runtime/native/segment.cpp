@@ -57,8 +57,9 @@ enum Kind : int {
 };
 
 // The families of runtime/native/families.py, which the build passes as
-// X-macros: D2S_UNARY (at::NAME(x)) and D2S_UNARY_INPLACE (x.NAME_()).
-#if !defined(D2S_UNARY) || !defined(D2S_UNARY_INPLACE)
+// X-macros: D2S_UNARY (at::NAME(x)), D2S_UNARY_INPLACE (x.NAME_()) and
+// D2S_UNARY_TWIN (the pairs NAME, NAME_).
+#if !defined(D2S_UNARY) || !defined(D2S_UNARY_INPLACE) || !defined(D2S_UNARY_TWIN)
 #error "build with runtime/native/__init__.py: it defines the op families of families.py"
 #endif
 
@@ -408,22 +409,17 @@ bool reads_autograd_state(const Instr& in, const std::vector<at::Tensor>& regs) 
   return tensor_of(in.args[0], regs).dim() >= 3 || tensor_of(in.args[1], regs).dim() >= 3;
 }
 
-// The opcode of `op`'s in-place form (D2S_UNARY_INPLACE: NAME_ for NAME), or -1.
+// The opcode of a unary op's in-place form (D2S_UNARY_TWIN), or -1.
 int in_place_twin(int op) {
-  static const std::vector<int> twins = [] {
-    std::vector<int> t(OP_COUNT, -1);
-    for (int a = 0; a < OP_COUNT; ++a) {
-      for (int b = 0; b < OP_COUNT; ++b) {
-        if (std::string(kOpNames[b]) == std::string(kOpNames[a]) + "_") t[a] = b;
-      }
-    }
-    // Only the unary family's forms: add_ and the like take other operands.
-    for (int a = 0; a < OP_COUNT; ++a) {
-      if (a == OP_add || a == OP_sub || a == OP_mul || a == OP_div) t[a] = -1;
-    }
-    return t;
-  }();
-  return op >= 0 && op < OP_COUNT ? twins[op] : -1;
+  switch (op) {
+#define D2S_TWIN_CASE(name, name_) \
+  case OP_##name:                  \
+    return OP_##name_;
+    D2S_UNARY_TWIN(D2S_TWIN_CASE)
+#undef D2S_TWIN_CASE
+    default:
+      return -1;
+  }
 }
 
 // Decides `fusable` and `needed` once, when the segment is made.
@@ -834,7 +830,7 @@ void run_code(const std::shared_ptr<const Code>& code, std::vector<at::Tensor>& 
     fused = wants_grad && !tangents && !inference;
   }
   if (fused && !run_with_one_node(code, regs)) {
-    fused = false;  // run again with per-op autograd (fused calls free nothing: inputs are still here)
+    fused = false;  // run again with per-op autograd (fused calls never free their inputs)
   }
   if (!fused) {
     for (const Instr& in : code->instrs) run_one(regs, in);
