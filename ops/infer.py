@@ -370,7 +370,8 @@ def _sample(v, shapes, offset, seen, fill=1):
         return v
 
     def size(sym):
-        hint = int(shapes.env.guarding_hint_or_throw(sym.node.expr))
+        from .symbolic import hint_of  # lazy: sympy (a symbolic size means the module is loaded)
+        hint = int(hint_of(shapes.env, sym.node.expr))
         seen.setdefault((hint, hint + 7), sym)
         return hint + offset
 

@@ -92,7 +92,7 @@ def packed_rnn(inputs, args, kwargs, tracer):
     size], each hidden state the shape of its initial one."""
     second = inputs[args[1].index] if len(args) > 1 and isinstance(args[1], InputRef) else None
     if second is None or second.kind != "tensor" or second.dtype != torch.int64 or len(second.dims) != 1:
-        return None  # the padded form, `(input, hx, params, ...)`: hx is floating point
+        return _padded_rnn(inputs, args, kwargs)  # `(input, hx, params, ...)`: hx is floating point
     a = _bind(_PACKED_RNN, inputs, args, kwargs)
     data, hx = a["data"], a["hx"]
     hidden = list(hx) if isinstance(hx, (list, tuple)) else [hx]
@@ -101,6 +101,30 @@ def packed_rnn(inputs, args, kwargs, tracer):
         return None
     features *= 2 if a["bidirectional"] else 1
     return (Meta((data.dims[0], features), data.dtype), *(Meta(v.dims, v.dtype) for v in hidden))
+
+
+_PADDED_RNN = _signature("input hx params has_biases num_layers dropout train bidirectional batch_first")
+
+
+def _padded_rnn(inputs, args, kwargs):
+    """The padded form: `output` the input's shape with the last size
+    `directions * h's last size`, each hidden state the shape of its
+    initial one, whatever the input's rank or layout. (Its stand-in run
+    would tell the same; torch 2.11's fake kernel gives `h` a rank too many
+    where the batch size is symbolic.)"""
+    try:
+        a = _bind(_PADDED_RNN, inputs, args, kwargs)
+    except TypeError:
+        return None
+    x, hx = a["input"], a["hx"]
+    hidden = list(hx) if isinstance(hx, (list, tuple)) else [hx]
+    if not isinstance(x, Variable) or not all(isinstance(v, Variable) and v.kind == "tensor" for v in hidden):
+        return None
+    features = hidden[0].dims[-1] if hidden[0].dims else None
+    if not isinstance(features, int) or not isinstance(a["bidirectional"], bool) or not x.dims:
+        return None
+    features *= 2 if a["bidirectional"] else 1
+    return (Meta((*x.dims[:-1], features), x.dtype), *(Meta(v.dims, v.dtype) for v in hidden))
 
 
 RULES = {

@@ -52,6 +52,15 @@ from .cold_start import add_wrapper, drop_idle_trace_handler, shape_env
 from .framework import scalar_op_type
 from .user_frames import user_name, user_origin
 
+
+def hint_of(env, expr):
+    """The example value of a symbolic expression, without a guard:
+    `ShapeEnv.guarding_hint_or_throw` where torch has it, else its older
+    name, `size_hint` (torch 2.11)."""
+    hint = getattr(env, "guarding_hint_or_throw", None)
+    return hint(expr) if hint is not None else env.size_hint(expr)
+
+
 _PRINTER = PythonPrinter()
 
 
@@ -206,7 +215,7 @@ class Shapes:
             return d if d >= 0 else 8
         s = self._symints.get(d)
         try:
-            return int(self.env.guarding_hint_or_throw(s.node.expr)) if s is not None else 8
+            return int(hint_of(self.env, s.node.expr)) if s is not None else 8
         except Exception:  # noqa: BLE001 - no hint: the stand-in
             return 8
 
@@ -231,7 +240,7 @@ class Shapes:
             return d
         fresh = {u: self.new_symbol(self._item_hint(u), f"{u}").node.expr for u in unbacked}
         new = expr.xreplace(fresh)
-        return self.env.create_symintnode(new, hint=int(self.env.guarding_hint_or_throw(new)))
+        return self.env.create_symintnode(new, hint=int(hint_of(self.env, new)))
 
     def _item_hint(self, u):
         """The example value of the tensor whose `.item()` made symbol `u`
@@ -357,8 +366,8 @@ class Shapes:
         if _is_bool(expr):
             return self.env.create_symboolnode(expr)
         if isinstance(expr, (sym_fns.IntTrueDiv, sym_fns.FloatTrueDiv)):
-            return self.env.create_symfloatnode(expr, hint=float(self.env.guarding_hint_or_throw(expr)))
-        return self.env.create_symintnode(expr, hint=int(self.env.guarding_hint_or_throw(expr)))
+            return self.env.create_symfloatnode(expr, hint=float(hint_of(self.env, expr)))
+        return self.env.create_symintnode(expr, hint=int(hint_of(self.env, expr)))
 
     def _usable(self, var):
         block = var.block

@@ -269,8 +269,10 @@ class ProgramModule(torch.nn.Module):
         """`results` with each tensor that is one of `given` or a buffer
         copied: torch.cond and while_loop refuse outputs aliasing inputs
         (a branch yielding a loop variable or a constant unchanged)."""
-        seen = {id(v) for v in given} | {id(b) for b in self.buffers()}
-        return tuple(r.clone() if isinstance(r, torch.Tensor) and id(r) in seen else r for r in results)
+        # `is`, not a set of id()s: torch 2.11's dynamo cannot take id() of a tensor it traces.
+        seen = list(given) + list(self.buffers())
+        return tuple(r.clone() if isinstance(r, torch.Tensor) and any(r is v for v in seen) else r
+                     for r in results)
 
 
 def _copying_inputs(fn, written):

@@ -41,7 +41,7 @@ from . import families
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SOURCE = os.path.join(_HERE, "segment.cpp")
-_HEADERS = [os.path.join(_HERE, n) for n in ("lstm_cell.h", "gru_cell.h", "flow.h")]  # included by segment.cpp: part of the cache key
+_HEADERS = [os.path.join(_HERE, n) for n in ("autograd_compat.h", "lstm_cell.h", "gru_cell.h", "flow.h")]  # included by segment.cpp: part of the cache key
 _MODULE_NAME = "d2s_native"
 _lock = threading.Lock()
 _state = {"tried": False, "module": None, "error": None}

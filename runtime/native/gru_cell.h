@@ -115,8 +115,9 @@ struct State {
       for (SavedVariable* v : saved_variables()) v->unpack();  // eager's version errors first
       for (int k = 0; k < N_INPUTS; ++k) {
         TORCH_CHECK(inputs[k]._version() == versions[k],
-                    "d2s: double backward (create_graph=True) through gru_cell recomputes the cell from its "
-                    "inputs, and its ", names[k], " argument was modified by an inplace operation after the call");
+                    std::string("d2s: double backward (create_graph=True) through gru_cell recomputes the cell "
+                                "from its inputs, and its ") + names[k] +
+                        " argument was modified by an inplace operation after the call");  // no iostreams: segment.cpp
       }
       Tensor hy;
       recomputed = cell_ops(inputs[X], inputs[HX], inputs[W_IH].t(), inputs[W_HH].t(), inputs[B_IH], inputs[B_HH],
@@ -223,7 +224,7 @@ bool exact_gru_cell(const Tensor& x, const Tensor& hx, const Tensor& w_ih, const
   if (!eligible(in)) return false;
 
   auto st = std::make_shared<State>();
-  auto node = c10::make_intrusive<GruBackward>();
+  auto node = d2s_autograd::make_node<GruBackward>();
   node->st = st;
   node->set_next_edges(torch::autograd::collect_next_edges(x, hx, hx, w_ih, w_hh, b_ih, b_hh));
   Tensor w_ih_t, w_hh_t;

@@ -48,7 +48,7 @@
 #include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/grad_mode.h>
-#include <torch/csrc/autograd/node.h>
+#include "autograd_compat.h"
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -193,8 +193,9 @@ struct State {
       for (SavedVariable* v : saved_variables()) v->unpack();  // eager's version errors first
       for (int k = 0; k < N_INPUTS; ++k) {
         TORCH_CHECK(inputs[k]._version() == versions[k],
-                    "d2s: double backward (create_graph=True) through lstm_cell recomputes the cell from its "
-                    "inputs, and its ", names[k], " argument was modified by an inplace operation after the call");
+                    std::string("d2s: double backward (create_graph=True) through lstm_cell recomputes the cell "
+                                "from its inputs, and its ") + names[k] +
+                        " argument was modified by an inplace operation after the call");  // no iostreams: segment.cpp
       }
       Tensor hy, cy;
       recomputed = cell_ops(inputs[X], inputs[HX], inputs[CX], inputs[W_IH].t(), inputs[W_HH].t(), inputs[B_IH],
@@ -343,10 +344,10 @@ bool exact_lstm_cell(const Tensor& x, const Tensor& hx, const Tensor& cx, const 
 
   auto st = std::make_shared<State>();
   // cy's node first, as eager makes cy's before hy's (sequence numbers order the backward).
-  auto cy_node = c10::make_intrusive<CyBackward>();
+  auto cy_node = d2s_autograd::make_node<CyBackward>();
   cy_node->st = st;
   cy_node->set_next_edges(torch::autograd::collect_next_edges(x, hx, cx, w_ih, w_hh, b_ih, b_hh));
-  auto hy_node = c10::make_intrusive<HyBackward>();
+  auto hy_node = d2s_autograd::make_node<HyBackward>();
   hy_node->st = st;
   Tensor w_ih_t, w_hh_t;
   {

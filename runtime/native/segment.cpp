@@ -30,7 +30,7 @@
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/grad_mode.h>
-#include <torch/csrc/autograd/node.h>
+#include "autograd_compat.h"
 #include <torch/csrc/autograd/python_variable.h>
 #include <ATen/PythonTorchFunctionTLS.h>
 
@@ -148,7 +148,7 @@ class Collect : public c10::WarningHandler {
     std::string msg = w.msg();
     if (!w.verbatim()) {
       const auto& loc = w.source_location();
-      msg = c10::str(msg, " (Triggered internally at ", loc.file, ":", loc.line, ".)");
+      msg += std::string(" (Triggered internally at ") + loc.file + ":" + std::to_string(loc.line) + ".)";
     }
     items.push_back({std::holds_alternative<c10::DeprecationWarning>(w.type()), std::move(msg)});
   }
@@ -329,7 +329,7 @@ void run_one(std::vector<at::Tensor>& regs, const Instr& in, bool keep_all = fal
     case OP_sub_: f.T(0).sub_(f.T(1), f.S(2)); r = f.T(0); break;
     case OP_mul_: f.T(0).mul_(f.T(1)); r = f.T(0); break;
     case OP_div_: f.T(0).div_(f.T(1)); r = f.T(0); break;
-    default: TORCH_CHECK(false, "d2s native segment: unknown opcode ", in.op);
+    default: TORCH_CHECK(false, "d2s native segment: unknown opcode " + std::to_string(in.op));
   }
   regs[in.outs[0]] = std::move(r);
   if (!keep_all) {
@@ -659,6 +659,19 @@ struct SegmentBackward : public torch::autograd::Node {
     }
   }
 
+  // Eager's message for a saved value written in place, made of plain
+  // strings. No iostreams in this library (no c10::str of numbers): built
+  // by a newer compiler than the process's libstdc++ (GCC 13 beside torch
+  // 2.11's runtime, seen on a GPU machine), the stream code it instantiates
+  // crashed formatting an integer.
+  static std::string version_error(const at::Tensor& t, uint32_t expected) {
+    std::string sizes;
+    for (int64_t d = 0; d < t.dim(); ++d) sizes += (d ? ", " : "") + std::to_string(t.size(d));
+    return std::string("one of the variables needed for gradient computation has been modified by an inplace "
+                       "operation: [") + c10::toString(t.scalar_type()) + " [" + sizes + "]] is at version " +
+           std::to_string(t._version()) + "; expected version " + std::to_string(expected) + " instead.";
+  }
+
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     TORCH_CHECK(!released,
                 "Trying to backward through the graph a second time (or directly access saved tensors after "
@@ -668,10 +681,9 @@ struct SegmentBackward : public torch::autograd::Node {
                 "d2s: double backward (create_graph=True) through a program compiled with optimize=\"fast\" "
                 "is not supported; use the default level for higher-order gradients");
     for (size_t r = 0; r < saved.size(); ++r) {
-      TORCH_CHECK(!saved[r].defined() || saved[r]._version() == versions[r],
-                  "one of the variables needed for gradient computation has been modified by an inplace "
-                  "operation: [", saved[r].toString(), " ", saved[r].sizes(), "] is at version ",
-                  saved[r]._version(), "; expected version ", versions[r], " instead.");
+      if (saved[r].defined() && saved[r]._version() != versions[r]) {
+        TORCH_CHECK(false, version_error(saved[r], versions[r]));
+      }
     }
     std::vector<at::Tensor> g(code->n_regs);
     for (size_t k = 0; k < grad_outputs.size() && k < grads.size(); ++k) g[grad_outputs[k]] = grads[k];
@@ -756,7 +768,7 @@ PyObject* fall_back(SegmentObject* self, const std::string& why) {
 bool run_with_one_node(const std::shared_ptr<const Code>& code, std::vector<at::Tensor>& regs) {
   const int n = code->n_regs;
   std::vector<at::Tensor> inputs(regs.begin(), regs.begin() + code->n_inputs);
-  auto node = c10::make_intrusive<SegmentBackward>();
+  auto node = d2s_autograd::make_node<SegmentBackward>();
   node->req.assign(n, 0);
   node->shapes.resize(n);
   node->dtypes.assign(n, at::ScalarType::Undefined);
