@@ -33,3 +33,20 @@ def test_every_package_is_in_the_distribution(top):
     expected = {p for p in _source_packages() if p.split(".")[0] == top}
     assert expected, top
     assert expected <= shipped, sorted(expected - shipped)
+
+
+def test_every_file_the_native_build_reads_is_package_data():
+    # flow.h once was not: installed from a wheel, the native executor failed to build.
+    import fnmatch
+    import re
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        patterns = tomllib.load(f)["tool"]["setuptools"]["package-data"]["runtime"]
+    native = os.path.join(ROOT, "runtime", "native")
+    needed, todo = set(), ["segment.cpp"]
+    while todo:
+        name = todo.pop()
+        needed.add(name)
+        with open(os.path.join(native, name)) as f:
+            todo += [n for n in re.findall(r'#include "([^"]+)"', f.read()) if n not in needed]
+    missing = [n for n in sorted(needed) if not any(fnmatch.fnmatch(f"native/{n}", p) for p in patterns)]
+    assert not missing, missing
