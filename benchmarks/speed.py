@@ -6,7 +6,13 @@ torch.compile (inductor) where they run, and then the cache-hit overhead of a
 declarative call over calling its compiled function directly, for modules
 with 1, 10 and 100 submodules.
 
-    OMP_NUM_THREADS=1 python benchmarks/speed.py [--rounds 21] [--no-compile] [--no-grad]
+    OMP_NUM_THREADS=1 python benchmarks/speed.py [--rounds 21] [--no-compile] [--no-grad] [--device cuda]
+
+`--device cuda` runs the five workloads on the GPU (models and inputs moved
+there, loop bounds kept as CPU tensors as a host-side count would be); each
+timed slice ends with `torch.cuda.synchronize()`, so a time is the wall time
+of the launches and of the kernels they queued, whichever is longer. The
+loaded-model rows and the cache-hit overhead are CPU-only and skipped there.
 
 `--no-grad` runs every contender (eager included) under `torch.no_grad()`,
 as inference code does; there d2s calls run the variant that reuses dead
@@ -49,8 +55,8 @@ class LSTMLoop(nn.Module):
         self.cell = nn.LSTMCell(inp, hidden)
 
     def forward(self, x, length):
-        h = torch.zeros(x.shape[0], self.hidden)
-        c = torch.zeros(x.shape[0], self.hidden)
+        h = torch.zeros(x.shape[0], self.hidden, device=x.device)
+        c = torch.zeros(x.shape[0], self.hidden, device=x.device)
         for t in range(length):
             h, c = self.cell(x[:, t], (h, c))
         return h
@@ -99,7 +105,7 @@ class MLPLoss(nn.Module):
 def _copy(module_cls, eager):
     other = module_cls()
     other.load_state_dict(eager.state_dict())
-    return other
+    return other.to(next(eager.parameters()).device)
 
 
 def _training_step(model, opt, x, y):
@@ -136,34 +142,38 @@ def _compiled(module, use_compile):
     return torch.compile(module)
 
 
-def workloads(use_compile):
+def workloads(use_compile, device="cpu"):
     """name -> (make_call(model) -> zero-arg callable, {contender: model or None})."""
     out = {}
 
+    def on(*made):
+        moved = tuple(m.to(device) for m in made)
+        return moved if len(moved) > 1 else moved[0]
+
     torch.manual_seed(0)
-    lstm = LSTMLoop()
-    x, length = torch.randn(4, 48, 32), torch.tensor(48)
+    lstm = on(LSTMLoop())
+    x, length = on(torch.randn(4, 48, 32)), torch.tensor(48)
     out["LSTMCell loop, tensor length 48"] = (
         lambda m: (lambda: m(x, length)), lstm, LSTMLoop)
 
     torch.manual_seed(0)
-    deep = DeepResidual()
-    xd = torch.randn(8, 64)
+    deep = on(DeepResidual())
+    xd = on(torch.randn(8, 64))
     out["24 Linear+tanh+residual, tensor if"] = (lambda m: (lambda: m(xd)), deep, DeepResidual)
 
     torch.manual_seed(1)
-    dec = GreedyDecoder()
-    hd, max_len = torch.randn(3, 32), torch.tensor(16)
+    dec = on(GreedyDecoder())
+    hd, max_len = on(torch.randn(3, 32)), torch.tensor(16)
     out["GRU greedy decoder, while+break"] = (lambda m: (lambda: m(hd, max_len)), dec, GreedyDecoder)
 
     torch.manual_seed(0)
-    conv = ConvNet()
-    xc = torch.randn(32, 3, 32, 32)
+    conv = on(ConvNet())
+    xc = on(torch.randn(32, 3, 32, 32))
     out["conv net, batch 32"] = (lambda m: (lambda: m(xc)), conv, ConvNet)
 
     torch.manual_seed(0)
-    mlp = MLPLoss()
-    xm, ym = torch.randn(16, 64), torch.randint(0, 10, (16,))
+    mlp = on(MLPLoss())
+    xm, ym = on(torch.randn(16, 64), torch.randint(0, 10, (16,)))
     out["MLP training step"] = (
         lambda m: _training_step(m, torch.optim.SGD(m.parameters(), lr=0.01), xm, ym), mlp, MLPLoss)
 
@@ -182,10 +192,20 @@ def workloads(use_compile):
 
 # -- timing ----------------------------------------------------------------------------------
 
+def _no_sync():
+    pass
+
+
+# torch.cuda.synchronize under --device cuda: a slice's time includes the kernels it queued.
+_sync = _no_sync
+
+
 def per_call(fn, calls):
+    _sync()
     start = time.perf_counter()
     for _ in range(calls):
         fn()
+    _sync()
     return (time.perf_counter() - start) / calls
 
 
@@ -334,15 +354,20 @@ def main():
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow to compile)")
     parser.add_argument("--only", default="", help="run only workloads whose name contains this")
     parser.add_argument("--loaded-child", default="", help=argparse.SUPPRESS)  # loaded_rows' fresh process
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the workloads run")
     args = parse_and_set_up(parser, rounds=21)
     if args.loaded_child:
         return loaded_child(args.loaded_child, args.rounds, args.budget)
+    global _sync
+    if args.device == "cuda":
+        _sync = torch.cuda.synchronize
+        print(f"device: {torch.cuda.get_device_name()}")
     print(f"torch {torch.__version__}, 1 thread, {args.rounds} interleaved rounds"
           f"{', under torch.no_grad()' if args.no_grad else ''}; "
           "speedup over eager: median [25th-75th percentile]")
     names = ["d2s default", "d2s fast", "TorchScript", "torch.compile"]
     print(f"{'workload':38s}" + "".join(f"{n:>22s}" for n in names))
-    for wname, (make_call, contenders) in workloads(not args.no_compile).items():
+    for wname, (make_call, contenders) in workloads(not args.no_compile, args.device).items():
         if args.only and args.only not in wname or args.no_grad and "training" in wname:
             continue
         ratios, notes = bench_workload(make_call, contenders, args.rounds, args.budget)
@@ -354,6 +379,8 @@ def main():
             else:
                 cells.append(notes.get(name, "n/a")[:21])
         print(f"{wname:38s}" + "".join(f"{c:>22s}" for c in cells), flush=True)
+    if args.device != "cpu":
+        return
     print("\nsaved with jit.save, loaded in a fresh process (jit.load(optimize=level)), vs the declarative model "
           "in that process: declarative time / loaded time (>= 0.95: within 5%)")
     for wname, by_level in loaded_rows(args.rounds, args.budget, args.no_grad).items():

@@ -43,8 +43,8 @@ class GreedyDecoder(nn.Module):
         self.out = nn.Linear(hidden, vocab)
 
     def forward(self, h, max_len):
-        token = torch.zeros(h.shape[0], dtype=torch.long)
-        done = torch.zeros(h.shape[0], dtype=torch.bool)
+        token = torch.zeros(h.shape[0], dtype=torch.long, device=h.device)
+        done = torch.zeros(h.shape[0], dtype=torch.bool, device=h.device)
         tokens = []
         step = 0
         while step < max_len:

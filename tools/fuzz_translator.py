@@ -131,12 +131,15 @@ def main(argv=None):
     parser.add_argument("--no-minimize", action="store_true", help="only count outcomes")
     parser.add_argument("--optimize", choices=("default", "fast"), default="default",
                         help="the level declarative calls compile at (fast: floats compared up to rounding)")
+    parser.add_argument("--device", default="cpu", help="where programs run: each runs under "
+                        "`with torch.device(DEVICE)` (cuda: its tensors on the GPU, the Executor at CUDAPlace)")
     args = parser.parse_args(argv)
 
     # Workers are spawned with this environment: a run, its minimiser and
     # `PYTHONHASHSEED=... python reproducer.py` see sets of strings in one order.
     os.environ.setdefault("PYTHONHASHSEED", hash_seed(args.seed))
     os.environ["D2S_FUZZ_OPTIMIZE"] = fuzz_runner.LEVEL = args.optimize
+    os.environ["D2S_FUZZ_DEVICE"] = fuzz_runner.DEVICE = args.device
     print(f"workers run with PYTHONHASHSEED={os.environ['PYTHONHASHSEED']}", flush=True)
     started = time.monotonic()
     counts, groups, done = run_programs(args, started)

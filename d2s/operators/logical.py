@@ -84,6 +84,8 @@ def _short_circuit(a, rhs, op, rhs_when, test):
         if not exact and not test:
             _check_one_value(a, b, "and" if rhs_when else "or")
     _refuse_python_writes(effects, "and" if rhs_when else "or")
+    if exact and test:
+        return _truth(a, b, rhs_when)
     if exact:
         return op(a, as_bool_var(b))
     tr.rollback(mark)
@@ -95,6 +97,22 @@ def _short_circuit(a, rhs, op, rhs_when, test):
     if rhs_when:
         return cf.cond(pred, evaluated, kept)
     return cf.cond(pred, kept, evaluated)
+
+
+def _truth(a, b, rhs_when):
+    """The truth of ``a and b`` (``rhs_when``) or ``a or b``, both evaluated:
+    ``&`` / ``|`` of the operands as bools. Not ``torch.logical_and/or``,
+    whose result is made on the first operand's device: a loop's `broke`
+    flag or a Python number is a 0-d CPU tensor, and `not broke and i < n`
+    with a CUDA `n` would fail there, where Python's `and` does not care;
+    ``&`` takes a 0-d CPU operand beside a tensor of any device, as torch's
+    arithmetic does."""
+    a, b = _as_bool(a), _as_bool(as_bool_var(b))
+    return a & b if rhs_when else a | b
+
+
+def _as_bool(value):
+    return value if value.dtype == torch.bool else fw.cast(value, torch.bool)
 
 
 def _refuse_python_writes(effects, word):

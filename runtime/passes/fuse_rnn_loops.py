@@ -34,7 +34,9 @@ step, exactly as the loop did. One program serves every length.
 Tolerance: the fused kernels compute the same gates in a different order
 (one matmul over all time steps for the input projection), so results match
 the loop within floating-point rounding: relative 1e-5 in float32 for
-outputs and gradients over ~50 steps (see docs/performance.md).
+outputs and gradients over ~50 steps (see docs/performance.md). Where the
+fused call would run cuDNN (`_cudnn_rounding`), whose rounding is outside
+that, the loop runs step by step.
 """
 
 import torch
@@ -67,7 +69,7 @@ def _fused(kind, time_dim, seq, n, ctr, h, c, w_ih, w_hh, b_ih, b_hh, collect):
     if stop <= start:
         return (ctr if isinstance(ctr, torch.Tensor) else torch.tensor(ctr)), h, c
     steps = seq.shape[time_dim]
-    if start < 0 or stop > steps:
+    if start < 0 or stop > steps or _cudnn_rounding(seq):
         # Exactly the loop (and its IndexError past the end).
         for t in range(start, stop):
             x_t = seq.select(time_dim, t)
@@ -92,6 +94,17 @@ def _fused(kind, time_dim, seq, n, ctr, h, c, w_ih, w_hh, b_ih, b_hh, collect):
         # `select`, not `unbind`: unbind's views may not be written in place.
         collect.extend([out.select(time_dim, t) for t in range(stop - start)])
     return torch.tensor(stop), hn[0], (cn[0] if cn is not None else c)
+
+
+def _cudnn_rounding(seq):
+    """Whether the fused call would run cuDNN's RNN, whose rounding is
+    outside the fast level's promise: in TF32 while
+    `torch.backends.cudnn.allow_tf32` is on (its default), 1e-3 off; in
+    float32, still 1e-4 relative on small elements after 48 steps (measured
+    on an H200 against the cell loop). The loop then runs step by step, as
+    eager's cells do; with cuDNN off, torch's own fused kernels run, as on
+    the CPU."""
+    return seq.is_cuda and torch.backends.cudnn.enabled and torch.backends.cudnn.is_acceptable(seq)
 
 
 if not is_internal("fused_rnn_loop"):

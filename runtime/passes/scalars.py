@@ -8,7 +8,7 @@ Python int/bool holds, so this pass runs them as Python values:
   - sources: `fill_constant` of a Python int (int64) or bool (bool), and
     int64 0-d feeds that such arithmetic reads (converted once, on entry);
   - `+ - *` and comparisons of scalars and Python int constants, and
-    `logical_and/or/not` of bool scalars, become Python expressions;
+    `logical_and/or/not` and `& |` of bool scalars, become Python expressions;
   - a `while` loop variable is a scalar when its initial value and its
     update are; a `cond` output when both branches yield scalars;
   - a scalar read by anything else (a torch op, a fetch, a loop variable or
@@ -19,9 +19,15 @@ Python int/bool holds, so this pass runs them as Python values:
 A value an in-place op may write (`y = n * 1; while y.add_(1) < 5:`), directly
 or through a view made of it, stays a tensor: a Python int would not change.
 
-Only for CPU programs. int64 overflow (past 2**63) is the one difference from
-the tensor arithmetic, and counters never get there; a `check_int64` of a
-value that became a Python int is dropped (the value is exact, as eager's).
+int64 overflow (past 2**63) is the one difference from the tensor
+arithmetic, and counters never get there; a `check_int64` of a value that
+became a Python int is dropped (the value is exact, as eager's).
+
+On another device (a CUDA program) only values that start from
+`fill_constant` become Python values: those are CPU tensors there too, and
+turned back into the same CPU tensors wherever a torch op reads them. Feeds
+stay tensors: one on the GPU would make `i < n` a CUDA bool, which a Python
+bool turned back into a tensor would not be.
 
 Before:                                          After:
     tmp_2 = fill_constant(0, torch.int64)            length_i = scalar_from_tensor(length)
@@ -59,7 +65,9 @@ _COMPARE = {
     "torch.Tensor.__gt__": ("py.gt", ast.Gt), "torch.Tensor.__ge__": ("py.ge", ast.GtE),
     "torch.Tensor.__eq__": ("py.eq", ast.Eq), "torch.Tensor.__ne__": ("py.ne", ast.NotEq),
 }
-_LOGICAL = {"torch.logical_and": ("py.and", ast.And), "torch.logical_or": ("py.or", ast.Or)}
+# (`&` / `|` of two bools is what the translator writes for the truth of `a and b`, `a or b`.)
+_LOGICAL = {"torch.logical_and": ("py.and", ast.And), "torch.logical_or": ("py.or", ast.Or),
+            "torch.Tensor.__and__": ("py.and", ast.And), "torch.Tensor.__or__": ("py.or", ast.Or)}
 _INT, _BOOL = "int64", "bool"
 
 
@@ -88,7 +96,7 @@ def _register_py_ops():
     for name, kind in _COMPARE.values():
         pyops.append(OpDef(name, kernel=getattr(operator, name[3:]),
                            emit=_emit_expr(lambda a, b, k=kind: ast.Compare(left=a, ops=[k()], comparators=[b]))))
-    for name, kind in _LOGICAL.values():
+    for name, kind in dict(_LOGICAL.values()).items():
         pyops.append(OpDef(name, kernel=None,
                            emit=_emit_expr(lambda a, b, k=kind: ast.BoolOp(op=k(), values=[a, b]))))
     for opdef in pyops:
@@ -102,8 +110,9 @@ _register_py_ops()
 # -- analysis ----------------------------------------------------------------------------------
 
 class _Analysis:
-    def __init__(self, program, loop_vars, written):
+    def __init__(self, program, loop_vars, written, feeds=True):
         self.program = program
+        self.feeds = feeds            # int64 0-d feeds may be read as Python ints (CPU programs)
         self.loop_vars = loop_vars    # loop variables assumed scalar
         self.written = written        # names an in-place op may write: they stay tensors
         self.scalar = {}              # var name -> "int64" | "bool"
@@ -126,7 +135,8 @@ class _Analysis:
             if self.kind(name) == want:
                 return name
             var = self.var(name)
-            if want == _INT and name not in self.written and var is not None and var.is_data and var.dtype_name == _INT and var.shape == ():
+            if (want == _INT and self.feeds and name not in self.written and var is not None and var.is_data
+                    and var.dtype_name == _INT and var.shape == ()):
                 return name  # a length fed by the caller: converted once on entry
             return None
         if want == _INT and type(arg) is int:
@@ -233,7 +243,7 @@ def _written_in_place(program, get_op_def):
     return written
 
 
-def _analyse(program, get_op_def):
+def _analyse(program, get_op_def, feeds=True):
     """Find the scalar variables, assuming loop variables scalar and
     retracting those whose initial value or update turns out not to be."""
     written = _written_in_place(program, get_op_def)
@@ -247,7 +257,7 @@ def _analyse(program, get_op_def):
                             and lv not in written):
                         candidates[lv] = var.dtype_name
     while True:
-        analysis = _Analysis(program, dict(candidates), written)
+        analysis = _Analysis(program, dict(candidates), written, feeds)
         analysis.visit_block(program.global_block())
         bad = set()
         for block in program.blocks:
@@ -296,9 +306,8 @@ def _refs(tree):
 
 def run(ctx):
     program = ctx.program
-    if program.device is not None and program.device.type != "cpu":
-        return
-    analysis = _analyse(program, ctx.get_op_def)
+    on_cpu = program.device is None or program.device.type == "cpu"
+    analysis = _analyse(program, ctx.get_op_def, feeds=on_cpu)
     if not analysis.rewrite:
         return
     kinds = analysis.scalar

@@ -25,6 +25,7 @@ For one `fuzz_programs.Program`:
 the message with names and numbers blanked).
 """
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -190,6 +191,11 @@ def choose_inputs(fn, program, filename):
 # (docs/performance.md): its floating-point values are compared with that
 # tolerance, everything else (and the default level) exactly.
 LEVEL = os.environ.get("D2S_FUZZ_OPTIMIZE", "default")
+# The device programs run on (tools/fuzz_translator.py --device): each
+# program runs under `with torch.device(DEVICE)`, so its inputs and every
+# tensor it makes are there, eagerly and in the program; the Executor runs
+# at that place.
+DEVICE = os.environ.get("D2S_FUZZ_DEVICE", "cpu")
 _FAST_RTOL, _FAST_ATOL = 1e-5, 1e-6
 
 
@@ -326,7 +332,10 @@ def run(program):
         signal.setitimer(signal.ITIMER_VIRTUAL, SECONDS_PER_PROGRAM)
         signal.alarm(WALL_SECONDS_PER_PROGRAM)
     try:
-        return _run(program)
+        # Not for the CPU: a device context is a torch function mode, which
+        # sends native segments to their Python fallback.
+        with contextlib.nullcontext() if DEVICE == "cpu" else torch.device(DEVICE):
+            return _run(program)
     except _Timeout as exc:
         return Outcome("crash", "hang", str(exc))
     finally:
@@ -433,7 +442,8 @@ def _all_zero(grad):
 
 def _executor_run(concrete, args):
     feed = {v.name: a.detach() for v, a in zip(concrete.inputs, args)}
-    results = d2s.Executor().run(concrete.main_program, feed=feed, fetch_list=concrete.fetch_vars,
+    place = d2s.CUDAPlace(torch.device(DEVICE).index or 0) if torch.device(DEVICE).type == "cuda" else d2s.CPUPlace()
+    results = d2s.Executor(place).run(concrete.main_program, feed=feed, fetch_list=concrete.fetch_vars,
                                  return_numpy=False)
     return rebuild(concrete.out_tree, results)
 

@@ -38,7 +38,7 @@ block 1
 block 2
   tmp_6 = torch.logical_not(broke_0)
   tmp_7 = torch.Tensor.__lt__(i_0, n)
-  tmp_8 = torch.logical_and(tmp_6, tmp_7)
+  tmp_8 = torch.Tensor.__and__(tmp_6, tmp_7)
 block 3
   tmp_13 = fill_constant(True, torch.bool)
 block 4
@@ -86,6 +86,22 @@ block 4
 """
     # The fetched counter goes back to the 0-d int64 tensor it was.
     assert fetches == ["x_1", "i_1_t_0"]
+    after.verify()
+
+
+def test_scalars_on_a_cuda_program_keep_feeds_tensors(counted, run_pass):
+    # The pass reads only the program's device: a CPU trace stands for a CUDA one here.
+    program, feeds, fetches = counted
+    program = program.copy()
+    program.device = torch.device("cuda")
+    after, _ = run_pass(scalars, program, feeds, fetches)
+    text = ops_text(after)
+    # The counter and the break flag (CPU tensors there too) are Python values; `n` may be a CUDA
+    # tensor, so `i < n` stays a torch op, whose result is on n's device as eagerly.
+    assert "scalar_from_tensor" not in text
+    assert "tmp_10 = py.add(i_0, 1)" in text and "tmp_6 = py.not(broke_0)" in text
+    assert "tmp_7 = torch.Tensor.__lt__(i_0_t_0, n)" in text and "i_0_t_0 = fill_constant(i_0, torch.int64)" in text
+    assert "tmp_8 = torch.Tensor.__and__(tmp_6_t_0, tmp_7)" in text
     after.verify()
 
 
