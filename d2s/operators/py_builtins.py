@@ -236,7 +236,9 @@ def convert_any_all(builtin, which):
             if not is_var(found):
                 found = truth
             else:
-                found = torch.logical_or(found, truth) if stop_at else torch.logical_and(found, truth)
+                # `|` / `&` of bools, not torch.logical_or/and: those make the result on the first
+                # operand's device, and Python's any()/all() mix a CPU item with a GPU one.
+                found = found | truth if stop_at else found & truth
     return call
 
 
