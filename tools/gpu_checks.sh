@@ -8,6 +8,10 @@
 # Each step's log goes to OUT; a summary is printed last.
 #
 #     bash tools/gpu_checks.sh OUT [FUZZ_COUNT] [WORKERS]
+#
+# It needs d2s's dependencies importable (gast and astor are often missing
+# from GPU images: install them, or put their wheels' contents on PYTHONPATH)
+# and pytest-xdist.
 set -u
 out=${1:-/tmp/d2s_gpu_checks}
 fuzz_count=${2:-300}
