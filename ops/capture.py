@@ -352,6 +352,8 @@ def _decided(var, name):
     value = tracer.current().example_int(var, None)
     if value is None:
         raise _to_python_error(var, _TO_PYTHON[name])
+    if name in ("__bool__", "__nonzero__"):
+        value = bool(value)  # Python requires a bool of __bool__ (the example's int raised TypeError)
     same = dispatch(torch.eq, (var, value), {})
     framework.check_bool(same, True, f"the Python {type(value).__name__} {value} that {user_name(var)} held "
                          "while converting")

@@ -60,6 +60,35 @@ def test_packed_rnns_give_eager_values_and_gradients(kind, bidirectional):
     assert {"torch._pack_padded_sequence", "torch._pad_packed_sequence"} <= ops
 
 
+class TrimmedGRU(nn.Module):
+    """`T = int(lengths.max())`, the batch trimmed to it and padded back to
+    it: torch's pad_packed_sequence then tests `total_length < max_length`,
+    a bool of two run-time sizes, in its own Python."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(4, 5, batch_first=True)
+
+    def forward(self, x, lengths):
+        steps = int(lengths.max())
+        packed = pack_padded_sequence(x[:, :steps], lengths, batch_first=True, enforce_sorted=False)
+        out, h = self.gru(packed)
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=steps)
+        return out, h
+
+
+def test_padding_back_to_the_longest_length_read_as_an_int():
+    # It raised "TypeError: __bool__ should return bool, returned int" inside torch.
+    torch.manual_seed(0)
+    eager = TrimmedGRU()
+    model = d2s.declarative(copy.deepcopy(eager))
+    for lengths in ([3, 2], [5, 1], [4, 4], [1, 1]):
+        x, lengths = torch.randn(2, 6, 4), torch.tensor(lengths)
+        got, want = model(x, lengths), eager(x, lengths)
+        assert all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(got, want))
+    assert len(model.forward.program_cache) == 1
+
+
 def padded_length(x, lengths):
     packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
     padded, _ = pad_packed_sequence(packed, batch_first=True)
