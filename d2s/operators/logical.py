@@ -89,7 +89,7 @@ def _short_circuit(a, rhs, op, rhs_when, test):
     if exact:
         return op(a, as_bool_var(b))
     tr.rollback(mark)
-    pred = a if a.dtype == torch.bool else fw.cast(a, torch.bool)
+    pred = _as_bool(a)
     if test:
         evaluated, kept = raising_as_op(lambda: as_bool_var(rhs())), (lambda: pred)
     else:
