@@ -27,8 +27,8 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 DEVICE = "cuda"
 
-CASES = [(fn, sets, ops, close) for fn, sets, ops, _no, close in cf_cases.CASES]
-CASES += [(fn, sets, ops, False) for fn, sets, ops, _no in semantics_cases.CASES]
+CASES = [(fn, sets, ops, no, close) for fn, sets, ops, no, close in cf_cases.CASES]
+CASES += [(fn, sets, ops, no, False) for fn, sets, ops, no in semantics_cases.CASES]
 
 
 def _moved(args):
@@ -64,10 +64,11 @@ def _gap(fn, default_device):
     return [pytest.mark.xfail(reason=reason, strict=True, raises=RuntimeError)] if reason else []
 
 
-@pytest.mark.parametrize("fn,arg_sets,ops,close,default_device", [
-    pytest.param(fn, sets, ops, close, dd, marks=_gap(fn, dd), id=f"{fn.__name__}-{'default device' if dd else 'moved'}")
-    for fn, sets, ops, close in CASES for dd in (False, True)])
-def test_declarative_matches_eager_on_cuda(fn, arg_sets, ops, close, default_device):
+@pytest.mark.parametrize("fn,arg_sets,ops,no,close,default_device", [
+    pytest.param(fn, sets, ops, no, close, dd, marks=_gap(fn, dd),
+                 id=f"{fn.__name__}-{'default device' if dd else 'moved'}")
+    for fn, sets, ops, no, close in CASES for dd in (False, True)])
+def test_declarative_matches_eager_on_cuda(fn, arg_sets, ops, no, close, default_device):
     static = d2s.declarative(fn)
     ran = False
     for args in arg_sets:
@@ -84,3 +85,4 @@ def test_declarative_matches_eager_on_cuda(fn, arg_sets, ops, close, default_dev
     if ran and static.program_cache.last is not None:
         types = all_op_types(static.program_cache.last.main_program)
         assert ops <= types, f"missing {ops - types}; program has {sorted(types)}"
+        assert not (no & types), f"unexpected {no & types}"
