@@ -469,7 +469,7 @@ class TranslatedLayer(torch.nn.Module):
         program, feed_names, fetch_vars, outputs, updates = part
         run = self._runner(part)
         tensors = run.feeds("input").convert(inputs)
-        entry = run.entry()
+        entry = run.entry(tensors)
         # Look the values up through the module so .to(), load_state_dict and
         # fine-tuning act on what the program reads.
         params = self._slot_values.values(entry.param_names, entry)

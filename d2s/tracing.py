@@ -57,7 +57,7 @@ class TracedLayer:
         """Run the program on inputs like the example ones (runtime.runner's
         input policy: same shapes, dtypes cast only when safe)."""
         tensors = self._run.feeds("input").convert(inputs)
-        entry = self._run.entry()
+        entry = self._run.entry(tensors)
         bound = self.program.bound
         results = self._run.call(entry, tensors, [bound[n] for n in entry.param_names], bound.__getitem__)
         return results[0] if len(results) == 1 else list(results)

@@ -113,7 +113,8 @@ def dispatch(fn, args, kwargs):
         if not has_var:
             return fn(*args, **kwargs)
     if not has_var and _is_metadata_getter(fn):
-        return fn(*args, **kwargs)
+        value = fn(*args, **kwargs)
+        return _followed_device(value) if getattr(fn, "__self__", None) is torch.Tensor.device else value
     expanding = tracer.current().expanding
     if inspect.isfunction(fn) and fn not in expanding:
         # A Python-level torch function outside the table: run its body,
@@ -130,6 +131,16 @@ def dispatch(fn, args, kwargs):
         f"torch function `{_name(fn)}` cannot be captured into a program: it is not in d2s's op table "
         "(ops/torch_ops.py), and running it now would freeze its result into the program"
         + _WHY_NOT.get(getattr(fn, "__name__", None), ""))
+
+
+def _followed_device(device):
+    """The `.device` of a tensor the program reads (a parameter, buffer,
+    constant): on the program's device, the program's own device object, as
+    a traced value's `.device` is, so that an attribute made from it
+    (`torch.zeros(n, device=self.weight.device)`) follows the program to
+    another device as the module's tensors do (runtime/ir.py `Program.device`)."""
+    own = tracer.current().program.device
+    return own if device == own else device
 
 
 # Why some torch functions are not ops, and what to do instead.

@@ -114,32 +114,36 @@ _DEVICE = re.compile(r"(cpu|cuda|meta|mps|xpu)(:[0-9]{1,3})?")
 _RETURN_TYPES = frozenset(getattr(torch.return_types, "all_return_types", ()))
 
 
-def encode(value):
-    """A JSON-able form of an attribute value."""
+def encode(value, device=None):
+    """A JSON-able form of an attribute value. `device`: the program's device
+    object; a leaf that is that object follows the device the program runs
+    on (runtime/ir.py `Program.device`) and is written `$program_device`
+    (its body the device it was traced on, for readers), not `$device`."""
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, int):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else {"$float": repr(value)}
+    e = lambda v: encode(v, device)
     if isinstance(value, list):
-        return [encode(v) for v in value]
+        return [e(v) for v in value]
     if isinstance(value, torch.Size):
         return {"$size": list(value)}
     if isinstance(value, tuple):
-        return {"$tuple": [encode(v) for v in value]}
+        return {"$tuple": [e(v) for v in value]}
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
             raise TypeError(f"attribute dict keys must be strings: {value!r}")
         if any(k.startswith("$") for k in value):
-            return {"$dict": {k: encode(v) for k, v in value.items()}}
-        return {k: encode(v) for k, v in value.items()}
+            return {"$dict": {k: e(v) for k, v in value.items()}}
+        return {k: e(v) for k, v in value.items()}
     if isinstance(value, torch.dtype):
         return {"$dtype": dtype_name(value)}
     if isinstance(value, torch.device):
-        return {"$device": str(value)}
+        return {"$program_device" if value is device else "$device": str(value)}
     if isinstance(value, slice):
-        return {"$slice": [encode(value.start), encode(value.stop), encode(value.step)]}
+        return {"$slice": [e(value.start), e(value.stop), e(value.step)]}
     if value is Ellipsis:
         return {"$ellipsis": True}
     if isinstance(value, InputRef):
@@ -147,7 +151,7 @@ def encode(value):
     if isinstance(value, OutputRef):
         return {"$out": value.index}
     if isinstance(value, ReturnType):
-        return {"$return_type": value.name, "items": [encode(v) for v in value.items]}
+        return {"$return_type": value.name, "items": [e(v) for v in value.items]}
     if isinstance(value, Block):
         return {"$block": value.idx}
     if isinstance(value, torch.memory_format):
@@ -189,10 +193,12 @@ def decode(data, program):
             return float(body)
         if tag == "$dtype":
             return torch_dtype(body)
-        if tag == "$device":
+        if tag in ("$device", "$program_device"):
             if not isinstance(body, str) or not _DEVICE.fullmatch(body):
                 raise ValueError(f"{body!r:.40} is not a device (cpu, cuda, cuda:N, meta, mps, xpu)")
-            return torch.device(body)
+            # A follower is the program's own device object, whatever device
+            # that is now; the loader sets it (runtime/ir.py Program.device).
+            return program.device if tag == "$program_device" else torch.device(body)
         if tag == "$slice":
             return slice(*(decode(v, program) for v in body))
         if tag == "$ellipsis":

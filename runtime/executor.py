@@ -108,20 +108,25 @@ class Executor:
         self.place = place or CPUPlace()
 
     # -- compilation ------------------------------------------------------------------
-    def compiled(self, program, feed_names, fetch_names, optimize="default", inference=False):
+    def compiled(self, program, feed_names, fetch_names, optimize="default", inference=False, device=None):
         """The CompiledBlock for these feeds/fetches, built once per program
         version: the program is rewritten by the passes of level `optimize`
         (see `passes`; the program itself is not changed), then compiled.
         `inference`: the variant to call when grad mode is off (it reuses
-        dead temporaries in place)."""
+        dead temporaries in place). `device`: the device of the feeds, when
+        known; a program traced on another device runs with its
+        device-following attributes on this one (runtime/ir.py `Program.device`)."""
         trace = _debug.level() >= 3
-        key = (program._version, tuple(feed_names), tuple(fetch_names), trace, optimize, inference)
+        elsewhere = device is not None and device != program.device
+        key = (program._version, tuple(feed_names), tuple(fetch_names), trace, optimize, inference,
+               device if elsewhere else None)
         cache = _compiled.setdefault(program, {})
         entry = cache.get(key)
         if entry is None:
             if len(cache) > 64:
                 cache.clear()
-            optimized, fetches = passes.optimize(program, feed_names, fetch_names, optimize, inference)
+            run = program.on_device(device) if elsewhere else program
+            optimized, fetches = passes.optimize(run, feed_names, fetch_names, optimize, inference)
             entry = compile_program(optimized, feed_names, fetches, get_op_def,
                                     _trace_op if trace else None, native.load(),
                                     fused_autograd=optimize == "fast")
@@ -131,15 +136,15 @@ class Executor:
                 print(f"[d2s] compiled program:\n{entry.source}", file=sys.stderr)
         return entry
 
-    def compiled_for_call(self, program, feed_names, fetch_names, optimize="default"):
+    def compiled_for_call(self, program, feed_names, fetch_names, optimize="default", device=None):
         """The CompiledBlock a call makes in the current grad mode, as a
         declarative call chooses it: with grad mode off the in-place variant
         (`inference`), unless its parameters differ from the grad-mode
-        function's (callers pass those)."""
-        entry = self.compiled(program, feed_names, fetch_names, optimize)
+        function's (callers pass those). `device`: as for `compiled`."""
+        entry = self.compiled(program, feed_names, fetch_names, optimize, device=device)
         if torch.is_grad_enabled():
             return entry
-        variant = self.compiled(program, feed_names, fetch_names, optimize, inference=True)
+        variant = self.compiled(program, feed_names, fetch_names, optimize, inference=True, device=device)
         return variant if variant.param_names == entry.param_names else entry
 
     # -- running ------------------------------------------------------------------------
@@ -170,7 +175,8 @@ class Executor:
         if missing:
             raise ValueError(f"data variable(s) {missing} are used by the program but not fed")
         feed_names = sorted(feed)
-        entry = self.compiled_for_call(program, feed_names, fetch_names, passes.check_level(optimize))
+        entry = self.compiled_for_call(program, feed_names, fetch_names, passes.check_level(optimize),
+                                       self.place.device)
         check_caller_autocast(program)
         feeds = [self._to_tensor(feed[n], block.vars[n], copy=n in facts.mutated_feeds) for n in feed_names]
         params = resolve_persistables(program, entry.param_names, scope)

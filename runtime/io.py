@@ -33,7 +33,7 @@ from .prune import prune_program
 from .run_modes import check_autocast_attr
 from . import output_tree
 from .format_rules import check_key, check_name, check_size, current_limits, escape, safe_names
-from .serialization import FORMAT_VERSION, program_from_dict, program_to_dict
+from .serialization import FORMAT_VERSION, READABLE_VERSIONS, program_from_dict, program_to_dict
 
 PROGRAM_FILE = "program.json"
 PARAMS_FILE = "params.safetensors"
@@ -388,12 +388,13 @@ def _parse_document(doc, where, limits=None):
     if doc.get("format") != FORMAT_NAME or version is None:
         raise ModelFormatError(f"{where}: not a d2s model (expected \"format\": \"{FORMAT_NAME}\" "
                                "and a \"format_version\")")
-    if type(version) is int and 0 < version < FORMAT_VERSION:
-        raise ModelFormatError(f"{where}: format version {version} is older than the version {FORMAT_VERSION} this "
-                               "d2s reads (version 2 saves symbolic shapes); save the model again with this d2s")
-    if type(version) is not int or version != FORMAT_VERSION:
+    if type(version) is int and 0 < version < READABLE_VERSIONS[0]:
+        raise ModelFormatError(f"{where}: format version {version} is older than the versions this d2s reads "
+                               f"({READABLE_VERSIONS[0]} to {FORMAT_VERSION}; version 2 saves symbolic shapes); "
+                               "save the model again with this d2s")
+    if type(version) is not int or version not in READABLE_VERSIONS:
         raise ModelFormatError(f"{where}: format version {version!r} is not supported; this d2s reads "
-                               f"version {FORMAT_VERSION} (a newer d2s may read it)")
+                               f"versions {READABLE_VERSIONS[0]} to {FORMAT_VERSION} (a newer d2s may read it)")
     producer = doc.get("producer")
     if not isinstance(producer, dict) or len(producer) > 16 or not all(
             isinstance(v, str) and len(k) <= 64 and len(v) <= 64 and (k + v).isprintable()

@@ -403,7 +403,8 @@ class Program:
         # buffers and lifted constants keep the identity of the user's tensor,
         # so optimizer updates and in-place buffer updates stay shared).
         self.bound = {}
-        self.device = torch.device("cpu")
+        self._device = torch.device("cpu")
+        self._follows = (-1, False)  # (version, whether an attribute follows the device)
         # The `training` mode ("train" / "eval") of the modules it was traced
         # with, None when none; a saved model records it (runtime/modes.py).
         self.mode = None
@@ -441,6 +442,56 @@ class Program:
 
     def _changed(self):
         self._version += 1
+
+    # -- the device ------------------------------------------------------------
+    # A traced value's `.device` is this object (Variable.device), so an
+    # attribute recorded from it (`torch.zeros(n, device=x.device)`,
+    # `y.to(x.device)`) holds this very object: that attribute follows the
+    # device the program runs on, where a device the user spelled out
+    # (`device="cpu"`, `torch.device("cuda")`) is another object and stays as
+    # written, as eager keeps it. Setting the device rewrites the followers,
+    # so a program traced on one device runs on another as a trace there
+    # would (a saved model loaded onto a GPU; runtime/attrs.py saves them as
+    # `$program_device`).
+    @property
+    def device(self):
+        return self._device
+
+    @device.setter
+    def device(self, device):
+        old, self._device = self._device, device
+        if old is device:
+            return
+        changed = False
+        for block in self.blocks:
+            for op in block.ops:
+                for key, value in op.attrs.items():
+                    new = _with_device(value, old, device)
+                    if new is not value:
+                        op.attrs[key] = new  # each program's ops own their attrs dicts (`copy`)
+                        changed = True
+        if changed:
+            self._changed()
+
+    def follows_device(self):
+        """Whether some attribute follows the program's device (see above)."""
+        version, follows = self._follows
+        if version != self._version:
+            follows = any(_holds(value, self._device) for block in self.blocks for op in block.ops
+                          for value in op.attrs.values())
+            self._follows = (self._version, follows)
+        return follows
+
+    def on_device(self, device):
+        """This program run on `device`: itself on its own device, else a
+        copy on `device`, whose device-following attributes name it (and
+        whose passes see it: runtime/passes/scalars.py keeps a GPU feed a
+        tensor, as eager's `i < n` of it is a GPU bool)."""
+        if device is None or device == self._device:
+            return self
+        moved = self.copy()
+        moved.device = device
+        return moved
 
     def all_vars(self):
         for block in self.blocks:
@@ -492,7 +543,9 @@ class Program:
                          for k, v in op.attrs.items()}
                 block.ops.append(Operator(block, op.type, op.inputs, op.outputs, attrs, op.origin))
         new.bound = dict(self.bound)
-        new.device, new.mode, new.autocast = self.device, self.mode, self.autocast
+        # The attributes are this program's objects: its device object too
+        # (not the setter, which would look for the new program's own).
+        new._device, new.mode, new.autocast = self._device, self.mode, self.autocast
         new._name_counters = dict(self._name_counters)
         return new
 
@@ -504,6 +557,32 @@ class Program:
             block = copy.global_block()
             block.ops = [op for op in block.ops if not get_op_def(op.type).training_only]
         return copy
+
+
+def _with_device(value, old, new):
+    """`value` with each leaf that is the object `old` replaced by `new`
+    (containers rebuilt, never changed in place: copies share them)."""
+    if value is old:
+        return new
+    if type(value) in (list, tuple):
+        items = [_with_device(v, old, new) for v in value]
+        if all(a is b for a, b in zip(items, value)):
+            return value
+        return items if type(value) is list else tuple(items)
+    if type(value) is dict:
+        items = {k: _with_device(v, old, new) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
+    return value
+
+
+def _holds(value, device):
+    if value is device:
+        return True
+    if type(value) in (list, tuple):
+        return any(_holds(v, device) for v in value)
+    if type(value) is dict:
+        return any(_holds(v, device) for v in value.values())
+    return False
 
 
 # -- default programs and guards ----------------------------------------------

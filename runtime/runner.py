@@ -229,15 +229,22 @@ class LeveledProgram:
             self._feeds = (self.program._version, feeds)
         return feeds
 
-    def entry(self):
+    def entry(self, tensors=()):
         """The CompiledBlock a call makes now (grad mode on: the one that
-        records autograd; off: the in-place variant)."""
-        inference = not torch.is_grad_enabled()
-        cached = self._entries.get(inference)
+        records autograd; off: the in-place variant). `tensors`: the call's
+        feeds; on a device other than the program's (a saved model moved to
+        a GPU), the program's device-following attributes name theirs, as a
+        trace on that device would (runtime/ir.py `Program.device`)."""
+        key = not torch.is_grad_enabled()
+        device = tensors[0].device if tensors and isinstance(tensors[0], torch.Tensor) else None
+        if device is not None and device != self.program.device:
+            key = (key, device)
+        cached = self._entries.get(key)
         if cached is not None and cached[0] == self.program._version:
             return cached[1]
-        entry = self.executor.compiled_for_call(self.program, self.feed_names, self.fetch_names, self.optimize)
-        self._entries[inference] = (self.program._version, entry)
+        entry = self.executor.compiled_for_call(self.program, self.feed_names, self.fetch_names, self.optimize,
+                                                device)
+        self._entries[key] = (self.program._version, entry)
         return entry
 
     def call(self, entry, tensors, params, lookup):

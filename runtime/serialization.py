@@ -30,7 +30,10 @@ from .run_modes import check_autocast_attr
 from .signatures import CallError, check_call
 
 # 2: symbolic dimensions ("s0", "2*s0") in shapes; scalar variables.
-FORMAT_VERSION = 2
+# Version 3 adds `$program_device` attributes (runtime/attrs.py); a version
+# 2 file, which has none, reads the same under 3's rules.
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (2, 3)
 
 _KINDS = (TENSOR, TENSOR_ARRAY, SCALAR, GENERATOR)
 # The text of a symbolic dimension: symbols (s0, u1), integers, arithmetic
@@ -97,7 +100,7 @@ def _op_to_dict(op, keep_origin):
         "type": op.type,
         "inputs": {k: list(v) for k, v in op.inputs.items()},
         "outputs": {k: list(v) for k, v in op.outputs.items()},
-        "attrs": {k: encode(v) for k, v in op.attrs.items()},
+        "attrs": {k: encode(v, op.block.program.device) for k, v in op.attrs.items()},
     }
     if keep_origin and op.origin is not None:
         filename, lineno, line = op.origin

@@ -268,30 +268,69 @@ def test_factories_follow_the_default_device_in_segments():
 
 # -- saved models on the GPU --------------------------------------------------------------------
 
+def _example_call(inputs):
+    tensors, extra = inputs()[-1]
+    return [*tensors] + ([] if extra is None else [extra])
+
+
+def _assert_same(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        if not isinstance(w, torch.Tensor):  # the decoder's step count (a Python int eagerly)
+            assert int(g) == w
+        else:
+            assert g.device == w.device and torch.equal(g, w.detach())
+
+
 @pytest.mark.parametrize("built_on", ["cpu", DEVICE])
-def test_a_saved_model_loaded_and_moved_to_cuda_matches_eager(tmp_path, built_on):
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_a_saved_model_loaded_and_moved_to_cuda_matches_eager(tmp_path, name, built_on):
+    """Built on the CPU, the LSTM loop's and the decoder's `device=x.device`
+    states follow the loaded model to the GPU (runtime/ir.py Program.device)."""
+    make, inputs, _ = MODELS[name]
     torch.manual_seed(0)
-    model = Residual().to(built_on)
-    x = _residual_inputs()[0][0][0]
-    d2s.jit.save(d2s.declarative(copy.deepcopy(model)), str(tmp_path / "m"), input_spec=[x.to(built_on)])
+    model = make().to(built_on)
+    example = [t.to(built_on) if t.is_floating_point() else t for t in _example_call(inputs)]
+    d2s.jit.save(d2s.declarative(copy.deepcopy(model)), str(tmp_path / "m"), input_spec=example)
     loaded = d2s.jit.load(str(tmp_path / "m")).to(DEVICE)
     model = model.to(DEVICE)
-    for (xs,), _ in _residual_inputs():
-        xs = xs.to(DEVICE)
-        want, got = model(xs), loaded(xs)
-        assert got.device == want.device and torch.equal(got, want)
+    for tensors, extra in inputs():
+        args = [t.to(DEVICE) for t in tensors] + ([] if extra is None else [extra])
+        _assert_same(_flat(loaded(*args)), _flat(model(*args)))
 
 
-def test_executor_on_a_cuda_place_runs_a_saved_program(tmp_path):
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_executor_on_a_cuda_place_runs_a_saved_program(tmp_path, name):
+    make, inputs, _ = MODELS[name]
     torch.manual_seed(0)
-    model = Residual().eval()
+    model = make().eval()
     static = d2s.declarative(copy.deepcopy(model))
-    static(_residual_inputs()[0][0][0])
+    static(*_example_call(inputs))
     d2s.ProgramTranslator().save_inference_model(str(tmp_path / "m"))
     exe = d2s.Executor(d2s.CUDAPlace(0))
     program, feed_names, fetch_targets = d2s.load_inference_model(str(tmp_path / "m"), exe)
     model = model.to(DEVICE)
-    for (xs,), _ in _residual_inputs():
-        (got,) = exe.run(program, feed={feed_names[0]: xs.to(DEVICE)}, fetch_list=fetch_targets, return_numpy=False)
-        want = model(xs.to(DEVICE))
-        assert got.device == want.device and torch.equal(got, want.detach())
+    for tensors, extra in inputs():
+        args = [t.to(DEVICE) for t in tensors] + ([] if extra is None else [extra])
+        got = exe.run(program, feed=dict(zip(feed_names, args)), fetch_list=fetch_targets, return_numpy=False)
+        _assert_same(got, _flat(model(*args)))
+
+
+class Offset(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.lin(x) + torch.arange(16, device=self.lin.weight.device) \
+            + torch.zeros(x.shape[0], 16, device=x.device)
+
+
+def test_a_traced_layer_runs_on_the_device_of_its_inputs():
+    torch.manual_seed(0)
+    model = Offset()
+    x = torch.randn(3, 16)
+    _, traced = d2s.TracedLayer.trace(model, [x])
+    model = model.to(DEVICE)  # moves the Parameters' storage: the traced layer reads them
+    got, want = traced(x.to(DEVICE)), model(x.to(DEVICE))
+    assert got.device == want.device and torch.equal(got, want.detach())
