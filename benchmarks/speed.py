@@ -13,6 +13,10 @@ there, loop bounds kept as CPU tensors as a host-side count would be); each
 timed slice ends with `torch.cuda.synchronize()`, so a time is the wall time
 of the launches and of the kernels they queued, whichever is longer. The
 loaded-model rows and the cache-hit overhead are CPU-only and skipped there.
+A sixth column there is `d2s.cuda_graph` of the default-level model: it
+replays CUDA graphs for calls under `--no-grad` whose program reads no GPU
+value on the host; elsewhere it reads "plain" with the ratio of its plain
+declarative calls.
 
 `--no-grad` runs every contender (eager included) under `torch.no_grad()`,
 as inference code does; there d2s calls run the variant that reuses dead
@@ -142,6 +146,15 @@ def _compiled(module, use_compile):
     return torch.compile(module)
 
 
+def _graphed(module, workload):
+    """`d2s.cuda_graph` of the default-level model: calls under no_grad on
+    CUDA arguments replay a graph where that is exact; the others run as
+    plain declarative calls (the table says which)."""
+    if "training" in workload or not hasattr(d2s, "cuda_graph"):
+        return None  # a training step records autograd: no graph
+    return d2s.cuda_graph(d2s.declarative(module))
+
+
 def workloads(use_compile, device="cpu"):
     """name -> (make_call(model) -> zero-arg callable, {contender: model or None})."""
     out = {}
@@ -186,6 +199,8 @@ def workloads(use_compile, device="cpu"):
             "TorchScript": _scripted(_copy(cls, eager)),
             "torch.compile": _compiled(_copy(cls, eager), use_compile),
         }
+        if device == "cuda":
+            contenders["d2s CUDA graph"] = _graphed(_copy(cls, eager), name)
         result[name] = (make_call, contenders)
     return result
 
@@ -366,11 +381,19 @@ def main():
           f"{', under torch.no_grad()' if args.no_grad else ''}; "
           "speedup over eager: median [25th-75th percentile]")
     names = ["d2s default", "d2s fast", "TorchScript", "torch.compile"]
+    if args.device == "cuda":
+        names.append("d2s CUDA graph")
+        print("d2s CUDA graph: d2s.cuda_graph of the default level; 'plain' where its calls run without a graph "
+              "(grad mode on, a CPU argument, a GPU value read on the host)")
     print(f"{'workload':38s}" + "".join(f"{n:>22s}" for n in names))
     for wname, (make_call, contenders) in workloads(not args.no_compile, args.device).items():
         if args.only and args.only not in wname or args.no_grad and "training" in wname:
             continue
         ratios, notes = bench_workload(make_call, contenders, args.rounds, args.budget)
+        graphed = contenders.get("d2s CUDA graph")
+        if graphed is not None and "d2s CUDA graph" in ratios and not graphed.replays:
+            r = ratios.pop("d2s CUDA graph")
+            notes["d2s CUDA graph"] = f"plain {statistics.median(r):4.2f}x"
         cells = []
         for name in names:
             if name in ratios:

@@ -20,6 +20,7 @@ from runtime._debug import set_verbosity
 
 from . import conversion, jit, onnx, optimizer
 from .graph import Graph
+from .cuda_graphs import cuda_graph
 from .decorator import declarative, to_static
 from .input_spec import InputSpec
 from .static_function import StaticFunction
@@ -48,7 +49,7 @@ def set_code_level(level=100):
 
 __all__ = [
     "CPUPlace", "CUDAPlace", "ConversionError", "Executor", "ExportError", "Graph", "InputSpec", "ModelFormatError", "Program",
-    "ProgramTranslator", "Scope", "StaticFunction", "TracedLayer", "cond", "data", "declarative",
+    "ProgramTranslator", "Scope", "StaticFunction", "TracedLayer", "cond", "cuda_graph", "data", "declarative",
     "default_main_program", "default_startup_program", "export", "global_scope", "load_inference_model",
     "optimizer", "program_guard", "save_inference_model", "set_code_level", "set_verbosity", "to_static",
     "while_loop",

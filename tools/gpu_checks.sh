@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The checks a machine with a CUDA device runs, in one go (CI has no GPU):
 #   1. build the native executor against that machine's PyTorch;
-#   2. the CUDA tests (tests/d2s/test_cuda_cases.py, tests/runtime/test_cuda_runtime.py), and
+#   2. the CUDA tests (tests/d2s/test_cuda_*.py, tests/runtime/test_cuda_runtime.py and
+#      test_program_device.py), and
 #      the native executor's CPU tests against that build;
 #   3. a differential fuzz run on the GPU (tools/fuzz_translator.py --device cuda);
-#   4. the speed table on the GPU (benchmarks/speed.py --device cuda).
+#   4. the speed table on the GPU (benchmarks/speed.py --device cuda), with grad mode on and off.
 # Each step's log goes to OUT; a summary is printed last.
 #
 #     bash tools/gpu_checks.sh OUT [FUZZ_COUNT] [WORKERS]
@@ -36,7 +37,8 @@ step env 60 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total --f
   python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"'
 step native 180 python3 -m runtime.native
 step tests 240 python3 -m pytest -q -p no:cacheprovider -n "$workers" \
-    tests/d2s/test_cuda_cases.py tests/runtime/test_cuda_runtime.py
+    tests/d2s/test_cuda_cases.py tests/d2s/test_cuda_graphs.py tests/runtime/test_cuda_runtime.py \
+    tests/runtime/test_program_device.py
 # The native executor's own tests (CPU), against the build for this machine's PyTorch; the
 # version-error tests also one by one in this process, so that a crash shows its stack.
 step native_versions 120 python3 -X faulthandler -m pytest -q -p no:cacheprovider tests/runtime/test_native.py \
@@ -46,8 +48,10 @@ step native_cpu 200 python3 -m pytest -q -p no:cacheprovider -n "$workers" tests
 step fuzz 150 python3 tools/fuzz_translator.py --device cuda --count "$fuzz_count" --seed gpu --max-minutes 2 \
     --jobs "$workers" --no-minimize
 step speed 240 env OMP_NUM_THREADS=1 python3 benchmarks/speed.py --device cuda --no-compile --rounds 7
+step speed_no_grad 200 env OMP_NUM_THREADS=1 python3 benchmarks/speed.py --device cuda --no-compile --rounds 7 \
+    --no-grad
 
-for name in env native tests native_versions native_cpu fuzz speed; do
+for name in env native tests native_versions native_cpu fuzz speed speed_no_grad; do
     echo "== $name (last lines)"
     tail -n 14 "$out/$name.log" 2>/dev/null
 done

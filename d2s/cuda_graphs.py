@@ -1,0 +1,242 @@
+"""CUDA-graph replay of declarative calls: `d2s.cuda_graph(static)`.
+
+On a GPU every op of a program is a kernel launch, and launching is what a
+small model's call costs. A CUDA graph records the launches of one call and
+replays them with one launch. A replay re-runs only the GPU work: whatever
+the call decided or did on the host is frozen into the graph. So a call is
+replayed only where nothing it decides or does on the host can differ from
+the call that was captured:
+
+  - its arguments: every tensor on a CUDA device (a CPU tensor's value would
+    be read on the host), the same shapes, strides and dtypes, and the same
+    other values (numbers, strings, None: part of the key); grad mode off
+    (a replay records no autograd);
+  - its program: the one a plain call would run now (a retrace after a
+    module changed captures again); no decision between programs by a
+    value, no Python object or module attribute it reads or writes beside
+    its tensors, no print or check; every tensor it reads (parameters,
+    buffers, constants) on a CUDA device, at the address it had at the
+    capture (an optimizer step updates in place and is replayed; `.to()`, a
+    swapped `.data` or a new Parameter capture again);
+  - what it did: the first call of a key runs plainly, and is watched: one
+    that wrote a module tensor or an argument in place or drew random
+    numbers is never replayed (a replay would write its own buffers, or
+    draw other numbers than eager);
+  - GPU values read on the host (a tensor `if` or `while`, `.item()`, a
+    decision checked when the program runs) synchronize with the device,
+    which a capture refuses: such a program is not captured. (CUDA's
+    conditional nodes could hold a tensor `if`; the torch we could run on a
+    GPU, 2.11, has no API for them, and an untested path is not shipped.)
+
+A call that is not replayed runs as a plain declarative call, with the same
+results; a key whose calls cannot be replayed says why once, as a warning.
+Every result of a replay is a tensor of its own: the graph's output buffers
+are copied, so a later call never changes an earlier call's results.
+"""
+
+import warnings
+
+import torch
+import torch.utils._pytree as pytree
+
+from ops.torch_ops import WRITES_UNDECLARED
+from runtime import foreign_tracers
+from runtime.optable import get_op_def
+
+from .static_function import StaticFunction
+from .translator_state import STATE
+
+# Calls before the capture, on a side stream: the first converts the
+# function; the next run it as a replay will (lazy cuBLAS/cuDNN handles,
+# the native segments, allocator warm-up), as torch.cuda.graphs asks.
+_WARMUP_CALLS = 2
+
+
+def cuda_graph(target):
+    """Replay `target`'s calls as CUDA graphs where that is exact (module
+    docstring). `target`: a declarative function, or a module whose
+    `forward` is declarative. Returns a callable with `captures`,
+    `replays` and `not_captured` (key -> reason) for inspection."""
+    return GraphedCalls(target)
+
+
+class GraphedCalls:
+    def __init__(self, target):
+        static = target.forward if isinstance(target, torch.nn.Module) else target
+        if not isinstance(static, StaticFunction):
+            raise TypeError("d2s.cuda_graph takes a declarative function or a module whose forward is declarative "
+                            f"(d2s.declarative(...)), got {type(target).__name__}")
+        self._target = target
+        self._static = static
+        self._graphs = {}        # key -> _Graph
+        self.not_captured = {}   # key -> why its calls run without a graph
+        self.captures = 0
+        self.replays = 0
+
+    def __call__(self, *args, **kwargs):
+        key, tensors = self._key(args, kwargs)
+        if key is None or key in self.not_captured:
+            return self._target(*args, **kwargs)
+        # The program a plain call would run now (a retrace after a module
+        # changed is another program): the graph replays that one only.
+        concrete = self._static._lookup(args, kwargs)[0]
+        graph = self._graphs.get(key)
+        if graph is None or graph.concrete is not concrete or graph.state != self._state(concrete.main_program):
+            return self._call_and_capture(key, concrete, args, kwargs, tensors)
+        self.replays += 1
+        return graph.replay(tensors)
+
+    # -- when a call may be replayed ------------------------------------------------------------
+    def _key(self, args, kwargs):
+        """(key, tensor leaves) of a call a graph may replay, else (None, None)."""
+        if torch.is_grad_enabled() or not STATE.enable_to_static or foreign_tracers.active():
+            return None, None
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        parts, tensors = [], []
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor):
+                if not leaf.is_cuda or leaf.layout != torch.strided or leaf.is_nested:
+                    return None, None
+                tensors.append(leaf)
+                parts.append((leaf.shape, leaf.stride(), leaf.dtype, leaf.device))
+            elif leaf is None or type(leaf) in (bool, int, float, str):
+                parts.append((type(leaf), leaf))
+            else:  # an object whose state the key cannot see
+                return None, None
+        if not tensors or torch.cuda.is_current_stream_capturing():  # (CUDA tensors: a CUDA build)
+            return None, None
+        modes = (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"),
+                 torch.are_deterministic_algorithms_enabled(), torch.is_inference_mode_enabled(),
+                 getattr(self._target, "training", None))
+        return (spec, tuple(parts), modes), tensors
+
+    def _reads(self, program):
+        """The tensors a call of `program` may read beside its arguments:
+        the program's bound tensors and a module's parameters and buffers,
+        looked up now (a new Parameter is another tensor)."""
+        reads = [t for t in program.bound.values() if isinstance(t, torch.Tensor)]
+        if isinstance(self._target, torch.nn.Module):
+            reads += [*self._target.parameters(), *self._target.buffers()]
+        return reads
+
+    def _state(self, program):
+        """What a graph's replay depends on beside its arguments: the
+        program's version and each tensor it reads, by identity and address."""
+        return program._version, [(id(t), t.data_ptr()) for t in self._reads(program)]
+
+    # -- capturing ------------------------------------------------------------------------------
+    def _call_and_capture(self, key, concrete, args, kwargs, tensors):
+        """The caller's call, run plainly; then, when it showed that a
+        replay can stand for it, the capture of its key's graph. What the
+        call wrote is seen by watching it: a module tensor or an argument
+        written in place (running statistics, `embedding(max_norm=...)`,
+        `x.mul_(2)`: a replay would write its own buffers, or write twice
+        what the capture's warm-up wrote) or a generator moved (a replay
+        would not draw eager's numbers)."""
+        reason = _not_replayable(concrete)
+        if reason is not None:
+            self._refuse(key, reason)
+            return self._target(*args, **kwargs)
+        watched = self._reads(concrete.main_program) + tensors
+        versions = [t._version for t in watched]
+        devices = sorted({t.device.index or 0 for t in tensors})
+        generators = _generator_states(devices)
+        result = self._target(*args, **kwargs)
+        if [t._version for t in watched] != versions:
+            self._refuse(key, "it writes a module tensor or an argument in place (running statistics, "
+                              "`embedding(max_norm=...)`, `x.mul_(2)`)")
+        elif not _same_states(_generator_states(devices), generators):
+            self._refuse(key, "it draws random numbers (a replay would not draw eager's)")
+        else:
+            reason, graph = self._capture(concrete, args, kwargs, tensors)
+            if reason is not None:
+                self._refuse(key, reason)
+            else:
+                self.captures += 1
+                self._graphs[key] = graph
+        return result
+
+    def _refuse(self, key, reason):
+        self.not_captured[key] = reason
+        warnings.warn(f"d2s.cuda_graph: calls of {self._static.__qualname__!r} with these arguments run "
+                      f"without a CUDA graph: {reason}", stacklevel=4)
+
+    def _capture(self, concrete, args, kwargs, tensors):
+        """(None, a _Graph), or (why not, None). The caller's call showed
+        that the program writes nothing outside its results and draws
+        nothing, so the warm-up call changes nothing the caller sees."""
+        # The graph reads its inputs from buffers of its own, which each replay fills.
+        buffers = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device) for t in tensors]
+        for b, t in zip(buffers, tensors):
+            b.copy_(t)
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        it = iter(buffers)
+        call_args, call_kwargs = pytree.tree_unflatten(
+            [next(it) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec)
+        # A warm-up call on a side stream, as torch.cuda.graphs asks (lazy
+        # cuBLAS/cuDNN handles, allocator state): the caller's call ran on
+        # the caller's stream.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self._target(*call_args, **call_kwargs)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            # A pool of its own: graphs of other keys replay in any order.
+            with torch.cuda.graph(graph):
+                out = self._target(*call_args, **call_kwargs)
+        except Exception as exc:  # noqa: BLE001 - the calls before ran: a synchronizing call failed
+            torch.cuda.synchronize()
+            return ("it reads a GPU value on the host while it runs (a tensor `if` or `while`, a value checked "
+                    f"when the program runs, `.item()`): {str(exc).splitlines()[0]}"), None
+        return None, _Graph(graph, buffers, out, concrete, self._state(concrete.main_program))
+
+
+def _not_replayable(concrete):
+    """Why the calls of `concrete`'s key cannot be replayed, known from the
+    program alone, or None."""
+    if concrete.decisions is not None:
+        return "it chooses between programs by a value when it runs"
+    if not concrete._plain:
+        return ("it reads or writes Python state, module attributes or tensor layouts beside its tensors, "
+                "which a replay would not do")
+    program = concrete.main_program
+    for block in program.blocks:
+        for op in block.ops:
+            # Undeclared writes (running statistics) are watched on the
+            # caller's call; a print or a check acts outside the graph.
+            if get_op_def(op.type).side_effect and op.type.rsplit(".", 1)[-1] not in WRITES_UNDECLARED:
+                return f"it acts outside its results ({op.type}: a print or a check)"
+    on_cpu = [name for name, t in program.bound.items() if isinstance(t, torch.Tensor) and not t.is_cuda]
+    if on_cpu:
+        return f"it reads tensors on the CPU ({', '.join(sorted(on_cpu)[:3])})"
+    return None
+
+
+def _generator_states(devices):
+    """The default generators' states: the CPU's and those of `devices`."""
+    return (torch.default_generator.get_state(), [torch.cuda.get_rng_state(i) for i in devices])
+
+
+def _same_states(a, b):
+    return torch.equal(a[0], b[0]) and all(torch.equal(x, y) for x, y in zip(a[1], b[1]))
+
+
+class _Graph:
+    """One captured call: its graph, input buffers, outputs, and the
+    ConcreteProgram and state (`GraphedCalls._state`) it was captured with."""
+
+    def __init__(self, graph, buffers, out, concrete, state):
+        self.graph = graph
+        self.buffers = buffers
+        self.out_leaves, self.out_spec = pytree.tree_flatten(out)
+        self.concrete = concrete
+        self.state = state
+
+    def replay(self, tensors):
+        for b, t in zip(self.buffers, tensors):
+            b.copy_(t)
+        self.graph.replay()
+        return pytree.tree_unflatten(
+            [leaf.clone() if isinstance(leaf, torch.Tensor) else leaf for leaf in self.out_leaves], self.out_spec)
