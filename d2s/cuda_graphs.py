@@ -7,10 +7,12 @@ the call decided or did on the host is frozen into the graph. So a call is
 replayed only where nothing it decides or does on the host can differ from
 the call that was captured:
 
-  - its arguments: every tensor on a CUDA device (a CPU tensor's value would
-    be read on the host), the same shapes, strides and dtypes, and the same
-    other values (numbers, strings, None: part of the key); grad mode off
-    (a replay records no autograd);
+  - its arguments: every tensor on a CUDA device (a CPU tensor's values
+    would be read at the capture only), except 0-d CPU tensors, which are
+    counts the call reads on the host and join the key by value; the same
+    shapes, strides and dtypes, and the same other values (numbers,
+    strings, None: part of the key); grad mode off (a replay records no
+    autograd);
   - its program: the one a plain call would run now (a retrace after a
     module changed captures again); no decision between programs by a
     value, no Python object or module attribute it reads or writes beside
@@ -46,10 +48,10 @@ from runtime.optable import get_op_def
 from .static_function import StaticFunction
 from .translator_state import STATE
 
-# Calls before the capture, on a side stream: the first converts the
-# function; the next run it as a replay will (lazy cuBLAS/cuDNN handles,
-# the native segments, allocator warm-up), as torch.cuda.graphs asks.
-_WARMUP_CALLS = 2
+
+# Kinds of arguments (keys) one callable captures or refuses; each graph
+# holds its buffers and a memory pool.
+MAX_KEYS = 32
 
 
 def cuda_graph(target):
@@ -72,10 +74,18 @@ class GraphedCalls:
         self.not_captured = {}   # key -> why its calls run without a graph
         self.captures = 0
         self.replays = 0
+        self._full = False       # MAX_KEYS kinds of arguments seen
 
     def __call__(self, *args, **kwargs):
         key, tensors = self._key(args, kwargs)
         if key is None or key in self.not_captured:
+            return self._target(*args, **kwargs)
+        if key not in self._graphs and len(self._graphs) + len(self.not_captured) >= MAX_KEYS:
+            # Keys that keep changing (a count of every value): plain calls, not a graph each.
+            if not self._full:
+                self._full = True
+                warnings.warn(f"d2s.cuda_graph: {self._static.__qualname__!r} was called with {MAX_KEYS} kinds of "
+                              "arguments already; calls with others run without a CUDA graph", stacklevel=2)
             return self._target(*args, **kwargs)
         # The program a plain call would run now (a retrace after a module
         # changed is another program): the graph replays that one only.
@@ -91,19 +101,28 @@ class GraphedCalls:
         """(key, tensor leaves) of a call a graph may replay, else (None, None)."""
         if torch.is_grad_enabled() or not STATE.enable_to_static or foreign_tracers.active():
             return None, None
-        leaves, spec = pytree.tree_flatten((args, kwargs))
+        if not kwargs and all(type(a) is torch.Tensor for a in args):
+            leaves, spec = args, len(args)  # the common call, without a tree to flatten
+        else:
+            leaves, spec = pytree.tree_flatten((args, kwargs))
         parts, tensors = [], []
         for leaf in leaves:
             if isinstance(leaf, torch.Tensor):
-                if not leaf.is_cuda or leaf.layout != torch.strided or leaf.is_nested:
+                if leaf.is_cuda and leaf.layout == torch.strided and not leaf.is_nested:
+                    tensors.append(leaf)
+                    parts.append((leaf.shape, leaf.stride(), leaf.dtype, leaf.device))
+                elif _host_number(leaf):  # a loop count: read on the host, so its value is in the key
+                    parts.append((leaf.dtype, leaf.item()))
+                else:  # a CPU tensor's values would be read at the capture only
                     return None, None
-                tensors.append(leaf)
-                parts.append((leaf.shape, leaf.stride(), leaf.dtype, leaf.device))
             elif leaf is None or type(leaf) in (bool, int, float, str):
                 parts.append((type(leaf), leaf))
             else:  # an object whose state the key cannot see
                 return None, None
         if not tensors or torch.cuda.is_current_stream_capturing():  # (CUDA tensors: a CUDA build)
+            return None, None
+        current = torch.cuda.current_device()
+        if any(t.device.index != current for t in tensors):  # a graph is captured on the current device
             return None, None
         modes = (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"),
                  torch.are_deterministic_algorithms_enabled(), torch.is_inference_mode_enabled(),
@@ -137,7 +156,8 @@ class GraphedCalls:
         if reason is not None:
             self._refuse(key, reason)
             return self._target(*args, **kwargs)
-        watched = self._reads(concrete.main_program) + tensors
+        watched = self._reads(concrete.main_program) + [
+            leaf for leaf in pytree.tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
         versions = [t._version for t in watched]
         devices = sorted({t.device.index or 0 for t in tensors})
         generators = _generator_states(devices)
@@ -172,7 +192,8 @@ class GraphedCalls:
         leaves, spec = pytree.tree_flatten((args, kwargs))
         it = iter(buffers)
         call_args, call_kwargs = pytree.tree_unflatten(
-            [next(it) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec)
+            [(next(it) if leaf.is_cuda else leaf.clone()) if isinstance(leaf, torch.Tensor) else leaf
+             for leaf in leaves], spec)
         # A warm-up call on a side stream, as torch.cuda.graphs asks (lazy
         # cuBLAS/cuDNN handles, allocator state): the caller's call ran on
         # the caller's stream.
@@ -191,6 +212,12 @@ class GraphedCalls:
             return ("it reads a GPU value on the host while it runs (a tensor `if` or `while`, a value checked "
                     f"when the program runs, `.item()`): {str(exc).splitlines()[0]}"), None
         return None, _Graph(graph, buffers, out, concrete, self._state(concrete.main_program))
+
+
+def _host_number(t):
+    """A 0-d CPU tensor outside autograd: a count the call reads on the host
+    (`for t in range(length)`), a key by its value."""
+    return t.device.type == "cpu" and t.dim() == 0 and not t.requires_grad and t.layout == torch.strided
 
 
 def _not_replayable(concrete):

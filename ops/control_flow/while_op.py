@@ -17,8 +17,8 @@ from runtime.errors import ConversionError
 from runtime.ir import TENSOR_ARRAY, Variable, dtype_name, torch_dtype
 
 from .. import framework, tracer
-from ..recording import graph_condition, graph_tensor, number_or_tensor, stands_for_number
-from ..registry import OpDef, register
+from ..recording import graph_condition, graph_tensor, number_or_tensor, record, stands_for_number
+from ..registry import OpDef, op_for_callable, register
 from ..user_frames import SYMBOLIC_TYPES, error_at_user_line, user_origin
 from . import identity
 from .undefined import Undefined
@@ -270,6 +270,14 @@ def _initial_value(v, spec):
     if isinstance(v, Undefined):
         return framework.zeros_of(spec.shape, spec.dtype)
     var = as_var(v, spec.dtype if spec.python_number else None)
+    if spec.python_number and not spec.number and spec.kind != TENSOR_ARRAY:
+        # A number a trip makes a tensor (`total = 0; total += x.mean()`):
+        # eager rebinds it to a tensor of that tensor's dtype and device, so
+        # the loop variable starts on the program's device (a 0-d CPU number
+        # could not be added into in place from a GPU value), the device the
+        # program's values report (followed when the program moves).
+        return record(op_for_callable(torch.Tensor.to), torch.Tensor.to, (var,),
+                      {"device": tracer.current().program.device, "dtype": spec.dtype})
     if var.dtype != spec.dtype and spec.kind != TENSOR_ARRAY:
         var = framework.cast(var, spec.dtype)
     return var

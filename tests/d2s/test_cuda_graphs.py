@@ -51,6 +51,21 @@ class CellLoop(nn.Module):
         return h + c
 
 
+class CountedLoop(nn.Module):
+    """A loop of a count passed as a 0-d CPU tensor: read on the host, a key by its value."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.LSTMCell(8, 16)
+
+    def forward(self, x, length):
+        h = torch.zeros(x.shape[0], 16, device=x.device)
+        c = torch.zeros(x.shape[0], 16, device=x.device)
+        for t in range(length):
+            h, c = self.cell(x[:, t], (h, c))
+        return h + c
+
+
 class Branchy(nn.Module):
     def __init__(self):
         super().__init__()
@@ -182,6 +197,20 @@ def test_calls_a_graph_cannot_serve_run_plainly_with_eager_results(name, make, i
 
 
 @cuda
+def test_a_count_passed_as_a_cpu_tensor_is_a_key_by_its_value():
+    torch.manual_seed(0)
+    eager = CountedLoop().to(DEVICE).eval()
+    static = d2s.declarative(copy.deepcopy(eager))
+    graphed = d2s.cuda_graph(static)
+    with torch.no_grad():
+        for n in (0, 1, 5, 0, 1, 5, 5):
+            x = _inputs((2, 6, 8), 1, seed=n)[0]
+            _same(graphed(x, torch.tensor(n)), eager(x, torch.tensor(n)))
+    assert "while" in _ops(static)
+    assert graphed.captures == 3 and graphed.replays == 4 and not graphed.not_captured
+
+
+@cuda
 def test_dropout_replays_in_eval_mode_and_runs_plainly_in_training_mode():
     torch.manual_seed(0)
     model = d2s.declarative(MLP().to(DEVICE))
@@ -219,6 +248,21 @@ def test_parameters_updated_in_place_are_read_and_new_ones_capture_again():
             model.layers[1].weight = nn.Parameter(model.layers[1].weight * 3)
         _same(graphed(x), eager(x))
     assert graphed.captures == 2
+
+
+@cuda
+def test_kinds_of_arguments_past_the_limit_run_plainly(monkeypatch):
+    monkeypatch.setattr(d2s.cuda_graphs, "MAX_KEYS", 2)
+    torch.manual_seed(0)
+    eager = CountedLoop().to(DEVICE).eval()
+    graphed = d2s.cuda_graph(d2s.declarative(copy.deepcopy(eager)))
+    x = _inputs((2, 6, 8), 1)[0]
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (1, 2, 3, 4, 3, 1):
+            _same(graphed(x, torch.tensor(n)), eager(x, torch.tensor(n)))
+    assert graphed.captures == 2 and graphed.replays == 1
+    assert sum("kinds of arguments" in str(w.message) for w in caught) == 1
 
 
 @cuda
