@@ -37,31 +37,18 @@ class MLP(nn.Module):
 
 
 class CellLoop(nn.Module):
-    """A loop whose trip count is a size: decided on the host, the same for every call of a shape."""
+    """A loop of a size's trips (decided on the host, the same for every
+    call of a shape) or of a count passed as a 0-d CPU tensor (read on the
+    host: a key by its value)."""
 
     def __init__(self):
         super().__init__()
         self.cell = nn.LSTMCell(8, 16)
 
-    def forward(self, x):
+    def forward(self, x, length=None):
         h = torch.zeros(x.shape[0], 16, device=x.device)
         c = torch.zeros(x.shape[0], 16, device=x.device)
-        for t in range(x.shape[1]):
-            h, c = self.cell(x[:, t], (h, c))
-        return h + c
-
-
-class CountedLoop(nn.Module):
-    """A loop of a count passed as a 0-d CPU tensor: read on the host, a key by its value."""
-
-    def __init__(self):
-        super().__init__()
-        self.cell = nn.LSTMCell(8, 16)
-
-    def forward(self, x, length):
-        h = torch.zeros(x.shape[0], 16, device=x.device)
-        c = torch.zeros(x.shape[0], 16, device=x.device)
-        for t in range(length):
+        for t in range(x.shape[1] if length is None else length):
             h, c = self.cell(x[:, t], (h, c))
         return h + c
 
@@ -199,7 +186,7 @@ def test_calls_a_graph_cannot_serve_run_plainly_with_eager_results(name, make, i
 @cuda
 def test_a_count_passed_as_a_cpu_tensor_is_a_key_by_its_value():
     torch.manual_seed(0)
-    eager = CountedLoop().to(DEVICE).eval()
+    eager = CellLoop().to(DEVICE).eval()
     static = d2s.declarative(copy.deepcopy(eager))
     graphed = d2s.cuda_graph(static)
     with torch.no_grad():
@@ -254,7 +241,7 @@ def test_parameters_updated_in_place_are_read_and_new_ones_capture_again():
 def test_kinds_of_arguments_past_the_limit_run_plainly(monkeypatch):
     monkeypatch.setattr(d2s.cuda_graphs, "MAX_KEYS", 2)
     torch.manual_seed(0)
-    eager = CountedLoop().to(DEVICE).eval()
+    eager = CellLoop().to(DEVICE).eval()
     graphed = d2s.cuda_graph(d2s.declarative(copy.deepcopy(eager)))
     x = _inputs((2, 6, 8), 1)[0]
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
