@@ -477,6 +477,10 @@ class StaticFunction:
         if all(type(d) is int for d in var.dims):
             var.strides = tuple(t.stride())  # and its layout (ops/capture.py _strides)
         tr.examples[name] = t  # and example values the numbers read from it (int(t))
+        if t.device != main.device:
+            # A feed on another device than the first (CPU lengths beside GPU
+            # inputs): its `.device` is its own (runtime/ir.py Variable.device).
+            var.own_device = t.device
         if fixed:
             fw_check_dims(var, fixed)
         return var

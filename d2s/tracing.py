@@ -47,6 +47,9 @@ class TracedLayer:
             feeds = [program.global_block().create_var(name=f"input_{i}", shape=tuple(t.shape), dtype=t.dtype,
                                                        is_data=True, stop_gradient=True)
                      for i, t in enumerate(inputs)]
+            for var, t in zip(feeds, inputs):  # an input on another device than the first has its own
+                if t.device != program.device:
+                    var.own_device = t.device
             with CaptureMode():
                 out = layer(*feeds)
         fetch = list(out) if isinstance(out, (list, tuple)) else [out]

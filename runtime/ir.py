@@ -167,9 +167,16 @@ class Variable:
     def dim(self):
         return len(self._shape)
 
+    # A value's device while tracing: the program's (the device of its first
+    # tensor argument, one object: runtime/ir.py Program.device), except a
+    # feed on another device, which has its own. The IR tracks no device per
+    # value beyond that: a value computed from such a feed reports the
+    # program's.
+    own_device = None
+
     @property
     def device(self):
-        return self.block.program.device
+        return self.own_device or self.block.program.device
 
     @property
     def requires_grad(self):

@@ -156,3 +156,19 @@ def test_a_malformed_program_device_is_refused(tmp_path, body):
     (path / "program.json").write_text(text)
     with pytest.raises(d2s.ModelFormatError, match="not a device"):
         d2s.jit.load(str(path))
+
+
+def _mixed(x, lengths):
+    made_by_lengths = torch.zeros(3, device=lengths.device)
+    made_by_x = torch.ones(3, device=x.device)
+    return made_by_lengths, made_by_x, lengths.device.type, x.is_cuda
+
+
+@pytest.mark.parametrize("first", ["meta", "cpu"])
+def test_a_feed_on_another_device_than_the_first_has_its_own(first):
+    """CPU lengths beside inputs on another device: each feed's `.device` is
+    its own (the program's device is the first tensor argument's)."""
+    x, lengths = torch.randn(3, device=first), torch.tensor([1, 2])
+    static = d2s.declarative(_mixed)
+    want, got = _mixed(x, lengths), static(x, lengths)
+    assert [t.device for t in got[:2]] == [t.device for t in want[:2]] and got[2:] == want[2:]
