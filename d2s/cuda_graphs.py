@@ -1,4 +1,5 @@
-"""CUDA-graph replay of declarative calls: `d2s.cuda_graph(static)`.
+"""CUDA-graph replay of declarative calls: `d2s.cuda_graph(static)`, for a
+declarative function or module, or a model from `d2s.jit.load`.
 
 On a GPU every op of a program is a kernel launch, and launching is what a
 small model's call costs. A CUDA graph records the launches of one call and
@@ -45,6 +46,7 @@ from ops.torch_ops import WRITES_UNDECLARED
 from runtime import foreign_tracers
 from runtime.optable import get_op_def
 
+from .jit import TranslatedLayer
 from .static_function import StaticFunction
 from .translator_state import STATE
 
@@ -56,20 +58,73 @@ MAX_KEYS = 32
 
 def cuda_graph(target):
     """Replay `target`'s calls as CUDA graphs where that is exact (module
-    docstring). `target`: a declarative function, or a module whose
-    `forward` is declarative. Returns a callable with `captures`,
+    docstring). `target`: a declarative function, a module whose `forward`
+    is declarative, or a model from `d2s.jit.load`. Returns a callable with `captures`,
     `replays` and `not_captured` (key -> reason) for inspection."""
     return GraphedCalls(target)
 
 
+class _Declared:
+    """A declarative function's calls: the program is the one its cache
+    holds for the arguments (built on a miss, as a plain call would)."""
+
+    def __init__(self, static):
+        self.static = static
+        self.name = static.__qualname__
+
+    def program(self, args, kwargs):
+        """(what identifies the program a plain call runs now, that program)."""
+        concrete = self.static._lookup(args, kwargs)[0]
+        return concrete, concrete.main_program
+
+    def refusal(self, concrete):
+        if concrete.decisions is not None:
+            return "it chooses between programs by a value when it runs"
+        if not concrete._plain:
+            return ("it reads or writes Python state, module attributes or tensor layouts beside its tensors, "
+                    "which a replay would not do")
+        return None
+
+    def bound(self, concrete):
+        return list(concrete.main_program.bound.values())
+
+
+class _Loaded:
+    """A model from `d2s.jit.load`: its program for the current mode; it
+    reads its tensors through the module (its parameters and buffers)."""
+
+    def __init__(self, layer):
+        self.layer = layer
+        self.name = f"a loaded model ({type(layer).__name__})"
+
+    def program(self, args, kwargs):
+        part = self.layer._part
+        return part, part[0]
+
+    def refusal(self, part):
+        if self.layer._paths:
+            return "it chooses between its saved programs by a value when it runs"
+        if part[4]:
+            return "it carries module state from one call to the next, which a replay would not write"
+        return None
+
+    def bound(self, part):
+        return []
+
+
 class GraphedCalls:
     def __init__(self, target):
-        static = target.forward if isinstance(target, torch.nn.Module) else target
-        if not isinstance(static, StaticFunction):
-            raise TypeError("d2s.cuda_graph takes a declarative function or a module whose forward is declarative "
-                            f"(d2s.declarative(...)), got {type(target).__name__}")
+        if isinstance(target, TranslatedLayer):
+            source = _Loaded(target)
+        else:
+            static = target.forward if isinstance(target, torch.nn.Module) else target
+            if not isinstance(static, StaticFunction):
+                raise TypeError("d2s.cuda_graph takes a declarative function, a module whose forward is "
+                                "declarative (d2s.declarative(...)) or a model from d2s.jit.load, got "
+                                f"{type(target).__name__}")
+            source = _Declared(static)
         self._target = target
-        self._static = static
+        self._source = source
         self._graphs = {}        # key -> _Graph
         self.not_captured = {}   # key -> why its calls run without a graph
         self.captures = 0
@@ -84,15 +139,16 @@ class GraphedCalls:
             # Keys that keep changing (a count of every value): plain calls, not a graph each.
             if not self._full:
                 self._full = True
-                warnings.warn(f"d2s.cuda_graph: {self._static.__qualname__!r} was called with {MAX_KEYS} kinds of "
+                warnings.warn(f"d2s.cuda_graph: {self._source.name} was called with {MAX_KEYS} kinds of "
                               "arguments already; calls with others run without a CUDA graph", stacklevel=2)
             return self._target(*args, **kwargs)
         # The program a plain call would run now (a retrace after a module
-        # changed is another program): the graph replays that one only.
-        concrete = self._static._lookup(args, kwargs)[0]
+        # changed, another mode of a loaded model: another program): the
+        # graph replays that one only.
+        token, program = self._source.program(args, kwargs)
         graph = self._graphs.get(key)
-        if graph is None or graph.concrete is not concrete or graph.state != self._state(concrete.main_program):
-            return self._call_and_capture(key, concrete, args, kwargs, tensors)
+        if graph is None or graph.token is not token or graph.state != self._state(token, program):
+            return self._call_and_capture(key, token, program, args, kwargs, tensors)
         self.replays += 1
         return graph.replay(tensors)
 
@@ -129,22 +185,22 @@ class GraphedCalls:
                  getattr(self._target, "training", None))
         return (spec, tuple(parts), modes), tensors
 
-    def _reads(self, program):
-        """The tensors a call of `program` may read beside its arguments:
-        the program's bound tensors and a module's parameters and buffers,
-        looked up now (a new Parameter is another tensor)."""
-        reads = [t for t in program.bound.values() if isinstance(t, torch.Tensor)]
+    def _reads(self, token):
+        """The tensors a call may read beside its arguments: the program's
+        bound tensors and a module's parameters and buffers, looked up now
+        (a new Parameter is another tensor)."""
+        reads = [t for t in self._source.bound(token) if isinstance(t, torch.Tensor)]
         if isinstance(self._target, torch.nn.Module):
             reads += [*self._target.parameters(), *self._target.buffers()]
         return reads
 
-    def _state(self, program):
+    def _state(self, token, program):
         """What a graph's replay depends on beside its arguments: the
         program's version and each tensor it reads, by identity and address."""
-        return program._version, [(id(t), t.data_ptr()) for t in self._reads(program)]
+        return program._version, [(id(t), t.data_ptr()) for t in self._reads(token)]
 
     # -- capturing ------------------------------------------------------------------------------
-    def _call_and_capture(self, key, concrete, args, kwargs, tensors):
+    def _call_and_capture(self, key, token, program, args, kwargs, tensors):
         """The caller's call, run plainly; then, when it showed that a
         replay can stand for it, the capture of its key's graph. What the
         call wrote is seen by watching it: a module tensor or an argument
@@ -152,12 +208,12 @@ class GraphedCalls:
         `x.mul_(2)`: a replay would write its own buffers, or write twice
         what the capture's warm-up wrote) or a generator moved (a replay
         would not draw eager's numbers)."""
-        reason = _not_replayable(concrete)
+        watched = self._reads(token)
+        reason = self._source.refusal(token) or _program_refusal(program, watched)
         if reason is not None:
             self._refuse(key, reason)
             return self._target(*args, **kwargs)
-        watched = self._reads(concrete.main_program) + [
-            leaf for leaf in pytree.tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
+        watched += [leaf for leaf in pytree.tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
         versions = [t._version for t in watched]
         devices = sorted({t.device.index or 0 for t in tensors})
         generators = _generator_states(devices)
@@ -168,7 +224,7 @@ class GraphedCalls:
         elif not _same_states(_generator_states(devices), generators):
             self._refuse(key, "it draws random numbers (a replay would not draw eager's)")
         else:
-            reason, graph = self._capture(concrete, args, kwargs, tensors)
+            reason, graph = self._capture(token, program, args, kwargs, tensors)
             if reason is not None:
                 self._refuse(key, reason)
             else:
@@ -178,10 +234,10 @@ class GraphedCalls:
 
     def _refuse(self, key, reason):
         self.not_captured[key] = reason
-        warnings.warn(f"d2s.cuda_graph: calls of {self._static.__qualname__!r} with these arguments run "
+        warnings.warn(f"d2s.cuda_graph: calls of {self._source.name} with these arguments run "
                       f"without a CUDA graph: {reason}", stacklevel=4)
 
-    def _capture(self, concrete, args, kwargs, tensors):
+    def _capture(self, token, program, args, kwargs, tensors):
         """(None, a _Graph), or (why not, None). The caller's call showed
         that the program writes nothing outside its results and draws
         nothing, so the warm-up call changes nothing the caller sees."""
@@ -211,7 +267,7 @@ class GraphedCalls:
             torch.cuda.synchronize()
             return ("it reads a GPU value on the host while it runs (a tensor `if` or `while`, a value checked "
                     f"when the program runs, `.item()`): {str(exc).splitlines()[0]}"), None
-        return None, _Graph(graph, buffers, out, concrete, self._state(concrete.main_program))
+        return None, _Graph(graph, buffers, out, token, self._state(token, program))
 
 
 def _host_number(t):
@@ -220,24 +276,18 @@ def _host_number(t):
     return t.device.type == "cpu" and t.dim() == 0 and not t.requires_grad and t.layout == torch.strided
 
 
-def _not_replayable(concrete):
-    """Why the calls of `concrete`'s key cannot be replayed, known from the
-    program alone, or None."""
-    if concrete.decisions is not None:
-        return "it chooses between programs by a value when it runs"
-    if not concrete._plain:
-        return ("it reads or writes Python state, module attributes or tensor layouts beside its tensors, "
-                "which a replay would not do")
-    program = concrete.main_program
+def _program_refusal(program, reads):
+    """Why calls of `program` cannot be replayed, known before a call, or
+    None. `reads`: the tensors a call reads beside its arguments."""
     for block in program.blocks:
         for op in block.ops:
             # Undeclared writes (running statistics) are watched on the
             # caller's call; a print or a check acts outside the graph.
             if get_op_def(op.type).side_effect and op.type.rsplit(".", 1)[-1] not in WRITES_UNDECLARED:
                 return f"it acts outside its results ({op.type}: a print or a check)"
-    on_cpu = [name for name, t in program.bound.items() if isinstance(t, torch.Tensor) and not t.is_cuda]
+    on_cpu = sorted({tuple(t.shape) for t in reads if not t.is_cuda})
     if on_cpu:
-        return f"it reads tensors on the CPU ({', '.join(sorted(on_cpu)[:3])})"
+        return f"it reads tensors on the CPU (of shapes {', '.join(map(str, on_cpu[:3]))})"
     return None
 
 
@@ -252,13 +302,13 @@ def _same_states(a, b):
 
 class _Graph:
     """One captured call: its graph, input buffers, outputs, and the
-    ConcreteProgram and state (`GraphedCalls._state`) it was captured with."""
+    program and state (`GraphedCalls._state`) it was captured with."""
 
-    def __init__(self, graph, buffers, out, concrete, state):
+    def __init__(self, graph, buffers, out, token, state):
         self.graph = graph
         self.buffers = buffers
         self.out_leaves, self.out_spec = pytree.tree_flatten(out)
-        self.concrete = concrete
+        self.token = token  # what identifies the program captured
         self.state = state
 
     def replay(self, tensors):

@@ -253,6 +253,20 @@ def test_kinds_of_arguments_past_the_limit_run_plainly(monkeypatch):
 
 
 @cuda
+def test_a_model_saved_on_the_cpu_and_loaded_onto_the_gpu_replays(tmp_path):
+    torch.manual_seed(0)
+    eager = MLP().eval()
+    d2s.jit.save(d2s.declarative(copy.deepcopy(eager)), str(tmp_path / "m"), input_spec=[torch.randn(3, 16)])
+    loaded = d2s.jit.load(str(tmp_path / "m")).to(DEVICE).eval()
+    eager = eager.to(DEVICE)
+    graphed = d2s.cuda_graph(loaded)
+    with torch.no_grad():
+        for x in _inputs((3, 16)):
+            _same(graphed(x), eager(x))
+    assert graphed.captures == 1 and graphed.replays == 3 and not graphed.not_captured
+
+
+@cuda
 def test_grad_mode_and_cpu_arguments_run_plainly():
     torch.manual_seed(0)
     eager = MLP().to(DEVICE).eval()
@@ -263,6 +277,18 @@ def test_grad_mode_and_cpu_arguments_run_plainly():
 
 
 # -- without a GPU (CI) --------------------------------------------------------------------------
+
+def test_a_loaded_model_on_cpu_arguments_runs_plainly(tmp_path):
+    torch.manual_seed(0)
+    eager = MLP().eval()
+    x = torch.randn(3, 16)
+    d2s.jit.save(d2s.declarative(copy.deepcopy(eager)), str(tmp_path / "m"), input_spec=[x])
+    graphed = d2s.cuda_graph(d2s.jit.load(str(tmp_path / "m")).eval())
+    with torch.no_grad():
+        got, want = graphed(x), eager(x)
+    assert torch.equal(got[0], want[0]) and int(got[1]) == want[1]
+    assert graphed.captures == graphed.replays == 0
+
 
 def test_cpu_arguments_run_as_plain_declarative_calls():
     torch.manual_seed(0)
