@@ -10,8 +10,9 @@ the call that was captured:
 
   - its arguments: every tensor on a CUDA device (a CPU tensor's values
     would be read at the capture only), except 0-d CPU tensors, which are
-    counts the call reads on the host and join the key by value; the same
-    shapes, strides and dtypes, and the same other values (numbers,
+    counts the call reads on the host and join the key by value; none an
+    expanded view (the graph's input buffers take each argument's strides);
+    the same shapes, strides and dtypes, and the same other values (numbers,
     strings, None: part of the key); grad mode off (a replay records no
     autograd);
   - its program: the one a plain call would run now (a retrace after a
@@ -164,7 +165,7 @@ class GraphedCalls:
         parts, tensors = [], []
         for leaf in leaves:
             if isinstance(leaf, torch.Tensor):
-                if leaf.is_cuda and leaf.layout == torch.strided and not leaf.is_nested:
+                if leaf.is_cuda and leaf.layout == torch.strided and not leaf.is_nested and _no_overlap(leaf):
                     tensors.append(leaf)
                     parts.append((leaf.shape, leaf.stride(), leaf.dtype, leaf.device))
                 elif _host_number(leaf):  # a loop count: read on the host, so its value is in the key
@@ -268,6 +269,13 @@ class GraphedCalls:
             return ("it reads a GPU value on the host while it runs (a tensor `if` or `while`, a value checked "
                     f"when the program runs, `.item()`): {str(exc).splitlines()[0]}"), None
         return None, _Graph(graph, buffers, out, token, self._state(token, program))
+
+
+def _no_overlap(t):
+    """Whether a buffer of `t`'s strides can take `t`'s values: an expanded
+    view (stride 0) cannot be written element by element, so its calls run
+    plainly (as do views torch cannot tell quickly)."""
+    return t.is_contiguous() or torch._debug_has_internal_overlap(t) == 0
 
 
 def _host_number(t):

@@ -303,6 +303,16 @@ def test_cpu_arguments_run_as_plain_declarative_calls():
     assert graphed.captures == graphed.replays == 0 and not graphed.not_captured
 
 
+@pytest.mark.parametrize("view,buffered", [
+    (lambda: torch.randn(4, 16), True),
+    (lambda: torch.randn(16, 4).t(), True),          # transposed: a buffer of its strides takes it
+    (lambda: torch.randn(4, 1).expand(4, 16), False),  # stride 0: no buffer of its strides can
+    (lambda: torch.randn(8, 16)[::2], False),          # torch cannot tell quickly: plainly
+])
+def test_only_arguments_a_buffer_of_their_strides_can_take_are_replayed(view, buffered):
+    assert d2s.cuda_graphs._no_overlap(view()) == buffered
+
+
 @pytest.mark.parametrize("target", [MLP(), lambda x: x, torch.tanh])
 def test_only_declarative_targets_are_taken(target):
     with pytest.raises(TypeError, match="declarative"):
