@@ -172,3 +172,22 @@ def test_a_feed_on_another_device_than_the_first_has_its_own(first):
     static = d2s.declarative(_mixed)
     want, got = _mixed(x, lengths), static(x, lengths)
     assert [t.device for t in got[:2]] == [t.device for t in want[:2]] and got[2:] == want[2:]
+
+
+def _ranged(x):
+    return x + torch.arange(4, device=x.device) + torch.zeros(4, device=x.device)
+
+
+def test_a_program_traced_on_another_device_runs_on_the_cpu_once_loaded(tmp_path):
+    """Traced on `meta` (a GPU trace without a GPU), saved, loaded on the CPU:
+    through the Executor at CPUPlace and through jit.load."""
+    static = d2s.declarative(_ranged)
+    static(torch.randn(3, 4, device=META))
+    d2s.ProgramTranslator().save_inference_model(str(tmp_path / "m"))
+    assert (tmp_path / "m" / "program.json").read_text().count('{"$program_device": "meta"}') == 2
+    x = torch.randn(3, 4)
+    exe = d2s.Executor(d2s.CPUPlace())
+    program, feed_names, fetch_targets = d2s.load_inference_model(str(tmp_path / "m"), exe)
+    (got,) = exe.run(program, feed={feed_names[0]: x}, fetch_list=fetch_targets, return_numpy=False)
+    assert torch.equal(got, _ranged(x))
+    assert torch.equal(d2s.jit.load(str(tmp_path / "m"))(x), _ranged(x))
