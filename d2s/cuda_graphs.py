@@ -47,6 +47,7 @@ from ops.torch_ops import WRITES_UNDECLARED
 from runtime import foreign_tracers
 from runtime.optable import get_op_def
 
+from . import module_watch
 from .jit import TranslatedLayer
 from .static_function import StaticFunction
 from .translator_state import STATE
@@ -131,6 +132,7 @@ class GraphedCalls:
         self.captures = 0
         self.replays = 0
         self._full = False       # MAX_KEYS kinds of arguments seen
+        self._reads_cache = (None, [])  # (stamp, the tensors calls read): `_reads`
 
     def __call__(self, *args, **kwargs):
         key, tensors = self._key(args, kwargs)
@@ -186,19 +188,26 @@ class GraphedCalls:
                  getattr(self._target, "training", None))
         return (spec, tuple(parts), modes), tensors
 
-    def _reads(self, token):
+    def _reads(self, token, program):
         """The tensors a call may read beside its arguments: the program's
-        bound tensors and a module's parameters and buffers, looked up now
-        (a new Parameter is another tensor)."""
-        reads = [t for t in self._source.bound(token) if isinstance(t, torch.Tensor)]
-        if isinstance(self._target, torch.nn.Module):
-            reads += [*self._target.parameters(), *self._target.buffers()]
-        return reads
+        bound tensors and a module's parameters and buffers (a new Parameter
+        is another tensor). Walking a module tree costs ~2 us a tensor, so
+        the list is kept until a module's tensors are assigned anew
+        (d2s/module_watch.py) or the program changes."""
+        stamp = (module_watch.generation(), id(token), program._version)
+        if self._reads_cache[0] != stamp:
+            reads = [t for t in self._source.bound(token) if isinstance(t, torch.Tensor)]
+            if isinstance(self._target, torch.nn.Module):
+                reads += [*self._target.parameters(), *self._target.buffers()]
+            reads = list({id(t): t for t in reads}.values())  # a module's tensors are its program's too
+            self._reads_cache = (stamp, reads)
+        return self._reads_cache[1]
 
     def _state(self, token, program):
         """What a graph's replay depends on beside its arguments: the
-        program's version and each tensor it reads, by identity and address."""
-        return program._version, [(id(t), t.data_ptr()) for t in self._reads(token)]
+        program's version and each tensor it reads, by identity and address
+        (`.to()` or a swapped `.data` moves an address, not the module)."""
+        return program._version, [(id(t), t.data_ptr()) for t in self._reads(token, program)]
 
     # -- capturing ------------------------------------------------------------------------------
     def _call_and_capture(self, key, token, program, args, kwargs, tensors):
@@ -209,7 +218,7 @@ class GraphedCalls:
         `x.mul_(2)`: a replay would write its own buffers, or write twice
         what the capture's warm-up wrote) or a generator moved (a replay
         would not draw eager's numbers)."""
-        watched = self._reads(token)
+        watched = list(self._reads(token, program))
         reason = self._source.refusal(token) or _program_refusal(program, watched)
         if reason is not None:
             self._refuse(key, reason)

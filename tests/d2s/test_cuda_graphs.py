@@ -303,6 +303,24 @@ def test_cpu_arguments_run_as_plain_declarative_calls():
     assert graphed.captures == graphed.replays == 0 and not graphed.not_captured
 
 
+def test_the_state_a_replay_depends_on_sees_new_storage_and_new_parameters():
+    """What `_state` compares before a replay (CPU: the same code path)."""
+    model = d2s.declarative(MLP().eval())
+    graphed = d2s.cuda_graph(model)
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        model(x)
+        token, program = graphed._source.program((x,), {})
+        before = graphed._state(token, program)
+        model.layers[0].weight.add_(1)  # an optimizer step: the replay reads it
+        assert graphed._state(token, program) == before
+        model.layers[0].weight.data = model.layers[0].weight.data.clone()  # moved storage
+        moved = graphed._state(token, program)
+        assert moved != before
+        model.layers[1].weight = nn.Parameter(model.layers[1].weight * 2)  # a new Parameter
+        assert graphed._state(token, program) != moved
+
+
 @pytest.mark.parametrize("view,buffered", [
     (lambda: torch.randn(4, 16), True),
     (lambda: torch.randn(16, 4).t(), True),          # transposed: a buffer of its strides takes it
