@@ -411,7 +411,6 @@ class Program:
         # so optimizer updates and in-place buffer updates stay shared).
         self.bound = {}
         self._device = torch.device("cpu")
-        self._follows = (-1, False)  # (version, whether an attribute follows the device)
         # The `training` mode ("train" / "eval") of the modules it was traced
         # with, None when none; a saved model records it (runtime/modes.py).
         self.mode = None
@@ -479,15 +478,6 @@ class Program:
                         changed = True
         if changed:
             self._changed()
-
-    def follows_device(self):
-        """Whether some attribute follows the program's device (see above)."""
-        version, follows = self._follows
-        if version != self._version:
-            follows = any(_holds(value, self._device) for block in self.blocks for op in block.ops
-                          for value in op.attrs.values())
-            self._follows = (self._version, follows)
-        return follows
 
     def on_device(self, device):
         """This program run on `device`: itself on its own device, else a
@@ -580,16 +570,6 @@ def _with_device(value, old, new):
         items = {k: _with_device(v, old, new) for k, v in value.items()}
         return value if all(items[k] is v for k, v in value.items()) else items
     return value
-
-
-def _holds(value, device):
-    if value is device:
-        return True
-    if type(value) in (list, tuple):
-        return any(_holds(v, device) for v in value)
-    if type(value) is dict:
-        return any(_holds(v, device) for v in value.values())
-    return False
 
 
 # -- default programs and guards ----------------------------------------------

@@ -121,7 +121,7 @@ def test_on_device_renames_only_the_followers_and_leaves_the_program_alone():
 
 def test_a_program_without_followers_moves_for_its_passes_alone():
     program = Program()
-    assert not program.follows_device()
+    assert not _follower_ops(program)
     moved = program.on_device(META)
     assert moved is not program and moved.device == META and program.device == torch.device("cpu")
 
@@ -144,7 +144,7 @@ def test_a_version_2_file_reads_with_every_device_as_written(tmp_path):
     text = json.dumps(doc).replace('"$program_device"', '"$device"')
     (path / "program.json").write_text(text)
     loaded = d2s.jit.load(str(path))
-    assert not loaded.program.follows_device()
+    assert not _follower_ops(loaded.program)
     assert loaded(x)[0].shape == (3, 4)
 
 
