@@ -74,6 +74,7 @@ def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=
         t_leaves, t_spec = [t_out] * len(f_leaves), f_spec
     if isinstance(f_out, Unreachable):
         f_leaves, f_spec = [f_out] * len(t_leaves), t_spec
+    site.side_dead = isinstance(t_out, Unreachable) or isinstance(f_out, Unreachable)
     mark = tr.mark()
     try:
         if t_spec != f_spec:

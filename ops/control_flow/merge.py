@@ -54,6 +54,9 @@ class IfSite:
     # Whether two dtypes or ranks make the `if` convert one side only (see
     # `_unmergeable_where_known`); off while the caller may drop outputs.
     one_side: bool = True
+    # A whole side never reaches the merge (it raises on every path, or is
+    # a decision check): a run that goes on took the other side.
+    side_dead: bool = False
 
     def name(self, i):
         return self.names[i] if self.names and i < len(self.names) else None
@@ -87,8 +90,16 @@ def merge_branch_values(i, a, b, site, strict=False):
     sides = (a, b)
     if isinstance(a, Unreachable) or isinstance(b, Unreachable):
         live = b if isinstance(a, Unreachable) else a
-        if isinstance(live, Undefined) or not tensor_like(live):
-            return live, None  # only the live branch goes on: its Python value, as it is
+        if isinstance(live, Undefined) or not tensor_like(live) or \
+                site.side_dead and isinstance(live, (bool, int, float)):
+            # Only the live branch goes on: its Python value, as it is. A
+            # number too where the other side never goes on: every run
+            # after the `if` took this side, so it stays the Python number
+            # eager has (the count of a loop over Python items whose body
+            # raises, unrolled into one `cond` per item). A name only one
+            # side binds keeps its number as a program value, read beside
+            # its bound flag.
+            return live, None
         a, b, live_dims = _fill_unreachable(a, b, site)
     a_undef, b_undef = isinstance(a, Undefined), isinstance(b, Undefined)
     if a_undef and b_undef:

@@ -197,6 +197,22 @@ def return_in_loop_else(x):
     return x
 
 
+@case((POS,), (NEG,), (T(0.5, 0.5, 0.5),), ops={"cond"})
+def python_items_loop_whose_body_always_raises_after_a_tensor_return(x):
+    """The loop after a tensor-decided return is unrolled (a `cond` per
+    item); its body raises on every path (a name no path binds), so the
+    count of items stays the Python number of the side that goes on
+    (fuzz seed nov27g, program 173)."""
+    t = x.sum()
+    if t < 2.0:
+        return x + t
+    for fn in (torch.tanh, torch.relu):
+        t = t + fn(never_bound_name).sum()  # noqa: F821 - eager raises NameError when it gets here
+    else:
+        return x + t
+    return x
+
+
 @case((I(0),), (I(7),), (I(2),), ops={"while"})
 def loop_test_not_evaluated_after_break(y):
     y = y.clone()
