@@ -101,12 +101,17 @@ class Graph(torch.nn.Module):
         static = self._static()
         if not ProgramTranslator().enable_to_static:  # the same step in plain PyTorch
             return self._eager_step(static.dygraph_function, args, kwargs)
-        built = len(static.program_cache)
+        cache = static.program_cache
+        puts = cache.puts
         level = self._debug_level
-        with _debug.verbosity(level), backward_steps(opt for opt, _ in self._optimizers):
-            start = time.perf_counter()
-            out = static(*args, **kwargs)
-        if len(static.program_cache) != built:
+        start = time.perf_counter()
+        with backward_steps(opt for opt, _ in self._optimizers):
+            if level is None:
+                out = static(*args, **kwargs)
+            else:
+                with _debug.verbosity(level):
+                    out = static(*args, **kwargs)
+        if cache.puts != puts:  # this call built a program
             self._check_built(static.concrete_program, time.perf_counter() - start)
         for _, scheduler in self._optimizers:
             if scheduler is not None:

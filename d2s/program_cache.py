@@ -20,6 +20,7 @@ class ProgramCache:
         self.max_size = PROGRAM_CACHE_SIZE if max_size is None else max_size
         self.last = None
         self._recent = None  # the program at the end of `_programs`
+        self.puts = 0  # programs cached so far: a caller compares it to tell a build from a hit
         self.state_attrs = []  # (module weakref, name) of module attributes the programs store
         # The module part of the key (StaticFunction._refresh_training_flags)
         # lives here, with the programs it keys, and not on the StaticFunction:
@@ -53,6 +54,7 @@ class ProgramCache:
         return concrete
 
     def put(self, key, concrete):
+        self.puts += 1
         self._programs[key] = concrete
         self._recent = concrete
         while len(self._programs) > max(1, self.max_size):

@@ -28,12 +28,15 @@ Ops holding a live optimizer cannot be saved; they are training-only, so
 inference programs never contain them.
 """
 
-import contextlib
 import contextvars
+import inspect
 import itertools
+import weakref
 
 import torch
+from torch.optim import optimizer as optim_base
 
+from runtime import native
 from runtime.attrs import InputRef, OutputRef
 
 from . import tracer
@@ -42,14 +45,22 @@ from .user_frames import error_at_user_line, user_name, user_origin
 from .registry import OpDef, register
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
 def _backward_kernel(loss, *params, grad_output=None, retain_graph=None):
     # A parameter the loss does not reach on the path taken gets None, as in
     # eager: no `.grad`, and the update ops skip it like torch.optim does.
+    engine = native.load()
+    if engine is not None and type(loss) in _PLAIN and (grad_output is None or type(grad_output) in _PLAIN) and \
+            all(type(p) in _PLAIN for p in params) and not torch._C._is_torch_function_mode_enabled():
+        # The same engine call without torch.autograd.grad's Python layers
+        # (which only matter for subclasses and function modes, excluded).
+        return engine.autograd_grad(loss, params, grad_output, retain_graph)
     return torch.autograd.grad(loss, params, grad_outputs=grad_output, retain_graph=retain_graph,
                                allow_unused=True)
 
 
-@torch.no_grad()
 def _accumulate_grad_kernel(*tensors):
     """`leaf.grad` += grad for each (leaf, grad) pair; what eager
     `loss.backward()` leaves in `.grad`. Leaves come first, then grads."""
@@ -60,7 +71,8 @@ def _accumulate_grad_kernel(*tensors):
         if leaf.grad is None:
             leaf.grad = grad
         else:
-            leaf.grad += grad
+            with torch.no_grad():
+                leaf.grad += grad
 
 
 @torch.no_grad()
@@ -95,11 +107,78 @@ def _adam_kernel(param, grad, moment1, moment2, step, lr, beta1, beta2, epsilon)
 
 
 def _optimizer_step_kernel(optimizer, *params):
-    optimizer.optimizer.step()
+    opt = optimizer.optimizer
+    groups = _plain_sgd(opt)
+    if groups is None:
+        opt.step()
+        return
+    # What `SGD.step()` does in this case, without its Python layers: the
+    # single-tensor path's one update kernel per parameter with a gradient,
+    # under no_grad (`differentiable=False`), in the same order.
+    grad_mode = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(False)
+    try:
+        for params, lr in groups:
+            for p in params:
+                grad = p.grad
+                if grad is not None:
+                    p.add_(grad, alpha=-lr)
+    finally:
+        torch._C._set_grad_enabled(grad_mode)
+    if "step" in vars(opt):  # an lr scheduler's wrapper, which notes the call
+        opt._opt_called = True
 
 
 def _optimizer_zero_grad_kernel(optimizer, *params, set_to_none=True):
-    optimizer.optimizer.zero_grad(set_to_none=set_to_none)
+    opt = optimizer.optimizer
+    if set_to_none and type(opt).zero_grad is torch.optim.Optimizer.zero_grad and \
+            hasattr(opt, "_zero_grad_profile_name") and not torch._C._autograd._profiler_enabled():
+        # Optimizer.zero_grad(set_to_none=True) without its profiling scope.
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.grad = None
+        return
+    opt.zero_grad(set_to_none=set_to_none)
+
+
+_SGD_STEP = inspect.unwrap(torch.optim.SGD.step)
+_sgd_steps = {}  # a class's `step` (wrapped once by torch.optim's profiling hook) -> whether it is SGD's own
+_NO_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
+_NOT_PLAIN = ("maximize", "differentiable", "foreach", "fused")  # SGD's flags that pick other calls
+
+
+def _plain_sgd(opt):
+    """[(params, lr)] by param group when `opt.step()` is exactly one
+    `p.add_(p.grad, alpha=-lr)` per parameter with a gradient: a plain
+    `torch.optim.SGD` (no momentum, weight decay, maximize, foreach, fused,
+    differentiable or grad scaling; a number for lr), with its own step (an
+    lr scheduler's wrapper aside), no step hooks, and the profiler off (the
+    step's `record_function` scope is then unobservable). CPU parameters
+    only: elsewhere SGD picks its foreach kernels by default. None otherwise."""
+    step = type(opt).step
+    own = _sgd_steps.get(step)
+    if own is None:
+        own = _sgd_steps[step] = inspect.unwrap(step) is _SGD_STEP
+    if type(opt) is not torch.optim.SGD or not own or \
+            torch._C._autograd._profiler_enabled() or optim_base._global_optimizer_pre_hooks or \
+            optim_base._global_optimizer_post_hooks or any(getattr(opt, h, None) for h in _NO_HOOKS) or \
+            getattr(opt, "grad_scale", None) is not None or getattr(opt, "found_inf", None) is not None:
+        return None
+    own_step = vars(opt).get("step")
+    if own_step is not None and not getattr(own_step, "_wrapped_by_lr_sched", False):
+        return None
+    groups = []
+    for group in opt.param_groups:
+        lr = group["lr"]
+        if type(lr) not in (float, int) or group.get("momentum", 0) != 0 or group.get("weight_decay", 0) != 0 or \
+                any(group.get(key) for key in _NOT_PLAIN):
+            return None
+        params = group["params"]
+        if not all(p.is_cpu for p in params):
+            return None
+        groups.append((params, lr))
+    return groups
 
 
 register(OpDef("backward", kernel=_backward_kernel, training_only=True))
@@ -139,10 +218,16 @@ class OptimizerRef:
         return f"<{type(self.optimizer).__name__}#{self.number} lr={'/'.join(map(str, lrs))}>"
 
 
+# optimizer -> its OptimizerRef, kept beside the optimizer rather than as an
+# attribute on it: tracing must not write into the user's objects (the
+# Python-writes check walks a subclass defined in user code).
+_refs = weakref.WeakKeyDictionary()
+
+
 def _optimizer_ref(optimizer):
-    ref = getattr(optimizer, "_d2s_ref", None)
+    ref = _refs.get(optimizer)
     if ref is None:
-        ref = optimizer._d2s_ref = OptimizerRef(optimizer)
+        ref = _refs[optimizer] = OptimizerRef(optimizer)
     return ref
 
 
@@ -205,13 +290,21 @@ def _no_closure(closure):
 _STEPPED_BY_BACKWARD = contextvars.ContextVar("d2s_stepped_by_backward", default=())
 
 
-@contextlib.contextmanager
-def backward_steps(optimizers):
-    token = _STEPPED_BY_BACKWARD.set(tuple(optimizers))
-    try:
-        yield
-    finally:
-        _STEPPED_BY_BACKWARD.reset(token)
+class backward_steps:
+    """`with backward_steps(optimizers):` the `loss.backward()` traced inside
+    also zeroes and steps `optimizers` (a class, not a generator: a Graph
+    enters it on every call)."""
+
+    __slots__ = ("_optimizers", "_token")
+
+    def __init__(self, optimizers):
+        self._optimizers = tuple(optimizers)
+
+    def __enter__(self):
+        self._token = _STEPPED_BY_BACKWARD.set(self._optimizers)
+
+    def __exit__(self, *exc):
+        _STEPPED_BY_BACKWARD.reset(self._token)
 
 
 def _leaves(program):

@@ -1,7 +1,9 @@
 """Which program ops a native segment runs, and how (see segment.cpp).
 
 Each entry maps an ATen operator (an op's canonical name, `OpDef.aten`:
-every spelling of `add` reaches the one entry) to an opcode of segment.cpp
+every spelling of `add` reaches the one entry; for an op that calls no
+operator with its own arguments, such as `F.cross_entropy`, its type) to an
+opcode of segment.cpp
 and builds its operands from the op's arguments exactly as torch's Python
 binding reads them (a wrapper's through runtime/aten.py `bind`), so the C++
 side makes the binding's ATen call:
@@ -167,10 +169,10 @@ def _number(value):
 
 # -- the table ---------------------------------------------------------------------------
 
-# canonical ATen name (OpDef.aten) -> (parameter names, defaults of the
-# trailing ones, build(args) -> (opcode, operands)). Every op type calling
-# that operator (`torch.add`, `x.add`, `x + y`; `F.relu(x)` through its
-# wrapper) lowers through the one entry.
+# canonical name (OpDef.canonical: the ATen operator, else the op type) ->
+# (parameter names, defaults of the trailing ones, build(args) -> (opcode,
+# operands)). Every op type calling that operator (`torch.add`, `x.add`,
+# `x + y`; `F.relu(x)` through its wrapper) lowers through the one entry.
 TABLE = {}
 
 
@@ -417,6 +419,29 @@ _softmax_like("softmax")
 _softmax_like("log_softmax")
 
 
+# F.cross_entropy's `reduction` as it passes it on (torch.nn._reduction.get_enum).
+_REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+
+
+# F.cross_entropy is not its operator's binding (`reduction` is a name there,
+# an int in cross_entropy_loss's schema), so it has no canonical ATen name:
+# the entry is keyed by its type and binds the wrapper's own parameters.
+# Without the legacy size_average/reduce it calls cross_entropy_loss(input,
+# target, weight, get_enum(reduction), ignore_index, label_smoothing).
+@_entry("torch.nn.functional.cross_entropy",
+        "input target weight size_average ignore_index reduce reduction label_smoothing",
+        (None, None, -100, None, "mean", 0.0))
+def _cross_entropy(a):
+    a.equals("size_average", None)
+    a.equals("reduce", None)
+    reduction = a.bound["reduction"]
+    if type(reduction) is not str or reduction not in _REDUCTIONS:
+        raise _NoFit  # the Python path raises eager's error
+    return "cross_entropy", [a.tensor("input"), a.tensor("target"), a.opt_tensor("weight"),
+                             ("scalar", _REDUCTIONS[reduction]), a.integer("ignore_index"),
+                             a.floating("label_smoothing")]
+
+
 @_entry("layer_norm", "input normalized_shape weight bias eps cudnn_enable", (None, None, 1e-5, True))
 def _layer_norm(a):
     return "layer_norm", [a.tensor("input"), a.ints("normalized_shape"), a.opt_tensor("weight"),
@@ -490,7 +515,7 @@ def lower(op, tensor_names, once=False):
         opdef = get_op_def(op.type)
     except KeyError:
         return None
-    aten = opdef.aten
+    aten = opdef.canonical  # the ATen operator, or the type of an op that calls none exactly
     out = op.attrs.get("out")
     in_place = out is None and aten in INPLACE
     if not isinstance(out, OutputRef) and aten != "lstm_cell" and not in_place:

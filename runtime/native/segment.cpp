@@ -28,6 +28,8 @@
 #include <ATen/ScalarOps.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include "autograd_compat.h"
@@ -75,7 +77,7 @@ enum Kind : int {
   X(permute) X(expand) X(select)                                                              \
   X(linear) X(addmm) X(conv1d) X(conv2d) X(max_pool2d) X(avg_pool2d) X(adaptive_avg_pool2d)   \
   X(embedding) X(gru_cell) X(lstm_cell) X(rnn_tanh_cell) X(rnn_relu_cell) X(softmax)          \
-  X(log_softmax) X(layer_norm) X(cat) X(stack) X(zeros) X(ones)                              \
+  X(log_softmax) X(cross_entropy) X(layer_norm) X(cat) X(stack) X(zeros) X(ones)             \
   D2S_UNARY_INPLACE(X) X(add_) X(sub_) X(mul_) X(div_)
 
 enum Op : int {
@@ -310,6 +312,7 @@ void run_one(std::vector<at::Tensor>& regs, const Instr& in, bool keep_all = fal
     }
     case OP_softmax: r = at::softmax(f.T(0), f.I(1), f.DT(2)); break;
     case OP_log_softmax: r = at::log_softmax(f.T(0), f.I(1), f.DT(2)); break;
+    case OP_cross_entropy: r = at::cross_entropy_loss(f.T(0), f.T(1), f.OT(2), f.I(3), f.I(4), f.D(5)); break;
     case OP_layer_norm: r = at::layer_norm(f.T(0), f.L(1), f.OT(2), f.OT(3), f.D(4), f.B(5)); break;
     case OP_cat: r = at::cat(f.TL(0), f.I(1)); break;
     case OP_stack: r = at::stack(f.TL(0), f.I(1)); break;
@@ -372,6 +375,8 @@ int fused_grad_kind(const Instr& in) {
     case OP_mul: case OP_div: case OP_linear: case OP_addmm: case OP_mm: case OP_log: case OP_sin: case OP_cos:
     case OP_abs: case OP_log1p: case OP_silu: case OP_gelu: case OP_embedding: case OP_where: case OP_masked_fill:
       return G_OPERANDS;
+    case OP_cross_entropy:  // class indices only, checked per call (fused_cross_entropy)
+      return in.args[2].kind == K_NONE && in.args[5].scalar.toDouble() == 0.0 ? G_OPERANDS : G_NO;
     case OP_pow:  // x ** number only; a tensor exponent keeps per-op autograd
       return in.args[1].kind == K_SCALAR ? G_OPERANDS : G_NO;
     case OP_eq: case OP_ne: case OP_lt: case OP_le: case OP_gt: case OP_ge: case OP_logical_not:
@@ -407,6 +412,17 @@ bool aliases(int op) {
 bool reads_autograd_state(const Instr& in, const std::vector<at::Tensor>& regs) {
   if (in.op != OP_linear && in.op != OP_matmul) return false;
   return tensor_of(in.args[0], regs).dim() >= 3 || tensor_of(in.args[1], regs).dim() >= 3;
+}
+
+// Whether a cross_entropy call has the fused gradient below: a batch of
+// logits (N, C) and class indices (N) (no weight, no label smoothing: the
+// plan checks those), where at::cross_entropy_loss is
+// nll_loss(log_softmax(x, 1), y). Other calls (probabilities as targets,
+// more dimensions) take the per-op path.
+bool fused_cross_entropy(const Instr& in, const std::vector<at::Tensor>& regs) {
+  const at::Tensor& x = tensor_of(in.args[0], regs);
+  const at::Tensor& y = tensor_of(in.args[1], regs);
+  return x.dim() == 2 && y.dim() == 1 && y.scalar_type() == at::kLong && at::isFloatingType(x.scalar_type());
 }
 
 // The opcode of a unary op's in-place form (D2S_UNARY_TWIN), or -1.
@@ -560,6 +576,19 @@ struct SegmentBackward : public torch::autograd::Node {
         acc(g, a[0],
             at::_log_softmax_backward_data(go, saved[in.outs[0]], a[1].scalar.toLong(), dtypes[a[0].reg]));
         break;
+      case OP_cross_entropy: {  // eager's two nodes: NllLossBackward0, then LogSoftmaxBackward0
+        const at::Tensor& x = saved[a[0].reg];
+        const at::Tensor& y = saved[a[1].reg];
+        const int64_t ignore_index = a[4].scalar.toLong();
+        // The forward's intermediates, made again by the same kernels: its
+        // log_softmax, and nll_loss's total weight (the count of targets
+        // not ignored, without a weight).
+        at::Tensor log_probs = at::_log_softmax(x, 1, false);
+        at::Tensor total_weight = at::ne(y, ignore_index).sum().to(x.scalar_type());
+        at::Tensor grad = at::nll_loss_backward(go, log_probs, y, {}, a[3].scalar.toLong(), ignore_index, total_weight);
+        acc(g, a[0], at::_log_softmax_backward_data(grad, log_probs, 1, dtypes[a[0].reg]));
+        break;
+      }
       case OP_log: acc(g, a[0], go / saved[a[0].reg]); break;
       case OP_sin: acc(g, a[0], go * saved[a[0].reg].cos()); break;
       case OP_cos: acc(g, a[0], go * -saved[a[0].reg].sin()); break;
@@ -711,12 +740,14 @@ struct SegmentBackward : public torch::autograd::Node {
 // picks its kernels by autograd state it would not see below autograd
 // (`reads_autograd_state`): those ops dispatch as usual. A dead register the
 // gradient does not read is freed at its last use, as the per-op path frees
-// it; inputs stay (a call that falls back runs again from them).
-void run_fused(const Code& code, std::vector<at::Tensor>& regs, SegmentBackward& node) {
+// it; inputs stay (a call that falls back runs again from them). False,
+// part way, where a call has no fused gradient (`fused_cross_entropy`).
+bool run_fused(const Code& code, std::vector<at::Tensor>& regs, SegmentBackward& node) {
   auto& req = node.req;
   at::AutoGradMode no_grad(false);
   for (size_t i = 0; i < code.instrs.size(); ++i) {
     const Instr& in = code.instrs[i];
+    if (in.op == OP_cross_entropy && !fused_cross_entropy(in, regs)) return false;
     c10::impl::ExcludeDispatchKeyGuard below_autograd(
         reads_autograd_state(in, regs) ? c10::DispatchKeySet() : c10::autograd_dispatch_keyset_with_ADInplaceOrView);
     const Instr& twin = code.in_place[i];
@@ -749,6 +780,7 @@ void run_fused(const Code& code, std::vector<at::Tensor>& regs, SegmentBackward&
       if (dead >= code.n_inputs && !code.needed[dead]) regs[dead] = at::Tensor();
     }
   }
+  return true;
 }
 
 // -- the Python type ---------------------------------------------------------------
@@ -764,7 +796,8 @@ PyObject* fall_back(SegmentObject* self, const std::string& why) {
 // the outputs that carry gradient one SegmentBackward node as grad_fn.
 // Returns false, having recorded nothing, when an output shares storage
 // with an input (eager's result would be a view of it, which autograd must
-// track): the caller then runs the (pure) instructions again per op.
+// track) or a call has no fused gradient: the caller then runs the (pure)
+// instructions again per op.
 bool run_with_one_node(const std::shared_ptr<const Code>& code, std::vector<at::Tensor>& regs) {
   const int n = code->n_regs;
   std::vector<at::Tensor> inputs(regs.begin(), regs.begin() + code->n_inputs);
@@ -777,7 +810,7 @@ bool run_with_one_node(const std::shared_ptr<const Code>& code, std::vector<at::
     node->shapes[i] = at::DimVector(regs[i].sizes());
     node->dtypes[i] = regs[i].scalar_type();
   }
-  run_fused(*code, regs, *node);
+  if (!run_fused(*code, regs, *node)) return false;
   for (int o : code->outputs) {
     // Storage held by this output alone can alias nothing (the usual case:
     // the scans below are for views and ops that return their operand).
@@ -1154,8 +1187,62 @@ PyObject* operand_kinds(PyObject*, PyObject*) {
                        "ints", K_INTS, "none", K_NONE, "dtype", K_DTYPE, "str", K_STR, "regs", K_REGS);
 }
 
+// torch.autograd.grad(loss, inputs, grad_outputs=grad, retain_graph=retain,
+// allow_unused=True) for plain tensors (the caller checks: no subclass, so
+// no __torch_function__), without its Python layers: the same engine call
+// (torch::autograd::grad is what the Python function reaches), with the GIL
+// released as there, and its errors raised as there (HANDLE_TH_ERRORS
+// restores a Python exception raised by a hook, and maps c10's errors to
+// the Python types torch's bindings use).
+// args: (loss, (inputs...), grad or None, retain_graph: None or bool) -> tuple, None for an unused input.
+PyObject* autograd_grad(PyObject*, PyObject* args) {
+  HANDLE_TH_ERRORS
+  PyObject *loss_obj, *inputs_obj, *grad_obj, *retain_obj;
+  if (!PyArg_ParseTuple(args, "OO!OO", &loss_obj, &PyTuple_Type, &inputs_obj, &grad_obj, &retain_obj)) return nullptr;
+  if (!THPVariable_Check(loss_obj) || (grad_obj != Py_None && !THPVariable_Check(grad_obj)) ||
+      (retain_obj != Py_None && !PyBool_Check(retain_obj))) {
+    PyErr_SetString(PyExc_TypeError, "autograd_grad: expected (tensor, (tensors...), tensor or None, bool or None)");
+    return nullptr;
+  }
+  const Py_ssize_t n = PyTuple_GET_SIZE(inputs_obj);
+  torch::autograd::variable_list inputs;
+  inputs.reserve(n);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = PyTuple_GET_ITEM(inputs_obj, i);
+    if (!THPVariable_Check(item)) {
+      PyErr_SetString(PyExc_TypeError, "autograd_grad: inputs must be tensors");
+      return nullptr;
+    }
+    inputs.push_back(THPVariable_Unpack(item));
+  }
+  torch::autograd::variable_list outputs{THPVariable_Unpack(loss_obj)};
+  torch::autograd::variable_list grad_outputs;
+  if (grad_obj != Py_None) grad_outputs.push_back(THPVariable_Unpack(grad_obj));
+  std::optional<bool> retain;
+  if (retain_obj != Py_None) retain = retain_obj == Py_True;
+  torch::autograd::variable_list grads;
+  {
+    pybind11::gil_scoped_release no_gil;
+    grads = torch::autograd::grad(outputs, inputs, grad_outputs, retain, /*create_graph=*/false,
+                                  /*allow_unused=*/true);
+  }
+  PyObject* out = PyTuple_New(n);
+  if (out == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = grads[i].defined() ? THPVariable_Wrap(std::move(grads[i])) : (Py_INCREF(Py_None), Py_None);
+    if (item == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(out, i, item);
+  }
+  return out;
+  END_HANDLE_TH_ERRORS
+}
+
 PyMethodDef module_methods[] = {
     {"opcodes", opcodes, METH_NOARGS, "opcode name -> number"},
+    {"autograd_grad", autograd_grad, METH_VARARGS, "torch.autograd.grad(..., allow_unused=True) of plain tensors"},
     {"operand_kinds", operand_kinds, METH_NOARGS, "operand kind name -> number"},
     {nullptr, nullptr, 0, nullptr},
 };

@@ -156,6 +156,14 @@ def nn_ops(x, ln_w, ln_b):
             F.gelu(x) + 1)
 
 
+def losses(x, probs, w):
+    t = torch.tensor([0, 3, 1])
+    return (F.cross_entropy(x, t), F.cross_entropy(x, t, reduction="sum") * 2,
+            F.cross_entropy(x, t, reduction="none") + 1, F.cross_entropy(x, t, ignore_index=3) * 2,
+            F.cross_entropy(x, t, weight=w.abs()) + 1, F.cross_entropy(x, t, label_smoothing=0.1) * 2,
+            F.cross_entropy(x, probs.softmax(1)) + 1, F.cross_entropy(x[0], t[0]) * 2)
+
+
 def join_ops(x, y):
     return torch.cat([x, y], 0) * 2, torch.stack((x, y), 1) + 1, torch.zeros(2, 3) + x[:2, :3].sum(), \
         torch.ones((4,), dtype=torch.float64) * 2
@@ -185,6 +193,7 @@ CASES = {
     "conv": (conv_ops, _args(_x(2, 3, 8, 8), _x(5, 3, 3, 3, seed=1), _x(5, seed=2), _x(4, 3, 5, seed=3))),
     "nn": (nn_ops, _args(_x(3, 4), _x(4, seed=1), _x(4, seed=2))),
     "join": (join_ops, _args(_x(3, 4), _x(3, 4, seed=1))),
+    "losses": (losses, _args(_x(3, 4), _x(3, 4, seed=1), _x(4, grad=False, seed=2))),
     "cells": (cells, _args(_x(2, 3), _x(2, 5, seed=1), _x(2, 5, seed=2), _x(5, 3, seed=3), _x(5, 5, seed=4),
                            _x(5, seed=5), _x(5, seed=6), _x(15, 3, seed=7), _x(15, 5, seed=8), _x(15, seed=9),
                            _x(15, seed=10), _x(20, 3, seed=11), _x(20, 5, seed=12), _x(20, seed=13),
@@ -535,6 +544,56 @@ def test_fast_level_records_one_node_and_matches_eager(fn, grad):
             torch.testing.assert_close(a.grad, b.grad, rtol=_RTOL, atol=_ATOL)
         else:
             assert a.grad is None
+
+
+def classifier(x, w, b, t, reduction, ignore_index):
+    return F.cross_entropy(torch.relu(F.linear(x, w, b)), t, reduction=reduction, ignore_index=ignore_index)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("ignore_index", [-100, 2])
+def test_fast_level_fuses_cross_entropy_of_class_indices(reduction, ignore_index):
+    """F.cross_entropy(logits, classes) joins the call's one node; its
+    gradient is nll_loss's then log_softmax's on the same values, so even
+    fused it is eager's bit for bit."""
+    fast = d2s.declarative(classifier, optimize="fast")
+    t = torch.tensor([2, 0, 2, 1, 3])  # 2 is ignored where ignore_index=2
+    args, eager_args = _fused_args()[:3], _fused_args()[:3]
+    args[0] = eager_args[0] = None
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(7))
+    got = fast(x, *args[1:], t, reduction, ignore_index)
+    want = classifier(x, *eager_args[1:], t, reduction, ignore_index)
+    assert torch.equal(got, want)
+    assert got.grad_fn.name() == "D2SSegmentBackward"
+    got.sum().backward()
+    want.sum().backward()
+    for a, b in zip(args[1:], eager_args[1:]):
+        assert torch.equal(a.grad, b.grad)
+
+
+def soft_targets(x, w, b, probs):
+    return F.cross_entropy(F.linear(x, w, b), probs)
+
+
+def unbatched(x, w, b, t):
+    return F.cross_entropy(F.linear(x, w, b)[0], t)
+
+
+@pytest.mark.parametrize("fn, target", [(soft_targets, torch.rand(3, 4)), (unbatched, torch.tensor(2))],
+                         ids=["probabilities", "unbatched"])
+def test_fast_level_cross_entropy_without_a_fused_gradient_runs_per_op(fn, target):
+    """Targets other than a batch of class indices: the call records eager's
+    per-op nodes (decided when it runs), with eager's gradients."""
+    fast = d2s.declarative(fn, optimize="fast")
+    args, eager_args = _fused_args()[:3], _fused_args()[:3]
+    got, want = fast(*args, target), fn(*eager_args, target)
+    assert torch.equal(got, want)
+    assert got.grad_fn.name() != "D2SSegmentBackward"
+    assert all(s.fallbacks() == 0 for s in _compiled(fast).segments)
+    got.backward()
+    want.backward()
+    for a, b in zip(args, eager_args):
+        assert torch.equal(a.grad, b.grad)
 
 
 def test_fast_level_with_unfused_ops_keeps_per_op_autograd():

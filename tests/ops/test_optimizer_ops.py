@@ -1,0 +1,246 @@
+"""The training ops' kernels (ops/optimizer_ops.py) against eager, step by
+step and bit for bit: a d2s.Graph whose step holds a tensor `if` (a
+parameter only one branch uses gets no gradient on the other path) trains
+exactly as the eager loop with the same optimizer, whether the step takes
+the kernels' shortcuts (plain SGD's update, zero_grad, the engine call
+behind torch.autograd.grad) or the optimizer's own Python (momentum, hooks,
+a profiler, an lr scheduler, no native extension)."""
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+import d2s
+from ops import optimizer_ops
+from runtime import native
+
+
+class Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 8)
+        self.pos = nn.Linear(8, 4)
+        self.neg = nn.Linear(8, 4)
+
+    def forward(self, x, y):
+        h = torch.relu(self.fc(x))
+        if x.mean() > 0:
+            out = self.pos(h)
+        else:
+            out = self.neg(h) * 2
+        return F.cross_entropy(out, y)
+
+
+class Step(d2s.Graph):
+    def __init__(self, model, opt, scheduler=None, optimize=None):
+        super().__init__(optimize=optimize)
+        self.model = model
+        self.add_optimizer(opt, lr_scheduler=scheduler)
+
+    def build(self, x, y):
+        loss = self.model(x, y)
+        loss.backward()
+        return loss
+
+
+def _batches():
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for i in range(6):  # both branches, alternately
+        shift = 2.0 if i % 2 else -2.0
+        out.append((torch.randn(5, 6, generator=g) + shift, torch.randint(0, 4, (5,), generator=g)))
+    return out
+
+
+def _sgd(**kw):
+    return lambda params: torch.optim.SGD(params, **({"lr": 0.1} | kw))
+
+
+def _groups(params):
+    params = list(params)
+    return torch.optim.SGD([{"params": params[:2], "lr": 0.05}, {"params": params[2:]}], lr=0.2)
+
+
+OPTIMIZERS = {
+    "sgd": (_sgd(), True),
+    "sgd-int-lr": (_sgd(lr=1), True),
+    "sgd-groups": (_groups, True),
+    "sgd-foreach-off": (_sgd(foreach=False), True),
+    "sgd-momentum": (_sgd(momentum=0.9), False),
+    "sgd-nesterov": (_sgd(momentum=0.9, nesterov=True, weight_decay=0.01), False),
+    "sgd-weight-decay": (_sgd(weight_decay=0.1), False),
+    "sgd-maximize": (_sgd(maximize=True), False),
+    "sgd-tensor-lr": (_sgd(lr=torch.tensor(0.1)), False),
+    "adam": (lambda p: torch.optim.Adam(p, lr=0.01), False),
+}
+
+
+def _eager_and_graph(make_opt, optimize="default", scheduler=None):
+    torch.manual_seed(0)
+    eager = Branchy()
+    model = Branchy()
+    model.load_state_dict(eager.state_dict())
+    eager_opt, graph_opt = make_opt(eager.parameters()), make_opt(model.parameters())
+    eager_sched = graph_sched = None
+    if scheduler is not None:
+        eager_sched, graph_sched = scheduler(eager_opt), scheduler(graph_opt)
+    return eager, eager_opt, eager_sched, model, Step(model, graph_opt, graph_sched, optimize), graph_opt
+
+
+def _train_alike(eager, eager_opt, eager_sched, model, graph, batches=None):
+    taken = set()
+    for x, y in batches or _batches():
+        eager_opt.zero_grad()
+        want = eager(x, y)
+        want.backward()
+        eager_opt.step()
+        if eager_sched is not None:
+            eager_sched.step()
+        got = graph(x, y)
+        assert torch.equal(got, want)
+        for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+            assert torch.equal(p, q), name
+            assert (p.grad is None) == (q.grad is None) and (p.grad is None or torch.equal(p.grad, q.grad)), name
+        taken.add(x.mean().item() > 0)
+    assert taken == {True, False}  # both branches, each leaving one Linear without a gradient
+    types = [op.type for op in graph.program.global_block().ops]
+    assert "cond" in types and types[-1] == "optimizer_step"
+    assert len(graph._build_fn.program_cache) == 1
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("optimize", ["default", "fast"])
+def test_graph_steps_match_eager_bit_for_bit(name, optimize):
+    make_opt, plain = OPTIMIZERS[name]
+    eager, eager_opt, _, model, graph, graph_opt = _eager_and_graph(make_opt, optimize)
+    assert (optimizer_ops._plain_sgd(graph_opt) is not None) == plain
+    if optimize == "fast":
+        # The fast level's fused node sums gradient contributions in its own
+        # order: values, not bits (docs/performance.md), on the same path.
+        for x, y in _batches():
+            eager_opt.zero_grad()
+            want = eager(x, y)
+            want.backward()
+            eager_opt.step()
+            torch.testing.assert_close(graph(x, y), want, rtol=1e-5, atol=1e-6)
+        for p, q in zip(eager.parameters(), model.parameters()):
+            torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
+        return
+    _train_alike(eager, eager_opt, None, model, graph)
+
+
+def test_lr_scheduler_sees_its_steps_called_in_order():
+    scheduler = lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)  # noqa: E731
+    eager, eager_opt, eager_sched, model, graph, graph_opt = _eager_and_graph(_sgd(), scheduler=scheduler)
+    assert optimizer_ops._plain_sgd(graph_opt) is not None  # the scheduler's wrapper keeps the shortcut
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "lr_scheduler.step() before optimizer.step()" would fail here
+        _train_alike(eager, eager_opt, eager_sched, model, graph)
+    assert graph_opt.param_groups[0]["lr"] == eager_opt.param_groups[0]["lr"] < 0.1
+
+
+@pytest.mark.parametrize("where", ["optimizer", "global"])
+def test_step_hooks_run_on_every_step(where):
+    eager, eager_opt, _, model, graph, graph_opt = _eager_and_graph(_sgd())
+    calls = []
+    register = graph_opt.register_step_pre_hook if where == "optimizer" else \
+        register_optimizer_step_post_hook
+    handle = register(lambda opt, args, kwargs: calls.append(opt) if opt is graph_opt else None)
+    try:
+        assert optimizer_ops._plain_sgd(graph_opt) is None
+        _train_alike(eager, eager_opt, None, model, graph)
+    finally:
+        handle.remove()
+    assert calls == [graph_opt] * len(_batches())
+    assert optimizer_ops._plain_sgd(graph_opt) is not None
+
+
+def test_a_profiler_sees_the_optimizers_own_scopes():
+    eager, eager_opt, _, model, graph, graph_opt = _eager_and_graph(_sgd())
+    graph(*_batches()[0])
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        graph(*_batches()[1])
+    names = {e.name for e in prof.events()}
+    assert "Optimizer.step#SGD.step" in names and "Optimizer.zero_grad#SGD.zero_grad" in names
+
+
+def test_an_instance_step_of_the_users_own_is_called():
+    eager, eager_opt, _, model, graph, graph_opt = _eager_and_graph(_sgd())
+    calls = []
+    original = graph_opt.step
+
+    def step(closure=None):
+        calls.append(1)
+        return original(closure)
+
+    graph_opt.step = step
+    assert optimizer_ops._plain_sgd(graph_opt) is None
+    _train_alike(eager, eager_opt, None, model, graph)
+    assert len(calls) == len(_batches())
+
+
+class Subclassed(torch.optim.SGD):
+    def step(self, closure=None):
+        self.count = getattr(self, "count", 0) + 1
+        return super().step(closure)
+
+
+def test_a_subclass_step_is_called():
+    eager, eager_opt, _, model, graph, graph_opt = _eager_and_graph(lambda p: Subclassed(p, lr=0.1))
+    assert optimizer_ops._plain_sgd(graph_opt) is None
+    _train_alike(eager, eager_opt, None, model, graph)
+    assert graph_opt.count == len(_batches())
+
+
+def test_without_the_native_extension_backward_is_torch_autograd_grad(monkeypatch):
+    monkeypatch.setattr(native, "load", lambda: None)
+    _train_alike(*_eager_and_graph(_sgd())[:5])
+
+
+class MyHookError(Exception):
+    pass
+
+
+def _cause(exc):
+    """The error an op raised: d2s re-raises it naming the op and the user's line."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return exc
+
+
+@pytest.mark.parametrize("engine", ["native", "python"])
+def test_backward_errors_are_eagers(monkeypatch, engine):
+    if engine == "python":
+        monkeypatch.setattr(native, "load", lambda: None)
+    elif native.load() is None:
+        pytest.skip(f"native executor unavailable: {native.unavailable_reason()}")
+    eager, eager_opt, _, model, graph, graph_opt = _eager_and_graph(_sgd())
+
+    def fail(grad):
+        raise MyHookError("from a hook")
+
+    handles = [eager.pos.weight.register_hook(fail), model.pos.weight.register_hook(fail)]
+    x, y = _batches()[1]  # the branch that uses `pos`
+    with pytest.raises(MyHookError, match="from a hook"):
+        eager(x, y).backward()
+    with pytest.raises(Exception) as raised:
+        graph(x, y)
+    assert type(_cause(raised.value)) is MyHookError and "loss.backward()" in str(raised.value)
+    for h in handles:
+        h.remove()
+
+    def twice(x, y):
+        loss = model(x, y)
+        loss.backward()
+        loss.backward()
+        return loss
+
+    with pytest.raises(RuntimeError) as want:
+        twice(x, y)
+    with pytest.raises(Exception) as got:
+        d2s.declarative(twice)(x, y)
+    assert type(_cause(got.value)) is RuntimeError and str(_cause(got.value)) == str(want.value)
