@@ -1,6 +1,6 @@
-"""What the default level can reach (a script, never a test): d2s against
-hand-written straight-line Python calling the very kernels d2s's generated
-code calls, no modules, no wrappers.
+"""What d2s can reach (a script, never a test): d2s against hand-written
+straight-line Python calling the very kernels d2s's generated code calls,
+no modules, no wrappers, and against the same calls in C++.
 
 The default level keeps each kernel (results bit-identical to eager). The
 middle column is the floor of calling those kernels from Python, one binding
@@ -9,6 +9,14 @@ C++, so d2s runs below it. The right column is the kernels' own time: the
 same ATen calls in a C++ loop with no Python between them
 (`floor_ref.cpp`, built on first use with the native extension's compiler
 and flags, cached beside its library), autograd recording as in eager.
+
+Every row has `d2s fast` beside `d2s default`. The training step
+(speed.py's: zero_grad, forward, backward, SGD's update) is a row too: its
+d2s columns are the declarative model stepped by eager code (speed.py also
+times the step as one d2s.Graph program); its by-hand and C++ steps make
+the forward's calls, run eager's backward through the autograd engine and
+SGD's update kernels, so the C++ column is the step's kernels with eager's
+autograd and no Python at all.
 
     OMP_NUM_THREADS=1 python benchmarks/floor.py [--rounds 11] [--no-grad]
 
@@ -88,6 +96,24 @@ def conv_by_hand(model):
     return run
 
 
+def mlp_step_by_hand(model, lr=0.01):
+    """speed.py's training step with SGD(lr) (no momentum), its calls by hand."""
+    pairs = [(layer.weight, layer.bias) for layer in (model.net[0], model.net[2], model.net[4])]
+    params = [t for pair in pairs for t in pair]
+
+    def run(x, y):
+        for p in params:
+            p.grad = None
+        h = torch.relu(_linear(torch.relu(_linear(x, *pairs[0])), *pairs[1]))
+        loss = torch._C._nn.cross_entropy_loss(_linear(h, *pairs[2]), y, None, 1, -100, 0.0)
+        loss.backward()
+        with torch.no_grad():  # SGD.step's single-tensor path on the CPU
+            for p in params:
+                p.add_(p.grad, alpha=-lr)
+        return loss
+    return run
+
+
 def cpp_reference():
     """The floor_ref extension, compiled with runtime/native's command once
     per source, torch and Python (cached in runtime/native's cache dir)."""
@@ -131,8 +157,28 @@ def cpp_loops(ref):
         ws = [m.conv1.weight, m.conv1.bias, m.conv2.weight, m.conv2.bias, m.fc.weight, m.fc.bias]
         return lambda x: ref.conv_net(x, ws)
 
+    def mlp(m, lr=0.01):
+        ws = [t for layer in (m.net[0], m.net[2], m.net[4]) for t in (layer.weight, layer.bias)]
+        return lambda x, y: ref.mlp_step(x, y, lr, ws)
+
     return {"LSTMCell loop, tensor length 48": lstm, "24 Linear+tanh+residual, tensor if": deep,
-            "GRU greedy decoder, while+break": dec, "conv net, batch 32": conv}
+            "GRU greedy decoder, while+break": dec, "conv net, batch 32": conv, "MLP training step": mlp}
+
+
+def _stepping(cls, lr=0.01):
+    """A model class -> a step function like speed.py's training step,
+    called with the batch (the by-hand and C++ steps take it the same way)."""
+    def make(model):
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+
+        def step(x, y):
+            opt.zero_grad(set_to_none=True)
+            loss = model(x, y)
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+    return make
 
 
 def workloads():
@@ -148,11 +194,15 @@ def workloads():
     torch.manual_seed(0)
     conv = speed.ConvNet()
     xc = torch.randn(32, 3, 32, 32)
+    torch.manual_seed(0)
+    mlp = speed.MLPLoss()
+    xm, ym = torch.randn(16, 64), torch.randint(0, 10, (16,))
     return {
         "LSTMCell loop, tensor length 48": (lstm, speed.LSTMLoop, lstm_loop_by_hand, (x, length)),
         "24 Linear+tanh+residual, tensor if": (deep, speed.DeepResidual, deep_residual_by_hand, (xd,)),
         "GRU greedy decoder, while+break": (dec, GreedyDecoder, decoder_by_hand, (hd, max_len)),
         "conv net, batch 32": (conv, speed.ConvNet, conv_by_hand, (xc,)),
+        "MLP training step": (mlp, speed.MLPLoss, mlp_step_by_hand, (xm, ym)),
     }
 
 
@@ -160,16 +210,29 @@ def main():
     args = speed.parse_and_set_up(argparse.ArgumentParser(description=__doc__.splitlines()[0]), rounds=11)
     print(f"torch {torch.__version__}, 1 thread, {args.rounds} rounds"
           f"{', under torch.no_grad()' if args.no_grad else ''}; speedup over eager: median [25th-75th]")
-    names = ["d2s default", "same kernels by hand", "same kernels in C++"]
+    names = ["d2s default", "d2s fast", "same kernels by hand", "same kernels in C++"]
     loops = cpp_loops(cpp_reference())
     print(f"{'workload':38s}" + "".join(f"{n:>24s}" for n in names))
     for name, (eager, cls, by_hand, inputs) in workloads().items():
-        static = d2s.declarative(speed._copy(cls, eager))
-        contenders = {"eager": eager, "d2s default": static, "same kernels by hand": by_hand(eager),
-                      "same kernels in C++": loops[name](eager)}
-        for model in contenders.values():  # the same results, or the comparison means nothing
-            assert all(torch.equal(a, b) for a, b in zip(_tensors(model(*inputs)), _tensors(eager(*inputs))))
-        ratios, _ = speed.bench_workload(lambda m: (lambda: m(*inputs)), contenders, args.rounds, args.budget)
+        training = name == "MLP training step"
+        if training and args.no_grad:
+            continue  # a training step needs autograd
+        wrap = _stepping(cls) if training else (lambda model: model)
+        models = {"eager": eager, "d2s default": d2s.declarative(speed._copy(cls, eager)),
+                  "d2s fast": d2s.declarative(speed._copy(cls, eager), optimize="fast"),
+                  "same kernels by hand": None, "same kernels in C++": None}
+        # Each contender steps its own copy of the weights (a training step updates them).
+        contenders = {n: wrap(m) for n, m in models.items() if m is not None}
+        contenders["same kernels by hand"] = by_hand(speed._copy(cls, eager) if training else eager)
+        contenders["same kernels in C++"] = loops[name](speed._copy(cls, eager) if training else eager)
+        # The same results (a training step's first loss: the weights are
+        # equal before it), or the comparison means nothing; the fast level's
+        # up to rounding (its LSTM loop is one fused torch.lstm).
+        expected = _tensors(wrap(speed._copy(cls, eager))(*inputs))
+        for n, fn in contenders.items():
+            same = (lambda a, b: torch.allclose(a, b, atol=1e-6)) if n == "d2s fast" else torch.equal
+            assert all(same(a, b) for a, b in zip(_tensors(fn(*inputs)), expected)), (name, n)
+        ratios, _ = speed.bench_workload(lambda fn: (lambda: fn(*inputs)), contenders, args.rounds, args.budget)
         cells = [f"{statistics.median(ratios[n]):5.2f}x [{speed._quantile(ratios[n], .25):4.2f}-"
                  f"{speed._quantile(ratios[n], .75):4.2f}]" for n in names]
         print(f"{name:38s}" + "".join(f"{c:>24s}" for c in cells), flush=True)

@@ -4,10 +4,13 @@
 // extension's toolchain (runtime/native: same compiler, flags, torch).
 // Autograd records as in eager (grad mode is the caller's), so with grad
 // on this is the floor of the kernels plus their per-op autograd nodes.
+// The training step runs eager's backward (the autograd engine, from C++)
+// and SGD's update kernels.
 
 #include <Python.h>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <vector>
@@ -122,11 +125,45 @@ PyObject* conv_net(PyObject*, PyObject* args) {
   });
 }
 
+// MLPLoss's training step as speed.py runs it: zero_grad(set_to_none=True),
+// cross_entropy of Linear-ReLU-Linear-ReLU-Linear, backward, then SGD's
+// update (no momentum: `param.add_(grad, alpha=-lr)` under no_grad, its
+// single-tensor path on the CPU). args: (x, y, lr, [w0, b0, w1, b1, w2, b2]) -> loss
+PyObject* mlp_step(PyObject*, PyObject* args) {
+  PyObject *x_obj, *y_obj, *ws_obj;
+  double lr;
+  if (!PyArg_ParseTuple(args, "OOdO", &x_obj, &y_obj, &lr, &ws_obj)) return nullptr;
+  std::vector<Tensor> w;
+  if (!tensors(ws_obj, w)) return nullptr;
+  Tensor x = THPVariable_Unpack(x_obj);
+  Tensor y = THPVariable_Unpack(y_obj);
+  return guarded([&]() {
+    Tensor loss;
+    // The engine runs without the GIL (as loss.backward() releases it).
+    PyThreadState* saved = PyEval_SaveThread();
+    try {
+      for (Tensor& p : w) p.mutable_grad() = Tensor();
+      Tensor h = at::relu(at::linear(x, w[0], w[1]));
+      h = at::relu(at::linear(h, w[2], w[3]));
+      loss = at::cross_entropy_loss(at::linear(h, w[4], w[5]), y, {}, at::Reduction::Mean, -100, 0.0);
+      torch::autograd::backward({loss});
+      at::NoGradGuard no_grad;
+      for (Tensor& p : w) p.add_(p.grad(), -lr);
+    } catch (...) {
+      PyEval_RestoreThread(saved);
+      throw;
+    }
+    PyEval_RestoreThread(saved);
+    return THPVariable_Wrap(std::move(loss));
+  });
+}
+
 PyMethodDef methods[] = {
     {"lstm_loop", lstm_loop, METH_VARARGS, nullptr},
     {"deep_residual", deep_residual, METH_VARARGS, nullptr},
     {"decoder", decoder, METH_VARARGS, nullptr},
     {"conv_net", conv_net, METH_VARARGS, nullptr},
+    {"mlp_step", mlp_step, METH_VARARGS, nullptr},
     {nullptr, nullptr, 0, nullptr},
 };
 

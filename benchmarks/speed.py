@@ -4,7 +4,10 @@ For five workloads it prints the speedup over eager of: d2s at the default
 level, d2s at the fast level (`optimize="fast"`), TorchScript and
 torch.compile (inductor) where they run, and then the cache-hit overhead of a
 declarative call over calling its compiled function directly, for modules
-with 1, 10 and 100 submodules.
+with 1, 10 and 100 submodules. The training step is measured twice: a
+declarative model stepped by eager code (`opt.zero_grad()`, `loss.backward()`,
+`opt.step()`), and the whole step as one program (`d2s.Graph` with the
+optimizer added, at each level), both against the eager step.
 
     OMP_NUM_THREADS=1 python benchmarks/speed.py [--rounds 21] [--no-compile] [--no-grad] [--device cuda]
 
@@ -106,6 +109,21 @@ class MLPLoss(nn.Module):
         return F.cross_entropy(self.net(x), y)
 
 
+class TrainStep(d2s.Graph):
+    """The training step below as one program (d2s.Graph): zero_grad,
+    forward, backward and SGD's update."""
+
+    def __init__(self, model, lr=0.01, optimize=None):
+        super().__init__(optimize=optimize)
+        self.model = model
+        self.add_optimizer(torch.optim.SGD(model.parameters(), lr=lr))
+
+    def build(self, x, y):
+        loss = self.model(x, y)
+        loss.backward()
+        return loss
+
+
 def _copy(module_cls, eager):
     other = module_cls()
     other.load_state_dict(eager.state_dict())
@@ -189,9 +207,21 @@ def workloads(use_compile, device="cpu"):
     xm, ym = on(torch.randn(16, 64), torch.randint(0, 10, (16,)))
     out["MLP training step"] = (
         lambda m: _training_step(m, torch.optim.SGD(m.parameters(), lr=0.01), xm, ym), mlp, MLPLoss)
+    # The same step with the optimizer inside the program: d2s columns are
+    # TrainStep graphs at each level; eager is the eager step above.
+    out["MLP training step, d2s.Graph"] = (
+        lambda m: (lambda: m(xm, ym)) if isinstance(m, d2s.Graph) else
+        _training_step(m, torch.optim.SGD(m.parameters(), lr=0.01), xm, ym), mlp, MLPLoss)
 
     result = {}
     for name, (make_call, eager, cls) in out.items():
+        if name.endswith("d2s.Graph"):
+            eager = _copy(cls, eager)  # its own weights: each step updates them
+            result[name] = (make_call, {
+                "eager": eager, "d2s default": TrainStep(_copy(cls, eager), optimize="default"),
+                "d2s fast": TrainStep(_copy(cls, eager), optimize="fast"), "TorchScript": None,
+                "torch.compile": None})
+            continue
         contenders = {
             "eager": eager,
             "d2s default": _declarative(_copy(cls, eager), "default"),
