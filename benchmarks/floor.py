@@ -165,19 +165,12 @@ def cpp_loops(ref):
             "GRU greedy decoder, while+break": dec, "conv net, batch 32": conv, "MLP training step": mlp}
 
 
-def _stepping(cls, lr=0.01):
-    """A model class -> a step function like speed.py's training step,
+def _stepping(lr=0.01):
+    """model -> a step function like speed.py's training step (SGD(lr)),
     called with the batch (the by-hand and C++ steps take it the same way)."""
     def make(model):
         opt = torch.optim.SGD(model.parameters(), lr=lr)
-
-        def step(x, y):
-            opt.zero_grad(set_to_none=True)
-            loss = model(x, y)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
+        return lambda x, y: speed._training_step(model, opt, x, y)()
     return make
 
 
@@ -217,7 +210,7 @@ def main():
         training = name == "MLP training step"
         if training and args.no_grad:
             continue  # a training step needs autograd
-        wrap = _stepping(cls) if training else (lambda model: model)
+        wrap = _stepping() if training else (lambda model: model)
         models = {"eager": eager, "d2s default": d2s.declarative(speed._copy(cls, eager)),
                   "d2s fast": d2s.declarative(speed._copy(cls, eager), optimize="fast"),
                   "same kernels by hand": None, "same kernels in C++": None}
