@@ -131,9 +131,10 @@ def _optimizer_step_kernel(optimizer, *params):
 
 def _optimizer_zero_grad_kernel(optimizer, *params, set_to_none=True):
     opt = optimizer.optimizer
-    if set_to_none and type(opt).zero_grad is torch.optim.Optimizer.zero_grad and \
-            hasattr(opt, "_zero_grad_profile_name") and not torch._C._autograd._profiler_enabled():
-        # Optimizer.zero_grad(set_to_none=True) without its profiling scope.
+    if set_to_none and type(opt).zero_grad is torch.optim.Optimizer.zero_grad and "zero_grad" not in vars(opt) \
+            and hasattr(opt, "_zero_grad_profile_name") and not torch._C._autograd._profiler_enabled():
+        # Optimizer.zero_grad(set_to_none=True) without its profiling scope
+        # (the class's own, not overridden on the instance or by a subclass).
         for group in opt.param_groups:
             for p in group["params"]:
                 if p.grad is not None:

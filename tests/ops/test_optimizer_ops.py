@@ -168,17 +168,18 @@ def test_a_profiler_sees_the_optimizers_own_scopes():
     assert "Optimizer.step#SGD.step" in names and "Optimizer.zero_grad#SGD.zero_grad" in names
 
 
-def test_an_instance_step_of_the_users_own_is_called():
+@pytest.mark.parametrize("method", ["step", "zero_grad"])
+def test_an_instance_method_of_the_users_own_is_called(method):
     eager, eager_opt, _, model, graph, graph_opt = _eager_and_graph(_sgd())
     calls = []
-    original = graph_opt.step
+    original = getattr(graph_opt, method)
 
-    def step(closure=None):
+    def own(*args, **kwargs):
         calls.append(1)
-        return original(closure)
+        return original(*args, **kwargs)
 
-    graph_opt.step = step
-    assert optimizer_ops._plain_sgd(graph_opt) is None
+    setattr(graph_opt, method, own)
+    assert (optimizer_ops._plain_sgd(graph_opt) is None) == (method == "step")
     _train_alike(eager, eager_opt, None, model, graph)
     assert len(calls) == len(_batches())
 
