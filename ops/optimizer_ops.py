@@ -112,21 +112,48 @@ def _optimizer_step_kernel(optimizer, *params):
     if groups is None:
         opt.step()
         return
-    # What `SGD.step()` does in this case, without its Python layers: the
-    # single-tensor path's one update kernel per parameter with a gradient,
-    # under no_grad (`differentiable=False`), in the same order.
+    # What `SGD.step()` does in this case, without its Python layers: its
+    # single-tensor path's calls for each parameter with a gradient, in the
+    # same order, under no_grad (`differentiable=False`), and the momentum
+    # buffers into its state afterwards, as `step` puts them there.
     grad_mode = torch.is_grad_enabled()
     torch._C._set_grad_enabled(False)
     try:
-        for params, lr in groups:
-            for p in params:
-                grad = p.grad
-                if grad is not None:
-                    p.add_(grad, alpha=-lr)
+        for group in groups:
+            _sgd_group(opt, group)
     finally:
         torch._C._set_grad_enabled(grad_mode)
     if "step" in vars(opt):  # an lr scheduler's wrapper, which notes the call
         opt._opt_called = True
+
+
+def _sgd_group(opt, group):
+    lr, momentum, dampening, weight_decay = group["lr"], group["momentum"], group["dampening"], group["weight_decay"]
+    nesterov, maximize = group["nesterov"], group["maximize"]
+    if momentum == 0 and weight_decay == 0 and not maximize:
+        for p in group["params"]:
+            grad = p.grad
+            if grad is not None:
+                p.add_(grad, alpha=-lr)
+        return
+    state = opt.state
+    for p in group["params"]:
+        grad = p.grad
+        if grad is None:
+            continue
+        if maximize:
+            grad = -grad
+        if weight_decay != 0:
+            grad = grad.add(p, alpha=weight_decay)
+        if momentum != 0:
+            buf = state[p].get("momentum_buffer")
+            if buf is None:
+                buf = grad.detach().clone()
+            else:
+                buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+            state[p]["momentum_buffer"] = buf
+            grad = grad.add(buf, alpha=momentum) if nesterov else buf
+        p.add_(grad, alpha=-lr)
 
 
 def _optimizer_zero_grad_kernel(optimizer, *params, set_to_none=True):
@@ -146,14 +173,16 @@ def _optimizer_zero_grad_kernel(optimizer, *params, set_to_none=True):
 _SGD_STEP = inspect.unwrap(torch.optim.SGD.step)
 _sgd_steps = {}  # a class's `step` (wrapped once by torch.optim's profiling hook) -> whether it is SGD's own
 _NO_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
-_NOT_PLAIN = ("maximize", "differentiable", "foreach", "fused")  # SGD's flags that pick other calls
+_NUMBERS = ("lr", "momentum", "dampening", "weight_decay")  # a tensor takes other calls (addcmul_, ...)
+_FLAGS = ("nesterov", "maximize")
+_NOT_PLAIN = ("differentiable", "foreach", "fused")  # SGD's flags that pick other paths
 
 
 def _plain_sgd(opt):
-    """[(params, lr)] by param group when `opt.step()` is exactly one
-    `p.add_(p.grad, alpha=-lr)` per parameter with a gradient: a plain
-    `torch.optim.SGD` (no momentum, weight decay, maximize, foreach, fused,
-    differentiable or grad scaling; a number for lr), with its own step (an
+    """The param groups when `opt.step()` is exactly SGD's single-tensor
+    path (`_sgd_group` makes its calls): a `torch.optim.SGD` (not a
+    subclass) without foreach, fused, differentiable or grad scaling, with
+    numbers for lr, momentum, dampening and weight decay, its own step (an
     lr scheduler's wrapper aside), no step hooks, and the profiler off (the
     step's `record_function` scope is then unobservable). CPU parameters
     only: elsewhere SGD picks its foreach kernels by default. None otherwise."""
@@ -169,17 +198,12 @@ def _plain_sgd(opt):
     own_step = vars(opt).get("step")
     if own_step is not None and not getattr(own_step, "_wrapped_by_lr_sched", False):
         return None
-    groups = []
     for group in opt.param_groups:
-        lr = group["lr"]
-        if type(lr) not in (float, int) or group.get("momentum", 0) != 0 or group.get("weight_decay", 0) != 0 or \
-                any(group.get(key) for key in _NOT_PLAIN):
+        if any(type(group.get(key)) not in (float, int) for key in _NUMBERS) or \
+                any(type(group.get(key)) is not bool for key in _FLAGS) or \
+                any(group.get(key) for key in _NOT_PLAIN) or not all(p.is_cpu for p in group["params"]):
             return None
-        params = group["params"]
-        if not all(p.is_cpu for p in params):
-            return None
-        groups.append((params, lr))
-    return groups
+    return opt.param_groups
 
 
 register(OpDef("backward", kernel=_backward_kernel, training_only=True))

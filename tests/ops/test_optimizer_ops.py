@@ -65,16 +65,19 @@ def _groups(params):
     return torch.optim.SGD([{"params": params[:2], "lr": 0.05}, {"params": params[2:]}], lr=0.2)
 
 
+# name -> (optimizer maker, whether the step takes optimizer_ops' shortcut)
 OPTIMIZERS = {
     "sgd": (_sgd(), True),
     "sgd-int-lr": (_sgd(lr=1), True),
     "sgd-groups": (_groups, True),
     "sgd-foreach-off": (_sgd(foreach=False), True),
-    "sgd-momentum": (_sgd(momentum=0.9), False),
-    "sgd-nesterov": (_sgd(momentum=0.9, nesterov=True, weight_decay=0.01), False),
-    "sgd-weight-decay": (_sgd(weight_decay=0.1), False),
-    "sgd-maximize": (_sgd(maximize=True), False),
+    "sgd-momentum": (_sgd(momentum=0.9), True),
+    "sgd-momentum-dampening": (_sgd(momentum=0.9, dampening=0.3), True),
+    "sgd-nesterov": (_sgd(momentum=0.9, nesterov=True, weight_decay=0.01), True),
+    "sgd-weight-decay": (_sgd(weight_decay=0.1), True),
+    "sgd-maximize": (_sgd(maximize=True, momentum=0.5), True),
     "sgd-tensor-lr": (_sgd(lr=torch.tensor(0.1)), False),
+    "sgd-foreach": (_sgd(foreach=True, momentum=0.9), False),
     "adam": (lambda p: torch.optim.Adam(p, lr=0.01), False),
 }
 
@@ -131,6 +134,15 @@ def test_graph_steps_match_eager_bit_for_bit(name, optimize):
             torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
         return
     _train_alike(eager, eager_opt, None, model, graph)
+    # The optimizer's state (momentum buffers, Adam's moments and steps) is eager's too.
+    want, got = eager_opt.state_dict(), graph_opt.state_dict()
+    assert want["param_groups"] == got["param_groups"] and want["state"].keys() == got["state"].keys()
+    for k, entry in want["state"].items():
+        assert entry.keys() == got["state"][k].keys()
+        for key, value in entry.items():
+            same = torch.equal(value, got["state"][k][key]) if isinstance(value, torch.Tensor) else \
+                value == got["state"][k][key]
+            assert same, (k, key)
 
 
 def test_lr_scheduler_sees_its_steps_called_in_order():
