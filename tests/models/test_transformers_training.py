@@ -1,0 +1,79 @@
+"""A tiny random GPT-2 trained by a d2s.Graph (forward with its dropout,
+transformers' own loss with ignored label positions, backward, SGD with
+momentum) step for step as the eager loop trains it: the losses, every
+parameter and the optimizer's state, bit for bit at the default level. The
+step takes the training ops' shortcuts (ops/optimizer_ops.py) and the
+loss's `F.cross_entropy` runs in a native segment."""
+
+import copy
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+try:
+    from transformers.models.gpt2 import modeling_gpt2 as modeling
+except Exception as exc:  # noqa: BLE001 - a broken optional dependency (a torchvision built for another torch)
+    pytest.skip(f"transformers' GPT-2 cannot be imported here: {exc}", allow_module_level=True)
+
+import d2s  # noqa: E402
+from ops import optimizer_ops  # noqa: E402
+
+STEPS = 3
+
+
+class Step(d2s.Graph):
+    def __init__(self, model, optimizer, optimize):
+        super().__init__(optimize=optimize)
+        self.model = model
+        self.add_optimizer(optimizer)
+
+    def build(self, ids, labels):
+        loss = self.model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        return loss
+
+
+def _batch(step):
+    g = torch.Generator().manual_seed(step)
+    ids = torch.randint(0, 64, (2, 10), generator=g)
+    labels = ids.clone()
+    labels[:, : 2 + step] = -100  # positions the loss ignores
+    return ids, labels
+
+
+@pytest.mark.parametrize("optimize", ["default", "fast"])
+def test_gpt2_graph_trains_as_the_eager_loop(optimize):
+    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=32,
+                                     bos_token_id=0, eos_token_id=0, use_cache=False)
+    torch.manual_seed(0)
+    eager = modeling.GPT2LMHeadModel(config)
+    model = copy.deepcopy(eager)
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.1, momentum=0.9)
+    graph_opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    graph = Step(model, graph_opt, optimize)
+    assert optimizer_ops._plain_sgd(graph_opt) is not None
+    for step in range(STEPS):
+        ids, labels = _batch(step)
+        torch.manual_seed(100 + step)  # the same dropout masks
+        eager_opt.zero_grad()
+        want = eager(input_ids=ids, labels=labels).loss
+        want.backward()
+        eager_opt.step()
+        torch.manual_seed(100 + step)
+        got = graph(ids, labels)
+        if optimize == "default":
+            assert torch.equal(got, want)
+            for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+                assert torch.equal(p, q), name
+        else:  # the fast level's gradients: eager's up to the order of sums
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+            for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+                torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
+    if optimize == "default":
+        want_state, got_state = eager_opt.state_dict()["state"], graph_opt.state_dict()["state"]
+        assert want_state.keys() == got_state.keys()
+        assert all(torch.equal(want_state[k]["momentum_buffer"], got_state[k]["momentum_buffer"]) for k in want_state)
+    assert len(graph._build_fn.program_cache) == 1
+    types = [op.type for op in graph.program.global_block().ops]
+    assert types[-3:] == ["backward", "accumulate_grad", "optimizer_step"]
