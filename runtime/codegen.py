@@ -239,7 +239,7 @@ class Codegen:
             self._tensor_names = native_lower.tensor_names(self.program)
         opdef = self.get_op_def(op.type)
         ok = opdef.emit is None and not opdef.random and (not opdef.mutates or opdef.aten in native_lower.INPLACE)
-        return native_lower.lower(op, self._tensor_names, once) if ok else None
+        return native_lower.lower(op, self._tensor_names, once, self.fused_autograd) if ok else None
 
     def _emit_segment(self, block, indices, lowered, per_op, last_use, keep):
         """One native segment for the ops at `indices`:

@@ -68,10 +68,17 @@ class _NoFit(Exception):
 class _Args:
     """The bound arguments of one op, read as the binding reads them."""
 
-    def __init__(self, bound, inputs, tensor_names):
+    def __init__(self, bound, inputs, tensor_names, block=None, fused=False):
         self.bound = bound
         self.inputs = inputs
         self.tensor_names = tensor_names
+        self.block = block  # where the op is: its inputs' variables (`var`)
+        self.fused = fused  # the fast level's one autograd node per segment call
+
+    def var(self, key):
+        """The program's variable of a tensor argument (its dtype and rank:
+        fixed for the program)."""
+        return self.block.find_var(self._name(self.bound[key]))
 
     def _name(self, value):
         if not isinstance(value, InputRef):
@@ -427,7 +434,12 @@ _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 # an int in cross_entropy_loss's schema), so it has no canonical ATen name:
 # the entry is keyed by its type and binds the wrapper's own parameters.
 # Without the legacy size_average/reduce it calls cross_entropy_loss(input,
-# target, weight, get_enum(reduction), ignore_index, label_smoothing).
+# target, weight, get_enum(reduction), ignore_index, label_smoothing). The
+# last operand says whether the fast level's one node can hold it (segment.cpp
+# fused_grad_kind): logits (N, C) and int64 class indices (N), no weight, no
+# label smoothing. Where it cannot, the fast level leaves it a Python
+# statement, which ends the segment before it: in the segment, it would take
+# the segment's one node from the ops before it.
 @_entry("torch.nn.functional.cross_entropy",
         "input target weight size_average ignore_index reduce reduction label_smoothing",
         (None, None, -100, None, "mean", 0.0))
@@ -437,9 +449,14 @@ def _cross_entropy(a):
     reduction = a.bound["reduction"]
     if type(reduction) is not str or reduction not in _REDUCTIONS:
         raise _NoFit  # the Python path raises eager's error
-    return "cross_entropy", [a.tensor("input"), a.tensor("target"), a.opt_tensor("weight"),
-                             ("scalar", _REDUCTIONS[reduction]), a.integer("ignore_index"),
-                             a.floating("label_smoothing")]
+    operands = [a.tensor("input"), a.tensor("target"), a.opt_tensor("weight"), ("scalar", _REDUCTIONS[reduction]),
+                a.integer("ignore_index"), a.floating("label_smoothing")]
+    logits, classes = a.var("input"), a.var("target")
+    fusable = (a.bound["weight"] is None and operands[5][1] == 0.0 and logits.dim() == 2 and
+               logits.dtype.is_floating_point and classes.dim() == 1 and classes.dtype == torch.int64)
+    if a.fused and not fusable:
+        raise _NoFit
+    return "cross_entropy", operands + [("scalar", fusable)]
 
 
 @_entry("layer_norm", "input normalized_shape weight bias eps cudnn_enable", (None, None, 1e-5, True))
@@ -504,10 +521,11 @@ def _factory(op, name):
     return name, [("ints", size), ("none", None) if dtype is None else ("dtype", dtype)]
 
 
-def lower(op, tensor_names, once=False):
+def lower(op, tensor_names, once=False, fused=False):
     """(opcode name, operands) for `op`, or None when a segment cannot hold it.
     `tensor_names`: the variables known to be plain tensors. `once`: lower a
-    hoisted invariant too (a flow runs it alone, while its result is unset)."""
+    hoisted invariant too (a flow runs it alone, while its result is unset).
+    `fused`: the segments record one autograd node per call (the fast level)."""
     if "args" not in op.attrs or set(op.inputs) - {"X"} or has_mode(op) or \
             op.attrs.get("once") and not once:
         return None
@@ -515,26 +533,26 @@ def lower(op, tensor_names, once=False):
         opdef = get_op_def(op.type)
     except KeyError:
         return None
-    aten = opdef.canonical  # the ATen operator, or the type of an op that calls none exactly
+    name = opdef.canonical  # the ATen operator, or the type of an op that calls none exactly
     out = op.attrs.get("out")
-    in_place = out is None and aten in INPLACE
-    if not isinstance(out, OutputRef) and aten != "lstm_cell" and not in_place:
+    in_place = out is None and name in INPLACE
+    if not isinstance(out, OutputRef) and name != "lstm_cell" and not in_place:
         return None
-    if aten == "lstm_cell" and not _pair_out(out):
+    if name == "lstm_cell" and not _pair_out(out):
         return None
-    if aten in ("zeros", "ones"):
-        return _factory(op, aten)
+    if name in ("zeros", "ones"):
+        return _factory(op, name)
     inputs = op.input("X") if "X" in op.inputs else []
-    if aten in _VARARG_SHAPES and op.type.startswith("torch.Tensor."):
+    if name in _VARARG_SHAPES and op.type.startswith("torch.Tensor."):
         bound = _shape_args(op, 1)
         if bound is None:
             return None
         a = _Args(bound, inputs, tensor_names)
         try:
-            return aten, [a.tensor("input"), a.ints("shape")]
+            return name, [a.tensor("input"), a.ints("shape")]
         except _NoFit:
             return None
-    entry = TABLE.get(aten)
+    entry = TABLE.get(name)
     if entry is None:
         return None
     names, defaults, build = entry
@@ -542,7 +560,7 @@ def lower(op, tensor_names, once=False):
     if bound is None:
         return None
     try:
-        return build(_Args(bound, inputs, tensor_names))
+        return build(_Args(bound, inputs, tensor_names, op.block, fused))
     except _NoFit:
         return None
 

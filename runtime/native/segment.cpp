@@ -375,8 +375,8 @@ int fused_grad_kind(const Instr& in) {
     case OP_mul: case OP_div: case OP_linear: case OP_addmm: case OP_mm: case OP_log: case OP_sin: case OP_cos:
     case OP_abs: case OP_log1p: case OP_silu: case OP_gelu: case OP_embedding: case OP_where: case OP_masked_fill:
       return G_OPERANDS;
-    case OP_cross_entropy:  // class indices only, checked per call (fused_cross_entropy)
-      return in.args[2].kind == K_NONE && in.args[5].scalar.toDouble() == 0.0 ? G_OPERANDS : G_NO;
+    case OP_cross_entropy:  // logits (N, C), class indices (N): lower.py decides from the program's types
+      return in.args[6].scalar.toBool() ? G_OPERANDS : G_NO;
     case OP_pow:  // x ** number only; a tensor exponent keeps per-op autograd
       return in.args[1].kind == K_SCALAR ? G_OPERANDS : G_NO;
     case OP_eq: case OP_ne: case OP_lt: case OP_le: case OP_gt: case OP_ge: case OP_logical_not:
@@ -415,10 +415,11 @@ bool reads_autograd_state(const Instr& in, const std::vector<at::Tensor>& regs) 
 }
 
 // Whether a cross_entropy call has the fused gradient below: a batch of
-// logits (N, C) and class indices (N) (no weight, no label smoothing: the
-// plan checks those), where at::cross_entropy_loss is
-// nll_loss(log_softmax(x, 1), y). Other calls (probabilities as targets,
-// more dimensions) take the per-op path.
+// logits (N, C) and class indices (N) (no weight, no label smoothing), where
+// at::cross_entropy_loss is nll_loss(log_softmax(x, 1), y). lower.py marks
+// the calls it knows to be such from the program's dtypes and ranks; this
+// checks the values too, before the gradient assumes them (a mismatch, not
+// expected, runs the call again per op).
 bool fused_cross_entropy(const Instr& in, const std::vector<at::Tensor>& regs) {
   const at::Tensor& x = tensor_of(in.args[0], regs);
   const at::Tensor& y = tensor_of(in.args[1], regs);
