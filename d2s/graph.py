@@ -30,7 +30,7 @@ import time
 
 import torch
 
-from ops.optimizer_ops import backward_steps
+from ops.optimizer_ops import backward_steps, optimizer_params
 from runtime import _debug
 from runtime.errors import ConversionError
 from runtime.passes import check_level
@@ -49,16 +49,26 @@ class Graph(torch.nn.Module):
         super().__init__()
         self._optimize = None if optimize is None else check_level(optimize)
         self._optimizers = []      # (optimizer, lr_scheduler or None)
+        self._clips = []           # for each: None or (max_norm, norm_type) of clip_grad_norm_
         self._debug_level = None
         self._build_fn = None
 
     # -- configuration --------------------------------------------------------------
-    def add_optimizer(self, optimizer, lr_scheduler=None):
+    def add_optimizer(self, optimizer, lr_scheduler=None, *, clip_grad_max_norm=None, clip_grad_norm_type=2.0):
         """Step `optimizer` (a `torch.optim.Optimizer`) where `build` calls
         `loss.backward()`; step `lr_scheduler` after every call, as an eager
-        loop does after `optimizer.step()`."""
+        loop does after `optimizer.step()`. With `clip_grad_max_norm`, the
+        gradients of the optimizer's parameters are clipped between backward
+        and step, as `torch.nn.utils.clip_grad_norm_(params,
+        clip_grad_max_norm, clip_grad_norm_type)` there does."""
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"add_optimizer expects a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        clip = None
+        if clip_grad_max_norm is not None:
+            if isinstance(clip_grad_max_norm, bool) or not isinstance(clip_grad_max_norm, (int, float)) or \
+                    isinstance(clip_grad_norm_type, bool) or not isinstance(clip_grad_norm_type, (int, float)):
+                raise TypeError("clip_grad_max_norm and clip_grad_norm_type must be numbers")
+            clip = (float(clip_grad_max_norm), float(clip_grad_norm_type))
         if lr_scheduler is not None:
             if not isinstance(lr_scheduler, torch.optim.lr_scheduler.LRScheduler):
                 raise TypeError(f"lr_scheduler must be a torch.optim.lr_scheduler.LRScheduler, "
@@ -68,6 +78,7 @@ class Graph(torch.nn.Module):
         if self._build_fn is not None and len(self._build_fn.program_cache):
             raise RuntimeError("add_optimizer() after the graph's first call: add optimizers in __init__")
         self._optimizers.append((optimizer, lr_scheduler))
+        self._clips.append(clip)
 
     def build(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} must define build(self, ...)")
@@ -105,7 +116,7 @@ class Graph(torch.nn.Module):
         puts = cache.puts
         level = self._debug_level
         start = time.perf_counter()
-        with backward_steps(opt for opt, _ in self._optimizers):
+        with backward_steps(zip((opt for opt, _ in self._optimizers), self._clips)):
             if level is None:
                 out = static(*args, **kwargs)
             else:
@@ -122,6 +133,9 @@ class Graph(torch.nn.Module):
         for optimizer, _ in self._optimizers:
             optimizer.zero_grad()
         out = build(*args, **kwargs)
+        for (optimizer, _), clip in zip(self._optimizers, self._clips):
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(optimizer_params(optimizer), *clip)
         for optimizer, scheduler in self._optimizers:
             optimizer.step()
             if scheduler is not None:

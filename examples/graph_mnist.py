@@ -1,6 +1,6 @@
 """The digits classifier trained with d2s.Graph (OneFlow's nn.Graph style):
-each training step -- forward, backward, optimizer and lr-scheduler step --
-is one static program, next to the same loop in eager PyTorch.
+each training step -- forward, backward, gradient clipping, optimizer and
+lr-scheduler step -- is one static program, next to the same loop in eager PyTorch.
 
     python examples/graph_mnist.py                 # synthetic digits, offline
     python examples/graph_mnist.py --steps 50 --batch-size 32
@@ -28,12 +28,13 @@ class TrainGraph(d2s.Graph):
     def __init__(self, model, optimizer, lr_scheduler):
         super().__init__()
         self.model = model
-        self.add_optimizer(optimizer, lr_scheduler=lr_scheduler)
+        # clip_grad_norm_(params, 1.0) between backward and step, as in the eager loop below
+        self.add_optimizer(optimizer, lr_scheduler=lr_scheduler, clip_grad_max_norm=1.0)
 
     def build(self, images, labels):
         probs, acc = self.model(images, labels)   # the model's `if label is not None` branch
         loss = loss_fn(probs, labels)
-        loss.backward()                           # backward + optimizer step, in the program
+        loss.backward()                           # backward, clip + optimizer step, in the program
         return loss
 
 
@@ -68,6 +69,7 @@ def main(argv=None):
         eager_loss = loss_fn(probs, y)
         eager_opt.zero_grad()
         eager_loss.backward()
+        torch.nn.utils.clip_grad_norm_(eager.parameters(), 1.0)
         eager_opt.step()
         eager_sched.step()
         if step == 0:

@@ -35,7 +35,8 @@ from .examples import constant_value
 from .recording import _TO_PYTHON, _contains, _to_python_error, record, size, stands_for_number
 from .registry import op_for_callable
 from .storage_address import StorageAddress
-from .user_frames import INTERNAL_DIRS, called_from_torch, error_at_user_line, is_stdlib_file, user_name, user_origin
+from .user_frames import (INTERNAL_DIRS, called_from_torch, error_at_user_line, is_stdlib_file, user_name,
+                          user_origin)
 
 
 # -- dispatch ----------------------------------------------------------------------
@@ -76,6 +77,10 @@ def _metadata_name(fn):
     return None
 
 
+# `t.grad` (and its alias `t._grad`): written by backward, so read by an op (optimizer_ops.read_grad).
+_GRAD_GETTERS = (torch.Tensor.grad, torch.Tensor._grad)
+
+
 def _is_metadata_getter(fn):
     """The getter of a tensor property that is not a tensor (`x.shape`, `x.dtype`, `x.requires_grad`)."""
     return getattr(fn, "__name__", None) == "__get__" and isinstance(getattr(fn, "__self__", None), object) \
@@ -112,6 +117,8 @@ def dispatch(fn, args, kwargs):
             return _method(args[0], meta_name)(*args[1:], **kwargs)
         if not has_var:
             return fn(*args, **kwargs)
+    if getattr(fn, "__self__", None) in _GRAD_GETTERS and args:
+        return optimizer_ops.read_grad(args[0])  # state the program's backward may write, not metadata
     if not has_var and _is_metadata_getter(fn):
         value = fn(*args, **kwargs)
         return _followed_device(value) if getattr(fn, "__self__", None) is torch.Tensor.device else value
@@ -215,10 +222,32 @@ def _none_or_dtype(original):
     return none_or_dtype
 
 
+def _grouped_by_device_and_dtype(original):
+    # torch's grouping of tensor lists by device and dtype (C++, real tensors
+    # only): `clip_grad_norm_` groups the `.grad`s it read, graph tensors
+    # after the program's backward. Empty real tensors of each Variable's
+    # device and dtype stand in, so the groups come in torch's own order (a
+    # total norm sums them in that order).
+    @functools.wraps(original)
+    def grouped(tensorlistlist, with_indices=False):
+        if not any(isinstance(t, Variable) for tensors in tensorlistlist for t in tensors):
+            return original(tensorlistlist, with_indices)
+        with torch._C.DisableTorchFunction():
+            stand_ins = [[torch.empty(0, dtype=t.dtype, device=t.device) if isinstance(t, Variable) else t
+                          for t in tensors] for tensors in tensorlistlist]
+            groups = original(stand_ins, True)
+        return {key: ([[tensors[i] for i in indices] for tensors in tensorlistlist], indices if with_indices else [])
+                for key, (_, indices) in groups.items()}
+    return grouped
+
+
 # torch helpers (owner, name, wrapper) that check `isinstance(x, torch.Tensor)`
-# where a graph tensor must pass; the wrappers answer as for a real tensor of
-# the Variable's dtype and call the original for anything else.
-_HELPERS = [(torch.nn.functional, "_none_or_dtype", _none_or_dtype)]
+# or take real tensors only where a graph tensor must pass; the wrappers
+# answer as for a real tensor of the Variable's dtype and call the original
+# for anything else.
+_HELPERS = [(torch.nn.functional, "_none_or_dtype", _none_or_dtype)] + [
+    (owner, "_group_tensors_by_device_and_dtype", _grouped_by_device_and_dtype)
+    for owner in (torch.utils._foreach_utils, torch.nn.utils.clip_grad)]
 _helpers_lock = threading.RLock()
 _helpers_depth = [0]
 
@@ -419,6 +448,8 @@ def _method(var, name):
                 raise _to_python_error(var, "a Python iterable")
             return iter(dispatch(torch.Tensor.unbind, (var, 0), {}))
         return iterate
+    if name in ("grad", "_grad"):
+        return optimizer_ops.read_grad(var)
     if name == "backward":  # appends the backward ops (ops/optimizer_ops.py)
         return lambda *args, **kwargs: optimizer_ops.record_backward(var, *args, **kwargs)
     if var.kind == TENSOR_ARRAY:

@@ -1,17 +1,18 @@
 """Training ops: backward and optimizer updates as program ops.
 
-Two families share the `backward` op (gradients of a loss with respect to
-the parameters, by `torch.autograd.grad`; the forward ops ran under autograd
-in the same program run):
+Two families of ops (the forward ops ran under autograd in the same
+program run):
 
-  - the static API, `d2s.optimizer.*.minimize(loss)`: `backward` then one
+  - the static API, `d2s.optimizer.*.minimize(loss)`: `backward` (the
+    gradients of the loss with respect to the parameters, by
+    `torch.autograd.grad`, as program values) then one
     update op per parameter (`sgd`, `momentum`, `adam`), which apply exactly
     the arithmetic of the single-tensor paths of `torch.optim.SGD`,
     `SGD(momentum=...)` and `Adam`, in place on the bound parameter and on
     state tensors made by the startup program;
   - `loss.backward()` inside a declarative function or `d2s.Graph.build`
-    (`record_backward`): `backward` then `accumulate_grad`, which adds the
-    gradients into the leaves' `.grad` as eager `loss.backward()` does, and
+    (`record_backward`): `tensor_backward`, eager's engine backward into the
+    leaves' `.grad` (`p.grad` read after it is `tensor_grad`), and
     `opt.step()` / `opt.zero_grad()` of a `torch.optim` optimizer
     (`record_optimizer_call`): `optimizer_step` / `optimizer_zero_grad`, which
     run that optimizer's own update when the program runs, so its state stays
@@ -20,8 +21,7 @@ in the same program run):
 
         loss = F.mse_loss(model(x), y)        tmp_3 = mse_loss(...)
         opt.zero_grad()                       optimizer_zero_grad(<SGD#0>, w, b)
-        loss.backward()                       w@GRAD_0, b@GRAD_0 = backward(tmp_3, w, b)
-                                              accumulate_grad(w, b, w@GRAD_0, b@GRAD_0)
+        loss.backward()                       tensor_backward(tmp_3, retain_graph=None)
         opt.step()                            optimizer_step(<SGD#0>, w, b)
 
 Ops holding a live optimizer cannot be saved; they are training-only, so
@@ -38,6 +38,7 @@ from torch.optim import optimizer as optim_base
 
 from runtime import native
 from runtime.attrs import InputRef, OutputRef
+from runtime.ir import Variable
 
 from . import tracer
 from .recording import lift
@@ -61,18 +62,28 @@ def _backward_kernel(loss, *params, grad_output=None, retain_graph=None):
                                allow_unused=True)
 
 
-def _accumulate_grad_kernel(*tensors):
-    """`leaf.grad` += grad for each (leaf, grad) pair; what eager
-    `loss.backward()` leaves in `.grad`. Leaves come first, then grads."""
-    half = len(tensors) // 2
-    for leaf, grad in zip(tensors[:half], tensors[half:]):
-        if grad is None:
-            continue
-        if leaf.grad is None:
-            leaf.grad = grad
-        else:
-            with torch.no_grad():
-                leaf.grad += grad
+def _tensor_backward_kernel(loss, gradient=None, retain_graph=None):
+    """`loss.backward()`: the engine's backward into the leaves' `.grad`,
+    as eager's (its AccumulateGrad nodes, their layout rule and hooks)."""
+    engine = native.load()
+    if engine is not None and gradient is None and type(loss) in _PLAIN and loss.is_floating_point() and \
+            not torch._C._is_torch_function_mode_enabled():
+        # The engine call torch.autograd.backward ends in, without its Python
+        # layers (which only matter for subclasses and function modes, excluded).
+        engine.autograd_backward(loss, retain_graph)
+        return
+    torch.autograd.backward(loss, gradient, retain_graph=retain_graph)
+
+
+def _tensor_grad_kernel(tensor):
+    """`tensor.grad` after the program's `loss.backward()`."""
+    grad = tensor.grad
+    if grad is None:
+        raise RuntimeError("`.grad` is None on this run: the loss did not reach this tensor on the path the run "
+                           "took, or its gradient was set to None. The program was converted on a path where it "
+                           "was a tensor, and reads it as one; use the tensor on every path, or read `.grad` "
+                           "outside the function")
+    return grad
 
 
 @torch.no_grad()
@@ -116,20 +127,33 @@ def _optimizer_step_kernel(optimizer, *params):
     # single-tensor path's calls for each parameter with a gradient, in the
     # same order, under no_grad (`differentiable=False`), and the momentum
     # buffers into its state afterwards, as `step` puts them there.
+    engine = native.load()
     grad_mode = torch.is_grad_enabled()
     torch._C._set_grad_enabled(False)
     try:
         for group in groups:
-            _sgd_group(opt, group)
+            _sgd_group(opt, group, engine)
     finally:
         torch._C._set_grad_enabled(grad_mode)
     if "step" in vars(opt):  # an lr scheduler's wrapper, which notes the call
         opt._opt_called = True
 
 
-def _sgd_group(opt, group):
+def _sgd_group(opt, group, engine=None):
     lr, momentum, dampening, weight_decay = group["lr"], group["momentum"], group["dampening"], group["weight_decay"]
     nesterov, maximize = group["nesterov"], group["maximize"]
+    if engine is not None:  # the same calls, one C++ loop (segment.cpp `sgd_update`)
+        params = group["params"] if type(group["params"]) is list else list(group["params"])
+        if momentum == 0:
+            engine.sgd_update(params, None, lr, momentum, dampening, weight_decay, nesterov, maximize)
+            return
+        state = opt.state
+        params = [p for p in params if p.grad is not None]
+        bufs = engine.sgd_update(params, [state[p].get("momentum_buffer") for p in params], lr, momentum,
+                                 dampening, weight_decay, nesterov, maximize)
+        for p, buf in zip(params, bufs):
+            state[p]["momentum_buffer"] = buf
+        return
     if momentum == 0 and weight_decay == 0 and not maximize:
         for p in group["params"]:
             grad = p.grad
@@ -173,9 +197,10 @@ def _optimizer_zero_grad_kernel(optimizer, *params, set_to_none=True):
 _SGD_STEP = inspect.unwrap(torch.optim.SGD.step)
 _sgd_steps = {}  # a class's `step` (wrapped once by torch.optim's profiling hook) -> whether it is SGD's own
 _NO_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
-_NUMBERS = ("lr", "momentum", "dampening", "weight_decay")  # a tensor takes other calls (addcmul_, ...)
-_FLAGS = ("nesterov", "maximize")
-_NOT_PLAIN = ("differentiable", "foreach", "fused")  # SGD's flags that pick other paths
+# lr, momentum, dampening and weight_decay must be numbers: a tensor takes
+# other calls (addcmul_, ...); nesterov and maximize bools; differentiable,
+# foreach and fused (flags that pick other paths) off.
+_NUMBER_TYPES = (float, int)
 
 
 def _plain_sgd(opt):
@@ -190,25 +215,34 @@ def _plain_sgd(opt):
     own = _sgd_steps.get(step)
     if own is None:
         own = _sgd_steps[step] = inspect.unwrap(step) is _SGD_STEP
+    own_attrs = vars(opt)
+    # (Written out rather than with any()/all() over generators: this runs on every step.)
     if type(opt) is not torch.optim.SGD or not own or \
             torch._C._autograd._profiler_enabled() or optim_base._global_optimizer_pre_hooks or \
-            optim_base._global_optimizer_post_hooks or any(getattr(opt, h, None) for h in _NO_HOOKS) or \
-            getattr(opt, "grad_scale", None) is not None or getattr(opt, "found_inf", None) is not None:
+            optim_base._global_optimizer_post_hooks or own_attrs.get(_NO_HOOKS[0]) or own_attrs.get(_NO_HOOKS[1]) or \
+            own_attrs.get("grad_scale") is not None or own_attrs.get("found_inf") is not None:
         return None
-    own_step = vars(opt).get("step")
+    own_step = own_attrs.get("step")
     if own_step is not None and not getattr(own_step, "_wrapped_by_lr_sched", False):
         return None
     for group in opt.param_groups:
-        if any(type(group.get(key)) not in (float, int) for key in _NUMBERS) or \
-                any(type(group.get(key)) is not bool for key in _FLAGS) or \
-                any(group.get(key) for key in _NOT_PLAIN) or not all(p.is_cpu for p in group["params"]):
+        get = group.get
+        if type(get("lr")) not in _NUMBER_TYPES or type(get("momentum")) not in _NUMBER_TYPES or \
+                type(get("dampening")) not in _NUMBER_TYPES or type(get("weight_decay")) not in _NUMBER_TYPES or \
+                type(get("nesterov")) is not bool or type(get("maximize")) is not bool or \
+                get("differentiable") or get("foreach") or get("fused"):
             return None
+        for p in group["params"]:
+            if not p.is_cpu:
+                return None
     return opt.param_groups
 
 
 register(OpDef("backward", kernel=_backward_kernel, training_only=True))
-# These three act on state outside their inputs (`.grad`, the optimizer's state).
-register(OpDef("accumulate_grad", kernel=_accumulate_grad_kernel, mutates=True, training_only=True, side_effect=True))
+# These act on state outside their inputs: `.grad` (written by `loss.backward()`,
+# read by `.grad`), the optimizer's state.
+register(OpDef("tensor_backward", kernel=_tensor_backward_kernel, training_only=True, side_effect=True))
+register(OpDef("tensor_grad", kernel=_tensor_grad_kernel, training_only=True, side_effect=True))
 register(OpDef("sgd", kernel=_sgd_kernel, mutates=True, training_only=True))
 register(OpDef("momentum", kernel=_momentum_kernel, mutates=True, training_only=True))
 register(OpDef("adam", kernel=_adam_kernel, mutates=True, training_only=True))
@@ -259,7 +293,7 @@ def _optimizer_ref(optimizer):
 def _param_vars(optimizer):
     """The Variables of `program` bound to the optimizer's parameters (lifted
     here when the program has not read them yet: the op still touches them)."""
-    return [lift(p) for group in optimizer.param_groups for p in group["params"]]
+    return [lift(p) for p in optimizer_params(optimizer)]
 
 
 def _append_optimizer_op(op_type, optimizer, kwargs=None):
@@ -283,6 +317,8 @@ def optimizer_step(optimizer):
 def optimizer_zero_grad(optimizer, set_to_none=True):
     """`optimizer.zero_grad()` when the program runs."""
     _append_optimizer_op("optimizer_zero_grad", optimizer, {"set_to_none": bool(set_to_none)})
+    if set_to_none:  # the `.grad` of its parameters is None after it, whatever the backward set
+        tracer.current().backward_leaves.difference_update(v.name for v in _param_vars(optimizer))
 
 
 def record_optimizer_call(method):
@@ -310,26 +346,69 @@ def _no_closure(closure):
 
 # -- loss.backward() ------------------------------------------------------------------
 
-# Optimizers that `loss.backward()` also zeroes (before) and steps (after):
-# set by d2s.Graph while it traces `build`, whose backward is the whole step.
+# Optimizers that `loss.backward()` also zeroes (before), clips and steps
+# (after): set by d2s.Graph while it traces `build`, whose backward is the
+# whole step. Each entry: (optimizer, None or (max_norm, norm_type)).
 _STEPPED_BY_BACKWARD = contextvars.ContextVar("d2s_stepped_by_backward", default=())
 
 
 class backward_steps:
-    """`with backward_steps(optimizers):` the `loss.backward()` traced inside
-    also zeroes and steps `optimizers` (a class, not a generator: a Graph
-    enters it on every call)."""
+    """`with backward_steps(steps):` the `loss.backward()` traced inside
+    also zeroes, clips and steps the optimizers of `steps`, (optimizer,
+    clip) pairs (a class, not a generator: a Graph enters it on every call)."""
 
-    __slots__ = ("_optimizers", "_token")
+    __slots__ = ("_steps", "_token")
 
-    def __init__(self, optimizers):
-        self._optimizers = tuple(optimizers)
+    def __init__(self, steps):
+        self._steps = tuple(steps)
 
     def __enter__(self):
-        self._token = _STEPPED_BY_BACKWARD.set(self._optimizers)
+        self._token = _STEPPED_BY_BACKWARD.set(self._steps)
 
     def __exit__(self, *exc):
         _STEPPED_BY_BACKWARD.reset(self._token)
+
+
+def optimizer_params(optimizer):
+    """Every parameter of `optimizer`, group by group."""
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def read_grad(tensor):
+    """`t.grad` while tracing, `t` a leaf the program reads (a parameter,
+    an input that requires grad): after this program's `loss.backward()`
+    reached it, the `tensor_grad` op, which reads `.grad` when the program
+    runs (so `clip_grad_norm_` and other in-place edits act on the real
+    `.grad`). Before that, `.grad` is state left by code outside the
+    program, None or a tensor from an earlier step: refused, since either
+    would be frozen. A tensor that does not require grad never gets one
+    from backward; its `.grad` is None when it is None now."""
+    tr = tracer.current()
+    if isinstance(tensor, Variable):
+        var, name = tensor, user_name(tensor)
+    else:
+        with torch._C.DisableTorchFunction():  # questions about the tensor, not ops
+            requires_grad, grad = tensor.requires_grad, tensor._grad
+        if not requires_grad and grad is None:
+            return None
+        var = lift(tensor)
+        # A module's parameter is named by its path in the module (`fc.weight`).
+        name = f"`{var.name}`" if tr.name_hints.get(id(tensor)) == var.name else user_name(tensor)
+    if var.name in tr.backward_leaves:
+        block = tr.block
+        out = block.create_var(name=tr.program.unique_name(var.name + "@GRAD"), shape=var.shape, dtype=var.dtype,
+                               stop_gradient=True)
+        append_call(block, "tensor_grad", [var], [out], out=OutputRef(0))
+        return out
+    if tr.backward_stepped:
+        raise error_at_user_line(
+            f"`.grad` of {name} cannot be read in a d2s.Graph's `build`: its `loss.backward()` also "
+            "steps the optimizers, so code after it sees gradients the step has already used; to clip or "
+            "scale gradients, write the step as a declarative function (zero_grad, backward, clip, step)")
+    raise error_at_user_line(
+        f"`.grad` of {name} is read before this program's `loss.backward()` reaches it: it is state "
+        "left by code outside the program (None, or a tensor of an earlier step), which would be frozen here; "
+        "pass the gradient in as an argument, or call loss.backward() in the function before reading it")
 
 
 def _leaves(program):
@@ -373,19 +452,24 @@ def record_backward(loss, gradient=None, retain_graph=None, create_graph=False, 
             gradient = lift(gradient)
     leaves = _leaves(program)
     stepped = _STEPPED_BY_BACKWARD.get()
-    for optimizer in stepped:
+    for optimizer, _ in stepped:
         optimizer_zero_grad(optimizer)
-    grads = [block.create_var(name=program.unique_name(v.name + "@GRAD"), shape=v.shape, dtype=v.dtype,
-                              stop_gradient=True) for v in leaves]
-    inputs = [loss] + leaves + ([gradient] if gradient is not None else [])
+    inputs = [loss] + ([gradient] if gradient is not None else [])
     kwargs = {"retain_graph": retain_graph}
     if gradient is not None:
-        kwargs["grad_output"] = InputRef(len(inputs) - 1)
-    args = tuple(InputRef(i) for i in range(1 + len(leaves)))
-    block.append_op("backward", inputs={"X": inputs}, outputs={"Out": grads},
-                    attrs={"args": args, "kwargs": kwargs, "out": tuple(OutputRef(i) for i in range(len(grads)))},
-                    origin=user_origin())
-    if leaves:
-        append_call(block, "accumulate_grad", leaves + grads, leaves)
-    for optimizer in stepped:
+        kwargs["gradient"] = InputRef(1)
+    block.append_op("tensor_backward", inputs={"X": inputs}, outputs={"Out": []},
+                    attrs={"args": (InputRef(0),), "kwargs": kwargs, "out": None}, origin=user_origin())
+    tr = tracer.current()
+    tr.backward_leaves.update(v.name for v in leaves)  # `.grad` of these is the program's from here
+    if not stepped:
+        return
+    for optimizer, clip in stepped:
+        if clip is not None:  # the eager loop's clip_grad_norm_(params, max_norm, norm_type), traced
+            torch.nn.utils.clip_grad_norm_(optimizer_params(optimizer), *clip)
+    # The steps read `.grad` right after the backward: code after it in
+    # `build` cannot take part (clip, scale), so there `.grad` stays unread.
+    tr.backward_leaves.difference_update(v.name for v in leaves)
+    tr.backward_stepped = True
+    for optimizer, _ in stepped:
         optimizer_step(optimizer)

@@ -99,6 +99,8 @@ class Tracer:
         # (namespace dict, key, value before) of Python attribute writes made while
         # tracing that a rollback takes back (d2s logs module attribute assignments).
         self.python_writes = []
+        self.backward_leaves = set()  # Variables whose `.grad` a recorded `loss.backward()` set (read_grad)
+        self.backward_stepped = False  # a d2s.Graph's `loss.backward()`, which also steps, was recorded
         self._shapes = None     # ops.symbolic.Shapes, made on the first dynamic dimension
         self.entry_frame = None  # the frame that entered this tracer, while it is active
         self._token = None

@@ -551,8 +551,10 @@ class Program:
         `for_test=True` drops backward and optimizer ops."""
         copy = self.copy()
         if for_test:
+            from .prune import training_readers  # lazy: prune builds on this module
             block = copy.global_block()
-            block.ops = [op for op in block.ops if not get_op_def(op.type).training_only]
+            trained = training_readers(block)  # and the ops that read gradients (a clip)
+            block.ops = [op for op in block.ops if not get_op_def(op.type).training_only and id(op) not in trained]
         return copy
 
 

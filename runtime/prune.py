@@ -33,6 +33,7 @@ def prune_program(program, feed_names, fetch_names):
         reads, writes, _ = footprint(op, aliases)
         if reads & unfed:
             unfed |= writes
+    trained = training_readers(block, aliases)
     needed = set(fetch_names)
     kept = []
     for op in reversed(block.ops):
@@ -40,6 +41,12 @@ def prune_program(program, feed_names, fetch_names):
         if opdef.training_only:
             continue
         reads, writes, side_effect = footprint(op, aliases)
+        if id(op) in trained:  # the clip of a `.grad`: training, like the ops it follows
+            if writes & needed:
+                raise ValueError(f"the targets depend on {sorted(writes & needed)}, computed from gradients "
+                                 "(`.grad` after loss.backward()), which a program without its training ops "
+                                 "does not have")
+            continue
         if side_effect and opdef.size_check and reads & unfed:
             continue
         if side_effect or writes & needed:
@@ -79,3 +86,23 @@ def _drop_unused_blocks(program):
     for i, b in enumerate(blocks):
         b.idx = i
     program.blocks = blocks
+
+
+def training_readers(block, aliases=None):
+    """The ops of `block` (by id) that are not training-only but read a
+    value its training-only ops made earlier (`p.grad` after
+    `loss.backward()`), directly or through other such ops (a clip's norm
+    and its in-place scaling): a program without the training ops cannot
+    run them. The parameters an optimizer op updates are not such values:
+    an inference program reads them as they are."""
+    aliases = alias_groups(block.program) if aliases is None else aliases
+    made, readers = set(), set()
+    for op in block.ops:
+        if get_op_def(op.type).training_only:
+            made |= {n for n in op.output_names if not getattr(block.vars.get(n), "persistable", False)}
+            continue
+        reads, writes, _ = footprint(op, aliases)
+        if reads & made:
+            readers.add(id(op))
+            made |= writes
+    return readers

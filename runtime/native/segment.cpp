@@ -1241,9 +1241,135 @@ PyObject* autograd_grad(PyObject*, PyObject* args) {
   END_HANDLE_TH_ERRORS
 }
 
+// `loss.backward()` of a plain scalar tensor: the engine call eager's
+// `torch.autograd.backward` ends in (accumulate_grad=true), so the leaves get
+// their `.grad` through eager's AccumulateGrad nodes: its layout rule for a new
+// `.grad`, its in-place sum into an existing one, tensor hooks and
+// post-accumulate-grad hooks alike. Python's `_make_grads` seeds a scalar with
+// `ones_like`, as torch::autograd::backward does; a loss with a `gradient`
+// argument takes the Python path (its shape check raises Python's message).
+PyObject* autograd_backward(PyObject*, PyObject* args) {
+  HANDLE_TH_ERRORS
+  PyObject *loss_obj, *retain_obj;
+  if (!PyArg_ParseTuple(args, "OO", &loss_obj, &retain_obj)) return nullptr;
+  if (!THPVariable_Check(loss_obj) || (retain_obj != Py_None && !PyBool_Check(retain_obj))) {
+    PyErr_SetString(PyExc_TypeError, "autograd_backward: expected (tensor, bool or None)");
+    return nullptr;
+  }
+  torch::autograd::variable_list outputs{THPVariable_Unpack(loss_obj)};
+  std::optional<bool> retain;
+  if (retain_obj != Py_None) retain = retain_obj == Py_True;
+  {
+    pybind11::gil_scoped_release no_gil;
+    torch::autograd::backward(outputs, {}, retain, /*create_graph=*/false);
+  }
+  Py_RETURN_NONE;
+  END_HANDLE_TH_ERRORS
+}
+
+// One parameter group's update of torch.optim.SGD's single-tensor path
+// (`_single_tensor_sgd`), for the parameters that have a gradient, in order,
+// under no_grad: the calls it makes, without a Python round trip per
+// parameter. optimizer_ops._plain_sgd decides when `step()` is exactly this
+// (a plain SGD, numbers for its settings, CPU parameters); the momentum
+// buffers go back to the optimizer's state from the returned list (None
+// where a parameter had no gradient and no buffer yet).
+// (params, bufs or None, lr, momentum, dampening, weight_decay, nesterov, maximize)
+PyObject* sgd_update(PyObject*, PyObject* args) {
+  HANDLE_TH_ERRORS
+  PyObject *params_obj, *bufs_obj, *lr_obj, *momentum_obj, *dampening_obj, *decay_obj;
+  int nesterov, maximize;
+  if (!PyArg_ParseTuple(args, "O!OOOOOpp", &PyList_Type, &params_obj, &bufs_obj, &lr_obj, &momentum_obj,
+                        &dampening_obj, &decay_obj, &nesterov, &maximize))
+    return nullptr;
+  const Py_ssize_t n = PyList_GET_SIZE(params_obj);
+  if (bufs_obj != Py_None && (!PyList_Check(bufs_obj) || PyList_GET_SIZE(bufs_obj) != n)) {
+    PyErr_SetString(PyExc_TypeError, "sgd_update: bufs must be None or a list as long as params");
+    return nullptr;
+  }
+  // The settings as Python passes them to the calls: an int stays an int Scalar.
+  auto scalar = [](PyObject* obj, c10::Scalar& out) {
+    if (PyBool_Check(obj) || !(PyLong_Check(obj) || PyFloat_Check(obj))) return false;
+    out = PyLong_Check(obj) ? c10::Scalar(static_cast<int64_t>(PyLong_AsLongLong(obj)))
+                            : c10::Scalar(PyFloat_AS_DOUBLE(obj));
+    return !PyErr_Occurred();
+  };
+  c10::Scalar lr, momentum, dampening, decay;
+  if (!scalar(lr_obj, lr) || !scalar(momentum_obj, momentum) || !scalar(dampening_obj, dampening) ||
+      !scalar(decay_obj, decay)) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "sgd_update: settings must be int or float");
+    return nullptr;
+  }
+  std::vector<at::Tensor> params, bufs;
+  std::vector<bool> has_buf;
+  params.reserve(n);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* p = PyList_GET_ITEM(params_obj, i);
+    if (!THPVariable_Check(p)) {
+      PyErr_SetString(PyExc_TypeError, "sgd_update: params must be tensors");
+      return nullptr;
+    }
+    params.push_back(THPVariable_Unpack(p));
+    if (bufs_obj != Py_None) {
+      PyObject* b = PyList_GET_ITEM(bufs_obj, i);
+      if (b != Py_None && !THPVariable_Check(b)) {
+        PyErr_SetString(PyExc_TypeError, "sgd_update: bufs must be tensors or None");
+        return nullptr;
+      }
+      bufs.push_back(b == Py_None ? at::Tensor() : THPVariable_Unpack(b));
+    }
+  }
+  const bool with_momentum = !(momentum.isIntegral(false) ? momentum.toLong() == 0 : momentum.toDouble() == 0);
+  if (with_momentum && bufs_obj == Py_None) {
+    PyErr_SetString(PyExc_TypeError, "sgd_update: momentum needs the list of buffers");
+    return nullptr;
+  }
+  const bool with_decay = !(decay.isIntegral(false) ? decay.toLong() == 0 : decay.toDouble() == 0);
+  // `-lr` and `1 - dampening` as Python computes them (int stays int).
+  const c10::Scalar neg_lr = lr.isIntegral(false) ? c10::Scalar(-lr.toLong()) : c10::Scalar(-lr.toDouble());
+  const c10::Scalar keep = dampening.isIntegral(false) ? c10::Scalar(1 - dampening.toLong())
+                                                       : c10::Scalar(1 - dampening.toDouble());
+  {
+    pybind11::gil_scoped_release no_gil;
+    at::NoGradGuard no_grad;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      at::Tensor& param = params[i];
+      const at::Tensor& own = param.grad();
+      if (!own.defined()) continue;
+      at::Tensor grad = maximize ? own.neg() : own;
+      if (with_decay) grad = grad.add(param, decay);
+      if (with_momentum) {
+        at::Tensor& buf = bufs[i];
+        if (!buf.defined()) {
+          buf = grad.detach().clone();
+        } else {
+          buf.mul_(momentum).add_(grad, keep);
+        }
+        grad = nesterov ? grad.add(buf, momentum) : buf;
+      }
+      param.add_(grad, neg_lr);
+    }
+  }
+  if (!with_momentum) Py_RETURN_NONE;
+  PyObject* out = PyList_New(n);
+  if (out == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = bufs[i].defined() ? THPVariable_Wrap(bufs[i]) : (Py_INCREF(Py_None), Py_None);
+    if (item == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    PyList_SET_ITEM(out, i, item);
+  }
+  return out;
+  END_HANDLE_TH_ERRORS
+}
+
 PyMethodDef module_methods[] = {
     {"opcodes", opcodes, METH_NOARGS, "opcode name -> number"},
     {"autograd_grad", autograd_grad, METH_VARARGS, "torch.autograd.grad(..., allow_unused=True) of plain tensors"},
+    {"autograd_backward", autograd_backward, METH_VARARGS, "torch.autograd.backward(loss) of a plain scalar tensor"},
+    {"sgd_update", sgd_update, METH_VARARGS, "one parameter group of torch.optim.SGD's single-tensor step"},
     {"operand_kinds", operand_kinds, METH_NOARGS, "operand kind name -> number"},
     {nullptr, nullptr, 0, nullptr},
 };
