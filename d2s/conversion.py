@@ -25,6 +25,7 @@ import weakref
 
 import gast
 
+from ops import tracer
 from runtime import _debug
 
 from . import operators, transformers
@@ -70,6 +71,9 @@ def convert_function(fn):
         raise TypeError(f"d2s converts Python functions, not {type(fn).__name__}")
     if is_converted(fn):
         return fn
+    traced = tracer.active()
+    if traced is not None:  # the globals and cells it reads are checked when the program runs
+        traced.functions[id(fn)] = fn
     converted = _converted.get(fn)
     if converted is None:
         compiled = _compile(fn)

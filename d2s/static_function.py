@@ -19,7 +19,7 @@ import weakref
 import torch
 
 from ops.capture import CaptureMode
-from ops import tracer
+from ops import python_values, tracer
 from ops.control_flow import Unreachable
 from ops.framework import check_dims as fw_check_dims, check_strides as fw_check_strides
 from ops.tracer import Tracer
@@ -409,11 +409,13 @@ class StaticFunction:
                 main.device = leaves[0].tensor.device
             main.mode = mode_of(self._instance, args, kwargs)
             arg_names = self._feed_names()
-            before = module_state.snapshot(
-                m for v in (self._instance, *args, *kwargs.values()) if isinstance(v, torch.nn.Module)
-                for m in v.modules())
+            modules = [m for v in (self._instance, *args, *kwargs.values()) if isinstance(v, torch.nn.Module)
+                       for m in v.modules()]
+            before = module_state.snapshot(modules)
             with program_guard(main, startup), Tracer(main, self._name_hints(args)) as tr, \
-                    module_state.restored_on_error(before) as undo:
+                    module_state.restored_on_error(before) as undo, \
+                    python_values.AttributeReads(python_values.data_objects(modules, module_watch.is_plain_value),
+                                                 module_watch.is_plain_value) as attribute_reads:
                 feeds = [self._feed(main, tr, leaf, arg_names, exact) for leaf in leaves]
                 state = input_trees.record_state([v for v in (*args, *kwargs.values()) if python_object(v)])
                 # A tensor passed twice is one value in the trace too (`q is k` as eager
@@ -443,6 +445,11 @@ class StaticFunction:
                 reads += module_state.global_reads(self._converted_functions(), tr.lifted,
                                                    {r.var_name for r in reads})
                 self._refuse_global_state(main)
+                # Plain globals and closure values the code names: checked first on every run.
+                values = python_values.reads_of([self._function, *tr.functions.values()],
+                                                module_watch.is_plain_value) + attribute_reads.found
+                if values:
+                    python_values.check_first(main, values, module_watch.same_plain_value)
                 replays = written.refuse_written(self._function.__qualname__)
                 layout = self._layout_checks(main, feeds, leaves, tr) if tr.reads_layout else None
             main.verify()

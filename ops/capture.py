@@ -20,6 +20,7 @@ run under capture, or a refusal), and the tensor methods of Variables
 import functools
 import inspect
 import linecache
+import os
 import re
 import sys
 import threading
@@ -32,10 +33,10 @@ from runtime.ir import TENSOR_ARRAY, Variable
 
 from . import framework, numpy_ufuncs, optimizer_ops, torch_ops, tracer
 from .examples import constant_value
-from .recording import _TO_PYTHON, _contains, _to_python_error, record, size, stands_for_number
+from .recording import _TO_PYTHON, _contains, _to_python_error, lift, record, size, stands_for_number
 from .registry import op_for_callable
 from .storage_address import StorageAddress
-from .user_frames import (INTERNAL_DIRS, called_from_torch, error_at_user_line, is_stdlib_file, user_name,
+from .user_frames import (INTERNAL_DIRS, TORCH_DIR, called_from_torch, error_at_user_line, is_stdlib_file, user_name,
                           user_origin)
 
 
@@ -121,6 +122,10 @@ def dispatch(fn, args, kwargs):
         return optimizer_ops.read_grad(args[0])  # state the program's backward may write, not metadata
     if not has_var and _is_metadata_getter(fn):
         value = fn(*args, **kwargs)
+        if getattr(fn, "__self__", None) is torch.Tensor.requires_grad and isinstance(args[0], torch.nn.Parameter) \
+                and not _read_by_d2s():
+            # A flag the user may flip between calls (freezing layers): checked when the program runs.
+            tracer.current().requires_grad_read.setdefault(lift(args[0]).name, value)
         return _followed_device(value) if getattr(fn, "__self__", None) is torch.Tensor.device else value
     expanding = tracer.current().expanding
     if inspect.isfunction(fn) and fn not in expanding:
@@ -138,6 +143,20 @@ def dispatch(fn, args, kwargs):
         f"torch function `{_name(fn)}` cannot be captured into a program: it is not in d2s's op table "
         "(ops/torch_ops.py), and running it now would freeze its result into the program"
         + _WHY_NOT.get(getattr(fn, "__name__", None), ""))
+
+
+_D2S_DIRS = tuple(d for d in INTERNAL_DIRS if d != TORCH_DIR)
+
+
+def _read_by_d2s():
+    """Whether the code that read a tensor attribute (the frame below this
+    module's, past torch's function-mode machinery) is d2s's own: its reads
+    of a parameter's flags while recording are not the user's decisions."""
+    frame = sys._getframe(2)
+    while frame is not None and (frame.f_code.co_filename == __file__ or
+                                 frame.f_code.co_filename.endswith(os.path.join("torch", "overrides.py"))):
+        frame = frame.f_back
+    return frame is not None and frame.f_code.co_filename.startswith(_D2S_DIRS)
 
 
 def _followed_device(device):

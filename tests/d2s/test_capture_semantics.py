@@ -664,6 +664,35 @@ def test_setting_requires_grad_of_a_non_leaf_is_eagers_error():
         d2s.declarative(computed_without_grad)(torch.ones(2, requires_grad=True))
 
 
+class Freezable(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        if self.fc.weight.requires_grad:  # a flag fine-tuning code flips between calls
+            return self.fc(x) * 2
+        return self.fc(x) - 1
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["trainable-first", "frozen-first"])
+def test_a_parameters_requires_grad_read_by_the_code_is_checked_on_every_call(first, tmp_path):
+    model = Freezable()
+    static = d2s.declarative(model)
+    x = torch.ones(1, 3)
+    for flag in (first, not first, first):
+        model.fc.weight.requires_grad_(flag)
+        assert torch.equal(static(x), Freezable.forward(model, x))
+    assert len(static.forward.program_cache) == 2  # a program for each flag, each converted once
+    assert static.forward.concrete_program.main_program.global_block().ops[0].type == "check_requires_grad"
+    # A saved program keeps the path it was traced on (the check is a training-only op).
+    model.fc.weight.requires_grad_(first)
+    static(x)
+    d2s.jit.save(static, str(tmp_path / "m"))
+    model.fc.weight.requires_grad_(first)
+    assert torch.equal(d2s.jit.load(str(tmp_path / "m"))(x), Freezable.forward(model, x))
+
+
 # -- module attributes assigned in a tensor `if`: carried out of it, per path (were refused) --
 
 class CountsInBranch(nn.Module):

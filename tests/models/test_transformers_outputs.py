@@ -36,3 +36,21 @@ def test_llama_outputs_and_cache_hold_the_runs_tensors():
         for layer, ref in zip(cache.layers, want.past_key_values.layers):
             assert type(layer.keys) is torch.Tensor and torch.allclose(layer.keys, ref.keys, atol=1e-6)
     assert len(model.forward.program_cache) == 2  # the mask path and the None path
+
+
+@pytest.mark.parametrize("flag", ["output_hidden_states", "output_attentions", "use_cache"])
+def test_a_config_flag_changed_between_calls_is_read_as_eager_reads_it(flag):
+    eager, model = _model(), _model()
+    static = d2s.declarative(model)
+    ids = torch.randint(0, 64, (1, 5))
+    for value in (False, True, False):
+        for m in (eager, model):
+            setattr(m.config, flag, value)
+        if flag == "output_attentions":  # eager attention returns the weights; sdpa does not
+            for m in (eager, model):
+                m.config._attn_implementation = "eager"
+        want, got = eager(input_ids=ids), static(input_ids=ids)
+        assert torch.allclose(got.logits, want.logits, atol=1e-6)
+        key = {"output_hidden_states": "hidden_states", "output_attentions": "attentions",
+               "use_cache": "past_key_values"}[flag]
+        assert (getattr(got, key) is None) == (getattr(want, key) is None) == (not value)

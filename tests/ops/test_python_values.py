@@ -1,0 +1,178 @@
+"""Plain Python values a program's code read outside its arguments and
+modules (ops/python_values.py): globals, closure cells and the attributes of
+objects the modules keep (a config). Changed between calls, they send the
+call to convert again, so every call computes what eager computes with the
+values of that moment; unchanged, the program runs as it is."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+import d2s
+
+SCALE = 2.0
+USE_RELU = True
+CFG = {"scale": 2.0, "name": "x"}
+
+
+def scaled(x):
+    if x.sum() > 0:  # a tensor `if`: both sides read the global
+        return x * SCALE
+    return x - SCALE
+
+
+def flagged(x):
+    return torch.relu(x) if USE_RELU else torch.tanh(x)
+
+
+def from_settings(x):
+    return x * CFG["scale"]
+
+
+def test_an_item_of_a_global_dict_of_settings():
+    static = d2s.declarative(from_settings)
+    x = torch.ones(2)
+    try:
+        for value in (2.0, 4.0):
+            CFG["scale"] = value
+            assert torch.equal(static(x), from_settings(x))
+    finally:
+        CFG["scale"] = 2.0
+
+
+def _ops(static):
+    return [op.type for op in static.concrete_program.main_program.global_block().ops]
+
+
+@pytest.mark.parametrize("x", [torch.ones(3), -torch.ones(3)], ids=["true-side", "false-side"])
+def test_a_global_number_changed_between_calls(x):
+    global SCALE
+    static = d2s.declarative(scaled)
+    try:
+        for value in (2.0, 3.0, 2.0, 3.0):
+            SCALE = value
+            assert torch.equal(static(x), scaled(x))
+        assert len(static.program_cache) == 2  # one program per value, each converted once
+        assert _ops(static)[0] == "check_python_values" and "cond" in _ops(static)
+    finally:
+        SCALE = 2.0
+
+
+def test_a_global_flag_picks_the_python_branch_of_the_call():
+    global USE_RELU
+    static = d2s.declarative(flagged)
+    x = torch.randn(5)
+    try:
+        for flag in (True, False, True):
+            USE_RELU = flag
+            assert torch.equal(static(x), flagged(x))
+    finally:
+        USE_RELU = True
+
+
+def test_unchanged_values_run_one_program():
+    static = d2s.declarative(scaled)
+    for _ in range(3):
+        static(torch.ones(3))
+    assert len(static.program_cache) == 1
+
+
+def make_shifter():
+    shift = 1.0
+
+    def shifted(x):
+        return x + shift
+
+    def set_shift(value):
+        nonlocal shift
+        shift = value
+
+    return shifted, set_shift
+
+
+def test_a_closure_cell_changed_between_calls():
+    shifted, set_shift = make_shifter()
+    static = d2s.declarative(shifted)
+    x = torch.zeros(2)
+    for value in (1.0, 5.0, 1.0):
+        set_shift(value)
+        assert torch.equal(static(x), shifted(x))
+
+
+class Settings:
+    def __init__(self):
+        self.scale = 2.0
+        self.mode = "mul"
+
+    @property
+    def doubled(self):
+        return self.scale * 2
+
+
+class Configured(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.settings = Settings()
+
+    def forward(self, x):
+        h = self.fc(x)
+        if self.settings.mode == "mul":
+            return h * self.settings.doubled
+        return h + self.settings.scale
+
+
+@pytest.mark.parametrize("change", [("scale", 3.0), ("mode", "add")])
+def test_an_attribute_of_an_object_the_module_keeps(change):
+    model = Configured()
+    static = d2s.declarative(model)
+    x = torch.randn(2, 4)
+    assert torch.equal(static(x), Configured.forward(model, x))
+    setattr(model.settings, *change)
+    assert torch.equal(static(x), Configured.forward(model, x))
+    assert len(static.forward.program_cache) == 2
+    assert static.forward.concrete_program.main_program.global_block().ops[0].type == "check_python_values"
+
+
+def test_a_changed_value_is_named_by_the_decision(monkeypatch):
+    from runtime.errors import DecisionFailed
+    model = Configured()
+    static = d2s.declarative(model)
+    x = torch.randn(2, 4)
+    static(x)
+    program = static.forward.concrete_program
+    model.settings.mode = "add"
+    with pytest.raises(DecisionFailed, match=r"`Settings.mode` was 'mul'.*it is now 'add'"):
+        program.run([x])
+
+
+def test_a_saved_program_keeps_the_values_it_was_traced_with(tmp_path):
+    global SCALE
+    static = d2s.declarative(scaled)
+    x = torch.ones(3)
+    static(x)
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    try:
+        SCALE = 7.0
+        assert torch.equal(loaded(x), x * 2.0)
+    finally:
+        SCALE = 2.0
+    assert "check_python_values" not in [op.type for op in loaded.program.global_block().ops]
+
+
+def test_exporters_take_the_values_of_the_exporting_call(tmp_path):
+    model = Configured()
+    model.settings.scale = 3.0
+    x = torch.randn(2, 4)
+    want = Configured.forward(model, x)
+    exported = d2s.export(d2s.declarative(model), input_spec=[d2s.InputSpec([2, 4])])
+    assert torch.equal(exported.module()(x), want)
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    path = str(tmp_path / "m.onnx")
+    d2s.onnx.export(d2s.declarative(model), path, input_spec=[d2s.InputSpec([2, 4])])
+    onnx.checker.check_model(onnx.load(path))
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+    assert torch.allclose(torch.from_numpy(got), want, atol=1e-6)
