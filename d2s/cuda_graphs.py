@@ -18,7 +18,9 @@ the call that was captured:
   - its program: the one a plain call would run now (a retrace after a
     module changed captures again); no decision between programs by a
     value, no Python object or module attribute it reads or writes beside
-    its tensors, no print or check; every tensor it reads (parameters,
+    its tensors, no print or check (but the checks of Python values and of
+    parameters' `requires_grad` it read, which each replay runs on the host
+    first: a change runs the call plainly); every tensor it reads (parameters,
     buffers, constants) on a CUDA device, at the address it had at the
     capture (an optimizer step updates in place and is replayed; `.to()`, a
     swapped `.data` or a new Parameter capture again);
@@ -45,6 +47,8 @@ import torch.utils._pytree as pytree
 
 from ops.torch_ops import WRITES_UNDECLARED
 from runtime import foreign_tracers
+from runtime.attrs import InputRef
+from runtime.errors import DecisionFailed
 from runtime.optable import get_op_def
 
 from . import module_watch
@@ -152,6 +156,8 @@ class GraphedCalls:
         graph = self._graphs.get(key)
         if graph is None or graph.token is not token or graph.state != self._state(token, program):
             return self._call_and_capture(key, token, program, args, kwargs, tensors)
+        if not graph.checks_hold():  # a Python value the program read changed: a plain call converts again
+            return self._target(*args, **kwargs)
         self.replays += 1
         return graph.replay(tensors)
 
@@ -277,7 +283,7 @@ class GraphedCalls:
             torch.cuda.synchronize()
             return ("it reads a GPU value on the host while it runs (a tensor `if` or `while`, a value checked "
                     f"when the program runs, `.item()`): {str(exc).splitlines()[0]}"), None
-        return None, _Graph(graph, buffers, out, token, self._state(token, program))
+        return None, _Graph(graph, buffers, out, token, self._state(token, program), host_checks(program))
 
 
 def _no_overlap(t):
@@ -293,6 +299,27 @@ def _host_number(t):
     return t.device.type == "cpu" and t.dim() == 0 and not t.requires_grad and t.layout == torch.strided
 
 
+# Checks of Python state (ops/python_values.py) and of parameters' flags:
+# they read nothing on the device, so a replay runs them on the host first.
+HOST_CHECKS = frozenset(("check_python_values", "check_requires_grad"))
+
+
+def host_checks(program):
+    """(kernel, args, kwargs) of each of `program`'s host checks, its
+    inputs bound to the program's tensors."""
+    out = []
+    for op in program.global_block().ops:
+        if op.type in HOST_CHECKS:
+            inputs = [program.bound[name] for name in op.input("X")]  # parameters: bound tensors
+
+            def bind(value, inputs=inputs):
+                return inputs[value.index] if isinstance(value, InputRef) else value
+
+            out.append((get_op_def(op.type).kernel, tuple(bind(a) for a in op.attrs["args"]),
+                        {k: bind(v) for k, v in op.attrs["kwargs"].items()}))
+    return out
+
+
 def _program_refusal(program, reads):
     """Why calls of `program` cannot be replayed, known before a call, or
     None. `reads`: the tensors a call reads beside its arguments."""
@@ -300,7 +327,8 @@ def _program_refusal(program, reads):
         for op in block.ops:
             # Undeclared writes (running statistics) are watched on the
             # caller's call; a print or a check acts outside the graph.
-            if get_op_def(op.type).side_effect and op.type.rsplit(".", 1)[-1] not in WRITES_UNDECLARED:
+            if get_op_def(op.type).side_effect and op.type.rsplit(".", 1)[-1] not in WRITES_UNDECLARED \
+                    and op.type not in HOST_CHECKS:
                 return f"it acts outside its results ({op.type}: a print or a check)"
     on_cpu = sorted({tuple(t.shape) for t in reads if not t.is_cuda})
     if on_cpu:
@@ -321,12 +349,21 @@ class _Graph:
     """One captured call: its graph, input buffers, outputs, and the
     program and state (`GraphedCalls._state`) it was captured with."""
 
-    def __init__(self, graph, buffers, out, token, state):
+    def __init__(self, graph, buffers, out, token, state, checks=()):
         self.graph = graph
+        self.checks = checks  # host_checks of the program: run before each replay
         self.buffers = buffers
         self.out_leaves, self.out_spec = pytree.tree_flatten(out)
         self.token = token  # what identifies the program captured
         self.state = state
+
+    def checks_hold(self):
+        try:
+            for kernel, args, kwargs in self.checks:
+                kernel(*args, **kwargs)
+        except DecisionFailed:
+            return False
+        return True
 
     def replay(self, tensors):
         for b, t in zip(self.buffers, tensors):

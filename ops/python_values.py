@@ -46,50 +46,11 @@ _MISSING = object()
 _names = {}  # code object -> the global names it and the code nested in it load
 
 
-def _global_names(code):
-    names = _names.get(code)
-    if names is None:
-        found = []
-        for ins in dis.get_instructions(code):
-            if ins.opname == "LOAD_GLOBAL" and ins.argval not in found:
-                found.append(ins.argval)
-        for const in code.co_consts:
-            if isinstance(const, types.CodeType):
-                found += [n for n in _global_names(const) if n not in found]
-        names = _names[code] = tuple(found)
-    return names
-
-
-class PythonValues:
-    """What `check_python_values` compares: (how, holder, name, value,
-    object or None, how a message names it) of each read (`reads_of`, `AttributeReads.found`) and the equality to
-    compare them by, one short line in the program text."""
-
-    def __init__(self, reads, same):
-        self.reads = tuple(reads)
-        self.same = same
-        # What every call compares: the reads of globals and cells, and of
-        # the objects of classes whose writes cannot be watched.
-        every_call = []
-        for read in self.reads:
-            owner = read[4]
-            if owner is not None:
-                _watch_writes(type(owner))
-            if owner is None or type(owner) not in _watched_classes:
-                every_call.append(read)
-        self.every_call = tuple(every_call)
-        self.attributes_at = None  # the write count when the attribute reads were last compared
-
-    def __repr__(self):
-        shown = ", ".join(f"{label}={value!r}" for *_, value, _, label in self.reads[:4])
-        more = f", +{len(self.reads) - 4}" if len(self.reads) > 4 else ""
-        return f"<python values {shown}{more}>"
-
-
 # Packages whose module globals and closure cells are their own constants
 # (feature flags, a decorator's settings), not the user's values.
 LIBRARIES = frozenset({"torch", "numpy", "d2s", "ops", "runtime", "functools", "collections", "typing",
                        "transformers", "timm", "torchvision", "accelerate", "einops"})
+
 
 def _library(fn, code):
     """Whether `fn` is an installed package's (its globals and cells are that
@@ -106,10 +67,25 @@ IN_DICT, IN_CELL, BY_GETATTR = 0, 1, 2
 _MAX_ITEMS = 64  # a larger global dict is a table, not settings
 
 
+def _global_names(code):
+    names = _names.get(code)
+    if names is None:
+        found = []
+        for ins in dis.get_instructions(code):
+            if ins.opname == "LOAD_GLOBAL" and ins.argval not in found:
+                found.append(ins.argval)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                found += [n for n in _global_names(const) if n not in found]
+        names = _names[code] = tuple(found)
+    return names
+
+
 def reads_of(functions, is_plain):
     """The (how, namespace or cell, name, value, None, label) of every plain
     value the user's `functions` name: globals of their modules (builtins
-    aside), the plain items of a global dict, and closure cells. `is_plain` is d2s.module_watch's."""
+    aside), the plain items of a global dict, and closure cells. `is_plain`
+    is d2s.module_watch's."""
     reads, seen = [], set()
     for fn in functions:
         code, namespace = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
@@ -242,6 +218,33 @@ def _watch_writes(cls):
         except TypeError:  # a builtin or extension type: its objects are compared on every call
             return
     _watched_classes.add(cls)
+
+
+class PythonValues:
+    """What `check_python_values` compares: (how, holder, name, value,
+    object or None, how a message names it) of each read (`reads_of`,
+    `AttributeReads.found`) and the equality to compare them by, one short
+    line in the program text."""
+
+    def __init__(self, reads, same):
+        self.reads = tuple(reads)
+        self.same = same
+        # What every call compares: the reads of globals and cells, and of
+        # the objects of classes whose writes cannot be watched.
+        every_call = []
+        for read in self.reads:
+            owner = read[4]
+            if owner is not None:
+                _watch_writes(type(owner))
+            if owner is None or type(owner) not in _watched_classes:
+                every_call.append(read)
+        self.every_call = tuple(every_call)
+        self.attributes_at = None  # the write count when the attribute reads were last compared
+
+    def __repr__(self):
+        shown = ", ".join(f"{label}={value!r}" for *_, value, _, label in self.reads[:4])
+        more = f", +{len(self.reads) - 4}" if len(self.reads) > 4 else ""
+        return f"<python values {shown}{more}>"
 
 
 def _check_python_values_kernel(values):

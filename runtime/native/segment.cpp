@@ -1301,7 +1301,6 @@ PyObject* sgd_update(PyObject*, PyObject* args) {
     return nullptr;
   }
   std::vector<at::Tensor> params, bufs;
-  std::vector<bool> has_buf;
   params.reserve(n);
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* p = PyList_GET_ITEM(params_obj, i);

@@ -176,3 +176,20 @@ def test_exporters_take_the_values_of_the_exporting_call(tmp_path):
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
     assert torch.allclose(torch.from_numpy(got), want, atol=1e-6)
+
+
+def test_the_checks_a_cuda_graph_replay_runs_first():
+    """d2s.cuda_graph replays a program that read Python state after running
+    its checks on the host (the replay itself needs a GPU)."""
+    from d2s.cuda_graphs import _program_refusal, host_checks
+    from runtime.errors import DecisionFailed
+    model = Configured()
+    static = d2s.declarative(model)
+    static(torch.randn(2, 4))
+    program = static.forward.concrete_program.main_program
+    assert _program_refusal(program, []) is None
+    (kernel, args, kwargs), = host_checks(program)
+    kernel(*args, **kwargs)  # holds
+    model.settings.scale = 5.0
+    with pytest.raises(DecisionFailed, match="Settings.scale"):
+        kernel(*args, **kwargs)
