@@ -532,10 +532,12 @@ class StaticFunction:
             self.program_cache.put(with_state_part(key, module_state.key(self.program_cache.state_attrs)),
                                    concrete)
         if len(self.program_cache) == MANY_PROGRAMS:
+            why = getattr(self, "last_decision", None)
             warnings.warn(
                 f"{self._function.__qualname__} has built {MANY_PROGRAMS} programs: its arguments change "
-                "shape or value between calls; use d2s.InputSpec with None dimensions, or pass changing "
-                "Python values as tensors", stacklevel=4)
+                "shape or value between calls, or a program's decision failed; use d2s.InputSpec with None "
+                "dimensions, or pass changing Python values (arguments, globals, config attributes) as tensors"
+                + (f". The last program was converted again because {why}" if why else ""), stacklevel=4)
 
     def _converted_functions(self):
         return [self._function, *conversion._converted.keys()]

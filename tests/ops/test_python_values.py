@@ -193,3 +193,23 @@ def test_the_checks_a_cuda_graph_replay_runs_first():
     model.settings.scale = 5.0
     with pytest.raises(DecisionFailed, match="Settings.scale"):
         kernel(*args, **kwargs)
+
+
+STEP = 0
+
+
+def annealed(x):
+    return x * (1 - STEP / 1000)
+
+
+def test_a_global_changing_on_every_call_is_named_by_the_many_programs_warning():
+    global STEP
+    static = d2s.declarative(annealed)
+    x = torch.ones(2)
+    try:
+        with pytest.warns(UserWarning, match=r"has built 8 programs.*because .*`STEP` was 6.*it is now 7"):
+            for step in range(8):
+                STEP = step
+                assert torch.equal(static(x), annealed(x))
+    finally:
+        STEP = 0
