@@ -415,7 +415,9 @@ class StaticFunction:
             with program_guard(main, startup), Tracer(main, self._name_hints(args)) as tr, \
                     module_state.restored_on_error(before) as undo, \
                     python_values.AttributeReads(python_values.data_objects(modules, module_watch.is_plain_value),
-                                                 module_watch.is_plain_value) as attribute_reads:
+                                                 module_watch.is_plain_value) as attribute_reads, \
+                    python_values.GroupReads(python_values.optimizers_named(self._function, args, kwargs),
+                                             module_watch.is_plain_value) as group_reads:
                 feeds = [self._feed(main, tr, leaf, arg_names, exact) for leaf in leaves]
                 state = input_trees.record_state([v for v in (*args, *kwargs.values()) if python_object(v)])
                 # A tensor passed twice is one value in the trace too (`q is k` as eager
@@ -447,7 +449,8 @@ class StaticFunction:
                 self._refuse_global_state(main)
                 # Plain globals and closure values the code names: checked first on every run.
                 values = python_values.reads_of([self._function, *tr.functions.values()],
-                                                module_watch.is_plain_value) + attribute_reads.found
+                                                module_watch.is_plain_value) + attribute_reads.found + \
+                    group_reads.found
                 if values:
                     python_values.check_first(main, values, module_watch.same_plain_value)
                 replays = written.refuse_written(self._function.__qualname__)

@@ -14,6 +14,8 @@ the trace notes the plain values it may have read from
     settings) and their closure cells;
   - the plain objects the traced modules keep (a transformers config, a
     settings object): the attributes the code actually read (AttributeReads);
+  - the param groups of the optimizers its arguments and globals hold: the
+    values the code actually read (`opt.param_groups[0]["lr"]`, GroupReads);
 
 and the program's first op, `check_python_values`, compares them with the
 current ones. A change raises DecisionFailed and the call converts again
@@ -41,6 +43,7 @@ from runtime.errors import DecisionFailed
 
 from . import tracer
 from .registry import OpDef, register
+from .user_frames import error_at_user_line
 
 _MISSING = object()
 _names = {}  # code object -> the global names it and the code nested in it load
@@ -171,6 +174,90 @@ class AttributeReads:
             else:
                 cls.__getattribute__ = own
         self._patched = []
+
+
+class _ReadDict(dict):
+    """A param group standing in for the optimizer's own while a trace runs:
+    the same items, and each plain value read is noted."""
+
+    def __init__(self, items, note):
+        super().__init__(items)
+        self._note = note
+
+    def __getitem__(self, key):
+        value = dict.__getitem__(self, key)
+        self._note(self, key, value)
+        return value
+
+    def get(self, key, default=None):
+        value = dict.get(self, key, _MISSING)
+        if value is _MISSING:
+            return default
+        self._note(self, key, value)
+        return value
+
+    def _refuse(self, *args, **kwargs):
+        # The write would happen once, while the program is built, where eager
+        # code makes it on every call (a warm-up of the lr, say).
+        raise error_at_user_line(
+            "writing an optimizer's param group (`param_groups[i][key] = ...`) cannot be part of a program: it "
+            "would happen once, while the program is built; change it outside the declarative function, or "
+            "use an lr scheduler (d2s.Graph.add_optimizer(opt, lr_scheduler=...))")
+
+    __setitem__ = __delitem__ = update = setdefault = pop = popitem = clear = _refuse
+
+
+class GroupReads:
+    """`with GroupReads(optimizers, is_plain) as reads:` while a trace runs,
+    the plain values its code reads from the optimizers' param groups
+    (`opt.param_groups[0]["lr"]`, to log it or scale by it), as reads of the
+    optimizer's own group dicts in `reads.found`. A dict's class cannot be
+    changed, so each group is replaced in `param_groups` by a `_ReadDict` of
+    the same items for the trace, and put back after it. An lr scheduler
+    changes `lr` on every step: only a program whose code read it converts
+    again (the `optimizer_step` op reads the groups when it runs)."""
+
+    def __init__(self, optimizers, is_plain):
+        self._optimizers = list({id(o): o for o in optimizers}.values())
+        self._is_plain = is_plain
+        self._found = {}
+        self._swapped = []  # (param_groups list, index, the optimizer's own dict)
+
+    @property
+    def found(self):
+        return [(IN_DICT, group, key, value, None, f"param_groups[{index}][{key!r}]")
+                for group, index, key, value in self._found.values()]
+
+    def __enter__(self):
+        trace, found, is_plain = tracer.active(), self._found, self._is_plain
+        for opt in self._optimizers:
+            groups = opt.param_groups
+            for index, own in enumerate(groups):
+                if type(own) is not dict:
+                    continue
+
+                def note(_, key, value, own=own, index=index):
+                    if tracer.active() is trace and is_plain(value):
+                        found.setdefault((id(own), key), (own, index, key, value))
+
+                groups[index] = _ReadDict(own, note)
+                self._swapped.append((groups, index, own))
+        return self
+
+    def __exit__(self, *exc):
+        for groups, index, own in reversed(self._swapped):
+            if type(groups[index]) is _ReadDict:  # (the trace could not write it: _ReadDict refuses)
+                groups[index] = own
+        self._swapped = []
+
+
+def optimizers_named(function, args, kwargs):
+    """The torch.optim optimizers a call reaches directly: its arguments and
+    the globals its function's code names."""
+    namespace = getattr(function, "__globals__", {})
+    values = [*args, *kwargs.values()] + [namespace.get(n) for n in _global_names(function.__code__)] \
+        if hasattr(function, "__code__") else [*args, *kwargs.values()]
+    return [v for v in values if isinstance(v, torch.optim.Optimizer)]
 
 
 def data_objects(modules, is_plain):

@@ -213,3 +213,33 @@ def test_a_global_changing_on_every_call_is_named_by_the_many_programs_warning()
                 assert torch.equal(static(x), annealed(x))
     finally:
         STEP = 0
+
+
+def lr_of(opt, x):
+    return x * opt.param_groups[0]["lr"]
+
+
+def test_an_optimizers_lr_read_by_the_code_follows_its_scheduler():
+    weight = nn.Parameter(torch.ones(2))
+    opt = torch.optim.SGD([weight], lr=1.0)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    static = d2s.declarative(lr_of)
+    x = torch.ones(2)
+    for _ in range(3):
+        assert torch.equal(static(opt, x), lr_of(opt, x))
+        opt.step()
+        scheduler.step()
+    assert type(opt.param_groups[0]) is dict  # the group the trace read through is the optimizer's own again
+
+
+def warm_up(opt, x):
+    opt.param_groups[0]["lr"] = 0.1
+    return x * 2
+
+
+def test_writing_a_param_group_in_a_program_is_refused_at_the_users_line():
+    opt = torch.optim.SGD([nn.Parameter(torch.ones(2))], lr=1.0)
+    with pytest.raises(d2s.ConversionError, match="writing an optimizer's param group") as err:
+        d2s.declarative(warm_up)(opt, torch.ones(2))
+    assert 'opt.param_groups[0]["lr"] = 0.1' in str(err.value)
+    assert opt.param_groups[0]["lr"] == 1.0 and type(opt.param_groups[0]) is dict
