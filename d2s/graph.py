@@ -216,12 +216,13 @@ class Graph(torch.nn.Module):
         concrete = self._build_fn.concrete_program if self._build_fn is not None else None
         lines = [f"{name} (d2s.Graph, {'training' if self.training else 'eval'}, "
                  f"{'built' if concrete is not None else 'not built yet'})"]
-        for i, (opt, scheduler) in enumerate(self._optimizers):
+        for i, ((opt, scheduler), clip) in enumerate(zip(self._optimizers, self._clips)):
             n = sum(len(g["params"]) for g in opt.param_groups)
             group = opt.param_groups[0]  # current values: an lr scheduler changes them
             hyper = ", ".join(f"{k}={group[k]}" for k in ("lr", "momentum", "betas", "weight_decay") if k in group)
             lines.append(f"  optimizer {i}: {type(opt).__name__}({hyper}) over {n} parameters"
-                         + (f", lr_scheduler {type(scheduler).__name__}" if scheduler is not None else ""))
+                         + (f", lr_scheduler {type(scheduler).__name__}" if scheduler is not None else "")
+                         + (f", gradients clipped to norm {clip[0]:g} (norm type {clip[1]:g})" if clip else ""))
         if concrete is None:
             modules = super().__repr__().splitlines()[1:-1]
             lines += modules or ["  (no modules)"]

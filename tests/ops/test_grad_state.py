@@ -251,6 +251,7 @@ class ClippedStep(d2s.Graph):
 def test_a_graph_clips_as_the_eager_loop_does(max_norm, norm_type, enabled):
     eager, eager_opt, model, opt = _pair()
     graph = ClippedStep(model, opt, max_norm, norm_type)
+    assert f"gradients clipped to norm {max_norm:g} (norm type {norm_type:g})" in repr(graph)
     d2s.ProgramTranslator().enable(enabled)
     try:
         for x, y in _batches(scale=20.0):
