@@ -18,9 +18,9 @@ the call that was captured:
   - its program: the one a plain call would run now (a retrace after a
     module changed captures again); no decision between programs by a
     value, no Python object or module attribute it reads or writes beside
-    its tensors, no print or check (but the checks of Python values and of
-    parameters' `requires_grad` it read, which each replay runs on the host
-    first: a change runs the call plainly); every tensor it reads (parameters,
+    its tensors, no print or check (but the check of the Python values it
+    read, globals, config attributes, parameters' `requires_grad`, which
+    each replay runs on the host first: a change runs the call plainly); every tensor it reads (parameters,
     buffers, constants) on a CUDA device, at the address it had at the
     capture (an optimizer step updates in place and is replayed; `.to()`, a
     swapped `.data` or a new Parameter capture again);
@@ -47,7 +47,6 @@ import torch.utils._pytree as pytree
 
 from ops.torch_ops import WRITES_UNDECLARED
 from runtime import foreign_tracers
-from runtime.attrs import InputRef
 from runtime.errors import DecisionFailed
 from runtime.optable import get_op_def
 
@@ -299,25 +298,16 @@ def _host_number(t):
     return t.device.type == "cpu" and t.dim() == 0 and not t.requires_grad and t.layout == torch.strided
 
 
-# Checks of Python state (ops/python_values.py) and of parameters' flags:
-# they read nothing on the device, so a replay runs them on the host first.
-HOST_CHECKS = frozenset(("check_python_values", "check_requires_grad"))
+# The check of the Python values a program read (ops/python_values.py: globals,
+# config attributes, parameters' `requires_grad`): it reads nothing on the
+# device and takes no inputs, so a replay runs it on the host first.
+HOST_CHECKS = frozenset(("check_python_values",))
 
 
 def host_checks(program):
-    """(kernel, args, kwargs) of each of `program`'s host checks, its
-    inputs bound to the program's tensors."""
-    out = []
-    for op in program.global_block().ops:
-        if op.type in HOST_CHECKS:
-            inputs = [program.bound[name] for name in op.input("X")]  # parameters: bound tensors
-
-            def bind(value, inputs=inputs):
-                return inputs[value.index] if isinstance(value, InputRef) else value
-
-            out.append((get_op_def(op.type).kernel, tuple(bind(a) for a in op.attrs["args"]),
-                        {k: bind(v) for k, v in op.attrs["kwargs"].items()}))
-    return out
+    """(kernel, args, kwargs) of each of `program`'s host checks."""
+    return [(get_op_def(op.type).kernel, op.attrs["args"], op.attrs["kwargs"])
+            for op in program.global_block().ops if op.type in HOST_CHECKS]
 
 
 def _program_refusal(program, reads):

@@ -91,7 +91,7 @@ def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None, stat
     # trace converts that side where it cannot tell.
     sides = dict(getattr(concrete, "decided_sides", {}))
     sides.update(_side_taken(failing))
-    static.last_decision = str(failure).splitlines()[0]  # named by the many-programs warning
+    cache.last_decision = str(failure).splitlines()[0]  # named by the many-programs warning
     with control_flow.forcing(sides, fallback=True):
         fresh = static._build(key, args, kwargs, exact=True, form=form)
     fresh.decided_sides = sides

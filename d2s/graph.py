@@ -49,7 +49,9 @@ class Graph(torch.nn.Module):
         super().__init__()
         self._optimize = None if optimize is None else check_level(optimize)
         self._optimizers = []      # (optimizer, lr_scheduler or None)
-        self._clips = []           # for each: None or (max_norm, norm_type) of clip_grad_norm_
+        # (optimizer, None or (max_norm, norm_type) of clip_grad_norm_) for each: what
+        # `loss.backward()` in build also does, made once for every call (backward_steps).
+        self._steps = ()
         self._debug_level = None
         self._build_fn = None
 
@@ -78,7 +80,7 @@ class Graph(torch.nn.Module):
         if self._build_fn is not None and len(self._build_fn.program_cache):
             raise RuntimeError("add_optimizer() after the graph's first call: add optimizers in __init__")
         self._optimizers.append((optimizer, lr_scheduler))
-        self._clips.append(clip)
+        self._steps += ((optimizer, clip),)
 
     def build(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} must define build(self, ...)")
@@ -116,7 +118,7 @@ class Graph(torch.nn.Module):
         puts = cache.puts
         level = self._debug_level
         start = time.perf_counter()
-        with backward_steps(zip((opt for opt, _ in self._optimizers), self._clips)):
+        with backward_steps(self._steps):
             if level is None:
                 out = static(*args, **kwargs)
             else:
@@ -133,7 +135,7 @@ class Graph(torch.nn.Module):
         for optimizer, _ in self._optimizers:
             optimizer.zero_grad()
         out = build(*args, **kwargs)
-        for (optimizer, _), clip in zip(self._optimizers, self._clips):
+        for optimizer, clip in self._steps:
             if clip is not None:
                 torch.nn.utils.clip_grad_norm_(optimizer_params(optimizer), *clip)
         for optimizer, scheduler in self._optimizers:
@@ -216,7 +218,7 @@ class Graph(torch.nn.Module):
         concrete = self._build_fn.concrete_program if self._build_fn is not None else None
         lines = [f"{name} (d2s.Graph, {'training' if self.training else 'eval'}, "
                  f"{'built' if concrete is not None else 'not built yet'})"]
-        for i, ((opt, scheduler), clip) in enumerate(zip(self._optimizers, self._clips)):
+        for i, ((opt, scheduler), (_, clip)) in enumerate(zip(self._optimizers, self._steps)):
             n = sum(len(g["params"]) for g in opt.param_groups)
             group = opt.param_groups[0]  # current values: an lr scheduler changes them
             hyper = ", ".join(f"{k}={group[k]}" for k in ("lr", "momentum", "betas", "weight_decay") if k in group)

@@ -21,6 +21,7 @@ class ProgramCache:
         self.last = None
         self._recent = None  # the program at the end of `_programs`
         self.puts = 0  # programs cached so far: a caller compares it to tell a build from a hit
+        self.last_decision = None  # why the latest program was converted again (decisions.rerun): for warnings
         self.state_attrs = []  # (module weakref, name) of module attributes the programs store
         # The module part of the key (StaticFunction._refresh_training_flags)
         # lives here, with the programs it keys, and not on the StaticFunction:

@@ -450,7 +450,7 @@ class StaticFunction:
                 # Plain globals and closure values the code names: checked first on every run.
                 values = python_values.reads_of([self._function, *tr.functions.values()],
                                                 module_watch.is_plain_value) + attribute_reads.found + \
-                    group_reads.found
+                    group_reads.found + list(tr.flag_reads.values())
                 if values:
                     python_values.check_first(main, values, module_watch.same_plain_value)
                 replays = written.refuse_written(self._function.__qualname__)
@@ -535,7 +535,7 @@ class StaticFunction:
             self.program_cache.put(with_state_part(key, module_state.key(self.program_cache.state_attrs)),
                                    concrete)
         if len(self.program_cache) == MANY_PROGRAMS:
-            why = getattr(self, "last_decision", None)
+            why = self.program_cache.last_decision
             warnings.warn(
                 f"{self._function.__qualname__} has built {MANY_PROGRAMS} programs: its arguments change "
                 "shape or value between calls, or a program's decision failed; use d2s.InputSpec with None "

@@ -41,7 +41,6 @@ import sys
 
 import torch
 
-from runtime.attrs import InputRef
 from runtime.errors import DecisionFailed
 from runtime.ir import Variable
 
@@ -189,31 +188,6 @@ def check_modes_first(program, read):
     block = program.global_block()
     block.append_op("check_modes", inputs={"X": []}, outputs={"Out": []},
                     attrs={"args": (read.get("grad"), read.get("inference")), "kwargs": {}, "out": None})
-    block.ops.insert(0, block.ops.pop())
-
-
-def _check_requires_grad_kernel(*tensors, expected):
-    for tensor, want in zip(tensors, expected):
-        if tensor.requires_grad != want:
-            raise DecisionFailed(f"this program was converted when a parameter it reads had requires_grad={want}, "
-                                 "and its code reads that flag; it has changed: convert again")
-
-
-# A saved or inference program keeps the flags it was traced with (training_only: pruned there).
-register(OpDef("check_requires_grad", kernel=_check_requires_grad_kernel, side_effect=True, training_only=True))
-
-
-def check_requires_grad_first(program, read):
-    """Make a `check_requires_grad` op the first op of `program`: `read`
-    maps the name of each parameter whose `requires_grad` the user's code
-    read (`if p.requires_grad:`, torch's own fast-path checks) to the value
-    it read, so a call after `p.requires_grad_(False)` converts again
-    rather than run the other path's code."""
-    block = program.global_block()
-    names = sorted(read)
-    block.append_op("check_requires_grad", inputs={"X": names}, outputs={"Out": []},
-                    attrs={"args": tuple(InputRef(i) for i in range(len(names))),
-                           "kwargs": {"expected": tuple(read[n] for n in names)}, "out": None})
     block.ops.insert(0, block.ops.pop())
 
 

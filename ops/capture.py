@@ -31,9 +31,9 @@ from torch.overrides import TorchFunctionMode
 from runtime import ir
 from runtime.ir import TENSOR_ARRAY, Variable
 
-from . import framework, numpy_ufuncs, optimizer_ops, torch_ops, tracer
+from . import framework, numpy_ufuncs, optimizer_ops, python_values, torch_ops, tracer
 from .examples import constant_value
-from .recording import _TO_PYTHON, _contains, _to_python_error, lift, record, size, stands_for_number
+from .recording import _TO_PYTHON, _contains, _to_python_error, record, size, stands_for_number
 from .registry import op_for_callable
 from .storage_address import StorageAddress
 from .user_frames import (INTERNAL_DIRS, TORCH_DIR, called_from_torch, error_at_user_line, is_stdlib_file, user_name,
@@ -79,7 +79,7 @@ def _metadata_name(fn):
 
 
 # `t.grad` (and its alias `t._grad`): written by backward, so read by an op (optimizer_ops.read_grad).
-_GRAD_GETTERS = (torch.Tensor.grad, torch.Tensor._grad)
+_GRAD, _GRAD_ALIAS = torch.Tensor.grad, torch.Tensor._grad
 
 
 def _is_metadata_getter(fn):
@@ -118,14 +118,18 @@ def dispatch(fn, args, kwargs):
             return _method(args[0], meta_name)(*args[1:], **kwargs)
         if not has_var:
             return fn(*args, **kwargs)
-    if getattr(fn, "__self__", None) in _GRAD_GETTERS and args:
+    owner = getattr(fn, "__self__", None)
+    if (owner is _GRAD or owner is _GRAD_ALIAS) and args:
         return optimizer_ops.read_grad(args[0])  # state the program's backward may write, not metadata
     if not has_var and _is_metadata_getter(fn):
         value = fn(*args, **kwargs)
         if getattr(fn, "__self__", None) is torch.Tensor.requires_grad and isinstance(args[0], torch.nn.Parameter) \
                 and not _read_by_d2s():
             # A flag the user may flip between calls (freezing layers): checked when the program runs.
-            tracer.current().requires_grad_read.setdefault(lift(args[0]).name, value)
+            tr = tracer.current()
+            name = tr.name_hints.get(id(args[0]), "a parameter")
+            tr.flag_reads.setdefault(id(args[0]), python_values.read_by_getattr(args[0], "requires_grad", value,
+                                                                                f"{name}.requires_grad"))
         return _followed_device(value) if getattr(fn, "__self__", None) is torch.Tensor.device else value
     expanding = tracer.current().expanding
     if inspect.isfunction(fn) and fn not in expanding:

@@ -154,12 +154,6 @@ def _sgd_group(opt, group, engine=None):
         for p, buf in zip(params, bufs):
             state[p]["momentum_buffer"] = buf
         return
-    if momentum == 0 and weight_decay == 0 and not maximize:
-        for p in group["params"]:
-            grad = p.grad
-            if grad is not None:
-                p.add_(grad, alpha=-lr)
-        return
     state = opt.state
     for p in group["params"]:
         grad = p.grad
@@ -430,10 +424,11 @@ def _leaves(program):
 
 
 def record_backward(loss, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-    """`loss.backward()` on a Variable: append `backward` and
-    `accumulate_grad` (and, inside a Graph, the optimizers' zero_grad/step)."""
+    """`loss.backward()` on a Variable: append `tensor_backward` (and, inside
+    a Graph, the optimizers' zero_grad before it, their clips and steps after)."""
     program = loss.block.program
-    block = tracer.current().block
+    tr = tracer.current()
+    block = tr.block
     if block.idx != 0:
         raise error_at_user_line("`loss.backward()` under a tensor condition or loop cannot become part of a "
                                  "program; compute the loss in the branch and call backward() after it")
@@ -460,7 +455,6 @@ def record_backward(loss, gradient=None, retain_graph=None, create_graph=False, 
         kwargs["gradient"] = InputRef(1)
     block.append_op("tensor_backward", inputs={"X": inputs}, outputs={"Out": []},
                     attrs={"args": (InputRef(0),), "kwargs": kwargs, "out": None}, origin=user_origin())
-    tr = tracer.current()
     tr.backward_leaves.update(v.name for v in leaves)  # `.grad` of these is the program's from here
     if not stepped:
         return

@@ -16,6 +16,8 @@ the trace notes the plain values it may have read from
     settings object): the attributes the code actually read (AttributeReads);
   - the param groups of the optimizers its arguments and globals hold: the
     values the code actually read (`opt.param_groups[0]["lr"]`, GroupReads);
+  - a parameter's `requires_grad` the user's code or torch's read
+    (`if p.requires_grad:`, a fast path's check; noted by ops/capture.py);
 
 and the program's first op, `check_python_values`, compares them with the
 current ones. A change raises DecisionFailed and the call converts again
@@ -68,6 +70,12 @@ def _library(fn, code):
 # object's own __dict__), in a closure cell, or by getattr.
 IN_DICT, IN_CELL, BY_GETATTR = 0, 1, 2
 _MAX_ITEMS = 64  # a larger global dict is a table, not settings
+
+
+def read_by_getattr(obj, name, value, label):
+    """A read to compare by getattr on every call (a parameter's
+    `requires_grad`, noted by ops/capture.py when the user's code reads it)."""
+    return (BY_GETATTR, obj, name, value, None, label)
 
 
 def _global_names(code):
@@ -254,9 +262,10 @@ class GroupReads:
 def optimizers_named(function, args, kwargs):
     """The torch.optim optimizers a call reaches directly: its arguments and
     the globals its function's code names."""
-    namespace = getattr(function, "__globals__", {})
-    values = [*args, *kwargs.values()] + [namespace.get(n) for n in _global_names(function.__code__)] \
-        if hasattr(function, "__code__") else [*args, *kwargs.values()]
+    values = [*args, *kwargs.values()]
+    code, namespace = getattr(function, "__code__", None), getattr(function, "__globals__", None)
+    if code is not None and namespace is not None:
+        values += [namespace.get(name) for name in _global_names(code)]
     return [v for v in values if isinstance(v, torch.optim.Optimizer)]
 
 

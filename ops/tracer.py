@@ -108,7 +108,7 @@ class Tracer:
         self.caller_modes = None  # (grad, inference) of the caller, read on entry
         self.autocast_start = None  # the caller's autocast (runtime/run_modes.py), read on entry
         self.modes_read = {}      # "grad"/"inference" -> the caller's mode the user's code read
-        self.requires_grad_read = {}  # parameter name -> the `requires_grad` the user's code read
+        self.flag_reads = {}  # id -> a parameter's `requires_grad` the user's code read (ops/python_values.py)
         self.functions = {}  # id -> each converted function the trace called (ops/python_values.py)
         self.user_enabled_grad = False  # the user's code turned gradients on inside the trace
         self.try_depth = 0        # user `try` bodies with handlers under way (d2s try_scope)
@@ -176,9 +176,7 @@ class Tracer:
         try:
             if exc_type is None and self._shapes is not None:
                 self._shapes.finish(self.program)
-            if exc_type is None and self.requires_grad_read:
-                ambient_modes.check_requires_grad_first(self.program, self.requires_grad_read)
-            # Last, so first: a saved model finds the mode it was converted for there (d2s/save_paths.py).
+            # First: a saved model finds the mode it was converted for there (d2s/save_paths.py).
             if exc_type is None and self.modes_read:
                 ambient_modes.check_modes_first(self.program, self.modes_read)
         finally:

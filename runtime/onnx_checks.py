@@ -24,15 +24,15 @@ model computes ints in int64, as torch does), `check_strides` of a contiguous in
 are always dense), and `check_modes` (ops/ambient_modes.py: ONNX has no
 autograd or inference mode; the model is the program converted in the
 exporting call's mode, as torch.onnx.export traces in the caller's mode),
-nor `check_requires_grad` and `check_python_values` (the Python state the
-program was converted with, which a saved program keeps too). A program converted for a non-contiguous input layout
+nor `check_python_values` (the Python state the program was converted
+with, which a saved program keeps too). A program converted for a non-contiguous input layout
 is refused.
 """
 
 from .onnx_common import op_error
 
 CHECKS = frozenset(("assert", "raise", "check_all_true", "check_int64", "check_sizes", "check_dims", "check_bool",
-                    "check_strides", "decision_failed", "check_modes", "check_requires_grad",
+                    "check_strides", "decision_failed", "check_modes",
                     "check_python_values"))
 
 
@@ -100,7 +100,7 @@ def condition(graph, op, block, lowering):
         return ok
     if op.type == "check_modes":
         return None  # ONNX has no autograd or inference mode: the model is the program of the export's mode
-    if op.type in ("check_requires_grad", "check_python_values"):
+    if op.type == "check_python_values":
         return None  # the Python state of the exporting call, as a saved program keeps it
     if op.type == "check_strides":
         if args[1] is None:
