@@ -74,6 +74,8 @@ def convert_function(fn):
     traced = tracer.active()
     if traced is not None:  # the globals and cells it reads are checked when the program runs
         traced.functions[id(fn)] = fn
+        if traced.attribute_reads is not None:
+            traced.attribute_reads.add_function(fn)
     converted = _converted.get(fn)
     if converted is None:
         compiled = _compile(fn)

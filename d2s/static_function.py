@@ -430,6 +430,9 @@ class StaticFunction:
                 sym_kwargs = {k: replace_tensors(v, remaining, k, made) for k, v in kwargs.items()}
                 written = python_writes.watch(self._function, sym_args, sym_kwargs, arg_names, self._instance)
                 undo.append(written.undo)  # a failed conversion leaves no graph value in the user's objects
+                attribute_reads.ignore([copy for _, copy, _ in made])
+                attribute_reads.add(written.values)  # objects of settings among arguments, globals, cells
+                attribute_reads.add_function(self._function)
                 # Trace with autograd on whatever the caller's mode: only a
                 # `no_grad` block inside the function marks ops gradient-free.
                 sym_args, sym_kwargs = self._as_called(sym_args, sym_kwargs, form)
@@ -448,8 +451,9 @@ class StaticFunction:
                                                    {r.var_name for r in reads})
                 self._refuse_global_state(main)
                 # Plain globals and closure values the code names: checked first on every run.
-                values = python_values.reads_of([self._function, *tr.functions.values()],
-                                                module_watch.is_plain_value) + attribute_reads.found + \
+                functions = [self._function, *tr.functions.values()]
+                values = python_values.reads_of(functions, module_watch.is_plain_value) + attribute_reads.found + \
+                    python_values.module_reads(modules, functions, module_watch.is_plain_value) + \
                     group_reads.found + list(tr.flag_reads.values())
                 if values:
                     python_values.check_first(main, values, module_watch.same_plain_value)

@@ -11,9 +11,17 @@ the trace notes the plain values it may have read from
   - the globals of the user's converted functions' modules (every global
     name their code, and the code nested in it, loads: more than the trace
     may have used, never fewer; the plain items of a global dict of
-    settings) and their closure cells;
-  - the plain objects the traced modules keep (a transformers config, a
-    settings object): the attributes the code actually read (AttributeReads);
+    settings) and their closure cells; the constants their code reads from
+    the user's classes and other modules (`Defaults.SCALE`,
+    `settings.SCALE`: `chain_reads`);
+  - the objects of settings (a transformers config, an argparse
+    Namespace, a dataclass, the user's own) that the traced modules, the
+    arguments, those globals and cells hold, and those read from them
+    (`config.text_config`): the attributes the code actually read, class
+    attributes included (AttributeReads);
+  - lists and dicts of plain values read from any of these, by content
+    (`_Contents`: changed in place, they are not rebound); those a user's
+    module holds and its class attributes (`module_reads`);
   - the param groups of the optimizers its arguments and globals hold: the
     values the code actually read (`opt.param_groups[0]["lr"]`, GroupReads);
   - a parameter's `requires_grad` the user's code or torch's read
@@ -37,6 +45,8 @@ as a loaded program has no such source.
 """
 
 import dis
+import enum
+import sys
 import types
 
 import torch
@@ -66,6 +76,120 @@ def _library(fn, code):
     return "site-packages" in parts or "dist-packages" in parts
 
 
+def _library_object(obj):
+    """Whether a class or module is an installed package's (its attributes
+    are that package's constants)."""
+    name = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None) or ""
+    if name.split(".")[0] in LIBRARIES or name.split(".")[0] in sys.stdlib_module_names:
+        return True  # (`math.pi` is no setting)
+    module = sys.modules.get(name) if not isinstance(obj, types.ModuleType) else obj
+    path = (getattr(module, "__file__", None) or "").replace("\\", "/").split("/")
+    return "site-packages" in path or "dist-packages" in path
+
+
+def _defining_class(cls, name):
+    """The class of `cls`'s MRO whose own namespace holds `name`, or None."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return klass
+    return None
+
+
+def _chains(code):
+    """(global name, attribute, ...) of each `NAME.attr.attr` the code (and
+    the code nested in it) reads: a class's or another module's constant
+    (`Defaults.SCALE`, `settings.SCALE`)."""
+    chains = _chains_of.get(code)
+    if chains is None:
+        found, chain = [], None
+        for ins in dis.get_instructions(code):
+            if ins.opname == "LOAD_GLOBAL":
+                chain = [ins.argval]
+                found.append(chain)
+            elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and chain is not None:
+                chain.append(ins.argval)
+            else:
+                chain = None
+        chains = [tuple(c) for c in found if len(c) > 1]
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                chains += _chains(const)
+        chains = _chains_of[code] = tuple(dict.fromkeys(chains))
+    return chains
+
+
+_chains_of = {}
+
+
+def chain_reads(namespace, chains, is_plain, objects):
+    """The reads of the constants `chains` reach through the user's classes
+    and modules (`Defaults.SCALE`, `settings.SCALE`, `settings.Defaults.SCALE`)
+    from `namespace`, looked up in the defining class's or module's
+    namespace on every call; objects of settings reached (`settings.OPTIONS`)
+    go to `objects`."""
+    reads = []
+    for name, *attrs in chains:
+        value, label = namespace.get(name, _MISSING), name
+        for attr in attrs:
+            if isinstance(value, types.ModuleType) and not _library_object(value):
+                holder = vars(value)
+            elif isinstance(value, type) and not _library_object(value) and \
+                    _defining_class(value, attr) is not None and not _library_object(_defining_class(value, attr)):
+                holder = vars(_defining_class(value, attr))
+            else:
+                break
+            value, label = holder.get(attr, _MISSING), f"{label}.{attr}"
+            noted = value if is_plain(value) else contents_of(value, is_plain)
+            if noted is not None:
+                reads.append((IN_DICT, holder, attr, noted, None, label))
+                break
+            if is_data_object(value, is_plain):
+                objects.append(value)
+                break
+    return reads
+
+
+def module_reads(modules, functions, is_plain):
+    """What the user's `functions` may read through `self` of the user's
+    modules beyond their plain attributes (which key the program,
+    d2s/module_watch.py): a list or dict of plain values the module holds
+    (`self.sizes`, changed in place), and a plain class attribute
+    (`self.SCALE`), compared on every call. "May read": a name their code
+    loads."""
+    names = set()
+    for fn in functions:
+        code = getattr(fn, "__code__", None)
+        if code is not None and not _library(fn, code):
+            names |= _attribute_names(code)
+    reads, seen = [], set()
+    for module in modules:
+        cls = type(module)
+        if _library_object(cls):
+            continue
+        own = vars(module)
+        for name in names:
+            contents = contents_of(own[name], is_plain) if name in own else None
+            if contents is not None:
+                reads.append((IN_DICT, own, name, contents, None, f"{cls.__name__}.{name}"))
+            klass = _defining_class(cls, name) if name not in own and name[:2] != "__" else None
+            if klass is None or _library_object(klass) or (id(klass), name) in seen:
+                continue
+            value = vars(klass)[name]
+            noted = value if is_plain(value) else contents_of(value, is_plain)
+            if noted is not None:
+                seen.add((id(klass), name))
+                reads.append((IN_DICT, vars(klass), name, noted, None, f"{klass.__name__}.{name}"))
+    return reads
+
+
+def _attribute_names(code):
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _attribute_names(const)
+    return names
+
+
 # How a read is looked up again: in a dict (a module's namespace, an
 # object's own __dict__), in a closure cell, or by getattr.
 IN_DICT, IN_CELL, BY_GETATTR = 0, 1, 2
@@ -76,6 +200,14 @@ def read_by_getattr(obj, name, value, label):
     """A read to compare by getattr on every call (a parameter's
     `requires_grad`, noted by ops/capture.py when the user's code reads it)."""
     return (BY_GETATTR, obj, name, value, None, label)
+
+
+def _bound(cell):
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell: a name assigned later in the outer function
+        return False
+    return True
 
 
 def _global_names(code):
@@ -104,9 +236,12 @@ def reads_of(functions, is_plain):
             continue
         for name in _global_names(code):
             value = namespace.get(name, _MISSING)
-            if value is not _MISSING and is_plain(value) and (id(namespace), name) not in seen:
+            if value is _MISSING or (id(namespace), name) in seen:
+                continue
+            noted = value if is_plain(value) else contents_of(value, is_plain)
+            if noted is not None:  # (a list or dict of plain values: by content, `SIZES.append(4)`)
                 seen.add((id(namespace), name))
-                reads.append((IN_DICT, namespace, name, value, None, name))
+                reads.append((IN_DICT, namespace, name, noted, None, name))
             elif type(value) is dict and len(value) <= _MAX_ITEMS and (id(value), None) not in seen:
                 # A global dict of settings (`CFG["scale"]`): its plain items.
                 seen.add((id(value), None))
@@ -117,65 +252,197 @@ def reads_of(functions, is_plain):
                 value = cell.cell_contents
             except ValueError:  # an empty cell: a name assigned later in the outer function
                 continue
-            if is_plain(value) and id(cell) not in seen:
+            noted = value if is_plain(value) else contents_of(value, is_plain)
+            if noted is not None and id(cell) not in seen:
                 seen.add(id(cell))
-                reads.append((IN_CELL, cell, name, value, None, name))
+                reads.append((IN_CELL, cell, name, noted, None, name))
     return reads
+
+
+class _Contents(tuple):
+    """What a list or dict of plain values held when the trace read it (its
+    items, or (key, value) pairs, in order, and their types: 1 == 1.0 ==
+    True): compared by content on every call, as `SIZES.append(4)` changes
+    a list in place without rebinding it."""
+
+    __slots__ = ()
+
+    def __new__(cls, container):
+        kind = type(container)
+        values = tuple(container.values()) if kind is dict else tuple(container)
+        nested = any(type(v) is tuple for v in values)  # (compared item by item: their items' types too)
+        items = tuple(container.items()) if kind is dict else values
+        return super().__new__(cls, (kind, items, tuple(map(type, values)), nested))
+
+    def matches(self, now, same):
+        kind, items, types_, nested = self
+        if type(now) is not kind or len(now) != len(items):
+            return False
+        if kind is dict:
+            if tuple(now.items()) != items or tuple(map(type, now.values())) != types_:
+                return False
+            return not nested or all(same(v, was) for v, (_, was) in zip(now.values(), items))
+        if tuple(now) != items or tuple(map(type, now)) != types_:
+            return False
+        return not nested or all(same(v, was) for v, was in zip(now, items))
+
+    def __repr__(self):
+        kind, items = self[:2]
+        return repr(dict(items) if kind is dict else list(items))
+
+
+def contents_of(value, is_plain):
+    """A `_Contents` of `value` when it is a list or dict (string keys) of
+    at most _MAX_ITEMS plain values, else None."""
+    kind = type(value)
+    if kind is list and len(value) <= _MAX_ITEMS and all(is_plain(v) for v in value):
+        return _Contents(value)
+    if kind is dict and len(value) <= _MAX_ITEMS and all(type(k) is str and is_plain(v) for k, v in value.items()):
+        return _Contents(value)
+    return None
+
+
+# Packages whose objects are state of their own, not settings: a logger's
+# level cache or a thread's flags change as the program runs.
+_NOT_SETTINGS = frozenset({"torch", "d2s", "ops", "runtime", "numpy", "builtins"}) | \
+    (frozenset(sys.stdlib_module_names) - {"argparse", "types", "dataclasses"})
+
+
+def is_data_object(value, is_plain):
+    """Whether `value` is an object of settings whose plain attributes the
+    code may read: a Python object with a `__dict__` (a config, an
+    `argparse.Namespace`, a dataclass, the user's own class), not a module,
+    tensor, function, class, enum member or a standard-library or torch
+    object."""
+    kind = type(value)
+    return not is_plain(value) and hasattr(value, "__dict__") and not callable(value) and \
+        (kind.__module__ or "").split(".")[0] not in _NOT_SETTINGS and \
+        not isinstance(value, (torch.nn.Module, torch.Tensor, type, types.ModuleType, enum.Enum))
 
 
 class AttributeReads:
     """`with AttributeReads(objects, is_plain) as reads:` while a trace runs,
-    the plain attribute values its code reads from `objects` (the plain
-    objects the traced modules keep: a transformers config, the user's own
-    settings object), as (object, name, value) in `reads.found`. The reads
-    are seen by a `__getattribute__` put on the objects' classes for the
-    trace only (Python classes: a builtin's cannot be given one), which
-    notes reads of these objects by this trace and nothing else."""
+    the plain attribute values its code reads from `objects` (the objects of
+    settings the traced modules keep, `add`ed ones: those of the call's
+    arguments, globals and closure cells, and the objects of settings read
+    from these, `config.text_config`), in `reads.found`. The reads are seen
+    by a `__getattribute__` put on the objects' classes for the trace only.
+    A class that cannot be given one (`types.SimpleNamespace`) has every
+    plain attribute of its objects checked instead."""
 
     def __init__(self, objects, is_plain):
-        self._objects = {id(o): o for o in objects}
         self._is_plain = is_plain
+        self._objects = {}
         self._found = {}
         self._patched = []
+        self._classes = set()
+        self._unpatched = []  # objects of classes that could not be patched: all their plain attributes
+        self._trace = None
+        self._pending = list(objects)
+        self._functions = set()  # the code of the functions `add_function` took
+        self._chain_reads = []
 
     @property
     def found(self):
         """(how, holder, name, value, object, label) of each read: an attribute the object
         holds itself (the read gave that value) is looked up in its
         `__dict__` again, the rest (properties, names a class maps to
-        others) by getattr."""
+        others) by getattr. A list or dict read is compared on every call
+        (its object is None: it changes without a write to the object)."""
         out = []
-        for obj, name, value in self._found.values():
+        for obj, name, value, same_object in self._found.values():
+            label = f"{type(obj).__name__}.{name}"
             own = getattr(obj, "__dict__", None)
-            if type(own) is dict and own.get(name, _MISSING) is value:
-                out.append((IN_DICT, own, name, value, obj, f"{type(obj).__name__}.{name}"))
+            owner = None if type(value) is _Contents else obj
+            klass = None if type(own) is dict and name in own else _defining_class(type(obj), name)
+            if type(own) is dict and same_object(own.get(name, _MISSING)):
+                out.append((IN_DICT, own, name, value, owner, label))
+            elif klass is not None and not _library_object(klass) and same_object(vars(klass)[name]):
+                # A class attribute (`Options.SCALE` read as `options.SCALE`): writing it
+                # is no write to the object, so it is compared on every call.
+                out.append((IN_DICT, vars(klass), name, value, None, f"{klass.__name__}.{name}"))
             else:
-                out.append((BY_GETATTR, obj, name, value, obj, f"{type(obj).__name__}.{name}"))
+                out.append((BY_GETATTR, obj, name, value, owner, label))
+        out += self._chain_reads
+        for obj in self._unpatched:
+            own, kind = vars(obj), type(obj).__name__
+            for name, value in list(own.items()):
+                noted = value if self._is_plain(value) else contents_of(value, self._is_plain)
+                if noted is not None and type(name) is str:
+                    out.append((IN_DICT, own, name, noted, None, f"{kind}.{name}"))
         return out
 
     def __enter__(self):
-        trace, objects, found, is_plain = tracer.active(), self._objects, self._found, self._is_plain
-        classes = []
-        for obj in objects.values():
-            if type(obj) not in classes:
-                classes.append(type(obj))
-        for cls in classes:
-            own, original = cls.__dict__.get("__getattribute__", _MISSING), cls.__getattribute__
-
-            def getattribute(obj, name, original=original):
-                value = original(obj, name)
-                if id(obj) in objects and name[:2] != "__" and tracer.active() is trace and is_plain(value):
-                    found.setdefault((id(obj), name), (obj, name, value))
-                return value
-
-            try:
-                cls.__getattribute__ = getattribute
-            except TypeError:  # a builtin or extension type
-                continue
-            self._patched.append((cls, own))
+        self._trace = tracer.active()
+        self._trace.attribute_reads = self
+        self.add(self._pending)
         return self
 
+    def add_function(self, fn):
+        """Follow the objects of settings `fn`'s globals and closure cells
+        hold (a function of the user's the trace calls), and note the
+        constants its code reads from the user's classes and modules."""
+        code, namespace = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+        if code is None or namespace is None or _library(fn, code) or id(code) in self._functions:
+            return
+        self._functions.add(id(code))
+        objects = [namespace.get(name) for name in _global_names(code)]
+        objects += [c.cell_contents for c in fn.__closure__ or () if _bound(c)]
+        self._chain_reads += chain_reads(namespace, _chains(code), self._is_plain, objects)
+        self.add(objects)
+
+    def ignore(self, objects):
+        """Never follow `objects` (the trace's copies of the arguments that
+        hold tensors: their other values key the program)."""
+        self._objects.update((id(o), None) for o in objects)
+
+    def add(self, values, depth=0):
+        """Follow the objects of settings among `values` (and in the lists,
+        tuples and dicts among them) from now on."""
+        for value in values:
+            if type(value) in (list, tuple, dict) and depth < 3:
+                items = value.values() if type(value) is dict else value
+                if len(items) <= _MAX_ITEMS:
+                    self.add(list(items), depth + 1)
+            elif id(value) not in self._objects and is_data_object(value, self._is_plain):
+                self._objects[id(value)] = value
+                if not self._patch(type(value)):
+                    self._unpatched.append(value)
+                    self.add(list(vars(value).values()), depth + 1)
+
+    def _note(self, obj, name, value):
+        if self._is_plain(value):
+            self._found.setdefault((id(obj), name), (obj, name, value, lambda now, v=value: now is v))
+            return
+        contents = contents_of(value, self._is_plain)
+        if contents is not None:
+            self._found.setdefault((id(obj), name), (obj, name, contents, lambda now, v=value: now is v))
+        else:
+            self.add([value])  # (an object of settings read from one: `config.text_config`)
+
+    def _patch(self, cls):
+        """Put the noting `__getattribute__` on `cls`; False when it cannot have one."""
+        if cls in self._classes:
+            return True
+        own, original = cls.__dict__.get("__getattribute__", _MISSING), cls.__getattribute__
+        objects, trace, note = self._objects, self._trace, self._note
+
+        def getattribute(obj, name, original=original):
+            value = original(obj, name)
+            if name[:2] != "__" and objects.get(id(obj)) is obj and tracer.active() is trace:
+                note(obj, name, value)
+            return value
+
+        try:
+            cls.__getattribute__ = getattribute
+        except TypeError:  # a builtin or extension type
+            return False
+        self._classes.add(cls)
+        self._patched.append((cls, own))
+        return True
+
     def __exit__(self, *exc):
+        self._trace.attribute_reads = None
         for cls, own in reversed(self._patched):
             if own is _MISSING:
                 del cls.__getattribute__
@@ -270,21 +537,14 @@ def optimizers_named(function, args, kwargs):
 
 
 def data_objects(modules, is_plain):
-    """The plain objects `modules` keep as attributes (a config, a settings
-    object), whose plain attribute values the code may read: objects of
-    Python classes outside torch and d2s, not modules, tensors, functions,
-    classes or containers."""
+    """The objects of settings `modules` keep as attributes (a config, the
+    user's settings object: `is_data_object`)."""
     seen, out = set(), []
     for module in modules:
         for value in vars(module).values():
-            kind = type(value)
-            package = (kind.__module__ or "").split(".")[0]
-            if id(value) in seen or is_plain(value) or not hasattr(value, "__dict__") or callable(value) or \
-                    package in ("torch", "d2s", "ops", "runtime", "numpy", "builtins") or \
-                    isinstance(value, (torch.nn.Module, torch.Tensor, type, types.ModuleType)):
-                continue
-            seen.add(id(value))
-            out.append(value)
+            if id(value) not in seen and is_data_object(value, is_plain):
+                seen.add(id(value))
+                out.append(value)
     return out
 
 
@@ -360,10 +620,11 @@ def _check_python_values_kernel(values):
                 now = getattr(holder, name)
             except AttributeError:
                 now = _MISSING
-        if now is not value and not same(now, value):
-            shown = "deleted" if now is _MISSING else repr(now)
-            raise DecisionFailed(f"this program was converted when `{label}` was {value!r}, and its code reads "
-                                 f"it; it is now {shown}: convert again")
+        if value.matches(now, same) if type(value) is _Contents else (now is value or same(now, value)):
+            continue
+        shown = "deleted" if now is _MISSING else repr(now)
+        raise DecisionFailed(f"this program was converted when `{label}` was {value!r}, and its code reads "
+                             f"it; it is now {shown}: convert again")
     values.attributes_at = writes  # all equal: until the next write, only the others need comparing
 
 

@@ -110,6 +110,7 @@ class Tracer:
         self.modes_read = {}      # "grad"/"inference" -> the caller's mode the user's code read
         self.flag_reads = {}  # id -> a parameter's `requires_grad` the user's code read (ops/python_values.py)
         self.functions = {}  # id -> each converted function the trace called (ops/python_values.py)
+        self.attribute_reads = None  # ops/python_values.py's AttributeReads of this trace, while it runs
         self.user_enabled_grad = False  # the user's code turned gradients on inside the trace
         self.try_depth = 0        # user `try` bodies with handlers under way (d2s try_scope)
         # id(value) -> (value, {id: object}): the objects a cond/while output is

@@ -4,6 +4,10 @@ objects the modules keep (a config). Changed between calls, they send the
 call to convert again, so every call computes what eager computes with the
 values of that moment; unchanged, the program runs as it is."""
 
+import argparse
+import dataclasses
+import types
+
 import pytest
 import torch
 import torch.nn as nn
@@ -243,3 +247,163 @@ def test_writing_a_param_group_in_a_program_is_refused_at_the_users_line():
         d2s.declarative(warm_up)(opt, torch.ones(2))
     assert 'opt.param_groups[0]["lr"] = 0.1' in str(err.value)
     assert opt.param_groups[0]["lr"] == 1.0 and type(opt.param_groups[0]) is dict
+
+
+# Values reached further: objects of settings held by globals, closure
+# cells, arguments and other such objects, and lists and dicts of plain
+# values changed in place. Each case is (holder, function of x, change).
+
+class Options:
+    SHIFT = 2.0  # a class attribute
+
+    def __init__(self, scale):
+        self.scale = scale
+        self.sizes = [2.0]
+
+
+@dataclasses.dataclass
+class DataOptions:
+    scale: float = 2.0
+
+
+OPTIONS = Options(2.0)
+NAMESPACE = argparse.Namespace(scale=2.0)
+SIMPLE = types.SimpleNamespace(scale=2.0, inner=Options(2.0))
+DATA = DataOptions()
+SIZES = [2.0]
+TABLE = {"scale": 2.0}
+SETTINGS = types.ModuleType("user_settings")  # another module of the user's (`import settings`)
+SETTINGS.SCALE = 2.0
+HELPED = Options(2.0)
+
+
+class Helper:
+    def apply(self, x):  # called through an object: its globals are followed when it runs
+        return _signed(x, HELPED.scale)
+
+
+HELPERS = [Helper()]
+
+
+class Shifted(nn.Module):
+    SHIFT = 2.0
+
+    def forward(self, x):
+        return _signed(x, self.SHIFT)
+
+
+class Holding(nn.Module):
+    """Lists and dicts the module holds, changed in place between calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.sizes, self.table, self.options = [2.0], {"scale": 2.0}, [Options(2.0)]
+
+    def forward(self, x):
+        return _signed(x, self.sizes[0] + self.table["scale"] + self.options[0].scale)
+
+
+def _signed(x, scale):
+    if x.sum() > 0:  # a tensor `if`: both sides read the value
+        return x * scale
+    return x - scale
+
+
+def _with_cell():
+    options = Options(2.0)
+
+    def from_cell(x):
+        return _signed(x, options.scale)
+
+    return from_cell, options
+
+
+class Nested(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.config = Options(2.0)
+        self.config.text = Options(2.0)
+
+    def forward(self, x):
+        return _signed(x, self.config.text.scale)
+
+
+def _case(name):
+    """(function, arguments after x, change, undo) of one holder."""
+    if name == "global object":
+        return (lambda x: _signed(x, OPTIONS.scale)), (), lambda: setattr(OPTIONS, "scale", 3.0), \
+            lambda: setattr(OPTIONS, "scale", 2.0)
+    if name == "argparse namespace":
+        return (lambda x: _signed(x, NAMESPACE.scale)), (), lambda: setattr(NAMESPACE, "scale", 3.0), \
+            lambda: setattr(NAMESPACE, "scale", 2.0)
+    if name == "simple namespace":
+        return (lambda x: _signed(x, SIMPLE.scale)), (), lambda: setattr(SIMPLE, "scale", 3.0), \
+            lambda: setattr(SIMPLE, "scale", 2.0)
+    if name == "object in a simple namespace":
+        return (lambda x: _signed(x, SIMPLE.inner.scale)), (), lambda: setattr(SIMPLE.inner, "scale", 3.0), \
+            lambda: setattr(SIMPLE.inner, "scale", 2.0)
+    if name == "dataclass":
+        return (lambda x: _signed(x, DATA.scale)), (), lambda: setattr(DATA, "scale", 3.0), \
+            lambda: setattr(DATA, "scale", 2.0)
+    if name == "global list in place":
+        return (lambda x: _signed(x, SIZES[0])), (), lambda: SIZES.__setitem__(0, 3.0), \
+            lambda: SIZES.__setitem__(0, 2.0)
+    if name == "global dict, a key added":
+        return (lambda x: _signed(x, TABLE.get("shift", TABLE["scale"]))), (), \
+            lambda: TABLE.__setitem__("shift", 3.0), lambda: TABLE.pop("shift")
+    if name == "list attribute in place":
+        return (lambda x: _signed(x, OPTIONS.sizes[-1])), (), lambda: OPTIONS.sizes.append(3.0), \
+            lambda: OPTIONS.sizes.pop()
+    if name == "closure cell object":
+        fn, options = _with_cell()
+        return fn, (), lambda: setattr(options, "scale", 3.0), lambda: None
+    if name == "argument object":
+        options = Options(2.0)
+        return (lambda x, o: _signed(x, o.scale)), (options,), lambda: setattr(options, "scale", 3.0), \
+            lambda: None
+    if name == "class attribute through an object":
+        return (lambda x: _signed(x, OPTIONS.SHIFT)), (), lambda: setattr(Options, "SHIFT", 3.0), \
+            lambda: setattr(Options, "SHIFT", 2.0)
+    if name == "class attribute":
+        return (lambda x: _signed(x, Options.SHIFT)), (), lambda: setattr(Options, "SHIFT", 3.0), \
+            lambda: setattr(Options, "SHIFT", 2.0)
+    if name == "module's class attribute":
+        return Shifted(), (), lambda: setattr(Shifted, "SHIFT", 3.0), lambda: setattr(Shifted, "SHIFT", 2.0)
+    if name == "another module's constant":
+        return (lambda x: _signed(x, SETTINGS.SCALE)), (), lambda: setattr(SETTINGS, "SCALE", 3.0), \
+            lambda: setattr(SETTINGS, "SCALE", 2.0)
+    if name == "global object a helper reads":
+        return (lambda x: HELPERS[0].apply(x)), (), lambda: setattr(HELPED, "scale", 3.0), \
+            lambda: setattr(HELPED, "scale", 2.0)
+    if name.startswith("module's "):
+        model = Holding()
+        change = {"module's list in place": lambda: model.sizes.__setitem__(0, 3.0),
+                  "module's dict in place": lambda: model.table.__setitem__("scale", 3.0),
+                  "module's list of objects": lambda: setattr(model.options[0], "scale", 3.0)}[name]
+        return model, (), change, lambda: None
+    model = Nested()  # "nested config"
+    return model, (), lambda: setattr(model.config.text, "scale", 3.0), lambda: None
+
+
+@pytest.mark.parametrize("x", [torch.ones(3), -torch.ones(3)], ids=["true-side", "false-side"])
+@pytest.mark.parametrize("holder", ["global object", "argparse namespace", "simple namespace",
+                                    "object in a simple namespace", "dataclass", "global list in place",
+                                    "global dict, a key added", "list attribute in place", "closure cell object",
+                                    "argument object", "nested config", "class attribute through an object",
+                                    "class attribute", "module's class attribute", "another module's constant",
+                                    "global object a helper reads", "module's list in place",
+                                    "module's dict in place", "module's list of objects"])
+def test_a_value_reached_further_changed_between_calls(holder, x):
+    function, extra, change, undo = _case(holder)
+    static = d2s.declarative(function)
+    try:
+        assert torch.equal(static(x, *extra), function(x, *extra))
+        change()
+        assert torch.equal(static(x, *extra), function(x, *extra))  # eager reads the new value
+        assert torch.equal(static(x, *extra), function(x, *extra))
+        converted = static.forward if isinstance(static, nn.Module) else static
+        assert len(converted.program_cache) == 2
+        ops = [op.type for op in converted.concrete_program.main_program.global_block().ops]
+        assert ops[0] == "check_python_values" and "cond" in ops
+    finally:
+        undo()
