@@ -11,7 +11,8 @@ place, it would outlive its program. Instead, after the trace:
   - the attribute gets its pre-trace value back until the first run;
   - a tensor the forward read from such an attribute (the previous call's
     state), or from any plain attribute of a module (`self.pe = torch.zeros(...)`
-    set in `__init__`, a list of tensors), is read from the attribute at the
+    set in `__init__`, a list of tensors), of a global (`global_reads`) or of
+    an object of settings (`object_reads`), is read from the attribute at the
     start of every run, not from the object seen while tracing (`reads`):
     `net.pe = other` between calls is seen as eager sees it;
   - the attribute's kind (None, or a tensor's shape/dtype) is part of the
@@ -116,9 +117,18 @@ class StateWrite:
         self.tree = tree
 
 
+def _ref(owner):
+    """A weak reference to `owner`, or a strong one where it takes none
+    (`types.SimpleNamespace`: a global's object lives as long as its module)."""
+    try:
+        return weakref.ref(owner)
+    except TypeError:
+        return lambda: owner
+
+
 class StateRead:
     def __init__(self, module, name, index, var_name):
-        self.module = weakref.ref(module)
+        self.module = _ref(module)
         self.name = name
         self.index = index  # which tensor of the attribute's value (`(h, c)`)
         self.var_name = var_name
@@ -183,6 +193,23 @@ def global_reads(functions, lifted, known):
             items = _items(value) if isinstance(value, (list, tuple, dict)) else None
             if isinstance(value, torch.Tensor) or (items is not None and len(items) <= 64):
                 reads += [r for r in _reads_of(module, name, value, lifted) if r.var_name not in known]
+    return reads
+
+
+def object_reads(objects, lifted, known):
+    """State reads of the tensors the trace lifted from attributes of the
+    objects of settings it read (ops/python_values.py AttributeReads: a
+    global's object, a config a module keeps), so that `OBJ.t = other`
+    between calls is seen as eager sees it; var names in `known` are left."""
+    reads = []
+    for obj in objects:
+        own = getattr(obj, "__dict__", None)
+        if type(own) is not dict:
+            continue
+        for name, value in list(own.items()):
+            items = _items(value) if isinstance(value, (list, tuple, dict)) else None
+            if isinstance(value, torch.Tensor) or (items is not None and len(items) <= 64):
+                reads += [r for r in _reads_of(obj, name, value, lifted) if r.var_name not in known]
     return reads
 
 

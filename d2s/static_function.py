@@ -449,12 +449,15 @@ class StaticFunction:
                                                      written.constant_ok, written.attribute_line)
                 reads += module_state.global_reads(self._converted_functions(), tr.lifted,
                                                    {r.var_name for r in reads})
+                reads += module_state.object_reads(attribute_reads.objects, tr.lifted, {r.var_name for r in reads})
                 self._refuse_global_state(main)
                 # Plain globals and closure values the code names: checked first on every run.
                 functions = [self._function, *tr.functions.values()]
                 values = python_values.reads_of(functions, module_watch.is_plain_value) + attribute_reads.found + \
                     python_values.module_reads(modules, functions, module_watch.is_plain_value) + \
-                    group_reads.found + list(tr.flag_reads.values())
+                    group_reads.found + list(tr.flag_reads.values()) + \
+                    [python_values.read_by_call(query, value, f"torch.{name}()")
+                     for name, (query, value) in tr.state_reads.items()]
                 if values:
                     python_values.check_first(main, values, module_watch.same_plain_value)
                 replays = written.refuse_written(self._function.__qualname__)

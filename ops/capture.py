@@ -330,6 +330,16 @@ def _is_same_size(var, other):
     return tuple(_known_shape(var, "is_same_size")) == tuple(_known_shape(other, "is_same_size"))
 
 
+def _is_inference(var):
+    # Not metadata of the value alone: an argument made under inference mode
+    # is an inference tensor, and so is every value of a call made under it;
+    # the cache key holds neither, so an answer would be a constant of the program.
+    raise error_at_user_line(
+        "`.is_inference()` of a program value is not known while the program is built: it depends on the mode "
+        "the caller made the tensor in and calls in; read `torch.is_inference_mode_enabled()` instead (checked "
+        "on every call)")
+
+
 # Tensor metadata, known while tracing (ops/torch_ops.py METADATA): the
 # answer eager gives for a tensor of this Variable's shape, dtype and device.
 _METADATA = {
@@ -346,7 +356,7 @@ _METADATA = {
     "is_signed": lambda var: var.dtype.is_signed,
     "element_size": lambda var: var.dtype.itemsize,
     "get_device": lambda var: -1 if var.device.type == "cpu" else var.device.index or 0,
-    "is_inference": lambda var: False,
+    "is_inference": _is_inference,
     "is_conj": lambda var: False,
     "is_neg": lambda var: False,
     "dim_order": lambda var: tuple(sorted(range(len(var.shape)), key=lambda i: -_strides(var)[i])),

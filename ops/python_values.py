@@ -26,6 +26,8 @@ the trace notes the plain values it may have read from
     values the code actually read (`opt.param_groups[0]["lr"]`, GroupReads);
   - a parameter's `requires_grad` the user's code or torch's read
     (`if p.requires_grad:`, a fast path's check; noted by ops/capture.py);
+  - torch's settings read (`torch.are_deterministic_algorithms_enabled()`,
+    noted by ops/torch_state.py), asked again;
 
 and the program's first op, `check_python_values`, compares them with the
 current ones. A change raises DecisionFailed and the call converts again
@@ -191,9 +193,15 @@ def _attribute_names(code):
 
 
 # How a read is looked up again: in a dict (a module's namespace, an
-# object's own __dict__), in a closure cell, or by getattr.
-IN_DICT, IN_CELL, BY_GETATTR = 0, 1, 2
+# object's own __dict__), in a closure cell, by getattr, or by a call.
+IN_DICT, IN_CELL, BY_GETATTR, BY_CALL = 0, 1, 2, 3
 _MAX_ITEMS = 64  # a larger global dict is a table, not settings
+
+
+def read_by_call(query, value, label):
+    """A read to compare by calling `query()` on every call (torch's
+    settings, noted by ops/torch_state.py)."""
+    return (BY_CALL, query, None, value, None, label)
 
 
 def read_by_getattr(obj, name, value, label):
@@ -371,6 +379,11 @@ class AttributeReads:
                 if noted is not None and type(name) is str:
                     out.append((IN_DICT, own, name, noted, None, f"{kind}.{name}"))
         return out
+
+    @property
+    def objects(self):
+        """The objects of settings followed (module_state reads the tensors they hold when the program runs)."""
+        return [o for o in self._objects.values() if o is not None]
 
     def __enter__(self):
         self._trace = tracer.active()
@@ -615,11 +628,13 @@ def _check_python_values_kernel(values):
                 now = holder.cell_contents
             except ValueError:  # emptied
                 now = _MISSING
-        else:
+        elif how == BY_GETATTR:
             try:
                 now = getattr(holder, name)
             except AttributeError:
                 now = _MISSING
+        else:
+            now = holder()
         if value.matches(now, same) if type(value) is _Contents else (now is value or same(now, value)):
             continue
         shown = "deleted" if now is _MISSING else repr(now)

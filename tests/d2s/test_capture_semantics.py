@@ -183,6 +183,61 @@ def test_a_global_tensor_rebound_between_calls_is_read_like_eager():
     assert "cond" in [op.type for block in program.blocks for op in block.ops]
 
 
+class Holds:
+    """An object of settings holding tensors (a global's, a module's)."""
+
+    def __init__(self):
+        self.bias, self.table = torch.zeros(3), {"scale": torch.ones(3)}
+
+
+HELD = Holds()
+
+
+class KeepsHolder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.held = Holds()
+
+    def forward(self, x):
+        y = x + self.held.bias * self.held.table["scale"]
+        if y.sum() > 0:
+            return y * 2
+        return y
+
+
+def _from_global(x):
+    y = x + HELD.bias * HELD.table["scale"]
+    if y.sum() > 0:
+        return y * 2
+    return y
+
+
+@pytest.mark.parametrize("where", ["global", "module"])
+@pytest.mark.parametrize("x", [torch.ones(3), -torch.ones(3)], ids=["true-side", "false-side"])
+def test_a_tensor_an_object_holds_is_read_like_eager(where, x):
+    holder = HELD if where == "global" else KeepsHolder()
+    function = _from_global if where == "global" else holder.forward
+    static = d2s.declarative(_from_global) if where == "global" else d2s.declarative(holder).forward
+    held = holder if where == "global" else holder.held
+    before = held.bias, held.table["scale"]
+    try:
+        assert torch.equal(static(x), function(x))
+        held.bias = torch.full((3,), 0.5)  # rebound
+        assert torch.equal(static(x), function(x))
+        held.table["scale"] = torch.full((3,), 4.0)  # an item of a dict it holds
+        assert torch.equal(static(x), function(x))
+        held.bias.mul_(-1)  # changed in place
+        assert torch.equal(static(x), function(x))
+        assert len(static.program_cache) == 1
+        held.bias = torch.ones(1)  # another shape: another program
+        assert torch.equal(static(x), function(x))
+        assert len(static.program_cache) == 2
+        program = static.concrete_program.main_program
+        assert "cond" in [op.type for block in program.blocks for op in block.ops]
+    finally:
+        held.bias, held.table["scale"] = before
+
+
 def test_a_plain_tensor_attribute_of_another_shape_builds_another_program():
     eager, module = PlainAttributes(), PlainAttributes()
     static = d2s.declarative(module)

@@ -407,3 +407,36 @@ def test_a_value_reached_further_changed_between_calls(holder, x):
         assert ops[0] == "check_python_values" and "cond" in ops
     finally:
         undo()
+
+
+def deterministic_scaled(x):
+    if x.sum() > 0:
+        return x * (2.0 if torch.are_deterministic_algorithms_enabled() else 3.0)
+    return x - torch.get_num_threads()
+
+
+@pytest.mark.parametrize("x", [torch.ones(3), -torch.ones(3)], ids=["true-side", "false-side"])
+def test_torchs_settings_read_are_asked_again(x):
+    static = d2s.declarative(deterministic_scaled)
+    threads = torch.get_num_threads()
+    try:
+        for deterministic, n in ((False, threads), (True, threads), (True, 1), (False, threads)):
+            torch.use_deterministic_algorithms(deterministic)
+            torch.set_num_threads(n)
+            assert torch.equal(static(x), deterministic_scaled(x))
+        assert len(static.program_cache) == 3
+        labels = [r[5] for r in static.concrete_program.main_program.global_block().ops[0].attrs["args"][0].reads]
+        assert labels == ["torch.are_deterministic_algorithms_enabled()", "torch.get_num_threads()"]
+        assert "cond" in _ops(static)
+    finally:
+        torch.use_deterministic_algorithms(False)
+        torch.set_num_threads(threads)
+
+
+def test_is_inference_of_a_program_value_is_refused_at_the_users_line():
+    def asks(x):
+        return x * 2 if x.is_inference() else x
+
+    with pytest.raises(d2s.ConversionError, match="is_inference") as info:
+        d2s.declarative(asks)(torch.ones(2))
+    assert info.value.lineno == asks.__code__.co_firstlineno + 1
