@@ -17,11 +17,15 @@ when this counter has moved since. It moves on:
     ...): torch's own global registration hooks;
   - a submodule, parameter or buffer deleted as an attribute (`del net.fc`,
     `nn.Module.__delattr__`, wrapped), or from a ModuleDict (`del d[k]`,
-    `pop`, `clear`); `ModuleList.insert` / `Sequential.insert` (wrapped).
+    `pop`, `clear`); `ModuleList.insert` / `Sequential.insert` (wrapped);
+  - a forward or backward hook registered on a module or on all modules
+    (`register_forward_hook`, `register_module_forward_hook`, ..., wrapped),
+    or a hook handle removed (`RemovableHandle.remove`, wrapped): a program
+    traced the hooks there were (`hooks` keys it on them).
 
 Code that edits a module's private `_modules` / `_parameters` / `_buffers`
-dicts directly bypasses all of these; call `d2s.module_watch.touch()` after
-doing so.
+or hook dicts directly bypasses all of these; call
+`d2s.module_watch.touch()` after doing so.
 
 Why wrap `__setattr__` globally rather than something narrower (measured,
 docs/performance.md): a stale training flag is a silent wrong result, and the
@@ -35,6 +39,7 @@ still need a tree watch.
 import torch
 import torch.nn as nn
 from torch.nn.modules import module as _module
+from torch.utils.hooks import RemovableHandle
 
 _generation = [0]
 
@@ -69,6 +74,21 @@ def is_plain_value(value):
     return kind in _SCALARS or (kind in _TUPLES and all(type(v) in _SCALARS for v in value))
 
 
+# Module attribute values that are not keyed by identity (`by_identity`):
+# tensors, submodules and containers (module_state.py reads and writes the
+# tensors in them).
+_NOT_BY_IDENTITY = (torch.Tensor, nn.Module, list, tuple, dict, set, frozenset)
+
+
+def by_identity(modules, own=frozenset()):
+    """The functions and objects `modules` hold in plain attributes
+    (`self.act = torch.tanh`, a config object), which a program traced with
+    them must not run for others; names in `own` (torch's bookkeeping, d2s's
+    `forward`) are left."""
+    return [v for m in modules for k, v in m.__dict__.items()
+            if not isinstance(v, _NOT_BY_IDENTITY) and k not in own and not is_plain_value(v)]
+
+
 def plain_values(modules):
     """(module index, name, value, its types) of every plain attribute of
     `modules` (`is_plain_value`), in order: a program traced with one set of
@@ -85,6 +105,27 @@ def same_plain_value(a, b):
 
 def _types(value):
     return (type(value),) + tuple(map(type, value)) if type(value) in _TUPLES else type(value)
+
+
+_HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks",
+          "_forward_pre_hooks_with_kwargs", "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
+_GLOBAL_HOOKS = ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_pre_hooks",
+                 "_global_backward_hooks", "_global_forward_hooks_with_kwargs", "_global_forward_hooks_always_called")
+
+
+def hooks(modules):
+    """(module index or -1 for all modules', which dict, handle ids) of the
+    forward and backward hooks of `modules` and of all modules: a program
+    traced with one set of hooks must not serve another (a handle id is
+    new for every registration)."""
+    out = [(-1, name, tuple(getattr(_module, name))) for name in _GLOBAL_HOOKS if getattr(_module, name)]
+    for i, m in enumerate(modules):
+        d = m.__dict__
+        for name in _HOOKS:
+            registered = d.get(name)
+            if registered:
+                out.append((i, name, tuple(registered)))
+    return tuple(out)
 
 
 def _on_register(module, name, value):
@@ -107,9 +148,12 @@ def _install():
 
     def __setattr__(self, name, value):
         # Submodules, parameters and buffers are seen by the registration
-        # hooks below; the training flag and plain Python values (which a
-        # program may have read as constants: `x * self.k`) need this.
-        if name == "training" or is_plain_value(value):
+        # hooks below; the training flag, plain Python values (which a
+        # program may have read as constants: `x * self.k`) and functions
+        # and objects (which it called or read through: `self.act = torch.tanh`)
+        # need this. Tensors and containers (state a program writes on every
+        # run: module_state.py) do not.
+        if name == "training" or is_plain_value(value) or not isinstance(value, _NOT_BY_IDENTITY):
             _generation[0] += 1
         if _attribute_writes:
             for record in _attribute_writes:
@@ -131,6 +175,17 @@ def _install():
     nn.ModuleDict.clear = _bumping(nn.ModuleDict.clear)
     nn.ModuleList.insert = _bumping(nn.ModuleList.insert)
     nn.Sequential.insert = _bumping(nn.Sequential.insert)
+    for name in ("register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
+                 "register_full_backward_pre_hook", "register_backward_hook"):
+        setattr(nn.Module, name, _bumping(getattr(nn.Module, name)))
+    for name in ("register_module_forward_hook", "register_module_forward_pre_hook",
+                 "register_module_full_backward_hook", "register_module_full_backward_pre_hook",
+                 "register_module_backward_hook"):
+        wrapped = _bumping(getattr(_module, name))
+        for namespace in (_module, torch.nn.modules):  # (torch.nn.modules re-exports them)
+            if getattr(namespace, name, None) is wrapped.__wrapped__:
+                setattr(namespace, name, wrapped)
+    RemovableHandle.remove = _bumping(RemovableHandle.remove)
     _module.register_module_module_registration_hook(_on_register)
     _module.register_module_parameter_registration_hook(_on_register)
     _module.register_module_buffer_registration_hook(_on_register)

@@ -37,6 +37,7 @@ from .argument_trees import (SymbolicArguments, feed_leaves, feed_name, flatten_
 from .concrete_program import ConcreteProgram
 from .input_spec import InputSpec
 from .layout_guard import layout_guard, layout_matches
+from .operators.effects import TORCH_MODULE_ATTRS
 from .operators.raising import raising_after_raise_ops
 from .output_types import holds_variable, output_tree as _output_tree
 from .program_cache import Identities, ProgramCache, with_state_part
@@ -45,6 +46,8 @@ from .translator_state import STATE
 MANY_PROGRAMS = 8
 
 _grad_enabled = torch.is_grad_enabled
+# torch's bookkeeping of a module and d2s's own `forward`: not the user's functions and objects.
+_OWN_ATTRS = TORCH_MODULE_ATTRS | {"forward"}
 _Tensor = torch.Tensor
 _generation = module_watch._generation
 
@@ -231,10 +234,14 @@ class StaticFunction:
         cache.flags_generation = module_watch._generation[0]
         modules = [m for v in (self._instance, *args, *kwargs.values())
                    if isinstance(v, torch.nn.Module) for m in v.modules()]
-        # The modules' plain attribute values join the identities: a program
-        # that read `self.k` as a constant must not serve `self.k = 5`.
+        # The modules' plain attribute values and hooks join the identities, and
+        # the functions and objects they hold: a program that read `self.k` as a
+        # constant must not serve `self.k = 5`, nor one traced without a forward
+        # hook a module has now, nor one that called `self.act` another function.
         tree = Identities(modules + [t for m in modules for d in (m._parameters, m._buffers)
-                                      for t in d.values() if t is not None], module_watch.plain_values(modules))
+                                      for t in d.values() if t is not None] +
+                          module_watch.by_identity(modules, _OWN_ATTRS),
+                          module_watch.plain_values(modules) + module_watch.hooks(modules))
         tree = self._intern_tree(tree)
         # (count, bit mask, identities): the flags hashed and compared in
         # constant time on every call.

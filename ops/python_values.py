@@ -22,6 +22,10 @@ the trace notes the plain values it may have read from
   - lists and dicts of plain values read from any of these, by content
     (`_Contents`: changed in place, they are not rebound); those a user's
     module holds and its class attributes (`module_reads`);
+  - the functions, classes and objects read from globals, cells and
+    objects of settings, by identity (`by_identity`: after `act =
+    torch.tanh` the program, which called torch.relu, is another's; a
+    module's are keyed instead, d2s/module_watch.py `by_identity`);
   - the param groups of the optimizers its arguments and globals hold: the
     values the code actually read (`opt.param_groups[0]["lr"]`, GroupReads);
   - a parameter's `requires_grad` the user's code or torch's read
@@ -37,10 +41,8 @@ after, for `def f(x): return x * SCALE` with SCALE = 2.0:
     tmp_0 = torch.Tensor.__mul__(x, 2.0)      check_python_values(<python values SCALE=2.0>)
                                               tmp_0 = torch.Tensor.__mul__(x, 2.0)
 
-Only plain values (`d2s.module_watch.is_plain_value`) are checked: modules,
-functions and classes are looked up afresh by the code that names them,
-and tensors are read by the program itself (d2s/module_state.py).
-Libraries' own globals and closures (transformers' feature flags, a
+Python modules (`torch`, `F`) are not checked, and tensors are read by the
+program itself when it runs (d2s/module_state.py). Libraries' own globals and closures (transformers' feature flags, a
 decorator's settings) are their constants and are not checked. A saved
 program keeps the values it was traced with: the check is dropped on save,
 as a loaded program has no such source.
@@ -233,10 +235,11 @@ def _global_names(code):
 
 
 def reads_of(functions, is_plain):
-    """The (how, namespace or cell, name, value, None, label) of every plain
-    value the user's `functions` name: globals of their modules (builtins
-    aside), the plain items of a global dict, and closure cells. `is_plain`
-    is d2s.module_watch's."""
+    """The (how, namespace or cell, name, value, None, label) of every value
+    the user's `functions` name: globals of their modules (builtins aside)
+    and closure cells, plain (and the plain items of a global dict), lists
+    and dicts of plain values by content, and the rest by identity
+    (`by_identity`). `is_plain` is d2s.module_watch's."""
     reads, seen = [], set()
     for fn in functions:
         code, namespace = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
@@ -246,25 +249,51 @@ def reads_of(functions, is_plain):
             value = namespace.get(name, _MISSING)
             if value is _MISSING or (id(namespace), name) in seen:
                 continue
-            noted = value if is_plain(value) else contents_of(value, is_plain)
-            if noted is not None:  # (a list or dict of plain values: by content, `SIZES.append(4)`)
+            noted = _noted(value, is_plain)
+            if noted is not _MISSING:
                 seen.add((id(namespace), name))
                 reads.append((IN_DICT, namespace, name, noted, None, name))
-            elif type(value) is dict and len(value) <= _MAX_ITEMS and (id(value), None) not in seen:
-                # A global dict of settings (`CFG["scale"]`): its plain items.
+            if type(value) is dict and type(noted) is not _Contents and len(value) <= _MAX_ITEMS \
+                    and (id(value), None) not in seen:
+                # A global dict of settings (`CFG["scale"]`) that holds other things too: its plain items.
                 seen.add((id(value), None))
                 reads += [(IN_DICT, value, k, v, None, f"{name}[{k!r}]") for k, v in list(value.items())
                           if type(k) is str and is_plain(v)]
         for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-            try:
-                value = cell.cell_contents
-            except ValueError:  # an empty cell: a name assigned later in the outer function
+            if not _bound(cell) or id(cell) in seen:
                 continue
-            noted = value if is_plain(value) else contents_of(value, is_plain)
-            if noted is not None and id(cell) not in seen:
+            noted = _noted(cell.cell_contents, is_plain)
+            if noted is not _MISSING:
                 seen.add(id(cell))
                 reads.append((IN_CELL, cell, name, noted, None, name))
     return reads
+
+
+def _noted(value, is_plain):
+    """What a read of `value` compares: the value (plain, or compared by
+    identity), its `_Contents`, or _MISSING for nothing."""
+    if is_plain(value):
+        return value
+    contents = contents_of(value, is_plain)
+    if contents is not None:
+        return contents
+    return value if by_identity(value) else _MISSING
+
+
+def by_identity(value):
+    """Whether a value read that is neither plain nor a list or dict of
+    plain values is compared by identity when the program runs: a function,
+    class, partial, module or object the trace called or read through
+    (`act = torch.tanh` between calls: the program is `act` as it was).
+    Not: Python modules (`torch`, `F`), tensors (which the program reads
+    itself when it runs: d2s/module_state.py), and bound methods (a new
+    object at every read)."""
+    if isinstance(value, (types.ModuleType, torch.Tensor, types.MethodType)):
+        return False
+    if isinstance(value, types.BuiltinMethodType):  # (a C function: `torch.relu`, `len`; or a bound one: `x.append`)
+        owner = getattr(value, "__self__", None)
+        return owner is None or isinstance(owner, types.ModuleType)
+    return True
 
 
 class _Contents(tuple):
@@ -369,14 +398,15 @@ class AttributeReads:
                 # A class attribute (`Options.SCALE` read as `options.SCALE`): writing it
                 # is no write to the object, so it is compared on every call.
                 out.append((IN_DICT, vars(klass), name, value, None, f"{klass.__name__}.{name}"))
-            else:
+            elif self._is_plain(value) or type(value) is _Contents:
                 out.append((BY_GETATTR, obj, name, value, owner, label))
+            # (else a value compared by identity that a property made: another object at every read)
         out += self._chain_reads
         for obj in self._unpatched:
             own, kind = vars(obj), type(obj).__name__
             for name, value in list(own.items()):
-                noted = value if self._is_plain(value) else contents_of(value, self._is_plain)
-                if noted is not None and type(name) is str:
+                noted = _noted(value, self._is_plain)
+                if noted is not _MISSING and type(name) is str:
                     out.append((IN_DICT, own, name, noted, None, f"{kind}.{name}"))
         return out
 
@@ -424,13 +454,10 @@ class AttributeReads:
                     self.add(list(vars(value).values()), depth + 1)
 
     def _note(self, obj, name, value):
-        if self._is_plain(value):
-            self._found.setdefault((id(obj), name), (obj, name, value, lambda now, v=value: now is v))
-            return
-        contents = contents_of(value, self._is_plain)
-        if contents is not None:
-            self._found.setdefault((id(obj), name), (obj, name, contents, lambda now, v=value: now is v))
-        else:
+        noted = _noted(value, self._is_plain)
+        if noted is not _MISSING:
+            self._found.setdefault((id(obj), name), (obj, name, noted, lambda now, v=value: now is v))
+        if noted is value and not self._is_plain(value):
             self.add([value])  # (an object of settings read from one: `config.text_config`)
 
     def _patch(self, cls):

@@ -351,7 +351,8 @@ def _call_with_hooks(module, forward, *args, **kwargs):
     converted ``forward`` and hooks (run as they are, the forward and hooks
     would see graph tensors in unconverted code: `isinstance(x, torch.Tensor)`
     False there, a silently different path)."""
-    hook_dicts = (module._forward_pre_hooks, module._forward_hooks)
+    hook_dicts = (module._forward_pre_hooks, module._forward_hooks, torch.nn.modules.module._global_forward_pre_hooks,
+                  torch.nn.modules.module._global_forward_hooks)  # (all modules' hooks are run here too)
     saved = [dict(d) for d in hook_dicts]
     own = module.__dict__.get("forward", _MISSING)
     try:

@@ -259,6 +259,7 @@ class Options:
     def __init__(self, scale):
         self.scale = scale
         self.sizes = [2.0]
+        self.act = torch.relu
 
 
 @dataclasses.dataclass
@@ -283,6 +284,21 @@ class Helper:
 
 
 HELPERS = [Helper()]
+ACT = torch.relu  # functions and objects are compared by identity: rebinding one converts again
+
+
+class Activated(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act, self.options = torch.relu, Options(2.0)
+
+    def forward(self, x):
+        return _signed(self.act(x) + 1, self.options.scale)
+
+
+def _rebind(name, value):
+    before = globals()[name]
+    return lambda: globals().__setitem__(name, value), lambda: globals().__setitem__(name, before)
 
 
 class Shifted(nn.Module):
@@ -375,11 +391,34 @@ def _case(name):
     if name == "global object a helper reads":
         return (lambda x: HELPERS[0].apply(x)), (), lambda: setattr(HELPED, "scale", 3.0), \
             lambda: setattr(HELPED, "scale", 2.0)
-    if name.startswith("module's "):
+    if name in ("module's list in place", "module's dict in place", "module's list of objects"):
         model = Holding()
         change = {"module's list in place": lambda: model.sizes.__setitem__(0, 3.0),
                   "module's dict in place": lambda: model.table.__setitem__("scale", 3.0),
                   "module's list of objects": lambda: setattr(model.options[0], "scale", 3.0)}[name]
+        return model, (), change, lambda: None
+    if name == "global function rebound":
+        return (lambda x: _signed(ACT(x) + 1, 2.0)), (), *_rebind("ACT", torch.tanh)
+    if name == "global object rebound":
+        return (lambda x: _signed(x, OPTIONS.scale)), (), *_rebind("OPTIONS", Options(3.0))
+    if name == "object's function attribute":
+        return (lambda x: _signed(OPTIONS.act(x) + 1, 2.0)), (), lambda: setattr(OPTIONS, "act", torch.tanh), \
+            lambda: setattr(OPTIONS, "act", torch.relu)
+    if name == "closure cell function":
+        def from_cell(x):
+            return _signed(function(x) + 1, 2.0)
+
+        function = torch.relu
+        fn = from_cell
+
+        def change():
+            nonlocal function
+            function = torch.tanh
+        return fn, (), change, lambda: None
+    if name in ("module's function attribute", "module's object replaced"):
+        model = Activated()
+        change = (lambda: setattr(model, "act", torch.tanh)) if name == "module's function attribute" else \
+            (lambda: setattr(model, "options", Options(3.0)))
         return model, (), change, lambda: None
     model = Nested()  # "nested config"
     return model, (), lambda: setattr(model.config.text, "scale", 3.0), lambda: None
@@ -392,7 +431,9 @@ def _case(name):
                                     "argument object", "nested config", "class attribute through an object",
                                     "class attribute", "module's class attribute", "another module's constant",
                                     "global object a helper reads", "module's list in place",
-                                    "module's dict in place", "module's list of objects"])
+                                    "module's dict in place", "module's list of objects", "global function rebound",
+                                    "global object rebound", "object's function attribute", "closure cell function",
+                                    "module's function attribute", "module's object replaced"])
 def test_a_value_reached_further_changed_between_calls(holder, x):
     function, extra, change, undo = _case(holder)
     static = d2s.declarative(function)
