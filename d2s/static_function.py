@@ -463,8 +463,7 @@ class StaticFunction:
                 values = python_values.reads_of(functions, module_watch.is_plain_value) + attribute_reads.found + \
                     python_values.module_reads(modules, functions, module_watch.is_plain_value) + \
                     group_reads.found + list(tr.flag_reads.values()) + \
-                    [python_values.read_by_call(query, value, f"torch.{name}()")
-                     for name, (query, value) in tr.state_reads.items()]
+                    [python_values.read_by_call(query, value, label) for label, (query, value) in tr.state_reads.items()]
                 if values:
                     python_values.check_first(main, values, module_watch.same_plain_value)
                 replays = written.refuse_written(self._function.__qualname__)

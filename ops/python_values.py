@@ -30,8 +30,9 @@ the trace notes the plain values it may have read from
     values the code actually read (`opt.param_groups[0]["lr"]`, GroupReads);
   - a parameter's `requires_grad` the user's code or torch's read
     (`if p.requires_grad:`, a fast path's check; noted by ops/capture.py);
-  - torch's settings read (`torch.are_deterministic_algorithms_enabled()`,
-    noted by ops/torch_state.py), asked again;
+  - torch's settings and environment variables read
+    (`torch.are_deterministic_algorithms_enabled()`, `os.environ.get("DEBUG")`,
+    noted by ops/process_state.py), asked again;
 
 and the program's first op, `check_python_values`, compares them with the
 current ones. A change raises DecisionFailed and the call converts again
@@ -202,7 +203,7 @@ _MAX_ITEMS = 64  # a larger global dict is a table, not settings
 
 def read_by_call(query, value, label):
     """A read to compare by calling `query()` on every call (torch's
-    settings, noted by ops/torch_state.py)."""
+    settings, environment variables: noted by ops/process_state.py)."""
     return (BY_CALL, query, None, value, None, label)
 
 

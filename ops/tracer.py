@@ -28,7 +28,7 @@ from runtime import run_modes
 from runtime.format_rules import safe_names
 from runtime.ir import default_main_program
 
-from . import ambient_modes, cold_start, host_random, torch_state
+from . import ambient_modes, cold_start, host_random, process_state
 from .examples import example_int
 
 _current = contextvars.ContextVar("d2s_tracer", default=None)
@@ -111,7 +111,7 @@ class Tracer:
         self.flag_reads = {}  # id -> a parameter's `requires_grad` the user's code read (ops/python_values.py)
         self.functions = {}  # id -> each converted function the trace called (ops/python_values.py)
         self.attribute_reads = None  # ops/python_values.py's AttributeReads of this trace, while it runs
-        self.state_reads = {}  # name -> (query, answer) of torch's settings read (ops/torch_state.py)
+        self.state_reads = {}  # label -> (query, answer): torch's settings, environment variables read (ops/process_state.py)
         self.user_enabled_grad = False  # the user's code turned gradients on inside the trace
         self.try_depth = 0        # user `try` bodies with handlers under way (d2s try_scope)
         # id(value) -> (value, {id: object}): the objects a cond/while output is
@@ -172,8 +172,8 @@ class Tracer:
         # A program that is not retraced per call (saved, TracedLayer) checks its caller's against it.
         self.program.autocast = run_modes.traced_autocast(self.autocast_start)
         self._patches.enter_context(ambient_modes.answer_caller_modes(active))
-        # torch's settings read are checked when the program runs (ops/torch_state.py).
-        self._patches.enter_context(torch_state.noting_queries(active))
+        # torch's settings and environment variables read are checked when the program runs (ops/process_state.py).
+        self._patches.enter_context(process_state.noting_queries(active))
         return self
 
     def __exit__(self, exc_type, *exc):

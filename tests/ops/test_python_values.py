@@ -5,6 +5,7 @@ call to convert again, so every call computes what eager computes with the
 values of that moment; unchanged, the program runs as it is."""
 
 import argparse
+import os
 import dataclasses
 import types
 
@@ -481,3 +482,22 @@ def test_is_inference_of_a_program_value_is_refused_at_the_users_line():
     with pytest.raises(d2s.ConversionError, match="is_inference") as info:
         d2s.declarative(asks)(torch.ones(2))
     assert info.value.lineno == asks.__code__.co_firstlineno + 1
+
+
+def debug_scaled(x):
+    if x.sum() > 0:
+        return x * (3.0 if os.environ.get("D2S_TEST_FLAG") == "1" else 2.0)
+    return x - (1.0 if "D2S_TEST_FLAG" in os.environ else 0.0)
+
+
+@pytest.mark.parametrize("x", [torch.ones(3), -torch.ones(3)], ids=["true-side", "false-side"])
+def test_an_environment_variable_read_is_read_again(x, monkeypatch):
+    static = d2s.declarative(debug_scaled)
+    monkeypatch.delenv("D2S_TEST_FLAG", raising=False)
+    assert torch.equal(static(x), debug_scaled(x))
+    monkeypatch.setenv("D2S_TEST_FLAG", "1")
+    assert torch.equal(static(x), debug_scaled(x))
+    assert torch.equal(static(x), debug_scaled(x))
+    assert len(static.program_cache) == 2
+    labels = [r[5] for r in static.concrete_program.main_program.global_block().ops[0].attrs["args"][0].reads]
+    assert "os.environ['D2S_TEST_FLAG']" in labels and "cond" in _ops(static)
