@@ -21,6 +21,7 @@ After:   ConversionError at that line: `COUNTS['calls']` (a global of the
 """
 
 import ast
+import collections.abc
 import contextlib
 import inspect
 import textwrap
@@ -199,19 +200,38 @@ def watch(function, args, kwargs, arg_names, instance=None):
                if isinstance(top, torch.nn.Module) for sub, m in top.named_modules() if _user_code(type(m))]
     functions = _functions(function, instance)
     taken = {name for name, _, _ in roots}
+    reached = [v for _, v in named] + [v for _, m in modules for v in _own_attrs(m).values()]
     for fn in functions:
         code = fn.__code__
         for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            if cell_bound(cell):
+                reached.append(cell.cell_contents)
             if name not in taken and cell_bound(cell) and _watched(cell.cell_contents):
                 taken.add(name)
                 roots.append((name, "closure", cell.cell_contents))
         namespace = fn.__globals__
         for name in _global_names(code):
             value = namespace.get(name)
+            reached.append(value)
             if name not in taken and name in namespace and _watched(value):
                 taken.add(name)
                 roots.append((name, "global", value))
-    return Watch(roots, functions, modules)
+    watch = Watch(roots, functions, modules)
+    watch.iterators = iterators(reached)
+    return watch
+
+
+def iterators(values, depth=0):
+    """id -> iterator of the iterators among `values` (a Watch's) and in the
+    lists, tuples and dicts among them: objects whose state a draw changes
+    that no walk of contents can see."""
+    found = {}
+    for value in values:
+        if isinstance(value, collections.abc.Iterator) and not isinstance(value, torch.Tensor):
+            found[id(value)] = value
+        elif type(value) in _CONTAINERS and depth < 2 and len(value) <= 64:
+            found.update(iterators(value.values() if type(value) is dict else value, depth + 1))
+    return found
 
 
 def _own_attrs(module):

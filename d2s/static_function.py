@@ -440,6 +440,7 @@ class StaticFunction:
                 attribute_reads.ignore([copy for _, copy, _ in made])
                 attribute_reads.add(written.values)  # objects of settings among arguments, globals, cells
                 attribute_reads.add_function(self._function)
+                tr.outliving = written.iterators  # `next()` on them is refused (d2s/operators/py_builtins.py)
                 # Trace with autograd on whatever the caller's mode: only a
                 # `no_grad` block inside the function marks ops gradient-free.
                 sym_args, sym_kwargs = self._as_called(sym_args, sym_kwargs, form)

@@ -19,7 +19,7 @@ the trace notes the plain values it may have read from
     arguments, those globals and cells hold, and those read from them
     (`config.text_config`): the attributes the code actually read, class
     attributes included (AttributeReads);
-  - lists and dicts of plain values read from any of these, by content
+  - lists, tuples and dicts read from any of these, by content
     (`_Contents`: changed in place, they are not rebound); those a user's
     module holds and its class attributes (`module_reads`);
   - the functions, classes and objects read from globals, cells and
@@ -157,10 +157,10 @@ def chain_reads(namespace, chains, is_plain, objects):
 def module_reads(modules, functions, is_plain):
     """What the user's `functions` may read through `self` of the user's
     modules beyond their plain attributes (which key the program,
-    d2s/module_watch.py): a list or dict of plain values the module holds
-    (`self.sizes`, changed in place), and a plain class attribute
-    (`self.SCALE`), compared on every call. "May read": a name their code
-    loads."""
+    d2s/module_watch.py): a list, tuple or dict the module holds
+    (`self.sizes`, `self.acts`, changed in place), and a plain class
+    attribute (`self.SCALE`), compared on every call. "May read": a name
+    their code loads."""
     names = set()
     for fn in functions:
         code = getattr(fn, "__code__", None)
@@ -173,7 +173,7 @@ def module_reads(modules, functions, is_plain):
             continue
         own = vars(module)
         for name in names:
-            contents = contents_of(own[name], is_plain) if name in own else None
+            contents = contents_of(own[name], is_plain) if name in own and not is_plain(own[name]) else None
             if contents is not None:
                 reads.append((IN_DICT, own, name, contents, None, f"{cls.__name__}.{name}"))
             klass = _defining_class(cls, name) if name not in own and name[:2] != "__" else None
@@ -254,12 +254,6 @@ def reads_of(functions, is_plain):
             if noted is not _MISSING:
                 seen.add((id(namespace), name))
                 reads.append((IN_DICT, namespace, name, noted, None, name))
-            if type(value) is dict and type(noted) is not _Contents and len(value) <= _MAX_ITEMS \
-                    and (id(value), None) not in seen:
-                # A global dict of settings (`CFG["scale"]`) that holds other things too: its plain items.
-                seen.add((id(value), None))
-                reads += [(IN_DICT, value, k, v, None, f"{name}[{k!r}]") for k, v in list(value.items())
-                          if type(k) is str and is_plain(v)]
         for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
             if not _bound(cell) or id(cell) in seen:
                 continue
@@ -297,47 +291,81 @@ def by_identity(value):
     return True
 
 
+# How `_Contents` compares an item: as a plain value, as "a tensor" (its
+# values are the program's to read: d2s/module_state.py), as a nested
+# `_Contents`, or by identity (a function, a module, an object).
+_PLAIN, _TENSOR, _NESTED, _SAME_OBJECT = range(4)
+
+
 class _Contents(tuple):
-    """What a list or dict of plain values held when the trace read it (its
-    items, or (key, value) pairs, in order, and their types: 1 == 1.0 ==
-    True): compared by content on every call, as `SIZES.append(4)` changes
-    a list in place without rebinding it."""
+    """What a list, tuple or dict held when the trace read it (its items, or
+    keys and values, in order): compared by content on every call, as
+    `SIZES.append(4)` or `self.acts["a"] = F.gelu` changes a container in
+    place without rebinding it. Plain items compare by value and type
+    (1 == 1.0 == True), lists and dicts in it by their contents, tensors as
+    "a tensor", the rest by identity."""
 
     __slots__ = ()
 
-    def __new__(cls, container):
+    def __new__(cls, container, is_plain, depth=0):
         kind = type(container)
+        keys = tuple(container) if kind is dict else None
         values = tuple(container.values()) if kind is dict else tuple(container)
-        nested = any(type(v) is tuple for v in values)  # (compared item by item: their items' types too)
-        items = tuple(container.items()) if kind is dict else values
-        return super().__new__(cls, (kind, items, tuple(map(type, values)), nested))
+        hows, expected = [], []
+        for v in values:
+            if is_plain(v):
+                hows.append(_PLAIN)
+                expected.append(v)
+            elif isinstance(v, torch.Tensor):
+                hows.append(_TENSOR)
+                expected.append(None)
+            else:
+                nested = contents_of(v, is_plain, depth + 1)
+                hows.append(_SAME_OBJECT if nested is None else _NESTED)
+                expected.append(v if nested is None else nested)
+        plain = all(h == _PLAIN for h in hows) and not any(type(v) is tuple for v in values)
+        return super().__new__(cls, (kind, keys, tuple(expected), tuple(hows), tuple(map(type, values)), plain))
 
     def matches(self, now, same):
-        kind, items, types_, nested = self
-        if type(now) is not kind or len(now) != len(items):
+        kind, keys, expected, hows, types_, plain = self
+        if type(now) is not kind or len(now) != len(expected):
             return False
         if kind is dict:
-            if tuple(now.items()) != items or tuple(map(type, now.values())) != types_:
+            if tuple(now) != keys:
                 return False
-            return not nested or all(same(v, was) for v, (_, was) in zip(now.values(), items))
-        if tuple(now) != items or tuple(map(type, now)) != types_:
-            return False
-        return not nested or all(same(v, was) for v, was in zip(now, items))
+            now = tuple(now.values())
+        elif kind is not tuple:
+            now = tuple(now)
+        if plain:  # (all plain, none a tuple: compared in C)
+            return now == expected and tuple(map(type, now)) == types_
+        for v, e, how in zip(now, expected, hows):
+            if how == _PLAIN:
+                ok = v is e or same(v, e)
+            elif how == _TENSOR:
+                ok = isinstance(v, torch.Tensor)
+            elif how == _NESTED:
+                ok = e.matches(v, same)
+            else:
+                ok = v is e
+            if not ok:
+                return False
+        return True
 
     def __repr__(self):
-        kind, items = self[:2]
-        return repr(dict(items) if kind is dict else list(items))
+        kind, keys, expected = self[:3]
+        shown = ["<tensor>" if how == _TENSOR else e for e, how in zip(expected, self[3])]
+        return repr(dict(zip(keys, shown)) if kind is dict else kind(shown))
 
 
-def contents_of(value, is_plain):
-    """A `_Contents` of `value` when it is a list or dict (string keys) of
-    at most _MAX_ITEMS plain values, else None."""
+def contents_of(value, is_plain, depth=0):
+    """A `_Contents` of `value` when it is a list, tuple or dict (plain
+    keys) of at most _MAX_ITEMS items, nested at most 3 deep, else None."""
     kind = type(value)
-    if kind is list and len(value) <= _MAX_ITEMS and all(is_plain(v) for v in value):
-        return _Contents(value)
-    if kind is dict and len(value) <= _MAX_ITEMS and all(type(k) is str and is_plain(v) for k, v in value.items()):
-        return _Contents(value)
-    return None
+    if kind not in (list, tuple, dict) or len(value) > _MAX_ITEMS or depth > 2:
+        return None
+    if kind is dict and not all(is_plain(k) for k in value):
+        return None
+    return _Contents(value, is_plain, depth)
 
 
 # Packages whose objects are state of their own, not settings: a logger's

@@ -285,8 +285,24 @@ def convert_type(*args):
     return builtins.type(*args)
 
 
+def convert_next(iterator, *default):
+    """`next(it)`. An iterator the call's arguments, globals, closure cells or
+    modules hold outlives the call: drawn from while the program is built,
+    the program would repeat that draw on every run, where eager draws
+    again on every call (`next(batches)` on a global iterator). Refused; an
+    iterator the function makes itself (`next(iter(self.blocks))`) is its own."""
+    trace = tracer.active()
+    if trace is not None and id(iterator) in trace.outliving and trace.outliving[id(iterator)] is iterator:
+        raise error_at_user_line(
+            f"`next()` advances a {builtins.type(iterator).__name__} that outlives the call: the program would hold "
+            "what it drew while it was built and repeat it on every run, where eager code draws again on every "
+            "call; draw outside the declarative function and pass the value as an argument")
+    return builtins.next(iterator, *default)
+
+
 BUILTINS = {
     builtins.type: convert_type,
+    builtins.next: convert_next,
     builtins.max: convert_max_min(builtins.max, "max"),
     builtins.min: convert_max_min(builtins.min, "min"),
     builtins.any: convert_any_all(builtins.any, "any"),

@@ -182,3 +182,41 @@ def test_a_tensor_kept_on_a_module_is_still_carried():
     model, eager = KeepsHidden(), KeepsHidden()
     for _ in range(3):
         assert torch.equal(model(torch.ones(3)), KeepsHidden.forward.__d2s_unwrap__()(eager, torch.ones(3)))
+
+
+# -- iterators that outlive the call: a draw is a change no walk of contents sees ---------------
+
+BATCHES = iter([1.0, 2.0, 3.0])
+STEPS = [iter(range(5))]
+
+
+class Drawing(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+        self.draws = (n for n in range(5))
+
+    def forward(self, x, where):
+        if where == "module":
+            return x * next(self.draws)
+        if where == "global":
+            return x * next(BATCHES)
+        if where == "in a global list":
+            return x * next(STEPS[0])
+        # The function's own iterators are its own: a fresh one on every call.
+        return x * next(self.parameters()).sum() + next(iter([x.sum()]))
+
+
+@pytest.mark.parametrize("where", ["module", "global", "in a global list"])
+def test_next_on_an_iterator_that_outlives_the_call_is_refused(where):
+    model = d2s.declarative(Drawing())
+    with pytest.raises(ConversionError, match="outlives the call") as info:
+        model(torch.ones(2), where)
+    assert info.value.filename == __file__
+
+
+def test_next_on_the_functions_own_iterators_converts():
+    eager, static = Drawing(), d2s.declarative(Drawing())
+    static.load_state_dict(eager.state_dict())
+    for x in (torch.ones(2), -torch.ones(2)):
+        assert torch.equal(static(x, "own"), eager(x, "own"))

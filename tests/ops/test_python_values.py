@@ -297,6 +297,17 @@ class Activated(nn.Module):
         return _signed(self.act(x) + 1, self.options.scale)
 
 
+class Listed(nn.Module):
+    """Functions and modules in plain containers (not ModuleList / ModuleDict)."""
+
+    def __init__(self):
+        super().__init__()
+        self.acts, self.pair, self.blocks = {"a": torch.relu}, (torch.relu, 2.0), [nn.Identity()]
+
+    def forward(self, x):
+        return _signed(self.blocks[0](self.acts["a"](x) + self.pair[0](x)) + 1, self.pair[1])
+
+
 def _rebind(name, value):
     before = globals()[name]
     return lambda: globals().__setitem__(name, value), lambda: globals().__setitem__(name, before)
@@ -421,6 +432,12 @@ def _case(name):
         change = (lambda: setattr(model, "act", torch.tanh)) if name == "module's function attribute" else \
             (lambda: setattr(model, "options", Options(3.0)))
         return model, (), change, lambda: None
+    if name in ("module's dict of functions", "module's tuple rebound", "module's list of modules"):
+        model = Listed()
+        change = {"module's dict of functions": lambda: model.acts.__setitem__("a", torch.tanh),
+                  "module's tuple rebound": lambda: setattr(model, "pair", (torch.tanh, 3.0)),
+                  "module's list of modules": lambda: model.blocks.__setitem__(0, nn.Tanh())}[name]
+        return model, (), change, lambda: None
     model = Nested()  # "nested config"
     return model, (), lambda: setattr(model.config.text, "scale", 3.0), lambda: None
 
@@ -434,7 +451,9 @@ def _case(name):
                                     "global object a helper reads", "module's list in place",
                                     "module's dict in place", "module's list of objects", "global function rebound",
                                     "global object rebound", "object's function attribute", "closure cell function",
-                                    "module's function attribute", "module's object replaced"])
+                                    "module's function attribute", "module's object replaced",
+                                    "module's dict of functions", "module's tuple rebound",
+                                    "module's list of modules"])
 def test_a_value_reached_further_changed_between_calls(holder, x):
     function, extra, change, undo = _case(holder)
     static = d2s.declarative(function)
