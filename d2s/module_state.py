@@ -189,16 +189,13 @@ def global_reads(functions, lifted, known):
         module = sys.modules.get(namespace.get("__name__"))
         if getattr(module, "__dict__", None) is not namespace:  # not an imported module's globals
             continue
-        for name, value in list(namespace.items()):
-            items = _items(value) if isinstance(value, (list, tuple, dict)) else None
-            if isinstance(value, torch.Tensor) or (items is not None and len(items) <= 64):
-                reads += [r for r in _reads_of(module, name, value, lifted) if r.var_name not in known]
+        reads += _tensor_reads(module, namespace, lifted, known)
     return reads
 
 
 def object_reads(objects, lifted, known):
     """State reads of the tensors the trace lifted from attributes of the
-    objects of settings it read (ops/python_values.py AttributeReads: a
+    objects of settings it read (ops/attribute_reads.py AttributeReads: a
     global's object, a config a module keeps), so that `OBJ.t = other`
     between calls is seen as eager sees it; var names in `known` are left."""
     reads = []
@@ -206,10 +203,18 @@ def object_reads(objects, lifted, known):
         own = getattr(obj, "__dict__", None)
         if type(own) is not dict:
             continue
-        for name, value in list(own.items()):
-            items = _items(value) if isinstance(value, (list, tuple, dict)) else None
-            if isinstance(value, torch.Tensor) or (items is not None and len(items) <= 64):
-                reads += [r for r in _reads_of(obj, name, value, lifted) if r.var_name not in known]
+        reads += _tensor_reads(obj, own, lifted, known)
+    return reads
+
+
+def _tensor_reads(owner, attrs, lifted, known):
+    """The state reads of `owner`'s attributes `attrs` (its namespace) that
+    hold lifted tensors (a tensor, or a short list, tuple or dict of them)."""
+    reads = []
+    for name, value in list(attrs.items()):
+        items = _items(value) if isinstance(value, (list, tuple, dict)) else None
+        if isinstance(value, torch.Tensor) or (items is not None and len(items) <= 64):
+            reads += [r for r in _reads_of(owner, name, value, lifted) if r.var_name not in known]
     return reads
 
 

@@ -62,7 +62,7 @@ class Watch:
         for name, m, attrs in self.modules:
             self.where[_root_name(name)] = "module"
             roots = roots + [(f"{name}.{k}", "module", v) for k, v in attrs.items() if _watched(v)]
-        self.values = [value for _, _, value in roots]  # (what ops/python_values.py follows reads of)
+        self.values = [value for _, _, value in roots]  # (what ops/attribute_reads.py follows reads of)
         self.effects = Effects((), roots=[(name, value) for name, _, value in roots])
         self.function_attrs = [(fn, dict(vars(fn))) for fn in functions]  # `f.cache = ...`: see `undo`
         self._tracer = tracer.active()

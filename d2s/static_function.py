@@ -19,7 +19,7 @@ import weakref
 import torch
 
 from ops.capture import CaptureMode
-from ops import python_values, tracer
+from ops import attribute_reads, python_reads, python_values, tracer
 from ops.control_flow import Unreachable
 from ops.framework import check_dims as fw_check_dims, check_strides as fw_check_strides
 from ops.tracer import Tracer
@@ -421,9 +421,9 @@ class StaticFunction:
             before = module_state.snapshot(modules)
             with program_guard(main, startup), Tracer(main, self._name_hints(args)) as tr, \
                     module_state.restored_on_error(before) as undo, \
-                    python_values.AttributeReads(python_values.data_objects(modules, module_watch.is_plain_value),
-                                                 module_watch.is_plain_value) as attribute_reads, \
-                    python_values.GroupReads(python_values.optimizers_named(self._function, args, kwargs),
+                    attribute_reads.AttributeReads(attribute_reads.data_objects(modules, module_watch.is_plain_value),
+                                                 module_watch.is_plain_value) as attributes, \
+                    attribute_reads.GroupReads(attribute_reads.optimizers_named(self._function, args, kwargs),
                                              module_watch.is_plain_value) as group_reads:
                 feeds = [self._feed(main, tr, leaf, arg_names, exact) for leaf in leaves]
                 state = input_trees.record_state([v for v in (*args, *kwargs.values()) if python_object(v)])
@@ -437,9 +437,9 @@ class StaticFunction:
                 sym_kwargs = {k: replace_tensors(v, remaining, k, made) for k, v in kwargs.items()}
                 written = python_writes.watch(self._function, sym_args, sym_kwargs, arg_names, self._instance)
                 undo.append(written.undo)  # a failed conversion leaves no graph value in the user's objects
-                attribute_reads.ignore([copy for _, copy, _ in made])
-                attribute_reads.add(written.values)  # objects of settings among arguments, globals, cells
-                attribute_reads.add_function(self._function)
+                attributes.ignore([copy for _, copy, _ in made])
+                attributes.add(written.values)  # objects of settings among arguments, globals, cells
+                attributes.add_function(self._function)
                 tr.outliving = written.iterators  # `next()` on them is refused (d2s/operators/py_builtins.py)
                 # Trace with autograd on whatever the caller's mode: only a
                 # `no_grad` block inside the function marks ops gradient-free.
@@ -457,12 +457,12 @@ class StaticFunction:
                                                      written.constant_ok, written.attribute_line)
                 reads += module_state.global_reads(self._converted_functions(), tr.lifted,
                                                    {r.var_name for r in reads})
-                reads += module_state.object_reads(attribute_reads.objects, tr.lifted, {r.var_name for r in reads})
+                reads += module_state.object_reads(attributes.objects, tr.lifted, {r.var_name for r in reads})
                 self._refuse_global_state(main)
                 # Plain globals and closure values the code names: checked first on every run.
                 functions = [self._function, *tr.functions.values()]
-                values = python_values.reads_of(functions, module_watch.is_plain_value) + attribute_reads.found + \
-                    python_values.module_reads(modules, functions, module_watch.is_plain_value) + \
+                values = python_reads.reads_of(functions, module_watch.is_plain_value) + attributes.found + \
+                    python_reads.module_reads(modules, functions, module_watch.is_plain_value) + \
                     group_reads.found + list(tr.flag_reads.values()) + \
                     [python_values.read_by_call(query, value, label) for label, (query, value) in tr.state_reads.items()]
                 if values:

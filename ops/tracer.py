@@ -109,8 +109,8 @@ class Tracer:
         self.autocast_start = None  # the caller's autocast (runtime/run_modes.py), read on entry
         self.modes_read = {}      # "grad"/"inference" -> the caller's mode the user's code read
         self.flag_reads = {}  # id -> a parameter's `requires_grad` the user's code read (ops/python_values.py)
-        self.functions = {}  # id -> each converted function the trace called (ops/python_values.py)
-        self.attribute_reads = None  # ops/python_values.py's AttributeReads of this trace, while it runs
+        self.functions = {}  # id -> each converted function the trace called (ops/python_reads.py)
+        self.attribute_reads = None  # ops/attribute_reads.py's AttributeReads of this trace, while it runs
         self.outliving = {}  # id -> iterators the call's arguments, globals, cells, modules hold (d2s/operators/py_builtins.py)
         self.state_reads = {}  # label -> (query, answer): torch's settings, environment variables read (ops/process_state.py)
         self.user_enabled_grad = False  # the user's code turned gradients on inside the trace

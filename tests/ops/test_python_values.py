@@ -356,23 +356,24 @@ class Nested(nn.Module):
         return _signed(x, self.config.text.scale)
 
 
+def _setting(obj, name, value):
+    """(change, undo) of setting `obj.name` to `value`."""
+    before = getattr(obj, name)
+    return lambda: setattr(obj, name, value), lambda: setattr(obj, name, before)
+
+
 def _case(name):
     """(function, arguments after x, change, undo) of one holder."""
     if name == "global object":
-        return (lambda x: _signed(x, OPTIONS.scale)), (), lambda: setattr(OPTIONS, "scale", 3.0), \
-            lambda: setattr(OPTIONS, "scale", 2.0)
+        return (lambda x: _signed(x, OPTIONS.scale)), (), *_setting(OPTIONS, "scale", 3.0)
     if name == "argparse namespace":
-        return (lambda x: _signed(x, NAMESPACE.scale)), (), lambda: setattr(NAMESPACE, "scale", 3.0), \
-            lambda: setattr(NAMESPACE, "scale", 2.0)
+        return (lambda x: _signed(x, NAMESPACE.scale)), (), *_setting(NAMESPACE, "scale", 3.0)
     if name == "simple namespace":
-        return (lambda x: _signed(x, SIMPLE.scale)), (), lambda: setattr(SIMPLE, "scale", 3.0), \
-            lambda: setattr(SIMPLE, "scale", 2.0)
+        return (lambda x: _signed(x, SIMPLE.scale)), (), *_setting(SIMPLE, "scale", 3.0)
     if name == "object in a simple namespace":
-        return (lambda x: _signed(x, SIMPLE.inner.scale)), (), lambda: setattr(SIMPLE.inner, "scale", 3.0), \
-            lambda: setattr(SIMPLE.inner, "scale", 2.0)
+        return (lambda x: _signed(x, SIMPLE.inner.scale)), (), *_setting(SIMPLE.inner, "scale", 3.0)
     if name == "dataclass":
-        return (lambda x: _signed(x, DATA.scale)), (), lambda: setattr(DATA, "scale", 3.0), \
-            lambda: setattr(DATA, "scale", 2.0)
+        return (lambda x: _signed(x, DATA.scale)), (), *_setting(DATA, "scale", 3.0)
     if name == "global list in place":
         return (lambda x: _signed(x, SIZES[0])), (), lambda: SIZES.__setitem__(0, 3.0), \
             lambda: SIZES.__setitem__(0, 2.0)
@@ -390,19 +391,15 @@ def _case(name):
         return (lambda x, o: _signed(x, o.scale)), (options,), lambda: setattr(options, "scale", 3.0), \
             lambda: None
     if name == "class attribute through an object":
-        return (lambda x: _signed(x, OPTIONS.SHIFT)), (), lambda: setattr(Options, "SHIFT", 3.0), \
-            lambda: setattr(Options, "SHIFT", 2.0)
+        return (lambda x: _signed(x, OPTIONS.SHIFT)), (), *_setting(Options, "SHIFT", 3.0)
     if name == "class attribute":
-        return (lambda x: _signed(x, Options.SHIFT)), (), lambda: setattr(Options, "SHIFT", 3.0), \
-            lambda: setattr(Options, "SHIFT", 2.0)
+        return (lambda x: _signed(x, Options.SHIFT)), (), *_setting(Options, "SHIFT", 3.0)
     if name == "module's class attribute":
-        return Shifted(), (), lambda: setattr(Shifted, "SHIFT", 3.0), lambda: setattr(Shifted, "SHIFT", 2.0)
+        return Shifted(), (), *_setting(Shifted, "SHIFT", 3.0)
     if name == "another module's constant":
-        return (lambda x: _signed(x, SETTINGS.SCALE)), (), lambda: setattr(SETTINGS, "SCALE", 3.0), \
-            lambda: setattr(SETTINGS, "SCALE", 2.0)
+        return (lambda x: _signed(x, SETTINGS.SCALE)), (), *_setting(SETTINGS, "SCALE", 3.0)
     if name == "global object a helper reads":
-        return (lambda x: HELPERS[0].apply(x)), (), lambda: setattr(HELPED, "scale", 3.0), \
-            lambda: setattr(HELPED, "scale", 2.0)
+        return (lambda x: HELPERS[0].apply(x)), (), *_setting(HELPED, "scale", 3.0)
     if name in ("module's list in place", "module's dict in place", "module's list of objects"):
         model = Holding()
         change = {"module's list in place": lambda: model.sizes.__setitem__(0, 3.0),
@@ -414,8 +411,7 @@ def _case(name):
     if name == "global object rebound":
         return (lambda x: _signed(x, OPTIONS.scale)), (), *_rebind("OPTIONS", Options(3.0))
     if name == "object's function attribute":
-        return (lambda x: _signed(OPTIONS.act(x) + 1, 2.0)), (), lambda: setattr(OPTIONS, "act", torch.tanh), \
-            lambda: setattr(OPTIONS, "act", torch.relu)
+        return (lambda x: _signed(OPTIONS.act(x) + 1, 2.0)), (), *_setting(OPTIONS, "act", torch.tanh)
     if name == "closure cell function":
         def from_cell(x):
             return _signed(function(x) + 1, 2.0)
