@@ -15,6 +15,7 @@ from .python_reads import (attribute_chains, bound_cell, chain_reads, defining_c
 from .python_values import (BY_GETATTR, IN_DICT, MAX_ITEMS, MISSING, Contents, is_data_object, noted_value)
 from .user_frames import error_at_user_line
 
+
 class AttributeReads:
     """`with AttributeReads(objects, is_plain) as reads:` while a trace runs,
     the plain attribute values its code reads from `objects` (the objects of

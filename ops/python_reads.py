@@ -16,6 +16,7 @@ import types
 
 from .python_values import IN_CELL, IN_DICT, MISSING, contents_of, is_data_object, noted_value
 
+
 _names = {}  # code object -> the global names it and the code nested in it load
 
 

@@ -53,6 +53,7 @@ from runtime.errors import DecisionFailed
 
 from .registry import OpDef, register
 
+
 MISSING = object()
 
 
