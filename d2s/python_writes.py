@@ -31,6 +31,7 @@ import weakref
 import torch
 
 from ops import tracer
+from ops.python_reads import names_loaded
 from runtime.errors import ConversionError
 
 from runtime.ir import Variable
@@ -53,9 +54,11 @@ class Watch:
     While `recording`, it also sees each plain value assigned to a module
     attribute (module_watch), and where: a write the trace made outside
     every tensor branch and loop body, of a plain value, is the same for
-    every run of the program and is replayed after each (`refuse_written`)."""
+    every run of the program and is replayed after each (`refuse_written`).
+    `reached`: every value the arguments, globals, cells and modules hold,
+    among which `iterators` are found."""
 
-    def __init__(self, roots, functions, modules=()):
+    def __init__(self, roots, functions, modules=(), reached=()):
         self.where = {name: where for name, where, _ in roots}
         self.functions = functions
         self.modules = [(name, m, _own_attrs(m)) for name, m in modules]
@@ -63,6 +66,7 @@ class Watch:
             self.where[_root_name(name)] = "module"
             roots = roots + [(f"{name}.{k}", "module", v) for k, v in attrs.items() if _watched(v)]
         self.values = [value for _, _, value in roots]  # (what ops/attribute_reads.py follows reads of)
+        self.iterators = iterators(reached)  # `next()` on them is refused (d2s/operators/py_builtins.py)
         self.effects = Effects((), roots=[(name, value) for name, _, value in roots])
         self.function_attrs = [(fn, dict(vars(fn))) for fn in functions]  # `f.cache = ...`: see `undo`
         self._tracer = tracer.active()
@@ -204,21 +208,20 @@ def watch(function, args, kwargs, arg_names, instance=None):
     for fn in functions:
         code = fn.__code__
         for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-            if cell_bound(cell):
-                reached.append(cell.cell_contents)
-            if name not in taken and cell_bound(cell) and _watched(cell.cell_contents):
+            if not cell_bound(cell):
+                continue
+            reached.append(cell.cell_contents)
+            if name not in taken and _watched(cell.cell_contents):
                 taken.add(name)
                 roots.append((name, "closure", cell.cell_contents))
         namespace = fn.__globals__
-        for name in _global_names(code):
+        for name in names_loaded(code):
             value = namespace.get(name)
             reached.append(value)
             if name not in taken and name in namespace and _watched(value):
                 taken.add(name)
                 roots.append((name, "global", value))
-    watch = Watch(roots, functions, modules)
-    watch.iterators = iterators(reached)
-    return watch
+    return Watch(roots, functions, modules, reached)
 
 
 def iterators(values, depth=0):
@@ -227,7 +230,7 @@ def iterators(values, depth=0):
     that no walk of contents can see."""
     found = {}
     for value in values:
-        if isinstance(value, collections.abc.Iterator) and not isinstance(value, torch.Tensor):
+        if isinstance(value, collections.abc.Iterator):
             found[id(value)] = value
         elif type(value) in _CONTAINERS and depth < 2 and len(value) <= 64:
             found.update(iterators(value.values() if type(value) is dict else value, depth + 1))
@@ -265,23 +268,13 @@ def _functions(function, instance):
             continue
         seen.add(id(fn))
         found.append(fn)
-        todo += [fn.__globals__.get(n) for n in _global_names(fn.__code__)]
+        todo += [fn.__globals__.get(n) for n in names_loaded(fn.__code__)]
         todo += [c.cell_contents for c in fn.__closure__ or () if cell_bound(c)]
     return found
 
 
 def _user_code(obj):
     return (getattr(obj, "__module__", None) or "").split(".")[0] not in _LIBRARIES
-
-
-def _global_names(code):
-    """The names `code` and the code nested in it (comprehensions, inner
-    functions) may read as globals."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _global_names(const)
-    return names
 
 
 def _root_name(name):

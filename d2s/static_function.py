@@ -422,9 +422,9 @@ class StaticFunction:
             with program_guard(main, startup), Tracer(main, self._name_hints(args)) as tr, \
                     module_state.restored_on_error(before) as undo, \
                     attribute_reads.AttributeReads(attribute_reads.data_objects(modules, module_watch.is_plain_value),
-                                                 module_watch.is_plain_value) as attributes, \
+                                                   module_watch.is_plain_value) as attributes, \
                     attribute_reads.GroupReads(attribute_reads.optimizers_named(self._function, args, kwargs),
-                                             module_watch.is_plain_value) as group_reads:
+                                               module_watch.is_plain_value) as group_reads:
                 feeds = [self._feed(main, tr, leaf, arg_names, exact) for leaf in leaves]
                 state = input_trees.record_state([v for v in (*args, *kwargs.values()) if python_object(v)])
                 # A tensor passed twice is one value in the trace too (`q is k` as eager
@@ -440,7 +440,7 @@ class StaticFunction:
                 attributes.ignore([copy for _, copy, _ in made])
                 attributes.add(written.values)  # objects of settings among arguments, globals, cells
                 attributes.add_function(self._function)
-                tr.outliving = written.iterators  # `next()` on them is refused (d2s/operators/py_builtins.py)
+                tr.outliving = written.iterators
                 # Trace with autograd on whatever the caller's mode: only a
                 # `no_grad` block inside the function marks ops gradient-free.
                 sym_args, sym_kwargs = self._as_called(sym_args, sym_kwargs, form)

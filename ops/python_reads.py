@@ -141,12 +141,8 @@ def chain_reads(namespace, chains, is_plain, objects):
     for name, *attrs in chains:
         value, label = namespace.get(name, MISSING), name
         for attr in attrs:
-            if isinstance(value, types.ModuleType) and not library_object(value):
-                holder = vars(value)
-            elif isinstance(value, type) and not library_object(value) and \
-                    defining_class(value, attr) is not None and not library_object(defining_class(value, attr)):
-                holder = vars(defining_class(value, attr))
-            else:
+            holder = _namespace_holding(value, attr)
+            if holder is None:
                 break
             value, label = holder.get(attr, MISSING), f"{label}.{attr}"
             noted = value if is_plain(value) else contents_of(value, is_plain)
@@ -157,6 +153,18 @@ def chain_reads(namespace, chains, is_plain, objects):
                 objects.append(value)
                 break
     return reads
+
+
+def _namespace_holding(value, attr):
+    """The namespace `value.attr` is read from when `value` is one of the
+    user's modules or classes (the class of its MRO defining `attr`), else None."""
+    if isinstance(value, types.ModuleType):
+        return None if library_object(value) else vars(value)
+    if isinstance(value, type) and not library_object(value):
+        klass = defining_class(value, attr)
+        if klass is not None and not library_object(klass):
+            return vars(klass)
+    return None
 
 
 def module_reads(modules, functions, is_plain):
@@ -170,7 +178,7 @@ def module_reads(modules, functions, is_plain):
     for fn in functions:
         code = getattr(fn, "__code__", None)
         if code is not None and not library_code(fn, code):
-            names |= _attribute_names(code)
+            names |= names_loaded(code)
     reads, seen = [], set()
     for module in modules:
         cls = type(module)
@@ -192,9 +200,11 @@ def module_reads(modules, functions, is_plain):
     return reads
 
 
-def _attribute_names(code):
+def names_loaded(code):
+    """The names `code` and the code nested in it (comprehensions, inner
+    functions) load: globals, attributes, methods."""
     names = set(code.co_names)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            names |= _attribute_names(const)
+            names |= names_loaded(const)
     return names

@@ -292,7 +292,7 @@ def convert_next(iterator, *default):
     again on every call (`next(batches)` on a global iterator). Refused; an
     iterator the function makes itself (`next(iter(self.blocks))`) is its own."""
     trace = tracer.active()
-    if trace is not None and id(iterator) in trace.outliving and trace.outliving[id(iterator)] is iterator:
+    if trace is not None and trace.outliving.get(id(iterator)) is iterator:
         raise error_at_user_line(
             f"`next()` advances a {builtins.type(iterator).__name__} that outlives the call: the program would hold "
             "what it drew while it was built and repeat it on every run, where eager code draws again on every "
