@@ -190,6 +190,7 @@ class GraphedCalls:
             return None, None
         modes = (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"),
                  torch.are_deterministic_algorithms_enabled(), torch.is_inference_mode_enabled(),
+                 torch.get_default_dtype(),
                  getattr(self._target, "training", None))
         return (spec, tuple(parts), modes), tensors
 

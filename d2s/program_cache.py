@@ -102,6 +102,6 @@ def weak(obj):
 
 def with_state_part(key, state_part):
     """A cache key (`StaticFunction.cache_key`: ..., training flags, the
-    caller's autocast, module state part, optimize level) with another
+    caller's autocast, the default dtype, module state part, optimize level) with another
     module state part."""
     return key[:-2] + (state_part, key[-1])

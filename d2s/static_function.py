@@ -46,6 +46,10 @@ from .translator_state import STATE
 MANY_PROGRAMS = 8
 
 _grad_enabled = torch.is_grad_enabled
+# The default dtype keys every call: a traced factory (`torch.zeros(n)`) or
+# constant (`torch.tensor([0.5])`) took its dtype from it, and
+# `torch.set_default_dtype` between calls gives eager code other dtypes.
+_default_dtype = torch.get_default_dtype
 # torch's bookkeeping of a module and d2s's own `forward`: not the user's functions and objects.
 _OWN_ATTRS = TORCH_MODULE_ATTRS | {"forward"}
 _Tensor = torch.Tensor
@@ -201,7 +205,7 @@ class StaticFunction:
         if same:
             parts.append(("same",) + same)
         state_attrs = self.program_cache.state_attrs
-        parts += (len(args), self.program_cache.flags, autocast_state(),
+        parts += (len(args), self.program_cache.flags, autocast_state(), _default_dtype(),
                   module_state.key(state_attrs) if state_attrs else (), self._optimize or STATE.optimize)
         return tuple(parts), tensors
 
@@ -300,8 +304,8 @@ class StaticFunction:
             # a miss or a program that needs more than a call falls through.
             if len(args) == 1:  # the most common signature, without the loop
                 v = args[0]
-                key = ((v.shape, v.dtype, v.device, v.requires_grad, 1, cache.flags, autocast_state(), (),
-                        self._optimize or translator.optimize) if type(v) is _Tensor else None)
+                key = ((v.shape, v.dtype, v.device, v.requires_grad, 1, cache.flags, autocast_state(),
+                        _default_dtype(), (), self._optimize or translator.optimize) if type(v) is _Tensor else None)
             else:
                 parts = []
                 for v in args:
@@ -310,7 +314,8 @@ class StaticFunction:
                         break
                     parts += (v.shape, v.dtype, v.device, v.requires_grad)
                 else:
-                    parts += (len(args), cache.flags, autocast_state(), (), self._optimize or translator.optimize)
+                    parts += (len(args), cache.flags, autocast_state(), _default_dtype(), (),
+                              self._optimize or translator.optimize)
                 # One tensor passed twice keys another program (`same_tensors`): the full path.
                 # (Two arguments, the common case, are compared without building a set.)
                 distinct = args[0] is not args[1] if len(args) == 2 else len(set(map(id, args))) == len(args)

@@ -22,7 +22,7 @@ from .effects import written_in_place
 from .runner import check_shape, convert_feed, convert_input, run_compiled  # noqa: F401 - re-exported
 from .ir import Program, Variable, default_main_program
 from .optable import get_op_def
-from .run_modes import check_caller_autocast
+from .run_modes import check_caller_modes
 
 # The executor's own tables per program, beside it (a Program holds only IR)
 # and gone with it: compiled forms by (version, feeds, fetches, level,
@@ -177,7 +177,7 @@ class Executor:
         feed_names = sorted(feed)
         entry = self.compiled_for_call(program, feed_names, fetch_names, passes.check_level(optimize),
                                        self.place.device)
-        check_caller_autocast(program)
+        check_caller_modes(program)
         feeds = [self._to_tensor(feed[n], block.vars[n], copy=n in facts.mutated_feeds) for n in feed_names]
         params = resolve_persistables(program, entry.param_names, scope)
         if entry.derived:  # fast level, grad mode off: the weights' transposes (passes/pretranspose.py)

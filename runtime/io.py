@@ -26,7 +26,7 @@ import torch
 from .atomic_dir import write_atomically
 from .errors import ModelFormatError, ProgramError
 from .executor import resolve_persistables
-from .ir import Variable, default_main_program
+from .ir import Variable, default_main_program, dtype_name
 from .modes import mode_from_ops
 from .optable import get_op_def
 from .prune import prune_program
@@ -220,6 +220,8 @@ def _saved_part(part, params, held_as):
         doc["state_updates"] = updates
     if program.autocast:  # traced under autocast: it runs only there (runtime/run_modes.py)
         doc["autocast"] = program.autocast
+    if program.default_dtype != torch.float32:  # likewise (absent: float32, torch's own default)
+        doc["default_dtype"] = dtype_name(program.default_dtype)
     return dict(doc, program=program_to_dict(pruned))
 
 
@@ -420,6 +422,7 @@ def _parse_part(doc, where, limits):
     except (ModelFormatError, ProgramError) as exc:
         raise ModelFormatError(f"{where}: invalid program: {exc}") from None
     program.autocast = _parse_autocast(doc, where)
+    program.default_dtype = _parse_default_dtype(doc, where)
     block = program.global_block()
     for name in names["feed"]:
         if name not in block.vars or not block.vars[name].is_data:
@@ -443,6 +446,18 @@ def _parse_autocast(doc, where):
     if problem is not None:
         raise ModelFormatError(f"{where}: \"autocast\" {problem}")
     return value
+
+
+def _parse_default_dtype(doc, where):
+    """The default dtype a part was traced under (`Program.default_dtype`)."""
+    value = doc.get("default_dtype", "float32")
+    if value not in _DEFAULT_DTYPES:
+        raise ModelFormatError(f"{where}: \"default_dtype\" must be one of {sorted(_DEFAULT_DTYPES)}, got {value!r}")
+    return _DEFAULT_DTYPES[value]
+
+
+# What torch.set_default_dtype accepts.
+_DEFAULT_DTYPES = {dtype_name(d): d for d in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
 
 
 def _parse_outputs(doc, fetch_names, where, limits):

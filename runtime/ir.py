@@ -417,6 +417,11 @@ class Program:
         # The autocast it was traced in (runtime/run_modes.py `traced_autocast`),
         # None when off; a program that is not retraced per call runs only there.
         self.autocast = None
+        # The default dtype it was built (traced) under: its factories and
+        # constants took their dtypes from it, and so did the promotion of
+        # integer tensors with Python floats (`arange(n) * 0.5`); a program
+        # that is not retraced per call runs only under it (run_modes.py).
+        self.default_dtype = torch.get_default_dtype()
 
     # -- structure -----------------------------------------------------------
     def global_block(self):
@@ -542,7 +547,8 @@ class Program:
         new.bound = dict(self.bound)
         # The attributes are this program's objects: its device object too
         # (not the setter, which would look for the new program's own).
-        new._device, new.mode, new.autocast = self._device, self.mode, self.autocast
+        new._device, new.mode, new.autocast, new.default_dtype = self._device, self.mode, self.autocast, \
+            self.default_dtype
         new._name_counters = dict(self._name_counters)
         return new
 

@@ -12,9 +12,10 @@ caller is in when the program runs is part of the declarative call's
 cache key (`autocast_state`): a program traced under another one is not
 reused. A program that cannot be retraced (loaded, `TracedLayer`,
 `Executor.run`) holds the state it was traced in (`Program.autocast`, saved
-with it) and refuses a call made in another (`check_caller_autocast`):
+with it) and refuses a call made in another (`check_caller_modes`):
 its decisions on dtypes, and the dtypes its unmarked calls were inferred
-in, are the traced state's.
+in, are the traced state's. The same holds for the default dtype
+(`Program.default_dtype`, part of the declarative key too).
 """
 
 import torch
@@ -49,6 +50,7 @@ def mode_key(op):
 
 
 OFF = (None,) * len(AUTOCAST_DEVICES)
+_default_dtype = torch.get_default_dtype
 _any_enabled = torch._C._is_any_autocast_enabled  # one C call: the declarative call's key reads it every call
 
 
@@ -89,9 +91,16 @@ def traced_autocast(state):
     return autocast_changes(state, OFF) or None
 
 
-def check_caller_autocast(program):
+def check_caller_modes(program):
     """Refuse to run `program` (one that is not retraced per call) in an
-    autocast state other than the one it was traced in."""
+    autocast state or under a default dtype other than the ones it was
+    traced in."""
+    if _default_dtype() is not program.default_dtype:
+        raise RuntimeError(
+            f"this program was traced under the default dtype {program.default_dtype} and is called under "
+            f"{_default_dtype()} (torch.set_default_dtype): its factories, constants and the promotion of "
+            "integer tensors with Python floats took the first (as they did in eager code there); call it under "
+            "that default dtype, or trace and save it under the one it runs in")
     traced = program.autocast
     if traced is None and not _any_enabled():  # every call of a loaded model asks: one C call
         return

@@ -28,7 +28,7 @@ import torch
 from .errors import OpRuntimeError
 from .ir import GENERATOR, dtype_name
 from .passes import check_level
-from .run_modes import check_caller_autocast
+from .run_modes import check_caller_modes
 
 _KINDS = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 
@@ -251,7 +251,7 @@ class LeveledProgram:
         """Run `entry` (from `entry()`) on checked inputs and the values of
         its parameters; `lookup(name)`: a parameter's current value, for the
         transposes (fast level, grad mode off)."""
-        check_caller_autocast(self.program)
+        check_caller_modes(self.program)
         args = [*tensors, *params]
         if entry.derived:
             args += self._transposes.get([lookup(n) for n in entry.derived])
