@@ -89,7 +89,6 @@ def test_a_program_that_cannot_retrace_runs_only_under_its_default_dtype(how, tr
 
 def test_the_default_dtype_is_saved_only_when_it_is_not_float32(tmp_path):
     model = _Model()
-    x = torch.tensor([1.0, 2.0])
     for default, name in ((torch.float32, None), (torch.float64, "float64")):
         torch.set_default_dtype(default)
         path = tmp_path / str(default)
