@@ -26,6 +26,7 @@ import contextlib
 import inspect
 import textwrap
 import types
+import warnings
 import weakref
 
 import torch
@@ -33,8 +34,6 @@ import torch
 from ops import tracer
 from ops.python_reads import names_loaded
 from runtime.errors import ConversionError
-
-from runtime.ir import Variable
 
 from . import module_watch
 from .operators.effects import _MISSING, TORCH_MODULE_ATTRS, Effects, Slot, cell_bound, restore_dict
@@ -66,7 +65,10 @@ class Watch:
             self.where[_root_name(name)] = "module"
             roots = roots + [(f"{name}.{k}", "module", v) for k, v in attrs.items() if _watched(v)]
         self.values = [value for _, _, value in roots]  # (what ops/attribute_reads.py follows reads of)
-        self.iterators = iterators(reached)  # `next()` on them is refused (d2s/operators/py_builtins.py)
+        # Drawing from them is refused: `next()` and `for` at the user's line
+        # (d2s/operators/for_loops.py), any other draw after the trace (`_refuse_drawn`).
+        self.iterators = iterators(reached)
+        self._positions = {key: position(it) for key, (_, it) in self.iterators.items()}
         self.effects = Effects((), roots=[(name, value) for name, _, value in roots])
         self.function_attrs = [(fn, dict(vars(fn))) for fn in functions]  # `f.cache = ...`: see `undo`
         self._tracer = tracer.active()
@@ -143,9 +145,25 @@ class Watch:
         refused = [slot for slot in slots if slot not in replays]
         writes = [(weakref.ref(slot.obj), slot.key, slot.get()) for slot in replays]
         self.restore()
+        self._refuse_drawn(qualname)
         if refused:
             self._refuse(qualname, refused[0])
         return writes
+
+    def _refuse_drawn(self, qualname):
+        """Raise ConversionError when the trace drew from an iterator that
+        outlives the call other than by `next()` or `for` (refused where they
+        stand): `list(batches)`, `zip(names, batches)`. The program would hold
+        what was drawn while it was built."""
+        for key, (name, it) in self.iterators.items():
+            before = self._positions[key]
+            if before is not None and position(it) != before:
+                code = self.functions[0].__code__
+                raise ConversionError(
+                    f"`{qualname}` draws from `{name}`, a {type(it).__name__} that outlives the call: the program "
+                    "would hold what it drew while it was built and repeat it on every run, where eager code draws "
+                    "again on every call; draw outside the declarative function and pass the values as arguments",
+                    code.co_filename, code.co_firstlineno)
 
     def _replayable(self, slot):
         """A plain value the trace assigned to a module attribute, last
@@ -204,37 +222,68 @@ def watch(function, args, kwargs, arg_names, instance=None):
                if isinstance(top, torch.nn.Module) for sub, m in top.named_modules() if _user_code(type(m))]
     functions = _functions(function, instance)
     taken = {name for name, _, _ in roots}
-    reached = [v for _, v in named] + [v for _, m in modules for v in _own_attrs(m).values()]
+    reached = named + [(f"{name}.{k}", v) for name, m in modules for k, v in _own_attrs(m).items()]
     for fn in functions:
         code = fn.__code__
         for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
             if not cell_bound(cell):
                 continue
-            reached.append(cell.cell_contents)
+            reached.append((name, cell.cell_contents))
             if name not in taken and _watched(cell.cell_contents):
                 taken.add(name)
                 roots.append((name, "closure", cell.cell_contents))
         namespace = fn.__globals__
         for name in names_loaded(code):
             value = namespace.get(name)
-            reached.append(value)
+            reached.append((name, value))
             if name not in taken and name in namespace and _watched(value):
                 taken.add(name)
                 roots.append((name, "global", value))
     return Watch(roots, functions, modules, reached)
 
 
-def iterators(values, depth=0):
-    """id -> iterator of the iterators among `values` (a Watch's) and in the
-    lists, tuples and dicts among them: objects whose state a draw changes
-    that no walk of contents can see."""
+def iterators(named, depth=0):
+    """id -> (user name, iterator) of the iterators among `named` ((user
+    name, value) pairs: a Watch's `reached`) and in the lists, tuples and
+    dicts among them: objects whose state a draw changes that no walk of
+    contents can see."""
     found = {}
-    for value in values:
+    for name, value in named:
         if isinstance(value, collections.abc.Iterator):
-            found[id(value)] = value
+            found[id(value)] = (name, value)
         elif type(value) in _CONTAINERS and depth < 2 and len(value) <= 64:
-            found.update(iterators(value.values() if type(value) is dict else value, depth + 1))
+            items = value.items() if type(value) is dict else enumerate(value)
+            found.update(iterators([(f"{name}[{k!r}]", v) for k, v in items], depth + 1))
     return found
+
+
+def position(iterator):
+    """What a draw from `iterator` changes, as far as Python shows it: a
+    generator's frame (where it stopped, its locals), otherwise the state
+    its `__reduce__` gives (a list iterator's index, `count()`'s next
+    number); plain values by value, other objects by identity. None when
+    neither tells (a draw from such an iterator goes unseen)."""
+    if isinstance(iterator, types.GeneratorType):
+        frame = iterator.gi_frame
+        return "done" if frame is None else (frame.f_lasti, _state(tuple(frame.f_locals.values())))
+    try:
+        with warnings.catch_warnings():  # itertools' __reduce__ is deprecated from Python 3.12
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return _state(iterator.__reduce__())
+    except Exception:  # noqa: BLE001 - an iterator that cannot say: unseen
+        return None
+
+
+def _state(value, depth=0):
+    # `__reduce__` makes new objects on every call (a range, the list of a
+    # dict iterator's remaining items): those compare by what they hold.
+    if value is None or type(value) in (bool, int, float, str, bytes):
+        return value
+    if type(value) is range:
+        return ("range", value.start, value.stop, value.step)
+    if type(value) in (tuple, list) and depth < 3:
+        return (type(value).__name__, tuple(_state(v, depth + 1) for v in value))
+    return ("id", id(value))
 
 
 def _own_attrs(module):

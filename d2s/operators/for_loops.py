@@ -9,6 +9,7 @@ a tensor array or a ``range`` with a tensor bound it iterates a graph index.
 import torch
 
 from ops import framework as fw
+from ops import tracer
 from ops.recording import size as variable_size
 from ops.user_frames import error_at_user_line
 from runtime.errors import ConversionError
@@ -176,6 +177,23 @@ def _python_item(items, i, error=ConversionError):
     raise error(exc.message, exc.filename, exc.lineno)
 
 
+def refuse_outliving(iterator, what):
+    """Refuse drawing from an iterator the call's arguments, globals, closure
+    cells or modules hold: it outlives the call, so drawn from while the
+    program is built, the program would repeat that draw on every run,
+    where eager draws again on every call (`next(batches)`, `for b in
+    batches` on a global iterator). An iterator the function makes itself
+    (`next(iter(self.blocks))`) is its own. Other draws (`list(batches)`)
+    are found after the trace (d2s/python_writes.py `Watch`)."""
+    trace = tracer.active()
+    held = trace.outliving.get(id(iterator)) if trace is not None else None
+    if held is not None and held[1] is iterator:
+        raise error_at_user_line(
+            f"{what} `{held[0]}`, a {type(iterator).__name__} that outlives the call: the program would "
+            "hold what it drew while it was built and repeat it on every run, where eager code draws again on "
+            "every call; draw outside the declarative function and pass the value as an argument")
+
+
 def convert_for_iter(iterable):
     """Start iterating ``iterable``: returns ``(iterable, index)``.
 
@@ -186,6 +204,7 @@ def convert_for_iter(iterable):
         return _graph_iterable(iterable), fw.fill_constant(0, torch.int64)
     if isinstance(iterable, (range, list, tuple, str)):
         return iterable, 0
+    refuse_outliving(iterable, "this loop draws from")
     return list(iterable), 0
 
 

@@ -15,7 +15,7 @@ from ops.user_frames import error_at_user_line
 from ops.wrapped_numbers import number_dtype
 from runtime.ir import GENERATOR, Variable
 
-from .for_loops import Rows, convert_enumerate, convert_range, convert_zip
+from .for_loops import Rows, convert_enumerate, convert_range, convert_zip, refuse_outliving
 from .logical import unobservable_since
 from .state import array_truth, is_array, is_var
 
@@ -286,17 +286,8 @@ def convert_type(*args):
 
 
 def convert_next(iterator, *default):
-    """`next(it)`. An iterator the call's arguments, globals, closure cells or
-    modules hold outlives the call: drawn from while the program is built,
-    the program would repeat that draw on every run, where eager draws
-    again on every call (`next(batches)` on a global iterator). Refused; an
-    iterator the function makes itself (`next(iter(self.blocks))`) is its own."""
-    trace = tracer.active()
-    if trace is not None and trace.outliving.get(id(iterator)) is iterator:
-        raise error_at_user_line(
-            f"`next()` advances a {builtins.type(iterator).__name__} that outlives the call: the program would hold "
-            "what it drew while it was built and repeat it on every run, where eager code draws again on every "
-            "call; draw outside the declarative function and pass the value as an argument")
+    """`next(it)`, refused on an iterator that outlives the call (`refuse_outliving`)."""
+    refuse_outliving(iterator, "`next()` advances")
     return builtins.next(iterator, *default)
 
 

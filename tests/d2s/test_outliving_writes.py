@@ -215,6 +215,70 @@ def test_next_on_an_iterator_that_outlives_the_call_is_refused(where):
     assert info.value.filename == __file__
 
 
+class Looping(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+        self.draws = (n for n in range(5))
+
+    def forward(self, x, where):
+        if where == "a for over a global":
+            for b in BATCHES:
+                x = x * b
+        elif where == "a for over a module's generator":
+            for n in self.draws:
+                x = x + n
+        elif where == "a for over a global list's item":
+            for n in STEPS[0]:
+                x = x + n
+        elif where == "list()":
+            x = x * len(list(BATCHES))
+        elif where == "zip()":
+            for i, b in zip(range(2), BATCHES):
+                x = x + b
+        elif where == "sum() of a generator":
+            x = x + sum(self.draws)
+        else:  # the function's own iterators, and a global list (not an iterator)
+            for p in self.parameters():
+                x = x + p.sum()
+            for i, n in zip(range(2), iter(SIZES)):
+                x = x * n
+        if x.sum() > 0:  # a tensor `if` after the loop: both sides
+            x = x + 1
+        return x
+
+
+SIZES = [1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("where", ["a for over a global", "a for over a module's generator",
+                                   "a for over a global list's item"])
+def test_a_for_loop_over_an_iterator_that_outlives_the_call_is_refused_at_its_line(where):
+    model = d2s.declarative(Looping())
+    with pytest.raises(ConversionError, match="this loop draws from `.*`, a .* that outlives the call") as info:
+        model(torch.ones(2), where)
+    assert info.value.filename == __file__
+
+
+@pytest.mark.parametrize("where", ["list()", "zip()", "sum() of a generator"])
+def test_any_other_draw_from_an_iterator_that_outlives_the_call_is_refused(where, monkeypatch):
+    monkeypatch.setitem(globals(), "BATCHES", iter([1.0, 2.0, 3.0]))  # a draw cannot be undone: one per test
+    model = d2s.declarative(Looping())
+    with pytest.raises(ConversionError, match=r"`Looping.forward` draws from `(BATCHES|self.draws)`") as info:
+        model(torch.ones(2), where)
+    assert info.value.filename == __file__
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_for_loops_over_the_functions_own_iterators_convert(sign):
+    eager, static = Looping(), d2s.declarative(Looping())
+    static.load_state_dict(eager.state_dict())
+    x = sign * torch.ones(2) * 10
+    assert torch.equal(static(x, "own"), eager(x, "own"))
+    program = static.forward.get_concrete_program(x, "own").main_program
+    assert "cond" in {op.type for block in program.blocks for op in block.ops}
+
+
 def test_next_on_the_functions_own_iterators_converts():
     eager, static = Drawing(), d2s.declarative(Drawing())
     static.load_state_dict(eager.state_dict())
