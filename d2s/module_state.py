@@ -29,6 +29,7 @@ import weakref
 
 import torch
 
+from ops.python_values import own_attributes
 from runtime import output_tree
 from runtime.errors import ConversionError
 from runtime.ir import Variable
@@ -200,7 +201,7 @@ def object_reads(objects, lifted, known):
     between calls is seen as eager sees it; var names in `known` are left."""
     reads = []
     for obj in objects:
-        own = getattr(obj, "__dict__", None)
+        own = own_attributes(obj)
         if type(own) is not dict:
             continue
         reads += _tensor_reads(obj, own, lifted, known)

@@ -33,6 +33,7 @@ import torch
 
 from ops import tracer
 from ops.python_reads import names_loaded
+from ops.python_values import has_attributes
 from runtime.errors import ConversionError
 
 from . import module_watch
@@ -297,7 +298,7 @@ def _watched(value):
     if isinstance(value, _CONTAINERS):
         return True
     package = (type(value).__module__ or "").split(".")[0]
-    return hasattr(value, "__dict__") and not callable(value) and package not in _LIBRARIES \
+    return has_attributes(value) and not callable(value) and package not in _LIBRARIES \
         and not isinstance(value, (types.ModuleType, torch.nn.Module, torch.Tensor, type))
 
 

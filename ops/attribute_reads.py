@@ -7,12 +7,15 @@ call's arguments, and the globals and closure cells of the user's functions
 hold, and the objects of settings read from those.
 """
 
+import types
+
 import torch
 
 from . import tracer
 from .python_reads import (attribute_chains, bound_cell, chain_reads, defining_class, global_names, library_code,
                            library_object)
-from .python_values import (BY_GETATTR, IN_DICT, MAX_ITEMS, MISSING, Contents, is_data_object, noted_value)
+from .python_values import (BY_GETATTR, IN_DICT, MAX_ITEMS, MISSING, Contents, is_data_object, noted_value,
+                            own_attributes)
 from .user_frames import error_at_user_line
 
 
@@ -57,12 +60,14 @@ class AttributeReads:
                 # A class attribute (`Options.SCALE` read as `options.SCALE`): writing it
                 # is no write to the object, so it is compared on every call.
                 out.append((IN_DICT, vars(klass), name, value, None, f"{klass.__name__}.{name}"))
-            elif self._is_plain(value) or type(value) is Contents:
+            elif self._is_plain(value) or type(value) is Contents or (
+                    klass is not None and type(vars(klass)[name]) is types.MemberDescriptorType):
                 out.append((BY_GETATTR, obj, name, value, owner, label))
-            # (else a value compared by identity that a property made: another object at every read)
+            # (else a value compared by identity that a property made: another object at every read;
+            # one a `__slots__` slot holds is the object's own, as in a `__dict__`)
         out += self._chain_reads
         for obj in self._unpatched:
-            own, kind = vars(obj), type(obj).__name__
+            own, kind = own_attributes(obj), type(obj).__name__
             for name, value in list(own.items()):
                 noted = noted_value(value, self._is_plain)
                 if noted is not MISSING and type(name) is str:
@@ -110,7 +115,7 @@ class AttributeReads:
                 self._objects[id(value)] = value
                 if not self._patch(type(value)):
                     self._unpatched.append(value)
-                    self.add(list(vars(value).values()), depth + 1)
+                    self.add(list(own_attributes(value).values()), depth + 1)
 
     def _note(self, obj, name, value):
         noted = noted_value(value, self._is_plain)

@@ -46,6 +46,7 @@ such source.
 import enum
 import sys
 import types
+import weakref
 
 import torch
 
@@ -189,14 +190,50 @@ _NOT_SETTINGS = frozenset({"torch", "d2s", "ops", "runtime", "numpy", "builtins"
 
 def is_data_object(value, is_plain):
     """Whether `value` is an object of settings whose plain attributes the
-    code may read: a Python object with a `__dict__` (a config, an
-    `argparse.Namespace`, a dataclass, the user's own class), not a module,
-    tensor, function, class, enum member or a standard-library or torch
-    object."""
+    code may read: a Python object with a `__dict__` or `__slots__` (a
+    config, an `argparse.Namespace`, a dataclass, the user's own class),
+    not a module, tensor, function, class, enum member or a standard-library
+    or torch object."""
     kind = type(value)
-    return not is_plain(value) and hasattr(value, "__dict__") and not callable(value) and \
+    return not is_plain(value) and has_attributes(value) and not callable(value) and \
         (kind.__module__ or "").split(".")[0] not in _NOT_SETTINGS and \
         not isinstance(value, (torch.nn.Module, torch.Tensor, type, types.ModuleType, enum.Enum))
+
+
+def has_attributes(value):
+    """Whether `value` keeps attributes of its own: a `__dict__` or `__slots__`."""
+    return hasattr(value, "__dict__") or bool(_slots(type(value)))
+
+
+_SLOTS = weakref.WeakKeyDictionary()  # class -> {attribute name: its slot's descriptor}
+
+
+def _slots(kind):
+    """The `__slots__` slots of a class's objects (of every class in its
+    MRO, by attribute name: `__x` mangled as Python stores it)."""
+    found = _SLOTS.get(kind)
+    if found is None:
+        found = {name: d for k in reversed(kind.__mro__[:-1]) for name, d in vars(k).items()
+                 if type(d) is types.MemberDescriptorType}
+        _SLOTS[kind] = found
+    return found
+
+
+def own_attributes(obj):
+    """The attributes `obj` holds itself: its `__dict__` (that dict), or, for
+    an object of a class with `__slots__`, a new dict of the slots that hold
+    a value (and of its `__dict__` where it also has one)."""
+    slots = _slots(type(obj))
+    own = getattr(obj, "__dict__", None)
+    if not slots:
+        return own
+    attrs = dict(own) if type(own) is dict else {}
+    for name, slot in slots.items():
+        try:
+            attrs[name] = slot.__get__(obj, type(obj))
+        except AttributeError:  # a slot never assigned
+            pass
+    return attrs
 
 
 # Attribute reads are compared again only after some object of a watched

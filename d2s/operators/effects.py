@@ -29,6 +29,7 @@ import weakref
 import torch
 
 from ops import tracer
+from ops.python_values import has_attributes, own_attributes
 from runtime.ir import Variable
 
 _MISSING = object()
@@ -73,7 +74,7 @@ class Slot:
             return list(self.obj)
         if self.kind == "dict":
             return self.obj.get(self.key, _MISSING)
-        return vars(self.obj).get(self.key, _MISSING)
+        return own_attributes(self.obj).get(self.key, _MISSING)
 
     def set(self, value):
         if self.kind == "list":
@@ -81,7 +82,7 @@ class Slot:
         elif value is _MISSING:
             if self.kind == "dict":
                 self.obj.pop(self.key, None)
-            elif self.key in vars(self.obj):
+            elif self.key in own_attributes(self.obj):
                 delattr(self.obj, self.key)
         elif self.kind == "dict":
             self.obj[self.key] = value
@@ -132,7 +133,7 @@ class Effects:
                     self.saved.append(("module dict", entries, dict(entries), name))
                     todo += [(v, f"{name}.{k}", depth + 1) for k, v in entries.items()]
             elif _plain_object(value):
-                attrs = vars(value)
+                attrs = own_attributes(value)
                 self.saved.append(("attr", value, dict(attrs), name))
                 todo += [(v, f"{name}.{k}", depth + 1) for k, v in attrs.items()]
 
@@ -187,7 +188,7 @@ def _contents(kind, obj, old):
     (those in `old`, and new ones)."""
     if kind != "attr":
         return obj
-    now = vars(obj)
+    now = own_attributes(obj)
     if isinstance(obj, torch.nn.Module):
         return {k: v for k, v in now.items() if k in old or k not in TORCH_MODULE_ATTRS}
     return now
@@ -251,9 +252,9 @@ def cell_bound(cell):
 
 def _plain_object(value):
     """An instance of a user's class whose attributes live in its ``__dict__``
-    (not a module, function, tensor or object of a library)."""
+    or ``__slots__`` (not a module, function, tensor or object of a library)."""
     package = (type(value).__module__ or "").split(".")[0]
-    return hasattr(value, "__dict__") and not callable(value) and package not in _LIBRARIES
+    return has_attributes(value) and not callable(value) and package not in _LIBRARIES
 
 
 _LIBRARIES = frozenset({"builtins", "torch", "numpy", "d2s", "ops", "runtime", "functools", "collections"})

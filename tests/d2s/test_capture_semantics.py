@@ -190,7 +190,15 @@ class Holds:
         self.bias, self.table = torch.zeros(3), {"scale": torch.ones(3)}
 
 
+class HoldsInSlots:
+    __slots__ = ("bias", "table")  # no __dict__
+
+    def __init__(self):
+        self.bias, self.table = torch.zeros(3), {"scale": torch.ones(3)}
+
+
 HELD = Holds()
+HELD_IN_SLOTS = HoldsInSlots()
 
 
 class KeepsHolder(nn.Module):
@@ -212,13 +220,22 @@ def _from_global(x):
     return y
 
 
-@pytest.mark.parametrize("where", ["global", "module"])
+def _from_slots(x):
+    y = x + HELD_IN_SLOTS.bias * HELD_IN_SLOTS.table["scale"]
+    if y.sum() > 0:
+        return y * 2
+    return y
+
+
+@pytest.mark.parametrize("where", ["global", "global with slots", "module"])
 @pytest.mark.parametrize("x", [torch.ones(3), -torch.ones(3)], ids=["true-side", "false-side"])
 def test_a_tensor_an_object_holds_is_read_like_eager(where, x):
-    holder = HELD if where == "global" else KeepsHolder()
-    function = _from_global if where == "global" else holder.forward
-    static = d2s.declarative(_from_global) if where == "global" else d2s.declarative(holder).forward
-    held = holder if where == "global" else holder.held
+    if where == "module":
+        holder = KeepsHolder()
+        function, static, held = holder.forward, d2s.declarative(holder).forward, holder.held
+    else:
+        function = _from_global if where == "global" else _from_slots
+        static, held = d2s.declarative(function), HELD if where == "global" else HELD_IN_SLOTS
     before = held.bias, held.table["scale"]
     try:
         assert torch.equal(static(x), function(x))

@@ -268,7 +268,30 @@ class DataOptions:
     scale: float = 2.0
 
 
+class Slotted:
+    __slots__ = ("scale", "act")  # no __dict__: the attributes live in slots
+
+    def __init__(self, scale):
+        self.scale, self.act = scale, torch.relu
+
+
+@dataclasses.dataclass(slots=True)
+class SlottedData:
+    scale: float = 2.0
+
+
+class SlotsHolding(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.options = Slotted(2.0)
+
+    def forward(self, x):
+        return _signed(self.options.act(x) + 1, self.options.scale)
+
+
 OPTIONS = Options(2.0)
+SLOTTED = Slotted(2.0)
+SLOTTED_DATA = SlottedData()
 NAMESPACE = argparse.Namespace(scale=2.0)
 SIMPLE = types.SimpleNamespace(scale=2.0, inner=Options(2.0))
 DATA = DataOptions()
@@ -434,6 +457,15 @@ def _case(name):
                   "module's tuple rebound": lambda: setattr(model, "pair", (torch.tanh, 3.0)),
                   "module's list of modules": lambda: model.blocks.__setitem__(0, nn.Tanh())}[name]
         return model, (), change, lambda: None
+    if name == "slots object":
+        return (lambda x: _signed(x, SLOTTED.scale)), (), *_setting(SLOTTED, "scale", 3.0)
+    if name == "slots object's function":
+        return (lambda x: _signed(SLOTTED.act(x) + 1, 2.0)), (), *_setting(SLOTTED, "act", torch.tanh)
+    if name == "slots dataclass":
+        return (lambda x: _signed(x, SLOTTED_DATA.scale)), (), *_setting(SLOTTED_DATA, "scale", 3.0)
+    if name == "module's slots object":
+        model = SlotsHolding()
+        return model, (), lambda: setattr(model.options, "scale", 3.0), lambda: None
     model = Nested()  # "nested config"
     return model, (), lambda: setattr(model.config.text, "scale", 3.0), lambda: None
 
@@ -449,7 +481,8 @@ def _case(name):
                                     "global object rebound", "object's function attribute", "closure cell function",
                                     "module's function attribute", "module's object replaced",
                                     "module's dict of functions", "module's tuple rebound",
-                                    "module's list of modules"])
+                                    "module's list of modules", "slots object", "slots object's function",
+                                    "slots dataclass", "module's slots object"])
 def test_a_value_reached_further_changed_between_calls(holder, x):
     function, extra, change, undo = _case(holder)
     static = d2s.declarative(function)

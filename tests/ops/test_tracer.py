@@ -44,4 +44,5 @@ def test_program_holds_only_ir():
     layer = torch.nn.Linear(3, 2)
     with runtime.program_guard(p), tracer.Tracer(p), CaptureMode():
         layer(runtime.data("x", [2, 3]))
-    assert set(vars(p)) == {"blocks", "_name_counters", "_version", "bound", "_device", "mode", "autocast"}
+    assert set(vars(p)) == {"blocks", "_name_counters", "_version", "bound", "_device", "mode", "autocast",
+                            "default_dtype"}
