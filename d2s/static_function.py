@@ -19,7 +19,7 @@ import weakref
 import torch
 
 from ops.capture import CaptureMode
-from ops import attribute_reads, python_reads, python_values, tracer
+from ops import attribute_reads, process_state, python_reads, python_values, tracer
 from ops.control_flow import Unreachable
 from ops.framework import check_dims as fw_check_dims, check_strides as fw_check_strides
 from ops.tracer import Tracer
@@ -469,7 +469,8 @@ class StaticFunction:
                 values = python_reads.reads_of(functions, module_watch.is_plain_value) + attributes.found + \
                     python_reads.module_reads(modules, functions, module_watch.is_plain_value) + \
                     group_reads.found + list(tr.flag_reads.values()) + \
-                    [python_values.read_by_call(query, value, label) for label, (query, value) in tr.state_reads.items()]
+                    [python_values.read_by_call(query, value, label) for label, (query, value)
+                     in {**process_state.imported_queries(functions), **tr.state_reads}.items()]
                 if values:
                     python_values.check_first(main, values, module_watch.same_plain_value)
                 replays = written.refuse_written(self._function.__qualname__)

@@ -28,6 +28,7 @@ import sys
 
 import torch
 
+from .python_reads import global_names
 from .trace_patches import WhileTracing
 from .user_frames import INTERNAL_DIRS, TORCH_DIR, is_stdlib_file
 
@@ -38,6 +39,8 @@ QUERIES = ("get_default_dtype", "get_default_device", "are_deterministic_algorit
            "get_num_interop_threads", "get_float32_matmul_precision", "is_anomaly_enabled",
            "is_anomaly_check_nan_enabled", "is_warn_always_enabled")
 
+# The queries as torch defines them (before a trace wraps them), by identity.
+_BY_ID = {id(q): q for q in (getattr(torch, name, None) for name in QUERIES) if q is not None}
 _D2S_DIRS = tuple(d for d in INTERNAL_DIRS if d != TORCH_DIR)
 _tracing = None  # `tracer.active`, given by the tracer
 _originals = {}
@@ -63,6 +66,25 @@ def _decides(depth):
             return False
         outer = outer.f_back
     return True
+
+
+def imported_queries(functions):
+    """label -> (query, answer) of the queries the code of `functions` calls
+    by a global name of its own (`from torch import get_num_threads`): the
+    trace wraps `torch.get_num_threads`, which such code does not look up.
+    Their answers cannot change during the trace (setting torch's settings
+    there is refused), so asking now gives what the code was answered."""
+    found = {}
+    for fn in functions:
+        code, namespace = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+        if code is None or namespace is None:
+            continue
+        for name in global_names(code):
+            value = namespace.get(name)
+            query = _BY_ID.get(id(value))
+            if query is not None and query is value:
+                found[f"{name}()"] = (query, query())
+    return found
 
 
 def _note(label, query, value, depth):
