@@ -24,8 +24,18 @@ be seen: an in-place write to an input or a parameter, a random draw or a
 print before it would happen twice, so such a program refuses instead. An
 in-place write into a temporary the run made itself (`h * w` on a linear's
 result, run as `mul_` by the in-place pass) is made afresh by the second
-run, and does not stop it; a write into anything that may share a caller's
-memory (a view, a branch's or loop's result) still does.
+run, and does not stop it, nor does one into what a loop carries or an `if`
+gives when every value it may be is such a temporary (a cache's counter
+in a decoding loop, `count += 1`); a write into anything that may share a
+caller's memory (a view of an input, a value a branch or loop hands on
+from one) still does.
+
+The program converted again may fail on these inputs too, at a decision a
+later part of the run takes (a later trip of a decoding loop): the call
+then converts again once more, keeping the sides taken so far, up to
+MAX_PROGRAMS programs a key. Where the second failure is at the `if`
+whose other side the first one asked for, the call takes both sides of it
+(on different trips), which no program can hold: refused naming it.
 Draws from a `torch.Generator` the call passed (a generator feed) are an
 exception: the generators' states are kept before the run and put back
 before running again (`generator_states`), so the draws are made once.
@@ -36,10 +46,14 @@ import torch
 from ops import control_flow
 from runtime import runner
 from runtime.effects import draws, var_attr_names, written_in_place
-from runtime.errors import DecisionFailed
+from runtime.errors import ConversionError, DecisionFailed
 from runtime.ir import GENERATOR
 from runtime.optable import get_op_def, is_registered
-from runtime.aten import returns_new
+from runtime.aten import fresh_by_schema, returns_new
+
+
+# The programs one cache key may hold, each converted under other decisions.
+MAX_PROGRAMS = 8
 
 
 class Group:
@@ -62,13 +76,16 @@ def restore_generators(states):
         g.set_state(state)
 
 
-def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None, states=()):
+def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None, states=(), retried=False):
     """The result of the call whose run of `concrete` raised `failure`
     (a DecisionFailed): another program of the key's group whose decisions
     hold for these inputs, else one converted for them now (`form`: how the
     caller passed the arguments, StaticFunction._as_called; `states`: the
-    states of its generators before the run, `generator_states`)."""
+    states of its generators before the run, `generator_states`; `retried`:
+    `concrete` was converted for this call, which failed on it too)."""
     failing = _refuse_repeated_effects(concrete, failure, bool(states))
+    if retried:
+        _refuse_both_sides(concrete, failing, failure)
     group = concrete.decisions or Group(concrete)
     concrete.decisions = group
     cache = static.program_cache
@@ -99,7 +116,31 @@ def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None, stat
     group.programs.append(fresh)
     cache.last = fresh
     restore_generators(states)  # (converting drew nothing from them)
-    return fresh.run(tensors)
+    try:
+        return fresh.run(tensors)
+    except DecisionFailed as again:
+        # The new program decided another `if` or size for a side these
+        # inputs leave later in the run (a decoding loop's later trip):
+        # convert again, keeping the sides taken so far.
+        if len(group.programs) >= MAX_PROGRAMS:
+            raise
+        return rerun(static, key, fresh, args, kwargs, tensors, again, form, states, retried=True)
+
+
+def _refuse_both_sides(concrete, failing, failure):
+    """Raise ConversionError when `failing` is the `if` whose other side
+    `concrete` was converted for, by this call's earlier try: the call takes
+    both sides (on different trips of a loop), which one program cannot
+    hold, since their values cannot be merged."""
+    decided = getattr(concrete, "decided_sides", {})
+    for site, side in _side_taken(failing).items():
+        if decided.get(site, side) != side:
+            holder = _holder(failing)
+            raise ConversionError(
+                f"{failure}\nd2s cannot convert this call: that `if` takes both sides within it (on different "
+                "trips of a loop), and a program holds one side of an `if` whose sides give values that cannot "
+                "be merged; give both sides values of one kind (a tensor on both, not None on one)",
+                *holder.origin[:2]) from None
 
 
 def _side_taken(failing):
@@ -208,15 +249,31 @@ def _temporary(program, name, seen=None):
         return False
     writers = [op for block in program.blocks for op in block.ops if name in op.output_names
                and not (is_registered(op.type) and get_op_def(op.type).mutates)]
-    if not writers:
+    # A loop variable is given, at the loop's start, its initial value, and
+    # after each trip, the body's result for it.
+    carried = [[op.input("Init")[i], op.attrs["body_outs"][i]] for block in program.blocks for op in block.ops
+               if op.type == "while" for i, v in enumerate(op.attrs["loop_vars"]) if v == name]
+    if not writers and not carried:
         return False  # made where we cannot see
     for op in writers:
         if _fresh(op):
             continue
-        read = op.input_names + var_attr_names(op) if op.sub_blocks() else op.input_names
+        read = _sources(op, name) if op.sub_blocks() else op.input_names
         if not all(_temporary(program, n, seen) for n in read):
             return False
-    return True
+    return all(_temporary(program, n, seen) for sources in carried for n in sources)
+
+
+def _sources(op, name):
+    """The names whose values an op with blocks gives its output `name`: a
+    `cond`'s output is one side's, a `while`'s its loop variable's; another
+    op may give any it reads."""
+    if op.type in ("cond", "while") and name in op.output("Out"):
+        i = op.output("Out").index(name)
+        if op.type == "cond":
+            return [op.attrs["true_outs"][i], op.attrs["false_outs"][i]]
+        return [op.attrs["loop_vars"][i]]
+    return op.input_names + var_attr_names(op)
 
 
 def _fresh(op):
@@ -227,7 +284,8 @@ def _fresh(op):
     hand on the tensors they are given)."""
     if op.sub_blocks() or "out" in (op.attrs.get("kwargs") or {}):
         return False
-    if not op.input_names or is_registered(op.type) and returns_new(get_op_def(op.type)):
+    if not op.input_names or is_registered(op.type) and (returns_new(get_op_def(op.type))
+                                                         or fresh_by_schema(get_op_def(op.type).aten)):
         return True
     name = op.type.rsplit(".", 1)[-1]
     return (is_registered(op.type) and get_op_def(op.type).factory and name != "as_tensor"

@@ -16,7 +16,9 @@ the facts they need come from ATen's declarations here, once:
   - `returns_new(opdef)`: its result is always a new tensor, never an input
     or a view of one (FRESH, a declared list: ATen's schemas do not say
     this of composite operators such as einsum or type_as, which may return
-    an input).
+    an input);
+  - `fresh_by_schema(name)`: the same, read from the schemas of an
+    operator with kernels of its own (d2s/decisions.py only).
 """
 
 from functools import lru_cache
@@ -32,7 +34,7 @@ FRESH = frozenset((
     "linear matmul mm addmm conv1d conv2d conv3d cat stack embedding softmax max_pool2d "
     "clone zeros_like ones_like empty_like full_like "
     "torch.Tensor.__rtruediv__ torch.Tensor.__rfloordiv__ torch.Tensor.__rpow__ "
-    "torch.nn.functional.embedding torch.nn.functional.max_pool2d").split())
+    "torch.nn.functional.embedding torch.nn.functional.max_pool2d fill_constant").split())
 
 
 def bind_args(op, names, defaults):
@@ -98,3 +100,31 @@ def inplace_unary(name):
 
 def returns_new(opdef):
     return opdef.canonical in FRESH or inplace_unary(opdef.aten)
+
+
+@lru_cache(maxsize=None)
+def fresh_by_schema(name):
+    """Whether ATen operator `name` returns new tensors as its schemas say:
+    every overload but the `out=` ones returns without an alias annotation,
+    and has kernels of its own (not a CompositeImplicitAutograd
+    decomposition, which may hand an input on: `type_as`, `contiguous`;
+    torch's autograd checks that such kernels' results alias no input).
+    What may write into a result in place knowing nothing else of the op
+    (d2s/decisions.py); the passes keep to `returns_new`."""
+    packet = getattr(torch.ops.aten, name, None) if name else None
+    if packet is None:
+        return False
+    seen = False
+    for overload in packet.overloads():
+        try:
+            op = getattr(packet, overload)
+            composite = torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+        except (AttributeError, RuntimeError):  # a TorchScript builtin on Python values (`add.int`)
+            continue
+        schema = op._schema
+        if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+            continue  # an `out=` or in-place form
+        if composite or not schema.returns or any(r.alias_info is not None for r in schema.returns):
+            return False
+        seen = True
+    return seen

@@ -123,6 +123,30 @@ def view_on_a_side_replay_cannot_tell(x, both):
     return y + 1
 
 
+def decoding(x, n):
+    i = torch.zeros((), dtype=torch.int64)
+    while i < n:
+        mask = (torch.arange(3) <= i + 1).float()[None].expand(2, 3)  # nothing masked from the second trip on
+        x = attend(x, mask)
+        i += 1
+    return x
+
+
+def test_an_if_taking_both_sides_in_one_call_is_refused_not_converted_over_and_over():
+    """The mask is None on some trips and a tensor on others: no one program
+    holds both, so converting again for the side a trip took fails on
+    another trip. The second failure names the `if`, after two programs."""
+    static = d2s.declarative(decoding)
+    x = torch.randn(2, 3, 3)
+    for n in (1, 0):  # the tensor side only: one program
+        assert torch.equal(static(x, torch.tensor(n)), decoding(x, torch.tensor(n)))
+    assert "while" in _ops(static.concrete_program.main_program)
+    with pytest.raises(ConversionError, match="that `if` takes both sides within it") as info:
+        static(x, torch.tensor(3))
+    assert info.value.filename == __file__
+    assert len(static.program_cache) <= 3  # (each program of a group is held under a key of its own too)
+
+
 def test_a_side_failing_to_trace_converts_where_replay_cannot_tell_the_side():
     # Was a ConversionError for every input: the side is unknown, so the
     # failure could have been eager's.
@@ -283,6 +307,26 @@ class WrittenThenMasked(torch.nn.Module):
             z = torch.zeros(x.shape[0], x.shape[1])
             z[:, 0] = 1.0
             h = h + z[:, :, None]
+        elif self.write == "loop-carried temporary":  # a cache's counter in a decoding loop
+            count = torch.zeros(())
+            while count < 3:  # a tensor condition: a `while` op, `count` a loop variable
+                count += 1
+            h = h * count
+        elif self.write == "an ATen op's new result":  # index_select: fresh by its schema (runtime/aten.py)
+            t = torch.index_select(x, 2, torch.tensor([2, 0, 1]))  # of the input, but not the input
+            t.mul_(self.w)
+            h = h + t
+        elif self.write == "a branch's result":
+            t = h * 2 if h.sum() > 0 else h - 1  # a `cond` op: a new tensor on either side
+            t.mul_(self.w)
+            h = t
+        elif self.write == "input, carried by a loop":
+            count = x.sum() * 0
+            y = x
+            while count < 2:
+                y.mul_(self.w)
+                count = count + 1
+            h = h + y
         elif self.write == "input's view":
             x[0].mul_(self.w)
             h = h + x
@@ -296,7 +340,8 @@ class WrittenThenMasked(torch.nn.Module):
 
 
 @pytest.mark.parametrize("write", ["temporary, by the user", "temporary, by the pass", "temporary's view",
-                                   "factory at a run-time size"])
+                                   "factory at a run-time size", "loop-carried temporary", "a branch's result",
+                                   "an ATen op's new result"])
 @pytest.mark.parametrize("masks", [[PADDED, FULL, PADDED], [FULL, PADDED, FULL]])
 def test_a_write_into_a_temporary_before_the_check_converts_again(write, masks):
     model = WrittenThenMasked(write).eval()
@@ -309,6 +354,8 @@ def test_a_write_into_a_temporary_before_the_check_converts_again(write, masks):
     programs = list(static.forward.program_cache)
     assert len(programs) == 2
     assert all("cond" in _ops(c.main_program) for c in programs)
+    if write == "loop-carried temporary":
+        assert all("while" in _ops(c.main_program) for c in programs)
 
 
 @pytest.mark.parametrize("write", ["temporary, by the pass", "factory at a run-time size"])
@@ -328,7 +375,7 @@ def test_a_saved_model_reruns_a_write_into_a_temporary_on_its_other_path(write, 
     assert all("cond" in o and "decision_failed" in o for o in ops)
 
 
-@pytest.mark.parametrize("write", ["input", "input's view", "input, through dropout"])
+@pytest.mark.parametrize("write", ["input", "input's view", "input, through dropout", "input, carried by a loop"])
 def test_a_write_into_what_the_caller_may_hold_is_refused_not_repeated(write):
     model = WrittenThenMasked(write).eval()
     static = d2s.declarative(WrittenThenMasked(write).eval())
