@@ -520,28 +520,37 @@ def _method(var, name):
     return lambda *args, **kwargs: dispatch(attr, (var,) + args, kwargs)
 
 
-def _refuse_text_in_user_code(var):
+def _refuse_text_in_user_code(var, skip=()):
     """`f"{x}"` / `format(x)` / `str(x)` / `repr(x)` of a graph tensor in the user's code
     while tracing: eager's text holds the values (a key `f"expert_{i}"`, a
     message), which exist only when the program runs. Who formatted is
-    the first frame outside this module and runtime/ir.py (`Variable.__str__`
-    calls `__format__`)."""
-    if tracer.active() is None:
-        return
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename in (__file__, ir.__file__):
-        frame = frame.f_back
-    # The standard library formats for the user's messages too (`logging`'s
-    # lazy "%s", `pdb`, `traceback`).
-    if frame is None or frame.f_code.co_filename.startswith(INTERNAL_DIRS) or is_stdlib_file(frame.f_code.co_filename):
-        return
-    # A message (`raise ValueError(f"bad {x}")`, a warning, a log line) is
-    # made while the program is built and keeps the repr, as documented;
-    # text that the code computes with (a key, a name) is refused.
-    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
-    if _MESSAGE_LINE.search(line):
+    the first frame outside this module, runtime/ir.py (`Variable.__str__`
+    calls `__format__`) and the files in `skip` (converted f-strings format
+    in d2s/operators/fstrings.py)."""
+    if text_for_a_message(skip + (__file__, ir.__file__)):
         return
     raise _to_python_error(var, "text (an f-string, str(), repr(), format()); print(x) prints it when the program runs")
+
+
+refuse_text_in_user_code = _refuse_text_in_user_code
+
+
+def text_for_a_message(skip):
+    """Whether text made now, by the first frame outside the files in
+    `skip`, may hold a graph tensor's repr: no trace is under way, d2s or
+    the standard library makes it (`logging`'s lazy "%s", `pdb`,
+    `traceback`), or the user's line makes a message (`raise
+    ValueError(f"bad {x}")`, a warning, a log line), which is made while the
+    program is built and keeps the repr, as documented. Text the code
+    computes with (a key, a name) may not."""
+    if tracer.active() is None:
+        return True
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename in skip:
+        frame = frame.f_back
+    if frame is None or frame.f_code.co_filename.startswith(INTERNAL_DIRS) or is_stdlib_file(frame.f_code.co_filename):
+        return True
+    return bool(_MESSAGE_LINE.search(linecache.getline(frame.f_code.co_filename, frame.f_lineno)))
 
 
 _MESSAGE_LINE = re.compile(r"\b(raise|assert|print|warn\w*|log\w*|debug|info|warning|error|\w*Error|\w*Exception"

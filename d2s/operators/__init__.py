@@ -20,6 +20,7 @@ docstring states the semantics as the equivalent Python.
 - ``list_append``  ``x.append(v)``
 - ``rng``          the CPU generator's state (``get/set_rng_state``, ``fork_rng``) as ops
 - ``subscripts``   ``seq[i]`` of a Python tuple or list by a run-time int
+- ``fstrings``     f-strings; text spelled by a run-time int (``self[f"expert_{i}"]``)
 - ``effects``      writes to Python objects in tensor branches and loop bodies
 - ``calls``        which code gets converted (``convert_call``, ``convert_method``)
 
@@ -30,6 +31,7 @@ names below.
 from .augassign import convert_augassign
 from .branches import convert_ifelse, convert_ifexp
 from .calls import convert_call, convert_method
+from .fstrings import convert_fstring
 from .for_loops import convert_enumerate, convert_for_iter, convert_for_next, convert_for_test, convert_range, convert_zip
 from .list_append import convert_list_append
 from .logical import (convert_compare_chain, convert_in, convert_is, convert_is_not, convert_logical_and,
@@ -44,7 +46,8 @@ from .while_loops import convert_while
 __all__ = [
     "Undefined", "convert_assert", "convert_augassign", "convert_call", "convert_cast", "convert_compare_chain",
     "convert_enumerate",
-    "convert_for_iter", "convert_for_next", "convert_for_test", "convert_getitem", "convert_ifelse", "convert_ifexp",
+    "convert_for_iter", "convert_for_next", "convert_for_test", "convert_fstring", "convert_getitem",
+    "convert_ifelse", "convert_ifexp",
     "convert_in", "convert_is", "convert_is_not", "convert_isinstance", "convert_len", "convert_list_append",
     "convert_load", "convert_not_in",
     "convert_logical_and", "convert_logical_not", "convert_logical_or", "convert_method", "convert_print",

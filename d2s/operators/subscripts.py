@@ -20,11 +20,14 @@ from ops.user_frames import error_at_user_line, user_origin
 from runtime.ir import Variable
 
 from .calls import convert_call
+from .fstrings import RunTimeText
 from .state import is_var
 
 
 def convert_getitem(seq, index):
     """Equivalent Python: ``return seq[index]``."""
+    if isinstance(index, RunTimeText):
+        return _by_text(seq, index)
     if not ((type(seq) in (tuple, list) or isinstance(seq, torch.nn.ModuleList)) and is_var(index)):
         return seq[index]
     index = fw.fill_constant(index, torch.int64) if not isinstance(index, Variable) else index
@@ -74,6 +77,49 @@ def _check_bounds(index, length, kind):
         return cf.Unreachable("index")
 
     cf.cond(inside, lambda: (), out_of_range)
+
+
+def _by_text(mapping, text):
+    """`mapping[f"expert_{i}"]` of an nn.ModuleDict or a dict of modules or
+    functions, `i` known only when the program runs: the item is picked when called."""
+    kind = type(mapping).__name__
+    if not isinstance(mapping, (torch.nn.ModuleDict, dict)) or not all(
+            callable(v) and not isinstance(v, (Variable, torch.Tensor, type)) for v in mapping.values()):
+        raise error_at_user_line(
+            f"a {kind} indexed by the text {text!r}, which holds an integer known only when the program runs: "
+            "only an nn.ModuleDict or a dict of modules or functions can be indexed so (the item is picked "
+            "when the run calls it)")
+    found = text.matches(list(mapping.keys()))
+    if not found:
+        raise error_at_user_line(f"no key of this {kind} is spelled {text!r} for any integer: eager raises "
+                                 "KeyError here on every call")
+    return ChosenByKey([(mapping[key], condition) for key, condition in found], text, kind)
+
+
+class ChosenByKey:
+    """`mapping[text]` of modules or functions where `text` holds integers
+    known only when the program runs: calling it calls the item whose key
+    the run's text spells, a `cond` per key it may spell, eager's KeyError
+    where it spells none."""
+
+    def __init__(self, choices, text, kind):
+        self._choices, self._text, self._kind = choices, text, kind
+
+    def __call__(self, *args, **kwargs):
+        def pick(j):
+            if j == len(self._choices):
+                fw.raise_(KeyError(f"{self._text!r} spells no key of the {self._kind}"), origin=user_origin())
+                return cf.Unreachable("key")
+            item, condition = self._choices[j]
+            return cf.cond(condition, lambda: convert_call(item)(*args, **kwargs), lambda: pick(j + 1))
+        return pick(0)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise error_at_user_line(
+            f"an item of a {self._kind} picked by the text {self._text!r}, known only when the program runs, can "
+            f"be called, not read (`.{name}`)")
 
 
 class ChosenAtRunTime:

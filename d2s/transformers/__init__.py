@@ -26,6 +26,8 @@ matters and is part of the design:
                   analyses see ``x.append`` as modifying ``x``)
 14. Shape         ``x.shape`` -> ``convert_shape(x)``
 14b. ClassAttr    ``x.__class__`` -> ``convert_type(x)`` (a graph tensor's class is eager's)
+14c. FStrings     ``f"a{x}"`` -> ``convert_fstring(("a", (x, -1, None)))`` (text a run-time
+                  int spells can pick an ``nn.ModuleDict`` item)
 15. Subscripts    ``seq[i]`` by a computed index -> ``convert_getitem(seq, i)`` (a tuple
                   indexed by a run-time int)
 16. TryScope      a ``try`` body with handlers -> inside ``with try_scope():`` (a
@@ -50,6 +52,7 @@ from .break_continue import BreakContinue
 from .calls import Call
 from .class_attr import ClassAttr
 from .for_loops import ForLoop
+from .fstrings import FStrings
 from .if_else import IfElse
 from .kept_locals import KeptLocals
 from .ifexp import IfExp
@@ -81,6 +84,7 @@ PIPELINE = [
     ListAppend,
     Shape,
     ClassAttr,
+    FStrings,
     Subscripts,
     TryScope,
     Call,

@@ -281,7 +281,8 @@ def test_pipeline_has_every_transformer_once_in_order():
     names = [t.__name__ for t in T.PIPELINE]
     assert names == ["Unsupported", "Annotations", "UndefinedLoads", "ForLoop", "Return", "BreakContinue", "KeptLocals",
                      "WhileLoop", "IfElse", "IfExp",
-                     "Logical", "Assert", "AugAssign", "ListAppend", "Shape", "ClassAttr", "Subscripts", "TryScope", "Call"]
+                     "Logical", "Assert", "AugAssign", "ListAppend", "Shape", "ClassAttr", "FStrings", "Subscripts",
+                     "TryScope", "Call"]
 
 
 def test_fresh_names_avoid_user_names():

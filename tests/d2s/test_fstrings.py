@@ -1,0 +1,135 @@
+"""f-strings in converted code (d2s/transformers/fstrings.py,
+d2s/operators/fstrings.py).
+
+With Python values an f-string is the text Python makes. An integer known
+only when the program runs (`idx[0]` of a `nonzero()` row) spells text the
+run decides: as the key of an `nn.ModuleDict` it picks the item when called,
+a `cond` per key it may spell (switch_transformers' experts,
+`self[f"expert_{expert_idx[0]}"]`); before, every such f-string was refused."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+import d2s
+from d2s import ConversionError
+from test_translate_control_flow import all_op_types
+
+
+class Experts(nn.ModuleDict):
+    def __init__(self, n=3):
+        super().__init__()
+        for i in range(n):
+            self[f"expert_{i}"] = nn.Linear(4, 4)
+
+    def forward(self, x, chosen):
+        out = torch.zeros_like(x)
+        for idx in chosen.nonzero():  # a run-time number of trips, each a run-time index
+            out = out + self[f"expert_{idx[0]}"](x)
+        if out.sum() > 0:
+            out = out * 2
+        return out
+
+
+CHOICES = [[1, 0, 1], [0, 0, 0], [0, 1, 0], [1, 1, 1], [0, 0, 1]]  # zero, one and several trips; every expert
+
+
+def test_a_module_dict_picked_by_run_time_text_gives_eager_results_and_gradients():
+    torch.manual_seed(0)
+    eager, static = Experts(), d2s.declarative(Experts())
+    static.load_state_dict(eager.state_dict())
+    x = torch.randn(2, 4)
+    for chosen in map(torch.tensor, CHOICES):
+        for model in (eager, static):
+            model.zero_grad(set_to_none=True)
+        want, got = eager(x, chosen), static(x, chosen)
+        assert torch.equal(got, want)
+        if not chosen.any():  # no expert: nothing to differentiate, in eager too
+            continue
+        want.sum().backward()
+        got.sum().backward()
+        for (name, p), q in zip(eager.named_parameters(), static.parameters()):
+            assert (p.grad is None) == (q.grad is None), name  # only the experts picked get gradients
+            assert p.grad is None or torch.equal(p.grad, q.grad), name
+    assert len(static.forward.program_cache) == 1
+    assert {"cond", "while"} <= all_op_types(static.forward.concrete_program.main_program)
+
+
+def test_the_saved_program_picks_by_the_run_time_text(tmp_path):
+    torch.manual_seed(0)
+    model = Experts().eval()
+    d2s.jit.save(model, str(tmp_path / "m"), input_spec=[d2s.InputSpec([None, 4]), d2s.InputSpec([3], "int64")])
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    x = torch.randn(5, 4)
+    for chosen in map(torch.tensor, CHOICES):
+        assert torch.equal(loaded(x, chosen), model(x, chosen))
+
+
+ACTIVATIONS = {"act_0": torch.tanh, "act_1": torch.sigmoid}
+
+
+def _from_a_dict_of_functions(x, k):
+    return ACTIVATIONS[f"act_{k}"](x)
+
+
+def _spelling_no_key(x, k):
+    return ACTIVATIONS[f"act_{k}"](x)
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_a_dict_of_functions_picked_by_run_time_text(k):
+    static = d2s.declarative(_from_a_dict_of_functions)
+    x = torch.randn(3)
+    for index in (k, 1 - k):
+        n = (x.sum() * 0).long() + index  # known only when the program runs
+        assert torch.equal(static(x, n), _from_a_dict_of_functions(x, n))
+    assert len(static.program_cache) == 1
+
+
+def test_text_spelling_no_key_raises_eagers_key_error_when_the_program_runs():
+    static = d2s.declarative(_spelling_no_key)
+    x = torch.randn(3)
+    assert torch.equal(static(x, torch.tensor(1)), torch.sigmoid(x))
+    with pytest.raises(KeyError):
+        _spelling_no_key(x, torch.tensor(2))
+    with pytest.raises(Exception, match="spells no key"):
+        static(x, torch.tensor(2))
+
+
+def _joins_the_text(x, k):
+    name = f"layer_{k}"
+    return x * len(name + "!")
+
+
+def _formats_a_float_tensor(x):
+    return x, f"{x.sum()}"
+
+
+@pytest.mark.parametrize("fn, match", [(_joins_the_text, "holds an integer known only when the program runs, so it cannot be used as text"),
+                                       (_formats_a_float_tensor, "cannot be used as text")])
+def test_other_uses_of_run_time_text_are_refused_at_the_users_line(fn, match):
+    args = (torch.randn(3), torch.tensor(1)) if fn is _joins_the_text else (torch.randn(3),)
+    with pytest.raises(ConversionError, match=match) as info:
+        d2s.declarative(fn)(*args)
+    assert info.value.filename == __file__
+
+
+def _python_text(x, scale):
+    width, name = 12, "w"
+    if x.sum() > 0:
+        label = f"{name!r:>{width}}|{scale:.3f}|{scale=}|{x.dtype}|{x.shape[0]:04d}|{'nested':^{width - 2}}"
+    else:
+        label = f"neg {name!s} {name!a} {{braces}} {len(label_parts()):x}"
+    return x * scale, label
+
+
+def label_parts():
+    return [1, 2, 3]
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_f_strings_of_python_values_are_pythons_text(sign):
+    static = d2s.declarative(_python_text)
+    x = sign * torch.ones(3)
+    assert static(x, 0.5)[1] == _python_text(x, 0.5)[1]
+    assert torch.equal(static(x, 0.5)[0], _python_text(x, 0.5)[0])
