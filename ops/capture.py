@@ -439,7 +439,7 @@ def _refuse_python_value(var, name):
 
 def _method(var, name):
     if name == "__format__":
-        return lambda: _refuse_text_in_user_code(var)
+        return lambda: refuse_text_in_user_code(var)
     if name == "type":
         return lambda *args, **kwargs: (_type_name(var) if _is_type_query(torch.Tensor.type, (var,) + args, kwargs)
                                         else dispatch(torch.Tensor.type, (var,) + args, kwargs))
@@ -520,7 +520,7 @@ def _method(var, name):
     return lambda *args, **kwargs: dispatch(attr, (var,) + args, kwargs)
 
 
-def _refuse_text_in_user_code(var, skip=()):
+def refuse_text_in_user_code(var, skip=()):
     """`f"{x}"` / `format(x)` / `str(x)` / `repr(x)` of a graph tensor in the user's code
     while tracing: eager's text holds the values (a key `f"expert_{i}"`, a
     message), which exist only when the program runs. Who formatted is
@@ -530,9 +530,6 @@ def _refuse_text_in_user_code(var, skip=()):
     if text_for_a_message(skip + (__file__, ir.__file__)):
         return
     raise _to_python_error(var, "text (an f-string, str(), repr(), format()); print(x) prints it when the program runs")
-
-
-refuse_text_in_user_code = _refuse_text_in_user_code
 
 
 def text_for_a_message(skip):
