@@ -291,6 +291,12 @@ def convert_next(iterator, *default):
     return builtins.next(iterator, *default)
 
 
+def _getattr(obj, name, *default):
+    """`getattr`, where a name spelled by a run-time int picks a submodule (operators/subscripts.py)."""
+    from .subscripts import convert_getattr  # lazy: subscripts calls convert_call, whose module imports this one
+    return convert_getattr(obj, name, *default)
+
+
 BUILTINS = {
     builtins.type: convert_type,
     builtins.next: convert_next,
@@ -311,4 +317,5 @@ BUILTINS = {
     builtins.enumerate: convert_enumerate,
     builtins.zip: convert_zip,
     builtins.isinstance: convert_isinstance,
+    builtins.getattr: _getattr,
 }

@@ -79,10 +79,30 @@ def _check_bounds(index, length, kind):
     cf.cond(inside, lambda: (), out_of_range)
 
 
-def _by_text(mapping, text):
+def convert_getattr(obj, name, *default):
+    """Equivalent Python: ``return getattr(obj, name, *default)``. A name
+    spelled by an int known only when the program runs
+    (`getattr(self, f"layer_{i}")(x)`) picks among the module's submodules
+    (another object's functions) when called."""
+    if not isinstance(name, RunTimeText):
+        return getattr(obj, name, *default)
+    if default:
+        raise error_at_user_line(
+            f"getattr with a default, of the name {name!r} spelled by an integer known only when the program "
+            "runs: which ints name an attribute is known only then; drop the default")
+    if isinstance(obj, torch.nn.Module):
+        attributes = dict(obj.named_children())
+    else:
+        attributes = {k: v for k, v in vars(obj).items() if callable(v) and not isinstance(v, (Variable, type))}
+    return _by_text(attributes, name, f"{type(obj).__name__}'s attributes",
+                    AttributeError(f"'{type(obj).__name__}' object has no attribute {name!r}"))
+
+
+def _by_text(mapping, text, kind=None, missing=None):
     """`mapping[f"expert_{i}"]` of an nn.ModuleDict or a dict of modules or
-    functions, `i` known only when the program runs: the item is picked when called."""
-    kind = type(mapping).__name__
+    functions, `i` known only when the program runs: the item is picked when
+    called; `missing`: what a run raises where the text spells no key."""
+    kind = kind or type(mapping).__name__
     if not isinstance(mapping, (torch.nn.ModuleDict, dict)) or not all(
             callable(v) and not isinstance(v, (Variable, torch.Tensor, type)) for v in mapping.values()):
         raise error_at_user_line(
@@ -93,7 +113,8 @@ def _by_text(mapping, text):
     if not found:
         raise error_at_user_line(f"no key of this {kind} is spelled {text!r} for any integer: eager raises "
                                  "KeyError here on every call")
-    return ChosenByKey([(mapping[key], condition) for key, condition in found], text, kind)
+    return ChosenByKey([(mapping[key], condition) for key, condition in found], text, kind,
+                       missing or KeyError(f"{text!r}: no such key in the {kind}"))
 
 
 class ChosenByKey:
@@ -102,13 +123,13 @@ class ChosenByKey:
     the run's text spells, a `cond` per key it may spell, eager's KeyError
     where it spells none."""
 
-    def __init__(self, choices, text, kind):
-        self._choices, self._text, self._kind = choices, text, kind
+    def __init__(self, choices, text, kind, missing):
+        self._choices, self._text, self._kind, self._missing = choices, text, kind, missing
 
     def __call__(self, *args, **kwargs):
         def pick(j):
             if j == len(self._choices):
-                fw.raise_(KeyError(f"{self._text!r} spells no key of the {self._kind}"), origin=user_origin())
+                fw.raise_(self._missing, origin=user_origin())
                 return cf.Unreachable("key")
             item, condition = self._choices[j]
             return cf.cond(condition, lambda: convert_call(item)(*args, **kwargs), lambda: pick(j + 1))

@@ -92,8 +92,38 @@ def test_text_spelling_no_key_raises_eagers_key_error_when_the_program_runs():
     assert torch.equal(static(x, torch.tensor(1)), torch.sigmoid(x))
     with pytest.raises(KeyError):
         _spelling_no_key(x, torch.tensor(2))
-    with pytest.raises(Exception, match="spells no key"):
+    with pytest.raises(KeyError, match="no such key"):
         static(x, torch.tensor(2))
+
+
+class Layered(nn.Module):
+    """`getattr(self, f"layer_{i}")`, as older code names its layers."""
+
+    def __init__(self):
+        super().__init__()
+        for i in range(3):
+            setattr(self, f"layer_{i}", nn.Linear(4, 4))
+
+    def forward(self, x, k):
+        y = getattr(self, f"layer_{int(k)}")(x)  # `int(k)`: a run-time number in converted code
+        if y.sum() > 0:
+            y = y * 2
+        return y
+
+
+def test_getattr_of_a_name_spelled_at_run_time_picks_the_submodule():
+    torch.manual_seed(0)
+    eager, static = Layered(), d2s.declarative(Layered())
+    static.load_state_dict(eager.state_dict())
+    x = torch.randn(2, 4)
+    for k in (0, 2, 1):
+        assert torch.equal(static(x, torch.tensor(k)), eager(x, torch.tensor(k)))
+    assert len(static.forward.program_cache) == 1
+    assert "cond" in all_op_types(static.forward.concrete_program.main_program)
+    with pytest.raises(AttributeError):
+        eager(x, torch.tensor(5))
+    with pytest.raises(AttributeError, match="'Layered' object has no attribute"):
+        static(x, torch.tensor(5))
 
 
 def _joins_the_text(x, k):
