@@ -195,6 +195,9 @@ def _deciding_bools(fn):
     return call
 
 
+_CACHED = type(functools.lru_cache(maxsize=None)(lambda: None))  # functools._lru_cache_wrapper
+
+
 def convert_call(fn):
     """The callable to call in place of ``fn``. Equivalent Python: ``return fn``.
 
@@ -222,6 +225,16 @@ def convert_call(fn):
         return _tensor_method(fn)
     if isinstance(fn, types.BuiltinFunctionType) and _takes_bools(fn):
         return _deciding_bools(fn)
+    cached = fn.__func__ if isinstance(fn, types.MethodType) else fn
+    if isinstance(cached, _CACHED) and tracer.active() is not None:
+        # `@functools.lru_cache` / `@functools.cache` (of a function or a
+        # method): the trace calls the function itself, converted. Through
+        # the cache it would keep the trace's graph values, which the
+        # user's eager calls (and the next trace) would then get; the
+        # program computes the result on every run, which equals the cached
+        # one for the pure function a cache assumes.
+        inner = convert_call(cached.__wrapped__)
+        return inner if cached is fn else types.MethodType(inner, fn.__self__)
     if isinstance(fn, functools.partial):  # the function it wraps is user code to convert too
         return functools.partial(convert_call(fn.func), *fn.args, **fn.keywords)
     if is_wrapper(fn):  # a declarative function called from converted code: its own function

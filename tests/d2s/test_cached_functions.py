@@ -1,0 +1,58 @@
+"""`@functools.lru_cache` / `@functools.cache` functions and methods called
+by declarative code (d2s/operators/calls.py).
+
+Called through its cache while a program was traced, such a function kept
+the trace's graph values: the first call failed ("made by an earlier
+conversion"), and the user's own eager calls got a graph value from the
+cache afterwards. The trace now calls the function itself, converted (its
+tensor `if`s become `cond`s), leaving the cache as it was; the program
+computes the result on every run, equal to the cached one for the pure
+function a cache assumes."""
+
+import functools
+
+import pytest
+import torch
+import torch.nn as nn
+
+import d2s
+
+
+@functools.lru_cache(maxsize=None)
+def causal_mask(n):
+    return torch.triu(torch.ones(n, n), 1) * -1e9
+
+
+@functools.cache
+def scaled(x):
+    if x.sum() > 0:  # a tensor `if` inside the cached function: converted too
+        return x * 2
+    return x - 1
+
+
+class Masked(nn.Module):
+    @functools.lru_cache(maxsize=None)
+    def mask(self, n):
+        return torch.triu(torch.ones(n, n), 1) * -1e9
+
+    def forward(self, x):
+        y = scaled(x + causal_mask(x.shape[0]) + self.mask(x.shape[0]))
+        if y.mean() > -1e8:
+            y = y + 1
+        return y
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_cached_functions_and_methods_are_traced_through_and_their_caches_keep_eager_values(sign):
+    causal_mask.cache_clear()
+    eager, static = Masked(), d2s.declarative(Masked())
+    for n in (3, 4, 3):
+        x = sign * torch.rand(n, n) + sign
+        assert torch.equal(static(x), eager(x))
+    program = static.forward.concrete_program.main_program
+    conds = [op for block in program.blocks for op in block.ops if op.type == "cond"]
+    assert len(conds) >= 2  # forward's `if`, and the cached function's own (with its early return)
+    # The caches hold what eager calls put there, never a graph value.
+    for value in (causal_mask(3), static.mask(3), static.mask(4)):
+        assert type(value) is torch.Tensor
+    assert causal_mask.cache_info().currsize == 2  # eager's calls for 3 and 4 only
