@@ -76,6 +76,8 @@ def convert_function(fn):
         traced.functions[id(fn)] = fn
         if traced.attribute_reads is not None:
             traced.attribute_reads.add_function(fn)
+        if traced.watch is not None:  # what it writes is carried or refused (d2s/python_writes.py)
+            traced.watch.add_function(fn)
     converted = _converted.get(fn)
     if converted is None:
         compiled = _compile(fn)

@@ -32,7 +32,7 @@ import weakref
 import torch
 
 from ops import tracer
-from ops.python_reads import names_loaded
+from ops.python_reads import library_code, names_loaded
 from ops.python_values import has_attributes
 from runtime.errors import ConversionError
 
@@ -75,6 +75,20 @@ class Watch:
         self._tracer = tracer.active()
         self._module_ids = {id(m) for _, m, _ in self.modules}
         self._seen, self._branched = {}, set()  # (id(module), name) -> the last value written; those under a branch
+
+    def add_function(self, fn):
+        """Watch the globals and closure cells of `fn` too: a function the
+        trace converts that the walk before it did not reach (a helper
+        passed as an argument or held by an object), saved as they are when
+        the trace first calls it. An installed package's functions are left:
+        their globals are that package's own (its registries and caches)."""
+        if fn in self.functions or library_code(fn, fn.__code__):
+            return
+        self.functions.append(fn)
+        roots = [(name, where, value) for name, where, value in _names_of(fn)
+                 if name not in self.where and _watched(value)]
+        self.where.update((_root_name(name), where) for name, where, _ in roots)
+        self.effects.add([(name, value) for name, _, value in roots])
 
     @contextlib.contextmanager
     def recording(self):
@@ -225,22 +239,33 @@ def watch(function, args, kwargs, arg_names, instance=None):
     taken = {name for name, _, _ in roots}
     reached = named + [(f"{name}.{k}", v) for name, m in modules for k, v in _own_attrs(m).items()]
     for fn in functions:
-        code = fn.__code__
-        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-            if not cell_bound(cell):
-                continue
-            reached.append((name, cell.cell_contents))
-            if name not in taken and _watched(cell.cell_contents):
-                taken.add(name)
-                roots.append((name, "closure", cell.cell_contents))
-        namespace = fn.__globals__
-        for name in names_loaded(code):
-            value = namespace.get(name)
+        for name, where, value in _names_of(fn):
             reached.append((name, value))
-            if name not in taken and name in namespace and _watched(value):
+            if name not in taken and _watched(value):
                 taken.add(name)
-                roots.append((name, "global", value))
+                roots.append((name, where, value))
     return Watch(roots, functions, modules, reached)
+
+
+def _names_of(fn):
+    """(user name, "closure" or "global", value) of the bound closure cells
+    of `fn` and the globals its code names; for a global that is a class
+    of the user's, the containers it keeps as class attributes too
+    (`Registry.cache`, filled through the class)."""
+    code = fn.__code__
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        if cell_bound(cell):
+            yield name, "closure", cell.cell_contents
+    namespace = fn.__globals__
+    for name in names_loaded(code):
+        if name not in namespace:
+            continue
+        value = namespace[name]
+        yield name, "global", value
+        if isinstance(value, type) and _user_code(value):
+            for attr, held in list(vars(value).items()):
+                if type(held) in _CONTAINERS:
+                    yield f"{name}.{attr}", "global", held
 
 
 def iterators(named, depth=0):

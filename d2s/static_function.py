@@ -446,6 +446,7 @@ class StaticFunction:
                 attributes.add(written.values)  # objects of settings among arguments, globals, cells
                 attributes.add_function(self._function)
                 tr.outliving = written.iterators
+                tr.watch = written
                 # Trace with autograd on whatever the caller's mode: only a
                 # `no_grad` block inside the function marks ops gradient-free.
                 sym_args, sym_kwargs = self._as_called(sym_args, sym_kwargs, form)

@@ -110,6 +110,7 @@ class Tracer:
         self.modes_read = {}      # "grad"/"inference" -> the caller's mode the user's code read
         self.flag_reads = {}  # id -> a parameter's `requires_grad` the user's code read (ops/python_values.py)
         self.functions = {}  # id -> each converted function the trace called (ops/python_reads.py)
+        self.watch = None  # d2s/python_writes.py's Watch of this trace, while it runs
         self.attribute_reads = None  # ops/attribute_reads.py's AttributeReads of this trace, while it runs
         # id -> (user name, iterator) of the iterators the call's arguments, globals,
         # cells, modules hold (d2s/operators/for_loops.py)

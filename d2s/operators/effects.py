@@ -99,7 +99,7 @@ class Effects:
 
     def __init__(self, functions, covered=(), roots=()):
         self.saved = []  # (kind, object, copy of its contents, user name)
-        seen = set(covered)
+        self._seen = set(covered)
         todo = collections.deque((value, name, 0) for name, value in roots)  # (user name, object) pairs
         for fn in functions:
             for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
@@ -107,6 +107,15 @@ class Effects:
                     todo.append((cell.cell_contents, name, 0))
                 except ValueError:  # an unbound name
                     pass
+        self._walk(todo)
+
+    def add(self, roots):
+        """Save the contents of what `roots` ((user name, object) pairs)
+        reach as they are now, beside the rest."""
+        self._walk(collections.deque((value, name, 0) for name, value in roots))
+
+    def _walk(self, todo):
+        seen = self._seen
         while todo and len(self.saved) < _MAX_OBJECTS:
             value, name, depth = todo.popleft()
             if id(value) in seen or depth > _MAX_DEPTH or isinstance(value, _OPAQUE):

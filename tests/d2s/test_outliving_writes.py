@@ -284,3 +284,52 @@ def test_next_on_the_functions_own_iterators_converts():
     static.load_state_dict(eager.state_dict())
     for x in (torch.ones(2), -torch.ones(2)):
         assert torch.equal(static(x, "own"), eager(x, "own"))
+
+
+# -- helpers the walk before the trace does not reach: watched from their first call ---------
+
+LOG = []
+MEMO = {}
+
+
+class Registry:
+    seen = []  # a class attribute filled through the class
+
+
+def _logs(x):
+    LOG.append("called")  # eager appends on every call; a program would have appended once
+    return x * 2
+
+
+def _registers(x):
+    Registry.seen.append(1)
+    return x * 2
+
+
+def _memoizes(x):
+    n = x.shape[0]
+    if n not in MEMO:
+        MEMO[n] = torch.ones(n) * 3  # a graph value left in the user's dict after a refusal, before
+    return x * MEMO[n]
+
+
+class Tool:
+    def __init__(self, fn):
+        self.fn = fn
+
+
+def _through_a_tool(x, tool):
+    y = tool.fn(x)  # the helper is reached through an argument, not named by the code
+    if y.sum() > 0:
+        y = y + 1
+    return y
+
+
+@pytest.mark.parametrize("helper, written", [(_logs, "LOG"), (_registers, "Registry.seen"), (_memoizes, "MEMO")])
+def test_a_write_by_a_helper_reached_through_an_object_is_refused_and_undone(helper, written):
+    static = d2s.declarative(_through_a_tool)
+    with pytest.raises(ConversionError) as info:
+        static(torch.ones(3), Tool(helper))
+    assert info.value.filename == __file__
+    assert written.split(".")[0] in str(info.value)
+    assert LOG == [] and Registry.seen == [] and MEMO == {}  # as before the call
