@@ -220,7 +220,7 @@ def _saved_part(part, params, held_as):
         doc["state_updates"] = updates
     if program.autocast:  # traced under autocast: it runs only there (runtime/run_modes.py)
         doc["autocast"] = program.autocast
-    if program.default_dtype != torch.float32:  # likewise (absent: float32, torch's own default)
+    if program.default_dtype not in (None, torch.float32):  # likewise (absent: float32, torch's own default)
         doc["default_dtype"] = dtype_name(program.default_dtype)
     return dict(doc, program=program_to_dict(pruned))
 

@@ -384,6 +384,8 @@ class Block:
         as_names = lambda d: {k: [v if isinstance(v, str) else v.name for v in vs] for k, vs in (d or {}).items()}
         op = Operator(self, type, as_names(inputs), as_names(outputs), attrs, origin)
         self.ops.append(op)
+        if self.program.default_dtype is None:
+            self.program.default_dtype = torch.get_default_dtype()
         self.program._changed()
         return op
 
@@ -417,11 +419,13 @@ class Program:
         # The autocast it was traced in (runtime/run_modes.py `traced_autocast`),
         # None when off; a program that is not retraced per call runs only there.
         self.autocast = None
-        # The default dtype it was built (traced) under: its factories and
-        # constants took their dtypes from it, and so did the promotion of
-        # integer tensors with Python floats (`arange(n) * 0.5`); a program
-        # that is not retraced per call runs only under it (run_modes.py).
-        self.default_dtype = torch.get_default_dtype()
+        # The default dtype it was built (traced) under, read when its first
+        # op is appended (a program made before, `default_main_program()`,
+        # is built later): its factories and constants took their dtypes
+        # from it, and so did the promotion of integer tensors with Python
+        # floats (`arange(n) * 0.5`); a program that is not retraced per
+        # call runs only under it (run_modes.py). None: no op yet.
+        self.default_dtype = None
 
     # -- structure -----------------------------------------------------------
     def global_block(self):

@@ -95,7 +95,7 @@ def check_caller_modes(program):
     """Refuse to run `program` (one that is not retraced per call) in an
     autocast state or under a default dtype other than the ones it was
     traced in."""
-    if _default_dtype() is not program.default_dtype:
+    if program.default_dtype is not None and _default_dtype() is not program.default_dtype:
         raise RuntimeError(
             f"this program was traced under the default dtype {program.default_dtype} and is called under "
             f"{_default_dtype()} (torch.set_default_dtype): its factories, constants and the promotion of "

@@ -241,3 +241,21 @@ def test_while_dtype_change_names_variable():
     with pytest.raises(runtime.ConversionError, match="loop variable 'acc' has dtype float32 before the loop but float64"):
         _build(lambda x: ops.while_loop(lambda a: a.sum() < 10, lambda a: [a.double() + 1], [x],
                                         names=["acc"]), [2])
+
+
+def test_a_program_made_before_its_ops_records_the_default_dtype_they_were_built_under():
+    p = runtime.Program()  # made under float32, as `default_main_program()` is at import
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with runtime.program_guard(p):
+            x = runtime.data("x", [2], "float64")
+            y = x + torch.arange(2) * 0.5  # the promotion takes the default dtype
+        assert p.default_dtype == torch.float64
+        out, = runtime.Executor().run(p, feed={"x": np.ones(2)}, fetch_list=[y], return_numpy=False)
+        assert out.dtype == torch.float64
+        torch.set_default_dtype(torch.float32)
+        with pytest.raises(RuntimeError, match="traced under the default dtype torch.float64"):
+            runtime.Executor().run(p, feed={"x": np.ones(2)}, fetch_list=[y])
+    finally:
+        torch.set_default_dtype(before)
