@@ -56,3 +56,40 @@ def test_cached_functions_and_methods_are_traced_through_and_their_caches_keep_e
     for value in (causal_mask(3), static.mask(3), static.mask(4)):
         assert type(value) is torch.Tensor
     assert causal_mask.cache_info().currsize == 2  # eager's calls for 3 and 4 only
+
+
+def cached_unless_compiling(func):
+    """transformers' `compile_compatible_method_lru_cache` (BEiT's relative
+    position index): a plain wrapper that calls the function through a cache."""
+    through_cache = functools.lru_cache(maxsize=10)(func)
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        return through_cache(*args, **kwargs)
+    return wrapper
+
+
+class RelativeBias(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(9))
+
+    @staticmethod
+    @cached_unless_compiling
+    def index(n):
+        coords = torch.arange(n)
+        return (coords[:, None] - coords[None, :]) + n - 1
+
+    def forward(self, x):
+        return x + self.table[self.index(x.shape[-1])]
+
+
+def test_a_cache_behind_a_wrapper_keeps_eager_values_for_other_models():
+    """Before, one declarative call left a graph value in the cache, and
+    every eager model of the class then failed (BEiT under transformers)."""
+    static = d2s.declarative(RelativeBias())
+    x = torch.randn(2, 5, 5)
+    assert torch.equal(static(x), x + static.table[RelativeBias.index(5)])
+    eager = RelativeBias()
+    assert torch.equal(eager(x), x + eager.table[RelativeBias.index(5)])  # an eager model of the class still runs
+    assert type(RelativeBias.index(5)) is torch.Tensor
