@@ -11,12 +11,13 @@ import inspect
 import types
 
 import torch
+import torch.utils._pytree as pytree
 
 from ops.autograd_function import is_function_apply, record_apply
 from ops import tracer
 from ops.capture import refuse_denied
 from ops.recording import decide_bools
-from ops.user_frames import error_at_user_line, is_stdlib_file
+from ops.user_frames import SYMBOLIC_TYPES, error_at_user_line, is_stdlib_file
 from ops.optimizer_ops import record_optimizer_call
 from runtime.ir import Variable
 
@@ -198,6 +199,31 @@ def _deciding_bools(fn):
 _CACHED = type(functools.lru_cache(maxsize=None)(lambda: None))  # functools._lru_cache_wrapper
 
 
+def _through_cache(fn, cached):
+    """A call of `@functools.lru_cache` / `@functools.cache` function or
+    method `fn` (`cached`: the cache's wrapper). With arguments that hold
+    no graph value (`mask(n)` of a Python int) it is called as eager calls
+    it, through the cache, with capture off: the cache then holds what
+    eager's first call would put there, and the program reads the result
+    as a constant, as eager reads the cached tensor. With graph values the
+    function itself is called, converted: through the cache it would keep
+    the trace's graph values, which the user's eager calls (and the next
+    trace) would then get (BEiT's relative position index, before: every
+    eager BEiT failed after one declarative call); the program computes the
+    result on every run, which equals the cached one for the pure function
+    a cache assumes."""
+    inner = convert_call(cached.__wrapped__)
+    if cached is not fn:
+        inner = types.MethodType(inner, fn.__self__)
+
+    def call(*args, **kwargs):
+        if any(isinstance(v, (Variable, *SYMBOLIC_TYPES)) for v in pytree.tree_leaves((args, kwargs))):
+            return inner(*args, **kwargs)
+        with torch._C.DisableTorchFunction():
+            return fn(*args, **kwargs)
+    return call
+
+
 def convert_call(fn):
     """The callable to call in place of ``fn``. Equivalent Python: ``return fn``.
 
@@ -227,14 +253,7 @@ def convert_call(fn):
         return _deciding_bools(fn)
     cached = fn.__func__ if isinstance(fn, types.MethodType) else fn
     if isinstance(cached, _CACHED) and tracer.active() is not None:
-        # `@functools.lru_cache` / `@functools.cache` (of a function or a
-        # method): the trace calls the function itself, converted. Through
-        # the cache it would keep the trace's graph values, which the
-        # user's eager calls (and the next trace) would then get; the
-        # program computes the result on every run, which equals the cached
-        # one for the pure function a cache assumes.
-        inner = convert_call(cached.__wrapped__)
-        return inner if cached is fn else types.MethodType(inner, fn.__self__)
+        return _through_cache(fn, cached)
     if isinstance(fn, functools.partial):  # the function it wraps is user code to convert too
         return functools.partial(convert_call(fn.func), *fn.args, **fn.keywords)
     if is_wrapper(fn):  # a declarative function called from converted code: its own function

@@ -4,10 +4,10 @@ by declarative code (d2s/operators/calls.py).
 Called through its cache while a program was traced, such a function kept
 the trace's graph values: the first call failed ("made by an earlier
 conversion"), and the user's own eager calls got a graph value from the
-cache afterwards. The trace now calls the function itself, converted (its
-tensor `if`s become `cond`s), leaving the cache as it was; the program
-computes the result on every run, equal to the cached one for the pure
-function a cache assumes."""
+cache afterwards. With arguments that hold no graph value the trace now
+calls through the cache as eager does, with capture off (the result is a
+constant of the program); with graph values it calls the function itself,
+converted (its tensor `if`s become `cond`s), leaving the cache as it was."""
 
 import functools
 
