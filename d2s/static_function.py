@@ -445,7 +445,6 @@ class StaticFunction:
                 attributes.ignore([copy for _, copy, _ in made])
                 attributes.add(written.values)  # objects of settings among arguments, globals, cells
                 attributes.add_function(self._function)
-                tr.outliving = written.iterators
                 tr.watch = written
                 # Trace with autograd on whatever the caller's mode: only a
                 # `no_grad` block inside the function marks ops gradient-free.

@@ -110,11 +110,10 @@ class Tracer:
         self.modes_read = {}      # "grad"/"inference" -> the caller's mode the user's code read
         self.flag_reads = {}  # id -> a parameter's `requires_grad` the user's code read (ops/python_values.py)
         self.functions = {}  # id -> each converted function the trace called (ops/python_reads.py)
-        self.watch = None  # d2s/python_writes.py's Watch of this trace, while it runs
+        # d2s/python_writes.py's Watch of this trace, while it runs: the writes it
+        # carries or refuses, the iterators that outlive the call (d2s/operators/for_loops.py)
+        self.watch = None
         self.attribute_reads = None  # ops/attribute_reads.py's AttributeReads of this trace, while it runs
-        # id -> (user name, iterator) of the iterators the call's arguments, globals,
-        # cells, modules hold (d2s/operators/for_loops.py)
-        self.outliving = {}
         self.state_reads = {}  # label -> (query, answer): torch's settings, environment variables read (ops/process_state.py)
         self.user_enabled_grad = False  # the user's code turned gradients on inside the trace
         self.try_depth = 0        # user `try` bodies with handlers under way (d2s try_scope)

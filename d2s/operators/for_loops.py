@@ -186,7 +186,7 @@ def refuse_outliving(iterator, what):
     (`next(iter(self.blocks))`) is its own. Other draws (`list(batches)`)
     are found after the trace (d2s/python_writes.py `Watch`)."""
     trace = tracer.active()
-    held = trace.outliving.get(id(iterator)) if trace is not None else None
+    held = trace.watch.iterators.get(id(iterator)) if trace is not None and trace.watch is not None else None
     if held is not None and held[1] is iterator:
         raise error_at_user_line(
             f"{what} `{held[0]}`, a {type(iterator).__name__} that outlives the call: the program would "

@@ -117,7 +117,31 @@ def _by_text(mapping, text, kind=None, missing=None):
                        missing or KeyError(f"{text!r}: no such key in the {kind}"))
 
 
-class ChosenByKey:
+def _call_picked(items, condition, otherwise, args, kwargs):
+    """`items[0](...) if condition(0) else items[1](...) if condition(1) else
+    ... otherwise()`: a `cond` per item, each test made in the branch where
+    the ones before it failed."""
+    def pick(j):
+        if j == len(items):
+            return otherwise()
+        return cf.cond(condition(j), lambda: convert_call(items[j])(*args, **kwargs), lambda: pick(j + 1))
+    return pick(0)
+
+
+class _Picked:
+    """An item of modules or functions that the run picks: it can be called, not read."""
+
+    _what = ""
+
+    def __getattr__(self, name):
+        if name.startswith("_"):  # Python's and d2s's own probes (`__wrapped__`, `__d2s_unwrap__`)
+            raise AttributeError(name)
+        raise error_at_user_line(f"an item of a {self._kind} picked by {self._what} known only when the program "
+                                 f"runs can be called, not read (`.{name}`): call it, or pick the value with "
+                                 "`if`/`elif` on what picks it")
+
+
+class ChosenByKey(_Picked):
     """`mapping[text]` of modules or functions where `text` holds integers
     known only when the program runs: calling it calls the item whose key
     the run's text spells, a `cond` per key it may spell, eager's KeyError
@@ -125,29 +149,23 @@ class ChosenByKey:
 
     def __init__(self, choices, text, kind, missing):
         self._choices, self._text, self._kind, self._missing = choices, text, kind, missing
+        self._what = f"the text {text!r},"
 
     def __call__(self, *args, **kwargs):
-        def pick(j):
-            if j == len(self._choices):
-                fw.raise_(self._missing, origin=user_origin())
-                return cf.Unreachable("key")
-            item, condition = self._choices[j]
-            return cf.cond(condition, lambda: convert_call(item)(*args, **kwargs), lambda: pick(j + 1))
-        return pick(0)
-
-    def __getattr__(self, name):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        raise error_at_user_line(
-            f"an item of a {self._kind} picked by the text {self._text!r}, known only when the program runs, can "
-            f"be called, not read (`.{name}`)")
+        def missing():
+            fw.raise_(self._missing, origin=user_origin())
+            return cf.Unreachable("key")
+        return _call_picked([item for item, _ in self._choices], lambda j: self._choices[j][1], missing,
+                            args, kwargs)
 
 
-class ChosenAtRunTime:
+class ChosenAtRunTime(_Picked):
     """`seq[i]` of modules or functions with an int `i` known only when the
     program runs (`self.experts[idx](x)`): calling it calls the item the
     run's index names, a `cond` per item, with Python's IndexError out of
     range. Gradients reach the parameters of the item called."""
+
+    _what = "an int"
 
     def __init__(self, items, index, kind):
         self._items, self._index, self._kind = items, index, kind
@@ -156,17 +174,5 @@ class ChosenAtRunTime:
         n = len(self._items)
         _check_bounds(self._index, n, self._kind)
         position = self._index % n  # Python's index of a negative one (torch's % has the divisor's sign)
-
-        def pick(j):
-            call = lambda: convert_call(self._items[j])(*args, **kwargs)  # noqa: E731
-            if j == n - 1:
-                return call()
-            return cf.cond(position == j, call, lambda: pick(j + 1))
-        return pick(0)
-
-    def __getattr__(self, name):
-        if name.startswith("_"):  # Python's and d2s's own probes (`__wrapped__`, `__d2s_unwrap__`)
-            raise AttributeError(name)
-        raise error_at_user_line(
-            f"an item of a {self._kind} picked by an int known only when the program runs can be called, "
-            f"not read (`.{name}`): call it, or pick the value with `if`/`elif` on the index")
+        return _call_picked(self._items[:-1], lambda j: position == j,
+                            lambda: convert_call(self._items[-1])(*args, **kwargs), args, kwargs)
