@@ -16,7 +16,7 @@ from runtime.executor import Executor
 from runtime.ir import GENERATOR
 from runtime.output_tree import rebuild
 
-from . import module_state, python_writes
+from . import argument_writes as argument_writes_, module_state, python_writes
 
 
 class ConcreteProgram:
@@ -24,7 +24,7 @@ class ConcreteProgram:
     returned structure with Variables in it), and the compiled function."""
 
     def __init__(self, main_program, startup_program, inputs, outputs, fetch_vars, out_tree, optimize="default",
-                 state=None, layout=None, python_writes=()):
+                 state=None, layout=None, python_writes=(), argument_writes=()):
         self.main_program = main_program
         # The feeds' strides the trace read (`x.stride()`, `is_contiguous()`,
         # strides of views of them): None when it read none; else per feed its
@@ -44,6 +44,12 @@ class ConcreteProgram:
         # Plain values the trace assigned to module attributes, set again
         # after each run (d2s/python_writes.py `replay`).
         self.python_writes = list(python_writes)
+        # The caller's objects it changes in place (d2s/argument_writes.py),
+        # written after each run from fetches in the state part; the returned
+        # value may name them too (a cache passed in and returned).
+        self.argument_writes = list(argument_writes)
+        self._names_arguments = bool(argument_writes) and argument_writes_.names_arguments(out_tree)
+        self.single_use = False  # set by StaticFunction._build (d2s/argument_writes.py `collect`)
         self.compiled = Executor().compiled(main_program, [v.name for v in inputs],
                                             [v.name for v in fetch_vars + self.state_fetch], optimize)
         self._inference = None  # the CompiledBlock for calls with grad mode off, made on the first one
@@ -52,16 +58,20 @@ class ConcreteProgram:
         self._params_version = None
         self._params = ()
         # A single returned tensor (the common case) needs no tree rebuild.
-        self._single = out_tree == ("fetch", 0) and not self.state_writes
+        self._single = out_tree == ("fetch", 0) and not self.state_writes and not self.argument_writes
         # Nothing to do around the call but pass the parameters (the hit
         # path in StaticFunction.__call__ then calls the function itself).
-        self._plain = not self.state_reads and not self.state_writes and layout is None and not self.python_writes
+        self._plain = not self.state_reads and not self.state_writes and layout is None and \
+            not self.python_writes and not self.argument_writes
         self.decisions = None  # the decisions.Group of the programs sharing its cache key, once there are more
         # Generator feeds (a `torch.Generator` argument): their states are kept
         # before each run, so a run that breaks a decision can be repeated.
         self.draws_from_feeds = any(v.kind == GENERATOR for v in inputs)
 
-    def run(self, tensors):
+    def run(self, tensors, arguments=None):
+        """The function's result for the call's `tensors` (its feeds);
+        `arguments`: the call's (args, kwargs), which a program that changes
+        its argument objects writes (`argument_writes`)."""
         program = self.main_program
         if self.state_reads:
             # The previous call's state is what the module attributes hold now.
@@ -85,7 +95,18 @@ class ConcreteProgram:
             module_state.apply_writes(self.state_writes, results[len(self.fetch_vars):], rebuild)
         if self.python_writes:
             python_writes.replay(self.python_writes)
+        if self.argument_writes:
+            return self._write_arguments(results, arguments)
         return results[0] if self._single else rebuild(self.out_tree, results)
+
+    def _write_arguments(self, results, arguments):
+        out_tree = self.out_tree
+        trees = [w.tree for w in self.argument_writes] + ([out_tree] if self._names_arguments else [])
+        objects = argument_writes_.objects_of(self.argument_writes, trees, *arguments)
+        argument_writes_.apply(self.argument_writes, results[len(self.fetch_vars):], objects)
+        if self._names_arguments:
+            out_tree = argument_writes_.resolved(out_tree, objects)
+        return rebuild(out_tree, results)
 
 
     def _transposes(self, entry):

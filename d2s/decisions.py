@@ -94,7 +94,7 @@ def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None, stat
             continue
         restore_generators(states)
         try:
-            result = other.run(tensors)
+            result = other.run(tensors, (args, kwargs))
         except DecisionFailed as again:
             _refuse_repeated_effects(other, again, bool(states))
             continue
@@ -117,7 +117,7 @@ def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None, stat
     cache.last = fresh
     restore_generators(states)  # (converting drew nothing from them)
     try:
-        return fresh.run(tensors)
+        return fresh.run(tensors, (args, kwargs))
     except DecisionFailed as again:
         # The new program decided another `if` or size for a side these
         # inputs leave later in the run (a decoding loop's later trip):

@@ -9,12 +9,13 @@ and the cache key holds the structure around them: the type, the keys and
 each non-tensor value. While tracing, the function gets a copy of the same
 type holding the feed Variables, made as `copy.copy` makes one (registered
 classes by their own unflatten function), so a trace never writes into the
-caller's object. A program cannot change the caller's object when it runs,
-so a function that changes such an argument (`cache.update(k, v)` adds to
-the cache the caller passed) is refused by name: `changed_argument`.
+caller's object. What the trace writes into the copies is written into
+the caller's objects after each run (d2s/argument_writes.py); a change the
+walk behind that cannot see is refused by name: `changed_argument`.
 """
 
 import collections
+import weakref
 
 import torch
 import torch.utils._pytree as pytree
@@ -22,6 +23,14 @@ import torch.utils._pytree as pytree
 from runtime.ir import Variable
 
 _MAX_DEPTH = 16
+
+# Classes whose objects a declarative function's trace wrote graph values
+# into when they came as arguments (an empty key/value cache it filled):
+# their objects are keyed by structure and given to traces as copies even
+# while they hold no tensor, so the next fresh empty cache of the same shape
+# (a new `generate` call's) is served by the same program rather than keyed
+# by its identity (d2s/argument_writes.py).
+WRITTEN_CLASSES = weakref.WeakSet()
 
 
 class Node:
@@ -53,7 +62,7 @@ def node(value, depth=0):
                     lambda new: unflatten(new, context))
     attrs = getattr(value, "__dict__", None)
     if type(attrs) is not dict or cls.__module__.partition(".")[0] == "torch" \
-            or not _holds_tensor(value, 0, set()):
+            or (cls not in WRITTEN_CLASSES and not _holds_tensor(value, 0, set())):
         return None  # torch's own objects (an optimizer holds parameters: state, not inputs)
     items = list(value.items()) if isinstance(value, dict) else None
     children = [(f".{k}", v) for k, v in attrs.items()] + [(f"[{k!r}]", v) for k, v in items or ()]

@@ -37,17 +37,24 @@ _MAX_DEPTH = 64
 _CODE = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType)
 
 
-def output_tree(value, fetch, numbers=False):
+def output_tree(value, fetch, numbers=False, known=None):
     """The returned structure with ('fetch', i) for each Variable.
     `numbers` (the function's return value): a Variable standing for a
     Python number (`t.item()`, `int(t)`, a carried counter) is ('number', i),
-    given back as the Python number eager returns."""
-    return _tree(value, fetch, numbers, 0, ())
+    given back as the Python number eager returns. `known(value)`: a leaf
+    for values the caller places itself (d2s/argument_writes.py: the
+    caller's own objects), else None; with it, a plain object holding no
+    Variable is rebuilt too rather than kept (each run's is a new one)."""
+    return _tree(value, fetch, numbers, 0, (), known)
 
 
-def _tree(value, fetch, numbers, depth, path):
+def _tree(value, fetch, numbers, depth, path, known=None):
     if depth > _MAX_DEPTH:
         raise ConversionError(f"the returned value is nested deeper than {_MAX_DEPTH} levels ({_where(path)})")
+    if known is not None:
+        leaf = known(value)
+        if leaf is not None:
+            return leaf
     value = graph_condition(value)  # a returned run-time size: fetched as a Python number
     if isinstance(value, Variable):
         return _leaf(value, fetch, numbers)
@@ -57,17 +64,18 @@ def _tree(value, fetch, numbers, depth, path):
     if isinstance(value, StorageAddress):
         value.refuse_returned()  # an address exists only while a program runs
     if isinstance(value, (list, tuple)):
-        return (type(value), [_tree(v, fetch, numbers, depth + 1, path + (f"[{i}]",)) for i, v in enumerate(value)])
+        return (type(value), [_tree(v, fetch, numbers, depth + 1, path + (f"[{i}]",), known)
+                              for i, v in enumerate(value)])
     if type(value) in pytree.SUPPORTED_NODES and type(value) is not dict:
         # Registered by its package (transformers' ModelOutputs) or by torch
         # (OrderedDict, defaultdict, deque): that package's flatten and unflatten.
         node = pytree.SUPPORTED_NODES[type(value)]
         children, context = node.flatten_fn(value)
-        return ("pytree", (type(value), context, [_tree(c, fetch, numbers, depth + 1, path + (f"[{i}]",))
+        return ("pytree", (type(value), context, [_tree(c, fetch, numbers, depth + 1, path + (f"[{i}]",), known)
                                                   for i, c in enumerate(children)]))
     if type(value) is dict:
-        return (dict, {k: _tree(v, fetch, numbers, depth + 1, path + (f"[{k!r}]",)) for k, v in value.items()})
-    if not _holds_variable(value, depth, set()):
+        return (dict, {k: _tree(v, fetch, numbers, depth + 1, path + (f"[{k!r}]",), known) for k, v in value.items()})
+    if not _holds_variable(value, depth, set()) and (known is None or not _rebuilt_anew(value)):
         return ("const", value)
     attrs = getattr(value, "__dict__", None)
     if type(attrs) is not dict or _slots(type(value)) or isinstance(value, (torch.nn.Module, set, frozenset)):
@@ -78,9 +86,19 @@ def _tree(value, fetch, numbers, depth, path):
             "torch.utils._pytree")
     items = None
     if isinstance(value, dict):
-        items = [(k, _tree(v, fetch, numbers, depth + 1, path + (f"[{k!r}]",))) for k, v in value.items()]
-    return ("object", (type(value), {k: _tree(v, fetch, numbers, depth + 1, path + (f".{k}",))
+        items = [(k, _tree(v, fetch, numbers, depth + 1, path + (f"[{k!r}]",), known)) for k, v in value.items()]
+    return ("object", (type(value), {k: _tree(v, fetch, numbers, depth + 1, path + (f".{k}",), known)
                                       for k, v in attrs.items()}, items))
+
+
+def _rebuilt_anew(value):
+    """A plain object of the user's or a library's (not torch's, not code, a
+    class or a module): one a program writing it into the caller's objects
+    makes anew on every run, as eager does."""
+    attrs = getattr(value, "__dict__", None)
+    return type(attrs) is dict and not _slots(type(value)) and not callable(value) and \
+        not isinstance(value, (type, torch.nn.Module, torch.Tensor, set, frozenset) + _CODE) and \
+        (type(value).__module__ or "").partition(".")[0] != "torch"
 
 
 def _leaf(value, fetch, numbers):

@@ -56,6 +56,8 @@ class ProgramCache:
 
     def put(self, key, concrete):
         self.puts += 1
+        if concrete.single_use:  # it wrote the caller's own objects: serves its call only (d2s/argument_writes.py)
+            return
         self._programs[key] = concrete
         self._recent = concrete
         while len(self._programs) > max(1, self.max_size):

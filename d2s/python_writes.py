@@ -36,7 +36,7 @@ from ops.python_reads import library_code, names_loaded
 from ops.python_values import has_attributes
 from runtime.errors import ConversionError
 
-from . import module_watch
+from . import input_trees, module_watch
 from .operators.effects import _MISSING, TORCH_MODULE_ATTRS, Effects, Slot, cell_bound, restore_dict
 from .output_types import holds_variable
 
@@ -44,6 +44,9 @@ _LIBRARIES = frozenset({"torch", "numpy", "d2s", "ops", "runtime", "functools", 
                         "typing", "transformers", "timm", "torchvision"})
 _MAX_FUNCTIONS = 64  # helpers followed from the function (a walk this large is a library's, not a model's)
 _CONTAINERS = (list, dict, tuple)
+# What a write may change besides plain objects: these and their subclasses
+# (a set, a deque, an OrderedDict; d2s/operators/effects.py "contents").
+_WRITABLE = (list, dict, tuple, set, collections.deque)
 
 
 class Watch:
@@ -58,7 +61,7 @@ class Watch:
     `reached`: every value the arguments, globals, cells and modules hold,
     among which `iterators` are found."""
 
-    def __init__(self, roots, functions, modules=(), reached=()):
+    def __init__(self, roots, functions, modules=(), reached=(), located=None):
         self.where = {name: where for name, where, _ in roots}
         self.functions = functions
         self.modules = [(name, m, _own_attrs(m)) for name, m in modules]
@@ -70,7 +73,9 @@ class Watch:
         # (d2s/operators/for_loops.py), any other draw after the trace (`_refuse_drawn`).
         self.iterators = iterators(reached)
         self._positions = {key: position(it) for key, (_, it) in self.iterators.items()}
-        self.effects = Effects((), roots=[(name, value) for name, _, value in roots])
+        # `located`: the arguments' first steps (("arg", i), ("kwarg", k)), so the objects they
+        # reach are found again on a later call (`take_argument_writes`).
+        self.effects = Effects((), roots=[(name, value) for name, _, value in roots], located=located)
         self.function_attrs = [(fn, dict(vars(fn))) for fn in functions]  # `f.cache = ...`: see `undo`
         self._tracer = tracer.active()
         self._module_ids = {id(m) for _, m, _ in self.modules}
@@ -118,6 +123,25 @@ class Watch:
         constant for every run of the program (d2s/module_state.py stores it)."""
         key = (id(module), name)
         return key in self._seen and self._seen[key] is value and key not in self._branched
+    def take_argument_writes(self):
+        """(slot, its value after the trace, steps to its object from the
+        call's arguments) for each slot of an object reached from an
+        argument (not through a module: module_state's) that the trace
+        wrote; each is put back as it was (the caller's object is written by
+        the program's runs: d2s/argument_writes.py)."""
+        located = self.effects.located
+        taken = [(slot, slot.get(), located[id(slot.obj)]) for slot in self.effects.written()
+                 if id(slot.obj) in located]
+        by_steps = {located[id(obj)]: obj for _, obj, _, _ in self.effects.saved if id(obj) in located}
+        for slot, _, steps in taken:
+            slot.set(self.effects.old_value(slot))
+            # Objects of these classes are keyed by their structure from now on (d2s/input_trees.py).
+            for i in range(1, len(steps) + 1):
+                obj = by_steps.get(steps[:i])
+                if obj is not None and type(obj) not in (list, dict) and has_attributes(obj):
+                    input_trees.WRITTEN_CLASSES.add(type(obj))
+        return taken
+
     def written(self):
         """Slots the trace wrote: module attributes first, then the objects."""
         slots = []
@@ -231,6 +255,8 @@ def watch(function, args, kwargs, arg_names, instance=None):
     Python attributes of the user's modules among `instance` and the
     arguments (with their submodules)."""
     named = [(arg_names[i] if i < len(arg_names) else f"args[{i}]", v) for i, v in enumerate(args)]
+    located = {name: ("arg", i) for i, (name, _) in enumerate(named)}
+    located.update((k, ("kwarg", k)) for k in kwargs)
     named += list(kwargs.items())
     roots = [(name, "argument", v) for name, v in named]
     modules = [(f"{name}.{sub}" if sub else name, m) for name, top in [("self", instance)] + named
@@ -244,7 +270,7 @@ def watch(function, args, kwargs, arg_names, instance=None):
             if name not in taken and _watched(value):
                 taken.add(name)
                 roots.append((name, where, value))
-    return Watch(roots, functions, modules, reached)
+    return Watch(roots, functions, modules, reached, located)
 
 
 def _names_of(fn):
@@ -264,7 +290,7 @@ def _names_of(fn):
         yield name, "global", value
         if isinstance(value, type) and _user_code(value):
             for attr, held in list(vars(value).items()):
-                if type(held) in _CONTAINERS:
+                if isinstance(held, _WRITABLE):
                     yield f"{name}.{attr}", "global", held
 
 
@@ -320,7 +346,7 @@ def _own_attrs(module):
 
 def _watched(value):
     """Values whose contents the walk compares: containers and the user's plain objects."""
-    if isinstance(value, _CONTAINERS):
+    if isinstance(value, _WRITABLE):
         return True
     package = (type(value).__module__ or "").split(".")[0]
     return has_attributes(value) and not callable(value) and package not in _LIBRARIES \
@@ -360,7 +386,11 @@ def _root_name(name):
 
 
 _MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "sort",
-                       "reverse", "popitem", "__setitem__", "__delitem__", "__setattr__"})
+                       "reverse", "popitem", "__setitem__", "__delitem__", "__setattr__",
+                       # sets, deques, OrderedDicts
+                       "add", "discard", "difference_update", "intersection_update",
+                       "symmetric_difference_update", "appendleft", "extendleft", "popleft", "rotate",
+                       "move_to_end"})
 
 
 def _write_line(functions, slot, root):

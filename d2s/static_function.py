@@ -31,7 +31,7 @@ from runtime.output_tree import rebuild
 from runtime.passes import check_level
 from runtime.run_modes import autocast_state
 
-from . import conversion, decisions, input_trees, module_state, module_watch, python_writes
+from . import argument_writes, conversion, decisions, input_trees, module_state, module_watch, python_writes
 from .argument_trees import (SymbolicArguments, feed_leaves, feed_name, flatten_args, is_generator, mode_of,
                              python_object, replace_tensors, same_tensors, tensor_leaves)
 from .concrete_program import ConcreteProgram
@@ -338,7 +338,7 @@ class StaticFunction:
                         return results[0] if concrete._single else rebuild(concrete.out_tree, results)
                     if concrete.layout is None:
                         try:
-                            return concrete.run(args)
+                            return concrete.run(args, (args, kwargs))
                         except DecisionFailed as exc:
                             return decisions.rerun(self, key, concrete, args, kwargs, args, exc)
         called, form = (args, kwargs), (len(args), tuple(kwargs))
@@ -358,7 +358,7 @@ class StaticFunction:
         translator.last = cache.last = concrete
         states = decisions.generator_states(tensors) if concrete.draws_from_feeds else ()
         try:
-            return concrete.run(tensors)
+            return concrete.run(tensors, (args, kwargs))
         except DecisionFailed as exc:
             return decisions.rerun(self, key, concrete, args, kwargs, tensors, exc, form, states)
 
@@ -454,10 +454,14 @@ class StaticFunction:
                                                   main)()
                 if isinstance(out, Unreachable):  # every run raises: at an earlier raise op or at the last
                     out = None
+                # The caller's objects it changed: written after each run (each slot put back now).
+                state_fetch = []
+                changed, single_use = argument_writes.collect(written.take_argument_writes(),
+                                                              written.effects.located, state_fetch, args, kwargs)
                 self._refuse_changed_arguments(args, kwargs, made, state, arg_names)
                 fetch = []
-                out_tree = _output_tree(out, fetch, numbers=True)
-                state_fetch = []
+                out_tree = _output_tree(out, fetch, numbers=True, known=argument_writes.knower(
+                    written.effects.located) if changed else None)
                 writes, reads = module_state.collect(before, tr.lifted, _output_tree, state_fetch,
                                                      written.constant_ok, written.attribute_line)
                 reads += module_state.global_reads(self._converted_functions(), tr.lifted,
@@ -477,7 +481,9 @@ class StaticFunction:
                 layout = self._layout_checks(main, feeds, leaves, tr) if tr.reads_layout else None
             main.verify()
             concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree, key[-1],
-                                       (writes, reads, state_fetch) if writes or reads else None, layout, replays)
+                                       (writes, reads, state_fetch) if writes or reads or changed else None,
+                                       layout, replays, changed)
+            concrete.single_use = single_use
             self._keep(key, concrete, self._note_state(writes, reads))
             if _debug.level() >= 2:
                 print(f"[d2s] program of {self._function.__qualname__}:\n{main.to_string()}", file=sys.stderr)
@@ -526,9 +532,9 @@ class StaticFunction:
             input_trees.restore(state)
             raise ConversionError(
                 f"{self._function.__qualname__} changes its argument `{changed[0]}` (a {changed[1]}) in "
-                "place: a program cannot change the caller's object when it runs, and d2s gives the "
-                "trace a copy; return the changed value instead (a cache passed in and updated in "
-                "place, transformers' past_key_values, is not carried yet)")
+                "place deeper than d2s follows the objects it reaches (6 levels, 2000 objects) or "
+                "where it cannot write it again (a tuple, a set, a torch object): a program could not "
+                "change the caller's object as eager does; return the changed value instead")
 
     @staticmethod
     def _layout_checks(main, feeds, leaves, tr):

@@ -8,7 +8,7 @@ from runtime.executor import Executor
 from runtime.io import save_inference_model
 from runtime.passes import check_level
 
-from . import conversion
+from . import argument_writes, conversion
 from .decorator import declarative
 from .static_function import StaticFunction
 from .translator_state import STATE
@@ -110,6 +110,7 @@ class ProgramTranslator:
         concrete = self._last
         if concrete is None:
             raise ValueError("no declarative function has run yet: call it once before saving")
+        argument_writes.refuse_saving(concrete, "save_inference_model")
         inputs = select_by_index(concrete.inputs, feed, "feed", "the latest call has {n} input(s)")
         outputs = select_by_index(concrete.fetch_vars, fetch, "fetch", "the latest call has {n} output(s)")
         save_inference_model(dirname, [v.name for v in inputs], outputs, Executor(),

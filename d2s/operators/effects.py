@@ -59,8 +59,10 @@ class EffectsChanged(Exception):
 
 class Slot:
     """One place of a Python object: ``obj[key]`` of a dict, ``obj.key`` of an
-    object, or the whole contents of a list (``key`` None; a list written by
-    index or grown is one value)."""
+    object, the whole contents of a list (``key`` None; a list written by
+    index or grown is one value), or of another container ("contents": a
+    set, a deque, a dict subclass such as OrderedDict, whose order is part
+    of its value), as a list (a mapping's keys and values in turn)."""
 
     def __init__(self, obj, kind, key, name):
         self.obj, self.kind, self.key, self.name = obj, kind, key, name
@@ -72,6 +74,8 @@ class Slot:
     def get(self):
         if self.kind == "list":
             return list(self.obj)
+        if self.kind == "contents":
+            return contents_of(self.obj)
         if self.kind == "dict":
             return self.obj.get(self.key, _MISSING)
         return own_attributes(self.obj).get(self.key, _MISSING)
@@ -79,6 +83,8 @@ class Slot:
     def set(self, value):
         if self.kind == "list":
             self.obj[:] = value
+        elif self.kind == "contents":
+            fill(self.obj, value)
         elif value is _MISSING:
             if self.kind == "dict":
                 self.obj.pop(self.key, None)
@@ -95,16 +101,24 @@ class Effects:
     objects reachable from the closure cells of its generated ``functions``
     (the user's names they read or write) and from ``roots`` ((user name,
     object) pairs: d2s/python_writes.py); ``covered`` holds the ids of the
-    containers the caller restores itself."""
+    containers the caller restores itself. `located` ({root name: first
+    step}): for the objects those roots reach (not through a module or a
+    function), `located` maps id(object) -> its steps from the root,
+    (("arg", 0), ("attr", "layers"), ("item", 1)): where d2s/argument_writes.py
+    finds the caller's object on a later call."""
 
-    def __init__(self, functions, covered=(), roots=()):
+    def __init__(self, functions, covered=(), roots=(), located=None):
         self.saved = []  # (kind, object, copy of its contents, user name)
         self._seen = set(covered)
-        todo = collections.deque((value, name, 0) for name, value in roots)  # (user name, object) pairs
+        self.located = {}
+        firsts = located or {}
+        # (object, user name, depth, steps from an argument or None)
+        todo = collections.deque((value, name, 0, (firsts[name],) if name in firsts else None)
+                                 for name, value in roots)
         for fn in functions:
             for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
                 try:
-                    todo.append((cell.cell_contents, name, 0))
+                    todo.append((cell.cell_contents, name, 0, None))
                 except ValueError:  # an unbound name
                     pass
         self._walk(todo)
@@ -112,47 +126,65 @@ class Effects:
     def add(self, roots):
         """Save the contents of what `roots` ((user name, object) pairs)
         reach as they are now, beside the rest."""
-        self._walk(collections.deque((value, name, 0) for name, value in roots))
+        self._walk(collections.deque((value, name, 0, None) for name, value in roots))
 
     def _walk(self, todo):
         seen = self._seen
         while todo and len(self.saved) < _MAX_OBJECTS:
-            value, name, depth = todo.popleft()
+            value, name, depth, steps = todo.popleft()
             if id(value) in seen or depth > _MAX_DEPTH or isinstance(value, _OPAQUE):
                 continue
             seen.add(id(value))
+            if steps is not None:
+                self.located[id(value)] = steps
             if type(value) is list:
                 self.saved.append(("list", value, list(value), name))
-                todo += [(v, f"{name}[{i}]", depth + 1) for i, v in enumerate(value)]
+                todo += [(v, f"{name}[{i}]", depth + 1, _step(steps, "item", i)) for i, v in enumerate(value)]
+            elif isinstance(value, _OTHER_CONTAINERS) and type(value) is not dict and not _plain_object(value):
+                items = contents_of(value)
+                self.saved.append(("contents", value, items, name))
+                if isinstance(value, dict):
+                    todo += [(v, f"{name}[{k!r}]", depth + 1, _step(steps, "item", k)) for k, v in value.items()]
+                else:  # (a set's or deque's items are not found again by a step)
+                    todo += [(v, f"{name}[...]", depth + 1, None) for v in items]
             elif type(value) is dict:
                 self.saved.append(("dict", value, dict(value), name))
-                todo += [(v, f"{name}[{k!r}]", depth + 1) for k, v in value.items()]
+                todo += [(v, f"{name}[{k!r}]", depth + 1, _step(steps, "item", k)) for k, v in value.items()]
             elif type(value) is tuple:
-                todo += [(v, f"{name}[{i}]", depth + 1) for i, v in enumerate(value)]
+                todo += [(v, f"{name}[{i}]", depth + 1, _step(steps, "item", i)) for i, v in enumerate(value)]
             elif isinstance(value, types.FunctionType):
                 # A helper closure the body calls may write what it closes over.
-                todo += [(c.cell_contents, n, depth + 1)
+                todo += [(c.cell_contents, n, depth + 1, None)
                          for n, c in zip(value.__code__.co_freevars, value.__closure__ or ()) if cell_bound(c)]
             elif isinstance(value, torch.nn.Module):
+                # (A module's attributes are d2s/module_state.py's: never located.)
                 attrs = {k: v for k, v in vars(value).items() if k not in TORCH_MODULE_ATTRS}
                 self.saved.append(("attr", value, attrs, name))
-                todo += [(v, f"{name}.{k}", depth + 1) for k, v in attrs.items()]
+                todo += [(v, f"{name}.{k}", depth + 1, None) for k, v in attrs.items()]
                 for own in _MODULE_DICTS:
                     entries = vars(value)[own]
                     self.saved.append(("module dict", entries, dict(entries), name))
-                    todo += [(v, f"{name}.{k}", depth + 1) for k, v in entries.items()]
+                    todo += [(v, f"{name}.{k}", depth + 1, None) for k, v in entries.items()]
             elif _plain_object(value):
                 attrs = own_attributes(value)
                 self.saved.append(("attr", value, dict(attrs), name))
-                todo += [(v, f"{name}.{k}", depth + 1) for k, v in attrs.items()]
+                todo += [(v, f"{name}.{k}", depth + 1, _step(steps, "attr", k)) for k, v in attrs.items()]
+
+    def old_value(self, slot):
+        """What `slot` held when its object was saved."""
+        for kind, obj, old, _ in self.saved:
+            if obj is slot.obj:
+                return list(old) if kind in ("list", "contents") else old.get(slot.key, _MISSING)
+        raise KeyError(slot.name)
 
     def written(self):
         """The slots whose value differs from before (by identity)."""
         slots = []
         for kind, obj, old, name in self.saved:
-            if kind == "list":
-                if len(obj) != len(old) or any(a is not b for a, b in zip(obj, old)):
-                    slots.append(Slot(obj, "list", None, name))
+            if kind in ("list", "contents"):
+                now = obj if kind == "list" else contents_of(obj)
+                if len(now) != len(old) or any(a is not b for a, b in zip(now, old)):
+                    slots.append(Slot(obj, kind, None, name))
                 continue
             now = _contents(kind, obj, old)
             for key in list(now) + [k for k in old if k not in now]:
@@ -165,9 +197,10 @@ class Effects:
     def restore(self):
         """Put every object back as it was (only what changed is touched)."""
         for kind, obj, old, _ in self.saved:
-            if kind == "list":
-                if len(obj) != len(old) or any(a is not b for a, b in zip(obj, old)):
-                    obj[:] = old
+            if kind in ("list", "contents"):
+                now = obj if kind == "list" else contents_of(obj)
+                if len(now) != len(old) or any(a is not b for a, b in zip(now, old)):
+                    Slot(obj, kind, None, "").set(list(old))
                 continue
             now = _contents(kind, obj, old)
             if now.keys() == old.keys() and all(now[k] is v for k, v in old.items()):
@@ -181,6 +214,34 @@ class Effects:
                 for key, value in old.items():
                     if now.get(key, _MISSING) is not value:
                         setattr(obj, key, value)
+
+
+# Containers other than list and dict whose contents a write changes: a
+# set, a deque, a dict subclass (OrderedDict, defaultdict, Counter).
+_OTHER_CONTAINERS = (set, collections.deque, dict)
+
+
+def contents_of(container):
+    """A container's contents as one list: a mapping's keys and values in
+    turn (a new list; its items are the container's own objects)."""
+    if isinstance(container, dict):
+        return [x for item in container.items() for x in item]
+    return list(container)
+
+
+def fill(container, items):
+    """Make `container` hold `items` (a list in `contents_of`'s form)."""
+    container.clear()
+    if isinstance(container, dict):
+        container.update(zip(items[::2], items[1::2]))
+    elif isinstance(container, collections.deque):
+        container.extend(items)
+    else:
+        container.update(items)
+
+
+def _step(steps, kind, key):
+    return None if steps is None else steps + ((kind, key),)
 
 
 def restore_dict(now, before):

@@ -390,7 +390,7 @@ def object_alias(named, effects):
     for other, name, where in other_names(objects):
         return _alias_message(f"{other!r}{where} is another name for", name)
     for kind, holder, contents, holder_name in effects.saved:
-        for value in contents if kind == "list" else contents.values():
+        for value in contents if kind in ("list", "contents") else contents.values():
             if id(value) in objects:
                 return _alias_message(f"{holder_name!r} holds", objects[id(value)])
     return None

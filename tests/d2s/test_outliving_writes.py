@@ -1,12 +1,15 @@
-"""Python objects that outlive a declarative call (its arguments' lists,
-dicts and plain objects; globals and closure cells its code reads) written
-while it was traced (issue 21, d2s/python_writes.py). A program never
-replays Python, so such a write would happen once, at build time, and
-never again (or, for the arguments' lists and dicts, into a copy the
-caller never sees): each is refused at the line of the write, naming the
-object as the user wrote it, and every object is left as it was before the
-trace. Reading such objects, or writing objects the function makes
-itself, still converts."""
+"""Python objects that outlive a declarative call (globals and closure
+cells its code reads) written while it was traced (issue 21,
+d2s/python_writes.py). A program never replays Python, so such a write
+would happen once, at build time, and never again: each is refused at the
+line of the write, naming the object as the user wrote it, and every
+object is left as it was before the trace. Reading such objects, or writing
+objects the function makes itself, still converts. The arguments' own
+objects are written after each run as eager writes them: the same writes
+are checked against eager at the end of this file and in
+test_argument_writes.py."""
+
+import collections
 
 import pytest
 import torch
@@ -83,11 +86,6 @@ def _line(marker):
 
 
 @pytest.mark.parametrize("fn, make, name", [
-    (attr_counter, Counter, "`o.count`"),
-    (nested_attr_append, Counter, "`o.inner.seen`"),
-    (dict_item, lambda: {"n": 0}, "`d['n']`"),
-    (dict_tensor_item, lambda: {"h": torch.zeros(3)}, "`state['h']`"),
-    (list_append, list, "`lst`"),
     (global_counter, lambda: None, "`COUNTS['calls']`"),
     (global_in_helper, lambda: None, "`HISTORY`"),
 ])
@@ -101,6 +99,37 @@ def test_a_write_that_outlives_the_call_is_refused_at_its_line(fn, make, name):
     assert name in str(info.value)
     # Nothing the refused trace wrote stays behind.
     assert (repr(vars(obj) if hasattr(obj, "__dict__") else obj), dict(COUNTS), list(HISTORY)) == before
+
+
+SEEN, RECENT, ORDER = set(), collections.deque(maxlen=4), collections.OrderedDict()
+
+
+def set_add(x, unused):
+    SEEN.add(len(SEEN))  # line: set_add
+    return x + 1
+
+
+def deque_append(x, unused):
+    RECENT.append(x.shape[0])  # line: deque_append
+    return x + 1
+
+
+def ordered_move(x, unused):
+    ORDER.move_to_end("a")  # line: ordered_move
+    return x + 1
+
+
+@pytest.mark.parametrize("fn, name", [(set_add, "`SEEN`"), (deque_append, "`RECENT`"),
+                                      (ordered_move, "`ORDER`")])
+def test_sets_deques_and_ordered_dicts_written_are_refused(fn, name):
+    # Containers besides lists and dicts: their writes went unseen (silently
+    # made once, at build time).
+    SEEN.clear(), RECENT.clear(), ORDER.clear()
+    ORDER.update(a=1, b=2)
+    with pytest.raises(ConversionError) as info:
+        d2s.declarative(fn)(torch.ones(3), None)
+    assert info.value.lineno == _line(fn.__name__) and name in str(info.value)
+    assert (SEEN, list(RECENT), list(ORDER)) == (set(), [], ["a", "b"])
 
 
 def test_a_closure_cell_written_is_refused_and_restored():
@@ -333,3 +362,33 @@ def test_a_write_by_a_helper_reached_through_an_object_is_refused_and_undone(hel
     assert info.value.filename == __file__
     assert written.split(".")[0] in str(info.value)
     assert LOG == [] and Registry.seen == [] and MEMO == {}  # as before the call
+
+
+@pytest.mark.parametrize("fn, make", [
+    (attr_counter, Counter),
+    (nested_attr_append, Counter),
+    (dict_item, lambda: {"n": 0}),
+    (dict_tensor_item, lambda: {"h": torch.zeros(3)}),
+    (list_append, list),
+])
+def test_the_arguments_objects_are_written_as_eager_writes_them(fn, make):
+    # Once refused here; now every run leaves the caller's object as eager's
+    # call does (d2s/argument_writes.py), call after call.
+    static = d2s.declarative(fn)
+    mine, theirs = make(), make()
+    for _ in range(3):
+        got, want = static(torch.ones(3), mine), fn(torch.ones(3), theirs)
+        assert torch.equal(got, want)
+        assert _contents(mine) == _contents(theirs)
+
+
+def _contents(value):
+    if isinstance(value, torch.Tensor):
+        return ("tensor", value.tolist())
+    if isinstance(value, dict):
+        return {k: _contents(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_contents(v) for v in value]
+    if hasattr(value, "__dict__"):
+        return (type(value).__name__, _contents(vars(value)))
+    return value

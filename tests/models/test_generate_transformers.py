@@ -121,3 +121,22 @@ def test_saved_loop_runs_without_transformers(loop, tmp_path):
                          capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == [_call(eager, _prompt(n), m, sampling).tolist() for n, m in cases]
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_generate_with_a_declarative_forward(kind):
+    # The way most users try it: decorate the model, call `generate`. Each
+    # step's forward updates the `DynamicCache` generate passes in place
+    # (d2s/argument_writes.py); every token equals eager's, and a later
+    # `generate` of the same sizes runs on the programs the first one made.
+    lm = _lm(kind)
+    eager = copy.deepcopy(lm)
+    d2s.declarative(lm)
+    options = dict(do_sample=False, max_new_tokens=4, min_new_tokens=4, pad_token_id=PAD)
+    with torch.no_grad():
+        for length in (5, 1, 5, 5):
+            ids = _prompt(length)
+            programs = len(lm.forward.program_cache)
+            want = eager.generate(ids, attention_mask=torch.ones_like(ids), **options)
+            assert torch.equal(lm.generate(ids, attention_mask=torch.ones_like(ids), **options), want)
+        assert len(lm.forward.program_cache) == programs  # the last call made none

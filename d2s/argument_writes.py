@@ -1,0 +1,177 @@
+"""Objects passed as arguments that a declarative function changes in
+place: a key/value cache (`self.keys = torch.cat([self.keys, k], -2)` in
+transformers' `DynamicLayer.update`), a state object (`state.h = h`), a
+list of outputs (`history.append(y)`). After each run the program writes
+the caller's objects as eager's call leaves them.
+
+The trace works on the arguments' copies (d2s/input_trees.py) or, for an
+object holding no tensor, on the caller's own object. The Watch
+(d2s/python_writes.py) finds the places it wrote (slots) and where each
+object sits among the arguments (steps such as `args[1].layers[0]`), and
+puts every slot back. Each written slot becomes an `ArgumentWrite`: the
+steps to its object, the slot, and the value the trace left there as an
+output tree (d2s/output_types.py) whose graph values are extra fetches of
+the program, whose argument objects are found again among the call's
+arguments (`("argument", steps)`), and whose other objects are made anew on
+every run. After a run every object a write names is looked up first, then
+the slots are written, so no write moves an object another one names.
+
+Before:  def forward(self, x, cache): cache.keys = torch.cat([cache.keys, x]); return ...
+         -> ConversionError: "changes its argument `cache` in place"
+After:   the program fetches the new keys; after each run `cache.keys` holds
+         them, and a returned `cache` is the caller's object.
+
+The cache key pins every Python value of a copied argument (its structure
+and plain values), and an argument holding no tensor is keyed by its
+identity with the attributes the trace read checked before each run
+(ops/attribute_reads.py), so a Python value the trace wrote (`is_initialized
+= True`) is the one eager writes on every call the program serves.
+"""
+
+from typing import NamedTuple
+
+import torch
+
+from runtime.output_tree import rebuild
+
+from .operators.effects import Slot
+from .output_types import output_tree
+
+
+class ArgumentWrite(NamedTuple):
+    steps: tuple  # from the call's arguments to the written object: (("arg", 1), ("attr", "layers"), ("item", 0))
+    kind: str  # Slot's: "attr", "dict" or "list" (the whole list)
+    key: object
+    tree: tuple  # the value written, with ("argument", steps) and ("fresh", tensor) leaves
+    name: str  # as the user writes it, for messages: `cache.layers[0].keys`
+
+
+def collect(taken, located, fetch, args, kwargs):
+    """(the ArgumentWrites of the Watch's `take_argument_writes()`
+    (`taken`), their graph values appended to `fetch`; whether the program
+    may serve one call only). `located`: id(object) -> steps of every
+    argument object the Watch walked; `args`, `kwargs`: the caller's.
+
+    A written object the trace got as it is (one keyed by its identity: a
+    set, an object holding no tensor) may be the caller's on the next call
+    too, holding what this run wrote, which the key does not show and the
+    trace may have read (`s.add(len(s))`): such a program serves this call
+    only (`ConcreteProgram.single_use`). Copies are keyed by structure."""
+    known = knower(located)
+    writes = [ArgumentWrite(steps, slot.kind, slot.key, output_tree(value, fetch, numbers=True, known=known),
+                            slot.name) for slot, value, steps in taken]
+    return writes, any(_is_callers(slot.obj, steps, args, kwargs) for slot, _, steps in taken)
+
+
+def _is_callers(obj, steps, args, kwargs):
+    try:
+        return locate(steps, args, kwargs) is obj
+    except (LookupError, AttributeError, TypeError):
+        return True  # (not found the way the trace found it: served once, to be safe)
+
+
+def knower(located):
+    """The `known` leaf function of d2s/output_types.py for trees that name
+    the caller's objects: an argument object is found again by its steps,
+    and a tensor made from no input (a constant of the program) is copied
+    on every run, as eager makes a new one (a Parameter stays itself)."""
+    def known(value):
+        steps = located.get(id(value))
+        if steps is not None:
+            return ("argument", steps)
+        if type(value) is torch.Tensor:
+            return ("fresh", value)
+        return None
+    return known
+
+
+def names_arguments(tree):
+    """Whether `tree` holds an ("argument", steps) or ("fresh", t) leaf."""
+    tag, body = tree
+    if tag in ("argument", "fresh"):
+        return True
+    return any(names_arguments(c) for c in _children(tree))
+
+
+def _children(tree):
+    tag, body = tree
+    if tag in ("fetch", "number", "const", "argument", "fresh"):
+        return []
+    if tag is dict:
+        return list(body.values())
+    if tag == "pytree":
+        return list(body[2])
+    if tag == "object":
+        return list(body[1].values()) + [v for _, v in body[2] or ()]
+    return list(body)
+
+
+def locate(steps, args, kwargs):
+    """The caller's object at `steps` among this call's arguments."""
+    (kind, key), rest = steps[0], steps[1:]
+    obj = args[key] if kind == "arg" else kwargs[key]
+    for kind, key in rest:
+        obj = getattr(obj, key) if kind == "attr" else obj[key]
+    return obj
+
+
+def resolved(tree, objects):
+    """`tree` with its ("argument", steps) leaves the objects `objects`
+    (steps -> object) found, and its ("fresh", t) leaves copies of t: a
+    tree runtime/output_tree.py rebuilds."""
+    tag, body = tree
+    if tag == "argument":
+        return ("const", objects[body])
+    if tag == "fresh":
+        return ("const", body.clone())
+    if tag in ("fetch", "number", "const"):
+        return tree
+    if tag is dict:
+        return (dict, {k: resolved(v, objects) for k, v in body.items()})
+    if tag == "pytree":
+        cls, context, children = body
+        return ("pytree", (cls, context, [resolved(c, objects) for c in children]))
+    if tag == "object":
+        cls, attrs, items = body
+        return ("object", (cls, {k: resolved(v, objects) for k, v in attrs.items()},
+                           None if items is None else [(k, resolved(v, objects)) for k, v in items]))
+    return (tag, [resolved(c, objects) for c in body])
+
+
+def _steps_in(tree, out):
+    tag, body = tree
+    if tag == "argument":
+        out.append(body)
+    for child in _children(tree):
+        _steps_in(child, out)
+    return out
+
+
+def objects_of(writes, trees, args, kwargs):
+    """steps -> the caller's object, for every object `writes` write and
+    the `trees` (theirs and the returned value's) name, looked up before
+    anything is written."""
+    wanted = [w.steps for w in writes]
+    for tree in trees:
+        _steps_in(tree, wanted)
+    return {steps: locate(steps, args, kwargs) for steps in dict.fromkeys(wanted)}
+
+
+def apply(writes, results, objects):
+    """Write each slot of `writes` with its value for this run's `results`
+    (the program's fetches after its returned values: the state part)."""
+    values = [rebuild(resolved(w.tree, objects), results) for w in writes]
+    for w, value in zip(writes, values):
+        Slot(objects[w.steps], w.kind, w.key, w.name).set(value)
+
+
+def refuse_saving(concrete, what):
+    """ValueError when `concrete` writes the caller's objects: a saved or
+    exported program gives back its outputs only, and would silently leave
+    those objects as they were."""
+    if concrete.argument_writes:
+        name = concrete.argument_writes[0].name
+        raise ValueError(
+            f"{what}: the program changes its argument `{name}` in place (written into the caller's object "
+            "after each run), which a saved or exported program cannot do; save a function that returns "
+            "the new value instead (for transformers, call the model with use_cache=False)")
