@@ -50,6 +50,7 @@ class ConcreteProgram:
         self.argument_writes = list(argument_writes)
         self._names_arguments = bool(argument_writes) and argument_writes_.names_arguments(out_tree)
         self.single_use = False  # set by StaticFunction._build (d2s/argument_writes.py `collect`)
+        self.varying = frozenset()  # dims traced as run-time sizes (d2s/varying_sizes.py), set there too
         self.compiled = Executor().compiled(main_program, [v.name for v in inputs],
                                             [v.name for v in fetch_vars + self.state_fetch], optimize)
         self._inference = None  # the CompiledBlock for calls with grad mode off, made on the first one

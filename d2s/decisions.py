@@ -110,7 +110,7 @@ def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None, stat
     sides.update(_side_taken(failing))
     cache.last_decision = str(failure).splitlines()[0]  # named by the many-programs warning
     with control_flow.forcing(sides, fallback=True):
-        fresh = static._build(key, args, kwargs, exact=True, form=form)
+        fresh = static._build(key, args, kwargs, exact=True, form=form, varying=concrete.varying)
     fresh.decided_sides = sides
     fresh.decisions = group
     group.programs.append(fresh)

@@ -31,6 +31,10 @@ class ProgramCache:
         self.flags_generation = None  # module_watch._generation when `flags` was read
         self.flags = ()
         self.trees = []  # weak references to the interned Identities of cached keys
+        self.sizes = {}  # key signature -> [latest sizes, dims that vary] (d2s/varying_sizes.py)
+        # Exact keys of calls a program with run-time sizes served, so a size
+        # met again takes the hit path (bounded: d2s/varying_sizes.py).
+        self.exact = {}
         # One build at a time per cache: two threads calling one module share
         # this cache through two bound StaticFunctions.
         self.lock = threading.RLock()
@@ -66,6 +70,8 @@ class ProgramCache:
     def clear(self):
         """Drop every program (the next call builds anew)."""
         self._programs.clear()
+        self.sizes.clear()
+        self.exact.clear()
         self.last = self._recent = None
 
 

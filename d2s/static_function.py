@@ -31,7 +31,8 @@ from runtime.output_tree import rebuild
 from runtime.passes import check_level
 from runtime.run_modes import autocast_state
 
-from . import argument_writes, conversion, decisions, input_trees, module_state, module_watch, python_writes
+from . import (argument_writes, conversion, decisions, input_trees, module_state, module_watch, python_writes,
+               varying_sizes)
 from .argument_trees import (SymbolicArguments, feed_leaves, feed_name, flatten_args, is_generator, mode_of,
                              python_object, replace_tensors, same_tensors, tensor_leaves)
 from .concrete_program import ConcreteProgram
@@ -274,7 +275,7 @@ class StaticFunction:
         key, tensors = self.cache_key(args, kwargs)
         concrete = self.program_cache.get(key)
         if concrete is None:
-            concrete = self._build(key, args, kwargs, form=form)
+            key, concrete = self._miss(key, args, kwargs, form)
         if concrete.layout is not None:
             concrete = self._for_layout(concrete, key, args, kwargs, tensors, form)
         return concrete, tensors
@@ -286,7 +287,7 @@ class StaticFunction:
         if layout_matches(concrete.layout, tensors):
             return concrete
         key = (("layout",) + tuple(tuple(t.stride()) for t in tensors),) + key  # the last two parts stay last
-        return self.program_cache.get(key) or self._build(key, args, kwargs, form=form)
+        return self.program_cache.get(key) or self._build(key, args, kwargs, form=form, varying=concrete.varying)
 
     def __call__(self, *args, **kwargs):
         if foreign_tracers.active():  # torch.jit.trace, torch.export, torch.compile (runtime/foreign_tracers.py)
@@ -321,7 +322,8 @@ class StaticFunction:
                 distinct = args[0] is not args[1] if len(args) == 2 else len(set(map(id, args))) == len(args)
                 key = tuple(parts) if parts and distinct else None
             if key is not None:
-                concrete = cache._programs.get(key)
+                # (Sizes met before by a program with run-time sizes: `exact`, d2s/varying_sizes.py.)
+                concrete = cache._programs.get(key) or cache.exact.get(key)
                 if concrete is not None and concrete is cache._recent:
                     translator.last = cache.last = concrete
                     # ConcreteProgram.run's choice of function, when it needs nothing more than a call
@@ -352,7 +354,9 @@ class StaticFunction:
             return self._inline(*called)
         concrete = cache._programs.get(key)  # ProgramCache.get, inlined on the hit path
         if concrete is None or concrete is not cache._recent:
-            concrete = cache.get(key) or self._build(key, args, kwargs, form=form)
+            concrete = cache.get(key)
+            if concrete is None:
+                key, concrete = self._miss(key, args, kwargs, form)
         if concrete.layout is not None:
             concrete = self._for_layout(concrete, key, args, kwargs, tensors, form)
         translator.last = cache.last = concrete
@@ -407,12 +411,37 @@ class StaticFunction:
             params = params[1:]
         return params
 
-    def _build(self, key, args, kwargs, exact=False, form=None):
+    def _miss(self, key, args, kwargs, form):
+        """(key, program) for a call whose exact `key` has no program: the
+        program for the sizes that vary between its calls, found or built
+        (d2s/varying_sizes.py), else one built for these sizes."""
+        if self._specs is not None:  # the InputSpecs say which sizes vary
+            return key, self._build(key, args, kwargs, form=form)
+        cache = self.program_cache
+        concrete = cache.exact.get(key)
+        if concrete is not None:
+            cache._recent = concrete  # (the program itself stays where the LRU order has it)
+            return key, concrete
+        masked, concrete, varying = varying_sizes.lookup(cache, key)
+        if concrete is not None:
+            return masked, concrete
+        if varying:
+            try:
+                concrete = self._build(masked, args, kwargs, form=form, varying=varying)
+            except Exception:  # noqa: BLE001 - traced again with exact sizes, whose error (if any) is raised
+                varying_sizes.stay_exact(cache, key)
+            else:
+                varying_sizes.remember(cache, key, concrete)
+                return masked, concrete
+        return key, self._build(key, args, kwargs, form=form)
+
+    def _build(self, key, args, kwargs, exact=False, form=None, varying=frozenset()):
         """The program for these arguments, cached under `key`. `exact`
         (converting again after a failed decision, d2s/decisions.py): a
         dynamic dimension of size 0 or 1 is traced as that size, not as 2,
         and checked when the program runs. `form`: how the caller passed
-        the arguments (`_as_called`)."""
+        the arguments (`_as_called`). `varying`: (tensor index, dim) pairs
+        traced as run-time sizes (d2s/varying_sizes.py)."""
         with self.program_cache.lock:
             converted = conversion.convert_function(self._function)
             main, startup = Program(), Program()
@@ -430,7 +459,9 @@ class StaticFunction:
                                                    module_watch.is_plain_value) as attributes, \
                     attribute_reads.GroupReads(attribute_reads.optimizers_named(self._function, args, kwargs),
                                                module_watch.is_plain_value) as group_reads:
-                feeds = [self._feed(main, tr, leaf, arg_names, exact) for leaf in leaves]
+                dims = varying_sizes.feed_dims(leaves, varying) if varying else {}
+                feeds = [self._feed(main, tr, leaf, arg_names, exact, dims.get(j, ()))
+                         for j, leaf in enumerate(leaves)]
                 state = input_trees.record_state([v for v in (*args, *kwargs.values()) if python_object(v)])
                 # A tensor passed twice is one value in the trace too (`q is k` as eager
                 # sees it); its second feed takes the same tensor and is not read.
@@ -484,15 +515,17 @@ class StaticFunction:
                                        (writes, reads, state_fetch) if writes or reads or changed else None,
                                        layout, replays, changed)
             concrete.single_use = single_use
+            concrete.varying = varying
             self._keep(key, concrete, self._note_state(writes, reads))
             if _debug.level() >= 2:
                 print(f"[d2s] program of {self._function.__qualname__}:\n{main.to_string()}", file=sys.stderr)
             return concrete
 
-    def _feed(self, main, tr, leaf, arg_names, exact):
+    def _feed(self, main, tr, leaf, arg_names, exact, dims=()):
         """The data Variable for one tensor of the call: named and shaped by
         its InputSpec when it is a positional argument that has one, else
-        by its parameter name and its own shape."""
+        by its parameter name and its own shape, with the dimensions `dims`
+        as run-time sizes."""
         spec = self._input_spec[leaf.position] if leaf.position is not None and self._input_spec \
             and leaf.position < len(self._input_spec) else None
         spec = spec if isinstance(spec, InputSpec) else None
@@ -504,7 +537,7 @@ class StaticFunction:
             # random ops draw from it when the program runs, never while tracing.
             return main.global_block().create_var(name=name, shape=(), dtype="uint8", kind=GENERATOR,
                                                   is_data=True, stop_gradient=True)
-        shape = spec.shape if spec is not None else tuple(t.shape)
+        shape = spec.shape if spec is not None else tuple(-1 if d in dims else n for d, n in enumerate(t.shape))
         fixed = [(i, n) for i, (d, n) in enumerate(zip(shape, t.shape)) if exact and d == -1 and n < 2]
         shape = tuple(n if (i, n) in fixed else d for i, (d, n) in enumerate(zip(shape, t.shape)))
         var = main.global_block().create_var(name=name, shape=shape, dtype=t.dtype, is_data=True,

@@ -33,7 +33,7 @@ from runtime.ir import TENSOR_ARRAY, Variable
 
 from . import framework, numpy_ufuncs, optimizer_ops, python_values, torch_ops, tracer
 from .examples import constant_value
-from .recording import _TO_PYTHON, _contains, _to_python_error, record, size, stands_for_number
+from .recording import _TO_PYTHON, _contains, _to_python_error, is_symbolic_value, record, size, stands_for_number
 from .registry import op_for_callable
 from .storage_address import StorageAddress
 from .user_frames import (INTERNAL_DIRS, TORCH_DIR, called_from_torch, error_at_user_line, is_stdlib_file, user_name,
@@ -530,6 +530,34 @@ def refuse_text_in_user_code(var, skip=()):
     if text_for_a_message(skip + (__file__, ir.__file__)):
         return
     raise _to_python_error(var, "text (an f-string, str(), repr(), format()); print(x) prints it when the program runs")
+
+
+def _refusing_size_text(original):
+    """`original` (SymInt's, SymFloat's or SymBool's `__str__`/`__repr__`),
+    refusing while a trace runs to give a size known only when the
+    program runs as text to the user's code: its text is the symbol's
+    (`s0`), where eager's holds the number (`str(x.shape[0])` keying a dict,
+    `len(str(n))`), a silent wrong value. A message keeps the symbol, as a
+    graph tensor's keeps its repr (`text_for_a_message`)."""
+    @functools.wraps(original)
+    def text(self):
+        if tracer.active() is not None and is_symbolic_value(self) and not text_for_a_message((__file__,)):
+            raise error_at_user_line(
+                f"the size `{original(self)}` is known only when the program runs, so it cannot be used as text "
+                "(an f-string, str(), repr(), format()) here: eager's text holds the number; keep it a number, "
+                "or give the dimension a fixed size (input_spec)")
+        return original(self)
+    return text
+
+
+def _wrap_size_text():
+    for kind in (torch.SymInt, torch.SymFloat, torch.SymBool):
+        for method in ("__str__", "__repr__"):
+            if method in vars(kind):  # (once per process: the originals are wrapped, never rewrapped)
+                setattr(kind, method, _refusing_size_text(vars(kind)[method]))
+
+
+_wrap_size_text()
 
 
 def text_for_a_message(skip):

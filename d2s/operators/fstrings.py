@@ -15,6 +15,7 @@ import re
 import torch
 
 from ops import capture, framework as fw
+from ops.recording import graph_tensor, is_symbolic_value
 from ops.user_frames import error_at_user_line
 from runtime.ir import Variable
 
@@ -31,6 +32,8 @@ def convert_fstring(parts):
             texts.append(part)
             continue
         value, conversion, spec = part
+        if is_symbolic_value(value):  # a size known only at run time: text as a 0-d int's
+            value = graph_tensor(value)
         if isinstance(value, Variable):
             if conversion == -1 and not spec and value.dtype in _INTEGERS and not value.shape \
                     and not capture.text_for_a_message((__file__,)):

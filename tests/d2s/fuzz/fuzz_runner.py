@@ -16,6 +16,10 @@ For one `fuzz_programs.Program`:
    shape; gradients of ``x`` when it requires grad; inputs mutated in place).
    The cache must hold one program, and each tensor-dependent ``if``/``while``
    the eager runs reached must have produced a ``cond``/``while`` op.
+   Then inputs whose ``m`` has more rows (when the program runs on them
+   eagerly) are called too: the first traces the rows as a run-time size
+   (d2s/varying_sizes.py), and every one must give eager's result, through
+   the declarative call and through the Executor.
 3. The outcome is one of ``pass``, ``wrong`` (a silent difference), ``crash``
    (an exception that is not a documented ConversionError, or one whose
    message names internals or is false), ``refused`` (a ConversionError the
@@ -87,6 +91,20 @@ def candidates(rows, grad):
             m = -m
         n = torch.tensor((i // 2) % 4)
         out.append((x.requires_grad_(grad), m, n))
+    return out
+
+
+def other_sizes(fn, program, filename):
+    """Inputs like the candidates whose `m` has 1 and 3 rows more, with
+    their eager results, where the program runs on them eagerly."""
+    out = []
+    for extra in (1, 3):
+        args = candidates(program.rows + extra, program.grad)[extra]
+        try:
+            result, grad, mutated, _ = eager_run(fn, args, filename)
+        except Exception:  # noqa: BLE001 - the program needs its number of rows
+            continue
+        out.append((args, result, grad, mutated))
     return out
 
 
@@ -355,7 +373,12 @@ def _run(program):
         return Outcome("invalid", "eager", f"{type(exc).__name__}: {blank(str(exc))}")
     static = d2s.declarative(fn, optimize=LEVEL)
     rounding = LEVEL == "fast"
+    same_sizes = len(inputs)
+    inputs = inputs + other_sizes(fn, program, path)
+    programs, built = None, None
     for i, (args, result, grad, mutated) in enumerate(inputs):
+        if i == same_sizes:  # what the inputs of the building input's sizes left
+            programs, built = len(static.program_cache), static.concrete_program
         stage = "build" if i == 0 else "call"
         try:
             call_args = clone(args)
@@ -399,13 +422,14 @@ def _run(program):
         if not same(result, executed):
             return Outcome("wrong", "executor", _wrong_detail(program),
                            f"input {i}: eager {_show(result)}, executor {_show(executed)}")
-    if len(static.program_cache) > 1 or (not static.program_cache and not all(
-            isinstance(r, Raised) for _, r, *_ in inputs)):
+    if programs is None:
+        programs, built = len(static.program_cache), static.concrete_program
+    if programs > 1 or (not programs and not all(isinstance(r, Raised) for _, r, *_ in inputs[:same_sizes])):
         return Outcome("wrong", "retrace", _wrong_detail(program),
-                       f"{len(static.program_cache)} programs for inputs of the same shapes")
-    if not static.program_cache:
+                       f"{programs} programs for inputs of the same shapes")
+    if not programs:
         return Outcome("pass")
-    missing = _missing_ops(program, static.concrete_program.main_program, fn, inputs, path)
+    missing = _missing_ops(program, built.main_program, fn, inputs[:same_sizes], path)
     if missing:
         return Outcome("wrong", "ops", _wrong_detail(program), f"no {missing} op for tensor control flow")
     return Outcome("pass")
