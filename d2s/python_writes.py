@@ -90,10 +90,15 @@ class Watch:
         if fn in self.functions or library_code(fn, fn.__code__):
             return
         self.functions.append(fn)
-        roots = [(name, where, value) for name, where, value in _names_of(fn)
-                 if name not in self.where and _watched(value)]
+        named = list(_names_of(fn))
+        roots = [(name, where, value) for name, where, value in named if name not in self.where and _watched(value)]
         self.where.update((_root_name(name), where) for name, where, _ in roots)
         self.effects.add([(name, value) for name, _, value in roots])
+        # Its iterators too: a draw from one is refused as from the function's own.
+        found = {key: item for key, item in iterators([(name, value) for name, _, value in named]).items()
+                 if key not in self.iterators}
+        self.iterators.update(found)
+        self._positions.update((key, position(it)) for key, (_, it) in found.items())
 
     @contextlib.contextmanager
     def recording(self):

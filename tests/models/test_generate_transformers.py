@@ -11,6 +11,7 @@ token and a longer one take a program each (d2s/decisions.py), both
 converted by the calls here and both held by the saved model."""
 
 import copy
+import importlib.util
 import json
 import os
 import subprocess
@@ -123,13 +124,24 @@ def test_saved_loop_runs_without_transformers(loop, tmp_path):
     assert json.loads(run.stdout) == [_call(eager, _prompt(n), m, sampling).tolist() for n, m in cases]
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def _zoo_lm(name):
+    """A decoder of benchmarks/models.py's zoo (tiny config, eval mode)."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "models.py")
+    spec = importlib.util.spec_from_file_location("models_benchmark", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench.build(next(e for e in bench.ZOO if e.name == name))
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "gemma3_text"])
 def test_generate_with_a_declarative_forward(kind):
     # The way most users try it: decorate the model, call `generate`. Each
-    # step's forward updates the `DynamicCache` generate passes in place
-    # (d2s/argument_writes.py); every token equals eager's, and a later
-    # `generate` of the same sizes runs on the programs the first one made.
-    lm = _lm(kind)
+    # step's forward updates the cache generate passes in place
+    # (d2s/argument_writes.py; Gemma 3's keeps a sliding window), the cache
+    # length becomes a run-time size (d2s/varying_sizes.py); every token
+    # equals eager's, and a later `generate` of the same sizes runs on the
+    # programs the first ones made.
+    lm = _lm(kind) if kind in ("gpt2", "llama") else _zoo_lm(kind)
     eager = copy.deepcopy(lm)
     d2s.declarative(lm)
     options = dict(do_sample=False, max_new_tokens=4, min_new_tokens=4, pad_token_id=PAD)
