@@ -11,6 +11,7 @@ captured torch calls.
 import builtins
 import math
 import operator
+import time
 
 import torch
 
@@ -176,6 +177,36 @@ def scalar_copy(var):
     out = _new_var((), var.dtype)
     out.kind = var.kind
     _append(scalar_op_type(operator.pos), [var], (InputRef(0),), {}, [out], OutputRef(0))
+    return out
+
+
+# -- clocks ------------------------------------------------------------------------
+
+# `time.perf_counter()` & co. in converted code: read when the program runs,
+# so `self.elapsed = time.perf_counter() - t0` and `if time.time() > deadline:`
+# hold each run's time as eager's call does, not the time the program was
+# built (a constant every run would repeat). The value is a 0-d float64
+# (int64 for the *_ns clocks) standing for the Python number, whose
+# arithmetic is IEEE double as Python's. Not pure: two reads are two reads
+# (never merged or hoisted out of a loop).
+CLOCKS = {name: getattr(time, name) for name in (
+    "time", "perf_counter", "monotonic", "process_time", "thread_time",
+    "time_ns", "perf_counter_ns", "monotonic_ns", "process_time_ns", "thread_time_ns")}
+
+
+def _host_clock_kernel(name):
+    value = CLOCKS[name]()
+    return torch.tensor(value, dtype=torch.int64 if name.endswith("_ns") else torch.float64)
+
+
+register(OpDef("host_clock", kernel=_host_clock_kernel, side_effect=True))
+
+
+def host_clock(name):
+    """The clock `time.<name>()` read when the program runs."""
+    out = _new_var((), torch.int64 if name.endswith("_ns") else torch.float64)
+    out.python_number = True  # see ops.recording.stands_for_number
+    _append("host_clock", [], (name,), {}, [out], OutputRef(0))
     return out
 
 

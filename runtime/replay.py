@@ -50,6 +50,8 @@ UNTRACEABLE = {
     "torch._grouped_mm": "torch's tracers cannot compute torch._grouped_mm on CPU float32 (its meta kernel is "
                          "CUDA's, bfloat16 only; d2s's shape inference gives an empty tensor of the result's "
                          "shape, which a trace would keep as the value)",
+    "host_clock": "it reads the host's clock (`time.perf_counter()` & co.) when the program runs, which an exported "
+                  "graph cannot: a trace would keep the time read while exporting as a constant",
 }
 
 

@@ -14,7 +14,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ops.autograd_function import is_function_apply, record_apply
-from ops import tracer
+from ops import framework as fw, tracer
 from ops.capture import refuse_denied
 from ops.recording import decide_bools
 from ops.user_frames import SYMBOLIC_TYPES, error_at_user_line, is_stdlib_file
@@ -350,7 +350,15 @@ def _reduce(fn, *args):
     return functools.reduce(convert_call(fn), *args)
 
 
-_CALLS_FUNCTIONS = {map: _map, filter: _filter, sorted: _sorted, functools.reduce: _reduce}
+def _clock(name, original):
+    def read():
+        return original() if tracer.active() is None else fw.host_clock(name)
+    return read
+
+
+_CALLS_FUNCTIONS = {map: _map, filter: _filter, sorted: _sorted, functools.reduce: _reduce,
+                    # `time.perf_counter()`, also imported by name: read when the program runs (ops/framework.py)
+                    **{fn: _clock(name, fn) for name, fn in fw.CLOCKS.items()}}
 
 
 def module_call_entry(cls):
