@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import torch
 
-from runtime.output_tree import rebuild
+from runtime.output_tree import children, rebuild
 
 from .operators.effects import Slot
 from .output_types import output_tree
@@ -94,16 +94,7 @@ def names_arguments(tree):
 
 
 def _children(tree):
-    tag, body = tree
-    if tag in ("fetch", "number", "const", "argument", "fresh"):
-        return []
-    if tag is dict:
-        return list(body.values())
-    if tag == "pytree":
-        return list(body[2])
-    if tag == "object":
-        return list(body[1].values()) + [v for _, v in body[2] or ()]
-    return list(body)
+    return [] if tree[0] in ("argument", "fresh") else children(tree)
 
 
 def locate(steps, args, kwargs):
