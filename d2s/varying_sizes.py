@@ -81,7 +81,10 @@ def lookup(cache, key):
 
 def remember(cache, key, program):
     """Serve the exact `key` by `program` (one with run-time sizes) from
-    now on, without looking up the masked key (StaticFunction.__call__)."""
+    now on, without looking up the masked key (StaticFunction.__call__);
+    not a program that serves its one call (d2s/argument_writes.py)."""
+    if program.single_use:
+        return
     if len(cache.exact) >= _MAX_EXACT:
         cache.exact.clear()
     cache.exact[key] = program
