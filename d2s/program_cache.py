@@ -35,6 +35,9 @@ class ProgramCache:
         # Exact keys of calls a program with run-time sizes served, so a size
         # met again takes the hit path (bounded: d2s/varying_sizes.py).
         self.exact = {}
+        # How calls of each form (positional count, keyword names) bind to the
+        # parameters (StaticFunction._binding): inspect's binding, once per form.
+        self.forms = {}
         # One build at a time per cache: two threads calling one module share
         # this cache through two bound StaticFunctions.
         self.lock = threading.RLock()

@@ -354,22 +354,22 @@ def _through_a_tool(x, tool):
     return y
 
 
-STEPS = iter(range(100))
+TICKS = iter(range(100))
 
 
 def _draws_with_next(x):
-    return x * next(STEPS)  # a global iterator of a helper reached through an object
+    return x * next(TICKS)  # a global iterator of a helper reached through an object
 
 
 def _draws_with_list(x):
-    return x * sum(list(zip(range(2), STEPS))[0])
+    return x * sum(list(zip(range(2), TICKS))[0])
 
 
 @pytest.mark.parametrize("helper", [_draws_with_next, _draws_with_list])
 def test_a_draw_by_a_helper_reached_through_an_object_is_refused(helper):
     # The program would hold what the trace drew and repeat it on every run.
     static = d2s.declarative(_through_a_tool)
-    with pytest.raises(ConversionError, match="STEPS"):
+    with pytest.raises(ConversionError, match="TICKS"):
         static(torch.ones(3), Tool(helper))
 
 

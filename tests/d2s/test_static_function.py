@@ -3,6 +3,7 @@ methods bound per instance, modules, enable(False), get_* inspection."""
 
 import copy
 import functools
+import inspect
 import io
 import pickle
 import warnings
@@ -313,3 +314,34 @@ def test_keyword_arguments_reach_the_function_as_the_caller_passed_them(call):
         expected, got = call(model, x, mask), call(static, x, mask)
         assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
     assert "cond" in _ops(static.forward.concrete_program.main_program)
+
+
+def _plain(a, b=2, /, c=3, *rest, d, e=5, **extra):
+    return a
+
+
+def _simple(x, y=None, scale=1.0):
+    return x
+
+
+@pytest.mark.parametrize("fn, args, kwargs", [
+    (_plain, (1,), {"d": 4}),
+    (_plain, (1, 2, 3, 4, 5), {"d": 4, "z": 9, "e": 6}),
+    (_plain, (1,), {"c": 7, "d": 4, "q": 0}),
+    (_simple, (), {"x": 1}),
+    (_simple, (1,), {"scale": 2.0}),
+    (_simple, (1, 2), {}),
+])
+def test_arguments_are_normalized_as_inspect_binds_them(fn, args, kwargs):
+    # `_normalize` binds each call form once (on stand-ins) and reuses it:
+    # the same positional and keyword values as Signature.bind, defaults the
+    # very default objects, on every call of the form.
+    static = d2s.declarative(fn)
+    for _ in range(2):
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+        bound.apply_defaults()
+        got = static._normalize(args, kwargs)
+        assert got == (bound.args, bound.kwargs) and list(got[1]) == list(bound.kwargs)
+        assert all(a is b for a, b in zip(got[0], bound.args))
+    with pytest.raises(TypeError):
+        static._normalize(args, {**kwargs, "a": 0} if fn is _simple else {"nope": 1})
