@@ -41,7 +41,7 @@ from .operators.effects import _MISSING, TORCH_MODULE_ATTRS, Effects, Slot, cell
 from .output_types import holds_variable
 
 _LIBRARIES = frozenset({"torch", "numpy", "d2s", "ops", "runtime", "functools", "collections", "builtins",
-                        "typing", "transformers", "timm", "torchvision"})
+                        "typing", "transformers", "timm", "torchvision", "logging"})
 _MAX_FUNCTIONS = 64  # helpers followed from the function (a walk this large is a library's, not a model's)
 _CONTAINERS = (list, dict, tuple)
 # What a write may change besides plain objects: these and their subclasses

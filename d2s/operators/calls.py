@@ -6,8 +6,10 @@ User functions, lambdas, methods and user modules' ``forward`` are converted
 classes and C functions are called as they are.
 """
 
+import datetime
 import functools
 import inspect
+import time
 import types
 
 import torch
@@ -15,7 +17,7 @@ import torch.utils._pytree as pytree
 
 from ops.autograd_function import is_function_apply, record_apply
 from ops import framework as fw, tracer
-from ops.capture import refuse_denied
+from ops.capture import refuse_denied, text_for_a_message
 from ops.recording import decide_bools
 from ops.user_frames import SYMBOLIC_TYPES, error_at_user_line, is_stdlib_file
 from ops.optimizer_ops import record_optimizer_call
@@ -356,9 +358,35 @@ def _clock(name, original):
     return read
 
 
+def _wall_time(label, original, given=None):
+    """`datetime.now()` & co.: a date or text no program value can hold,
+    read while the program is built, which every run would repeat: refused
+    at the user's line, unless the line makes a message (a log line's
+    timestamp is made while the program is built, as documented). `given`:
+    the position of the time argument that, passed, makes the call a pure
+    conversion (`time.localtime(secs)`), not a read of the clock."""
+    def read(*args, **kwargs):
+        reads_clock = given is None or len(args) <= given or args[given] is None
+        if reads_clock and tracer.active() is not None and not text_for_a_message((__file__,)):
+            raise error_at_user_line(
+                f"`{label}` reads the host's clock while the program is built: the program would hold that "
+                "time and repeat it on every run, where eager reads it again on every call; read "
+                "`time.time()` (converted code reads it when the program runs), or pass the time as an argument")
+        return original(*args, **kwargs)
+    return read
+
+
+# function: (label, position of the time argument that makes it a conversion, if any)
+_WALL_TIMES = {datetime.datetime.now: ("datetime.now()", None), datetime.datetime.utcnow: ("datetime.utcnow()", None),
+               datetime.datetime.today: ("datetime.today()", None), datetime.date.today: ("date.today()", None),
+               time.localtime: ("time.localtime()", 0), time.gmtime: ("time.gmtime()", 0),
+               time.ctime: ("time.ctime()", 0), time.asctime: ("time.asctime()", 0),
+               time.strftime: ("time.strftime()", 1)}
+
 _CALLS_FUNCTIONS = {map: _map, filter: _filter, sorted: _sorted, functools.reduce: _reduce,
                     # `time.perf_counter()`, also imported by name: read when the program runs (ops/framework.py)
-                    **{fn: _clock(name, fn) for name, fn in fw.CLOCKS.items()}}
+                    **{fn: _clock(name, fn) for name, fn in fw.CLOCKS.items()},
+                    **{fn: _wall_time(label, fn, given) for fn, (label, given) in _WALL_TIMES.items()}}
 
 
 def module_call_entry(cls):

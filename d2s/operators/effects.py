@@ -327,4 +327,6 @@ def _plain_object(value):
     return has_attributes(value) and not callable(value) and package not in _LIBRARIES
 
 
-_LIBRARIES = frozenset({"builtins", "torch", "numpy", "d2s", "ops", "runtime", "functools", "collections"})
+# (`logging`: a logger caches which levels are enabled in itself as the code logs.)
+_LIBRARIES = frozenset({"builtins", "torch", "numpy", "d2s", "ops", "runtime", "functools", "collections",
+                        "logging"})

@@ -4,6 +4,8 @@ also imported by name): read when the program runs (ops/framework.py
 build's time: an elapsed time stuck at its first value, a deadline test
 decided forever."""
 
+import datetime
+import logging
 import time
 from time import perf_counter
 
@@ -69,3 +71,29 @@ def test_exporting_a_clock_is_refused_by_name(tmp_path, exporter):
     static(torch.ones(3))
     with pytest.raises(ValueError, match="host_clock"):
         d2s.onnx.export(static, str(tmp_path / "m.onnx")) if exporter == "onnx" else d2s.export(static)
+
+
+def stamps(x):
+    return x * datetime.datetime.now().second  # line: stamps
+
+
+def logs(x):
+    LOG.debug("step at %s", datetime.datetime.now())  # a message: made while the program is built
+    return x * time.localtime(0).tm_year  # a conversion of a given time, not a read of the clock
+
+
+LOG = logging.getLogger(__name__)
+
+
+def test_a_date_read_from_the_clock_is_refused_at_its_line():
+    # A datetime no program value holds: every run would repeat the build's.
+    with pytest.raises(d2s.ConversionError, match="datetime.now") as info:
+        d2s.declarative(stamps)(torch.ones(2))
+    with open(__file__) as f:
+        line = next(i for i, text in enumerate(f, 1) if text.rstrip().endswith("# line: stamps"))
+    assert (info.value.filename, info.value.lineno) == (__file__, line)
+
+
+def test_a_log_lines_date_and_a_given_times_conversion_convert():
+    static = d2s.declarative(logs)
+    assert torch.equal(static(torch.ones(2)), logs(torch.ones(2)))
