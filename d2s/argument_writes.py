@@ -138,14 +138,20 @@ def _steps_in(tree, out):
     return out
 
 
-def objects_of(writes, trees, args, kwargs):
-    """steps -> the caller's object, for every object `writes` write and
-    the `trees` (theirs and the returned value's) name, looked up before
-    anything is written."""
+def steps_named(writes, trees):
+    """The steps of every object `writes` write or name in their values,
+    and that `trees` (the returned value's) name, each once: what
+    `objects_of` looks up (worked out once per program)."""
     wanted = [w.steps for w in writes]
-    for tree in trees:
+    for tree in [w.tree for w in writes] + list(trees):
         _steps_in(tree, wanted)
-    return {steps: locate(steps, args, kwargs) for steps in dict.fromkeys(wanted)}
+    return tuple(dict.fromkeys(wanted))
+
+
+def objects_of(steps, args, kwargs):
+    """steps -> the caller's object, for each of `steps` (`steps_named`),
+    looked up before anything is written."""
+    return {s: locate(s, args, kwargs) for s in steps}
 
 
 def apply(writes, results, objects):

@@ -24,7 +24,8 @@ class ConcreteProgram:
     returned structure with Variables in it), and the compiled function."""
 
     def __init__(self, main_program, startup_program, inputs, outputs, fetch_vars, out_tree, optimize="default",
-                 state=None, layout=None, python_writes=(), argument_writes=()):
+                 state=None, layout=None, python_writes=(), argument_writes=(), single_use=False,
+                 varying=frozenset()):
         self.main_program = main_program
         # The feeds' strides the trace read (`x.stride()`, `is_contiguous()`,
         # strides of views of them): None when it read none; else per feed its
@@ -49,8 +50,11 @@ class ConcreteProgram:
         # value may name them too (a cache passed in and returned).
         self.argument_writes = list(argument_writes)
         self._names_arguments = bool(argument_writes) and argument_writes_.names_arguments(out_tree)
-        self.single_use = False  # set by StaticFunction._build (d2s/argument_writes.py `collect`)
-        self.varying = frozenset()  # dims traced as run-time sizes (d2s/varying_sizes.py), set there too
+        # The caller's objects each run looks up first (their steps among the arguments).
+        self._argument_steps = argument_writes_.steps_named(
+            self.argument_writes, [out_tree] if self._names_arguments else []) if argument_writes else ()
+        self.single_use = single_use  # it wrote objects keyed by identity (d2s/argument_writes.py `collect`)
+        self.varying = varying  # dims traced as run-time sizes (d2s/varying_sizes.py)
         self.compiled = Executor().compiled(main_program, [v.name for v in inputs],
                                             [v.name for v in fetch_vars + self.state_fetch], optimize)
         self._inference = None  # the CompiledBlock for calls with grad mode off, made on the first one
@@ -102,8 +106,7 @@ class ConcreteProgram:
 
     def _write_arguments(self, results, arguments):
         out_tree = self.out_tree
-        trees = [w.tree for w in self.argument_writes] + ([out_tree] if self._names_arguments else [])
-        objects = argument_writes_.objects_of(self.argument_writes, trees, *arguments)
+        objects = argument_writes_.objects_of(self._argument_steps, *arguments)
         argument_writes_.apply(self.argument_writes, results[len(self.fetch_vars):], objects)
         if self._names_arguments:
             out_tree = argument_writes_.resolved(out_tree, objects)

@@ -37,7 +37,7 @@ from ops.python_values import has_attributes
 from runtime.errors import ConversionError
 
 from . import input_trees, module_watch
-from .operators.effects import _MISSING, TORCH_MODULE_ATTRS, Effects, Slot, cell_bound, restore_dict
+from .operators.effects import _MISSING, OTHER_CONTAINERS, TORCH_MODULE_ATTRS, Effects, Slot, cell_bound, restore_dict
 from .output_types import holds_variable
 
 _LIBRARIES = frozenset({"torch", "numpy", "d2s", "ops", "runtime", "functools", "collections", "builtins",
@@ -46,7 +46,7 @@ _MAX_FUNCTIONS = 64  # helpers followed from the function (a walk this large is 
 _CONTAINERS = (list, dict, tuple)
 # What a write may change besides plain objects: these and their subclasses
 # (a set, a deque, an OrderedDict; d2s/operators/effects.py "contents").
-_WRITABLE = (list, dict, tuple, set, collections.deque)
+_WRITABLE = (list, tuple) + OTHER_CONTAINERS
 
 
 class Watch:

@@ -544,9 +544,7 @@ class StaticFunction:
             main.verify()
             concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree, key[-1],
                                        (writes, reads, state_fetch) if writes or reads or changed else None,
-                                       layout, replays, changed)
-            concrete.single_use = single_use
-            concrete.varying = varying
+                                       layout, replays, changed, single_use, varying)
             self._keep(key, concrete, self._note_state(writes, reads))
             if _debug.level() >= 2:
                 print(f"[d2s] program of {self._function.__qualname__}:\n{main.to_string()}", file=sys.stderr)

@@ -66,10 +66,11 @@ def lookup(cache, key):
     if varying is None:  # a trace with run-time sizes failed: exact sizes
         return key, None, frozenset()
     if varying:
-        program = cache.get(masked(key, varying))
+        masked_key = masked(key, varying)
+        program = cache.get(masked_key)
         if program is not None:
             remember(cache, key, program)
-            return masked(key, varying), program, varying
+            return masked_key, program, varying
     entry[0] = sizes
     grown = varying | {(i, d) for i, (a, b) in enumerate(zip(latest, sizes))
                        for d, (m, n) in enumerate(zip(a, b)) if m != n}

@@ -140,7 +140,7 @@ class Effects:
             if type(value) is list:
                 self.saved.append(("list", value, list(value), name))
                 todo += [(v, f"{name}[{i}]", depth + 1, _step(steps, "item", i)) for i, v in enumerate(value)]
-            elif isinstance(value, _OTHER_CONTAINERS) and type(value) is not dict and not _plain_object(value):
+            elif isinstance(value, OTHER_CONTAINERS) and type(value) is not dict and not _plain_object(value):
                 items = contents_of(value)
                 self.saved.append(("contents", value, items, name))
                 if isinstance(value, dict):
@@ -218,7 +218,7 @@ class Effects:
 
 # Containers other than list and dict whose contents a write changes: a
 # set, a deque, a dict subclass (OrderedDict, defaultdict, Counter).
-_OTHER_CONTAINERS = (set, collections.deque, dict)
+OTHER_CONTAINERS = (set, collections.deque, dict)
 
 
 def contents_of(container):
