@@ -44,6 +44,7 @@ class ArgumentWrite(NamedTuple):
     key: object
     tree: tuple  # the value written, with ("argument", steps) and ("fresh", tensor) leaves
     name: str  # as the user writes it, for messages: `cache.layers[0].keys`
+    line: tuple = (None, None)  # (file, line) of the user's statement that writes it, for messages
 
 
 def collect(taken, located, fetch, args, kwargs):
@@ -59,8 +60,8 @@ def collect(taken, located, fetch, args, kwargs):
     only (`ConcreteProgram.single_use`). Copies are keyed by structure."""
     known = knower(located)
     writes = [ArgumentWrite(steps, slot.kind, slot.key, output_tree(value, fetch, numbers=True, known=known),
-                            slot.name) for slot, value, steps in taken]
-    return writes, any(_is_callers(slot.obj, steps, args, kwargs) for slot, _, steps in taken)
+                            slot.name, line) for slot, value, steps, line in taken]
+    return writes, any(_is_callers(slot.obj, steps, args, kwargs) for slot, _, steps, _ in taken)
 
 
 def _is_callers(obj, steps, args, kwargs):
@@ -167,8 +168,10 @@ def refuse_saving(concrete, what):
     exported program gives back its outputs only, and would silently leave
     those objects as they were."""
     if concrete.argument_writes:
-        name = concrete.argument_writes[0].name
+        first = concrete.argument_writes[0]
+        filename, lineno = first.line
+        where = f'File "{filename}", line {lineno}: ' if filename else ""
         raise ValueError(
-            f"{what}: the program changes its argument `{name}` in place (written into the caller's object "
+            f"{where}{what}: the program changes its argument `{first.name}` in place (written into the caller's object "
             "after each run), which a saved or exported program cannot do; save a function that returns "
             "the new value instead (for transformers, call the model with use_cache=False)")

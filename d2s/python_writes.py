@@ -130,15 +130,15 @@ class Watch:
         return key in self._seen and self._seen[key] is value and key not in self._branched
     def take_argument_writes(self):
         """(slot, its value after the trace, steps to its object from the
-        call's arguments) for each slot of an object reached from an
+        call's arguments, (file, line) that wrote it) for each slot of an object reached from an
         argument (not through a module: module_state's) that the trace
         wrote; each is put back as it was (the caller's object is written by
         the program's runs: d2s/argument_writes.py)."""
         located = self.effects.located
-        taken = [(slot, slot.get(), located[id(slot.obj)]) for slot in self.effects.written()
-                 if id(slot.obj) in located]
+        taken = [(slot, slot.get(), located[id(slot.obj)], self.write_line(slot.name, slot))
+                 for slot in self.effects.written() if id(slot.obj) in located]
         by_steps = {located[id(obj)]: obj for _, obj, _, _ in self.effects.saved if id(obj) in located}
-        for slot, _, steps in taken:
+        for slot, _, steps, _ in taken:
             slot.set(self.effects.old_value(slot))
             # Objects of these classes are keyed by their structure from now on (d2s/input_trees.py).
             for i in range(1, len(steps) + 1):
@@ -169,6 +169,12 @@ class Watch:
         """(file, line) of the statement of the traced functions that assigns
         an attribute `name` (`self.inner.memory = h`), for messages."""
         return _write_line(self.functions, Slot(None, "attr", name, name), "self")
+
+    def write_line(self, name, slot=None):
+        """(file, line) of the statement of the traced functions that writes
+        `name` (`cache.keys`, the slot's name) or, without a `slot`, any
+        part of the object `name` names, for messages."""
+        return _write_line(self.functions, slot or Slot(None, "attr", None, name), _root_name(name))
 
     def undo(self):
         """After a failed conversion: `restore`, and the attributes of the
@@ -400,10 +406,12 @@ _MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "
 
 def _write_line(functions, slot, root):
     """(file, line) of the first statement of `functions` that may make the
-    write of `slot`: an assignment to an attribute or item under `root`, or
-    a mutating method call on it; else (a helper's parameter names the
-    object otherwise) an assignment to an attribute of the slot's name; the
-    first function's own line when none is found."""
+    write of `slot`: one under `root` that writes the slot's attribute;
+    else (a helper's parameter names the object otherwise: `self.keys = k`
+    for `cache.layers[0].keys`) an assignment to an attribute of the slot's
+    name; else an assignment to an attribute or item under `root`, or a
+    mutating method call on it; the first function's own line when none is
+    found."""
     trees = []
     for fn in functions:
         try:
@@ -414,7 +422,7 @@ def _write_line(functions, slot, root):
     # A constructor's assignments (`self.c = 0`) are not the trace's: searched after the rest.
     for group in ([t for t in trees if t[0].__name__ != "__init__"], [t for t in trees if t[0].__name__ == "__init__"]):
         for test in (lambda node: _writes(node, root) and _writes_attr(node, slot, True),
-                     lambda node: _writes(node, root), lambda node: _writes_attr(node, slot)):
+                     lambda node: _writes_attr(node, slot), lambda node: _writes(node, root)):
             for fn, first, tree in group:
                 for node in ast.walk(tree):
                     if test(node):

@@ -520,7 +520,7 @@ class StaticFunction:
                 state_fetch = []
                 changed, single_use = argument_writes.collect(written.take_argument_writes(),
                                                               written.effects.located, state_fetch, args, kwargs)
-                self._refuse_changed_arguments(args, kwargs, made, state, arg_names)
+                self._refuse_changed_arguments(args, kwargs, made, state, arg_names, written)
                 fetch = []
                 out_tree = _output_tree(out, fetch, numbers=True, known=argument_writes.knower(
                     written.effects.located) if changed else None)
@@ -583,7 +583,7 @@ class StaticFunction:
             fw_check_dims(var, fixed)
         return var
 
-    def _refuse_changed_arguments(self, args, kwargs, made, state, arg_names):
+    def _refuse_changed_arguments(self, args, kwargs, made, state, arg_names, written):
         """A trace that wrote graph values into an argument object: the
         program could not repeat that write on the caller's object."""
         named = list(zip(arg_names + [f"args[{i}]" for i in range(len(arg_names), len(args))], args))
@@ -596,7 +596,8 @@ class StaticFunction:
                 f"{self._function.__qualname__} changes its argument `{changed[0]}` (a {changed[1]}) in "
                 "place deeper than d2s follows the objects it reaches (6 levels, 2000 objects) or "
                 "where it cannot write it again (a tuple, a set, a torch object): a program could not "
-                "change the caller's object as eager does; return the changed value instead")
+                "change the caller's object as eager does; return the changed value instead",
+                *written.write_line(changed[0]))
 
     @staticmethod
     def _layout_checks(main, feeds, leaves, tr):

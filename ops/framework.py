@@ -194,17 +194,26 @@ CLOCKS = {name: getattr(time, name) for name in (
     "time_ns", "perf_counter_ns", "monotonic_ns", "process_time_ns", "thread_time_ns")}
 
 
+def _clock_dtype(name):
+    return torch.int64 if name.endswith("_ns") else torch.float64  # time.*_ns() give ints
+
+
 def _host_clock_kernel(name):
-    value = CLOCKS[name]()
-    return torch.tensor(value, dtype=torch.int64 if name.endswith("_ns") else torch.float64)
+    return torch.tensor(CLOCKS[name](), dtype=_clock_dtype(name))
 
 
-register(OpDef("host_clock", kernel=_host_clock_kernel, side_effect=True))
+def _known_clock(args, kwargs):
+    if kwargs or len(args) != 1 or args[0] not in CLOCKS:
+        return f"host_clock reads one of the clocks {sorted(CLOCKS)}, got {args!r:.60} {kwargs!r:.60}"
+    return None
+
+
+register(OpDef("host_clock", kernel=_host_clock_kernel, side_effect=True, check_args=_known_clock))
 
 
 def host_clock(name):
     """The clock `time.<name>()` read when the program runs."""
-    out = _new_var((), torch.int64 if name.endswith("_ns") else torch.float64)
+    out = _new_var((), _clock_dtype(name))
     out.python_number = True  # see ops.recording.stands_for_number
     _append("host_clock", [], (name,), {}, [out], OutputRef(0))
     return out
@@ -421,7 +430,15 @@ def _raise_kernel(kind, message):
     raise _exception_kind(getattr(builtins, kind, Exception))(message)
 
 
-register(OpDef("raise", kernel=_raise_kernel, side_effect=True))
+def _builtin_exception(args, kwargs):
+    kind = args[0] if len(args) == 2 and not kwargs else None
+    value = getattr(builtins, kind, None) if isinstance(kind, str) else None
+    if not (isinstance(value, type) and issubclass(value, BaseException)) or not isinstance(args[1], str):
+        return f"raise takes the name of a builtin exception class and a message, got {args!r:.80} {kwargs!r:.40}"
+    return None
+
+
+register(OpDef("raise", kernel=_raise_kernel, side_effect=True, check_args=_builtin_exception))
 
 
 def raise_(exc, origin=None):

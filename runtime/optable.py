@@ -124,6 +124,10 @@ class OpDef:
     takes_python_ints: bool = False
     live_object: Optional[str] = None
     internal: bool = False
+    # (args, kwargs) -> a complaint or None: the values of a call the kernel
+    # takes from a closed set (a clock's name), checked when a file is loaded
+    # so that a bad one is refused before anything runs.
+    check_args: Optional[Callable] = None
 
     @property
     def canonical(self):

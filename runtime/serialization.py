@@ -279,6 +279,10 @@ class _Validator:
                     check_call(opdef.kernel, attrs["args"], attrs.get("kwargs", {}))
                 except CallError as exc:
                     _fail(where, f"a call its torch signature does not take: {exc}")
+            if opdef.check_args is not None:
+                problem = opdef.check_args(attrs.get("args", ()), attrs.get("kwargs", {}))
+                if problem:
+                    _fail(where, problem)
             block.append_op(op_type, inputs, outputs, attrs, self._origin(op.get("origin"), where))
 
     def _slots(self, block, slots, allowed, where, what):

@@ -10,11 +10,13 @@ a returned argument is the caller's object, and saving refuses by name."""
 
 import collections
 import dataclasses
+import inspect
 
 import pytest
 import torch
 
 import d2s
+from runtime.errors import ConversionError
 
 
 class Layer:
@@ -220,8 +222,31 @@ def test_python_values_follow_every_call():
 def test_saving_a_program_that_writes_its_arguments_is_refused(tmp_path, save):
     static = d2s.declarative(step)
     static(torch.ones(2, 3), KVCache())
-    with pytest.raises(ValueError, match="changes its argument `cache"):
+    with pytest.raises(ValueError, match="changes its argument `cache") as caught:
         if save == "jit":
             d2s.jit.save(static, str(tmp_path / "m"))
         else:
             d2s.onnx.export(static, str(tmp_path / "m.onnx"))
+    assert f'File "{__file__}", line {_line_of(step, "cache.score = cache.score + total.sum()")}' in str(caught.value)
+
+
+def _line_of(fn, text):
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+class Deep:
+    def __init__(self, depth):
+        self.t = torch.zeros(2)
+        self.inner = Deep(depth - 1) if depth else None
+
+
+def writes_deep(x, o):
+    o.inner.inner.inner.inner.inner.inner.inner.t = x * 2  # deeper than d2s follows
+    return x + 1
+
+
+def test_a_write_too_deep_to_follow_is_refused_at_its_line():
+    with pytest.raises(ConversionError, match="changes its argument `o.inner") as caught:
+        d2s.declarative(writes_deep)(torch.ones(2), Deep(9))
+    assert (caught.value.filename, caught.value.lineno) == (__file__, _line_of(writes_deep, "deeper than d2s"))

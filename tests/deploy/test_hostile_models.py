@@ -87,6 +87,17 @@ def _extra_arg(op_type, value):
     return lambda doc: _ops(doc, op_type)[0]["attrs"]["args"]["$tuple"].append(value)
 
 
+def _as_op(op_type, args, outputs=None):
+    """The first `fill_constant` (no inputs) made an `op_type` op calling `args`."""
+    def edit(doc):
+        op = _ops(doc, "fill_constant")[0]
+        op["type"] = op_type
+        op["attrs"] = {"args": {"$tuple": args}, "kwargs": {}, "out": {"$out": 0} if outputs is None else None}
+        if outputs is not None:
+            op["outputs"] = {"Out": outputs}
+    return edit
+
+
 def _dim(value):
     def edit(doc):
         _vars(doc)[0]["shape"][0] = value  # x: ["s0", 4]
@@ -259,6 +270,13 @@ HOSTILE = {
                                         "keyword 'as_tuple' is not an argument of this function"),
     "sparse check_invariants given to sum": (_op_attr("torch.Tensor.sum", "kwargs", {"check_invariants": True}),
                                              "keyword 'check_invariants' is not an argument of this function"),
+    # d2s ops whose arguments come from a closed set: refused at load, not when the op runs.
+    "a clock that time does not have": (_as_op("host_clock", ["system"]),
+                                        "host_clock reads one of the clocks"),
+    "a raise of a builtin that is no exception": (_as_op("raise", ["exec", "print(1)"], outputs=[]),
+                                                  "raise takes the name of a builtin exception class"),
+    "a raise of an unknown name": (_as_op("raise", ["NoSuchError", "boom"], outputs=[]),
+                                   "raise takes the name of a builtin exception class"),
     # Variable shapes: ints in 0..2**40, -1, or size expressions of symbols.
     "a dimension 'nan'": (_dim("nan"), "bad dimension "),
     "a dimension 'inf'": (_dim("inf"), "bad dimension "),
