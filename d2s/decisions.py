@@ -287,6 +287,8 @@ def _fresh(op):
     if not op.input_names or is_registered(op.type) and (returns_new(get_op_def(op.type))
                                                          or fresh_by_schema(get_op_def(op.type).aten)):
         return True
+    if is_registered(op.type) and get_op_def(op.type).new_object:
+        return True  # a list of its own (`[x[:, 0]]` a loop appends to): appending to it changes no item
     name = op.type.rsplit(".", 1)[-1]
     return (is_registered(op.type) and get_op_def(op.type).factory and name != "as_tensor"
             and not name.startswith("sparse"))

@@ -36,8 +36,8 @@ from .examples import constant_value
 from .recording import _TO_PYTHON, _contains, _to_python_error, is_symbolic_value, record, size, stands_for_number
 from .registry import op_for_callable
 from .storage_address import StorageAddress
-from .user_frames import (INTERNAL_DIRS, TORCH_DIR, called_from_torch, error_at_user_line, is_stdlib_file, user_name,
-                          user_origin)
+from .user_frames import (INTERNAL_DIRS, SYMBOLIC_TYPES, TORCH_DIR, called_from_torch, error_at_user_line,
+                          is_stdlib_file, user_name, user_origin)
 
 
 # -- dispatch ----------------------------------------------------------------------
@@ -108,7 +108,8 @@ def dispatch(fn, args, kwargs):
     has_tensor = has_var or _contains((args, kwargs), torch.Tensor)
     if fn in _BYTE_MASKS and has_var:
         args, kwargs = _byte_masks_as_bool(fn, args, kwargs)
-    if opdef is not None and (has_tensor or opdef.factory):
+    if opdef is not None and (has_tensor or opdef.factory or _contains((args, kwargs), SYMBOLIC_TYPES)):
+        # (`torch.div(x.size(1), 4)` at run-time sizes: run now, torch would fix the size to its example's)
         return record(opdef, fn, args, kwargs)
     if not has_tensor:
         return fn(*args, **kwargs)
@@ -304,15 +305,28 @@ def contiguous_strides(shape):
 
 def _strides(var):
     """The strides eager would give: those the meta kernel produced for this
-    output from its inputs' strides (see `record`; a feed has its example's),
-    else a contiguous layout (constants, feeds whose sizes vary). The trace
-    then depends on the feeds' layout: the program is kept for feeds of
-    these strides only (ConcreteProgram.layout)."""
+    output from its inputs' strides (see `record`; a feed has its example's,
+    a constant its own), symbolic where the sizes are. The trace then
+    depends on the feeds' layout: the program is kept for feeds of these
+    strides only (ConcreteProgram.layout). Where tracing does not know them
+    (a value a tensor `if` or loop merges, one of a data-dependent size), a
+    contiguous layout is assumed and checked when the program runs: a run
+    that breaks it raises, never computes with strides it does not have."""
     tr = tracer.current()
     if not tr.reads_layout:
         tr.reads_layout, tr.layout_read_at = True, user_origin()
     known = var.strides
-    return known if known is not None else contiguous_strides(_known_shape(var, "stride"))
+    if known is None:  # (checked at each read: each may be on a path of its own)
+        contiguous = contiguous_strides(_known_shape(var, "stride"))
+        bound = tr.program.bound.get(var.name) if var.persistable else None
+        strides = contiguous
+        if isinstance(bound, torch.Tensor) and tuple(bound.shape) == tuple(var.dims):
+            strides = tuple(bound.stride())  # a constant or parameter: its own (a saved one loads contiguous)
+        framework.check_strides(var, None if strides == contiguous else strides, user_name(var))
+        return strides
+    if all(type(s) is int for s in known):
+        return tuple(known)
+    return tuple(s if type(s) is int else tr.shapes.symint(s) for s in known)
 
 
 def _stride(var, dim=None):
@@ -575,7 +589,22 @@ def text_for_a_message(skip):
         frame = frame.f_back
     if frame is None or frame.f_code.co_filename.startswith(INTERNAL_DIRS) or is_stdlib_file(frame.f_code.co_filename):
         return True
-    return bool(_MESSAGE_LINE.search(linecache.getline(frame.f_code.co_filename, frame.f_lineno)))
+    return bool(_MESSAGE_LINE.search(_statement_text(frame.f_code.co_filename, frame.f_lineno)))
+
+
+def _statement_text(filename, lineno, most=12):
+    """Line `lineno` with the lines above it whose brackets it sits in: a
+    message on a line of its own (`raise ValueError(\n    f"... {n}")`,
+    `assert ok, (\n    f"...")`) is part of the statement that raises."""
+    text, first = linecache.getline(filename, lineno), lineno
+    balance = 0
+    for above in range(lineno - 1, max(0, lineno - most) - 1, -1):
+        line = linecache.getline(filename, above)
+        balance += sum(map(line.count, "([{")) - sum(map(line.count, ")]}"))
+        if balance > 0:  # a bracket opened above is still open at `first`: the same statement
+            text = "".join(linecache.getline(filename, n) for n in range(above, first)) + text
+            first, balance = above, 0
+    return text
 
 
 _MESSAGE_LINE = re.compile(r"\b(raise|assert|print|warn\w*|log\w*|debug|info|warning|error|\w*Error|\w*Exception"

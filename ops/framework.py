@@ -401,8 +401,8 @@ def _check_strides_kernel(x, strides, name):
     if (x.is_contiguous() if strides is None else got == tuple(strides)):
         return
     want = "contiguous" if strides is None else f"strides {tuple(strides)}"
-    raise ValueError(f"this program reads its inputs' strides and was traced for '{name}' {want}; got strides "
-                     f"{got}: pass '{name}' in that layout (`.contiguous()` for contiguous), or trace it again")
+    raise ValueError(f"this program reads strides and was traced for {name} {want}; got strides {got}: give "
+                     "it that layout (`.contiguous()` for contiguous) before its strides are read, or trace it again")
 
 
 # What tracing assumed about a feed's layout when the program read strides
@@ -411,10 +411,12 @@ def _check_strides_kernel(x, strides, name):
 register(OpDef("check_strides", kernel=_check_strides_kernel, side_effect=True, size_check=True))
 
 
-def check_strides(x, strides):
+def check_strides(x, strides, name=None):
     """Raise ValueError when the program runs and `x` does not have
-    `strides` (None: is not contiguous)."""
-    _append("check_strides", [x], (InputRef(0), None if strides is None else tuple(strides), x.name), {}, [], None)
+    `strides` (None: is not contiguous); `name`: how the message calls it
+    (a feed: its name, quoted)."""
+    _append("check_strides", [x], (InputRef(0), None if strides is None else tuple(strides), name or f"'{x.name}'"),
+            {}, [], None)
 
 
 def _exception_kind(exc_type):
@@ -502,6 +504,7 @@ def _note_element(array, x):
 def array_create(dtype="float32"):
     out = _new_var((), dtype, kind=TENSOR_ARRAY)
     out.elem_known = False
+    out.items_known = 0  # its length (ops/control_flow/array_lengths.py)
     _append("array_create", [], (), {}, [out], OutputRef(0))
     return out
 
@@ -516,6 +519,7 @@ def array_from_list(items):
         _note_element(out, x)
     _append("array_from_list", inputs, tuple(InputRef(i) for i in range(len(inputs))), {}, [out],
             OutputRef(0))
+    out.items_known = len(inputs)
     return out
 
 
@@ -524,6 +528,8 @@ def array_append(array, x):
     x = _as_var(x)
     _note_element(array, x)
     _append("array_append", [array, x], (InputRef(0), InputRef(1)), {}, [array], OutputRef(0))
+    from .control_flow import array_lengths  # lazy: control_flow is built on this module
+    array_lengths.appended(array)
     return None
 
 
@@ -536,7 +542,8 @@ def array_length(array):
 
 def array_read(array, i):
     i = _as_var(i)
-    out = _new_var(array.shape, array.dtype, stop_gradient=False)
+    # `dims`, not `shape`: an item's symbolic sizes are the array's (`outs[-1] @ w + x[:, t]` lines up).
+    out = _new_var(array.dims, array.dtype, stop_gradient=False)
     _append("array_read", [array, i], (InputRef(0), InputRef(1)), {}, [out], OutputRef(0))
     return out
 

@@ -236,6 +236,7 @@ def _symbolic_runs(fn, args, kwargs, inputs, shapes, factory, as_int, meta):
     array length, merged)."""
     arrays = sum(isinstance(v, Variable) and v.kind == TENSOR_ARRAY for v in inputs)
     runs = []
+    shapes.layout_approximated = False
     for length in (ARRAY_LENGTHS if arrays else (2,)):
         values = [shapes.fake(v, length, meta) for v in inputs]
         if as_int:
@@ -247,7 +248,19 @@ def _symbolic_runs(fn, args, kwargs, inputs, shapes, factory, as_int, meta):
         if not arrays:
             shapes.drop_shape_neutral_guards(start, ranges, lambda sizes: _same_shape_at(
                 fn, args, kwargs, inputs, shapes, factory, runs[0], sizes))
-    return _merge_runs(runs, shapes, one_array=arrays == 1)
+    known = [vars(v).get("items_known") for v in inputs if isinstance(v, Variable) and v.kind == TENSOR_ARRAY]
+    result = _merge_runs(runs, shapes, one_array=arrays == 1, length=known[0] if arrays == 1 else None)
+    if shapes.layout_approximated:  # an input's fake was not in its layout: neither are the outputs'
+        _forget_strides(result)
+    return result
+
+
+def _forget_strides(result):
+    if isinstance(result, Meta):
+        result.strides = None
+    elif isinstance(result, (list, tuple)):
+        for item in result:
+            _forget_strides(item)
 
 
 def _same_shape_at(fn, args, kwargs, inputs, shapes, factory, result, sizes):
@@ -390,7 +403,7 @@ def _sample(v, shapes, offset, seen, fill=1):
 ARRAY_LENGTHS = (2, 3, 5)
 
 
-def _merge_runs(runs, shapes, one_array=False):
+def _merge_runs(runs, shapes, one_array=False, length=None):
     """One run's result as Meta; with several runs (tensor arrays of
     different lengths, `ARRAY_LENGTHS`) a dimension that differs is
     `a * L + b` in one new symbol `L` for the array's length when the op
@@ -400,7 +413,9 @@ def _merge_runs(runs, shapes, one_array=False):
     if len(runs) == 1:
         return _to_meta(runs[0], shapes)
     metas = [_to_meta(r, shapes) for r in runs]
-    length = [] if one_array else None  # the op's length symbol, made on first use
+    # The array's length where the program says it (ops/control_flow/array_lengths.py),
+    # else the op's own length symbol, made on first use.
+    length = ([] if length is None else [length]) if one_array else None
     return _merge(metas, shapes, length)
 
 
@@ -438,10 +453,10 @@ def _to_meta(result, shapes, fresh=False):
         elif shapes is None:
             return Meta(result.shape, result.dtype, result.stride())
         else:
+            # Strides as the sizes: ints, or the texts of symbolic expressions
+            # (a view of a transposed input: `x.stride()` of it is not contiguous's).
             dims = [shapes.text(s) for s in result.shape]
-            strides = [shapes.text(st) for st in result.stride()]
-            if all(isinstance(d, int) for d in dims + strides):
-                return Meta(dims, result.dtype, tuple(strides))
+            return Meta(dims, result.dtype, tuple(shapes.text(st) for st in result.stride()))
         return Meta(dims, result.dtype)
     if isinstance(result, (list, tuple)):
         items = [_to_meta(r, shapes, fresh) for r in result]

@@ -49,6 +49,7 @@ from runtime.attrs import InputRef, OutputRef
 from runtime.ir import SCALAR, TENSOR_ARRAY, Variable
 
 from .cold_start import add_wrapper, drop_idle_trace_handler, shape_env
+from . import symbolic_ints
 from .framework import scalar_op_type
 from .user_frames import user_name, user_origin
 
@@ -123,6 +124,8 @@ class Shapes:
         self.scalars = {}       # id(SCALAR Variable) -> its SymInt/SymBool
         self._numbers = {}      # sympy symbol -> "int(t)": the run-time number it stands for
         self._fake_vars = {}    # id(fake tensor) -> (it, the Variable it stands for)
+        # A fake made since the flag was cleared has not its Variable's strides (see `fake`).
+        self.layout_approximated = False
         self._item_vars = {}    # unbacked symbol of a fake's `.item()` -> that Variable
         self.emitted = 0        # how many ShapeEnv guards have become assert ops
 
@@ -173,7 +176,10 @@ class Shapes:
                     # FakeTensorMode logs a kernel's failure as an error before raising it;
                     # inference handles it (another way to infer, or the user's error).
                     stack.enter_context(_quiet(logging.getLogger("torch._subclasses.fake_tensor")))
-                stack.enter_context(_MetaItems(self) if meta else self.mode)
+                if not meta:
+                    stack.enter_context(self.mode)
+                # Above the fake mode too: its `.item()` symbols get their Variables' example hints.
+                stack.enter_context(_Items(self, meta))
                 stack.enter_context(enable_python_dispatcher())
                 yield
         finally:
@@ -296,8 +302,23 @@ class Shapes:
             self.symbolize(var, getattr(var, "size_hints", None))
         sizes = [self.symint(d, var, i) for i, d in enumerate(var.dims)]
         device = "meta" if meta else var.device
+        # Its strides where tracing knows them (a transposed feed, a view of
+        # one), so that a view of it gets eager's strides (`x.stride()` read after).
+        strides = getattr(var, "strides", None)
+        if var.kind == TENSOR_ARRAY or strides is None or len(strides) != len(sizes):
+            strides = None
+        else:
+            strides = [self.symint(st) if isinstance(st, str) else st for st in strides]
         with contextlib.nullcontext() if meta else self.mode:
             t = torch.empty(sizes, dtype=var.dtype, device=device)
+            if strides is not None and not all(map(_same_size, t.stride(), strides)):
+                if all(type(n) is int for n in list(sizes) + strides):
+                    t = torch.empty_strided(sizes, strides, dtype=var.dtype, device=device)
+                else:
+                    # With symbolic sizes an empty_strided tensor asks them
+                    # questions (contiguity) that would become size checks:
+                    # taken contiguous, and the op's outputs' strides unknown.
+                    self.layout_approximated = True
             if var.kind == TENSOR_ARRAY:
                 return [torch.empty(sizes, dtype=var.dtype, device=device) for _ in range(length)]
         self._fake_vars[id(t)] = (t, var)
@@ -490,41 +511,59 @@ def _quiet(logger):
         logger.disabled = disabled
 
 
-class _MetaItems(TorchDispatchMode):
-    """`.item()` of a meta tensor as FakeTensorMode answers it: a new
-    unbacked symbol, the same one for each read of one tensor (a kernel
-    reading a 0-d integer tensor as an int, `x[:, t]`). Every other op runs
-    its meta kernel."""
+def _same_size(a, b):
+    """Whether two sizes (ints or SymInts) are one expression."""
+    if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt):
+        return a.node.expr == b.node.expr
+    return type(a) is int and type(b) is int and a == b
+
+
+class _Items(TorchDispatchMode):
+    """`.item()` of a symbolic tensor (a kernel reading a 0-d integer tensor
+    as an int: `x[:, t]`, `x.reshape(b, n)`): a new unbacked symbol, the
+    same one for each read of one tensor, noted with the Variable the
+    tensor stands for so that the sized symbol made of it later gets that
+    Variable's example value as its hint (`Shapes.backed`), not a stand-in
+    whose decisions would follow the made-up number. On meta tensors
+    (`meta`) this mode makes the symbol as FakeTensorMode would; above
+    fake tensors, FakeTensorMode makes it. Every other op goes on."""
 
     _ITEM = (torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default)
 
-    def __init__(self, shapes):
+    def __init__(self, shapes, meta):
         super().__init__()
         self.shapes = shapes
         self.env = shapes.env
+        self.meta = meta
         self.memo = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in self._ITEM:
-            (arg,) = args
-            if id(arg) not in self.memo:
-                if arg.dtype.is_floating_point:
-                    value = self.env.create_unbacked_symfloat()
-                elif arg.dtype == torch.bool:
-                    value = self.env.create_unbacked_symbool()
-                elif not arg.dtype.is_complex:
-                    value = self.env.create_unbacked_symint()
-                    fake, var = self.shapes._fake_vars.get(id(arg), (None, None))
-                    if fake is arg:  # a Variable's number: its example value can be the hint
-                        self.shapes._item_vars[value.node.expr] = var
-                else:
-                    raise NotImplementedError(f"item() of a {arg.dtype} meta tensor")
-                self.memo[id(arg)] = (arg, value)  # the tensor too: its id stays its own
-            return self.memo[id(arg)][1]
-        return func(*args, **(kwargs or {}))
+        if func not in self._ITEM:
+            return func(*args, **(kwargs or {}))
+        (arg,) = args
+        if id(arg) not in self.memo:
+            fake, var = self.shapes._fake_vars.get(id(arg), (None, None))
+            exact = symbolic_ints.value_of(self.shapes.tracer, var) if fake is arg else None
+            if exact is not None:  # a size computed as a tensor: its expression (ops/symbolic_ints.py)
+                self.memo[id(arg)] = (arg, exact)
+                return exact
+            value = self._new(arg) if self.meta else func(*args, **(kwargs or {}))
+            if fake is arg and isinstance(value, torch.SymInt) and value.node.expr.is_Symbol:
+                self.shapes._item_vars[value.node.expr] = var  # a Variable's number: its example value is the hint
+            self.memo[id(arg)] = (arg, value)  # the tensor too: its id stays its own
+        return self.memo[id(arg)][1]
+
+    def _new(self, arg):
+        if arg.dtype.is_floating_point:
+            return self.env.create_unbacked_symfloat()
+        if arg.dtype == torch.bool:
+            return self.env.create_unbacked_symbool()
+        if not arg.dtype.is_complex:
+            return self.env.create_unbacked_symint()
+        raise NotImplementedError(f"item() of a {arg.dtype} meta tensor")
 
 
-add_wrapper(_MetaItems.__dict__["__torch_dispatch__"])
+add_wrapper(_Items.__dict__["__torch_dispatch__"])
 
 
 def _shape_neutral(points, same_shape_at):

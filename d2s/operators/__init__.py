@@ -34,8 +34,8 @@ from .calls import convert_call, convert_method
 from .fstrings import convert_fstring
 from .for_loops import convert_enumerate, convert_for_iter, convert_for_next, convert_for_test, convert_range, convert_zip
 from .list_append import convert_list_append
-from .logical import (convert_compare_chain, convert_in, convert_is, convert_is_not, convert_logical_and,
-                      convert_logical_not, convert_logical_or, convert_not_in)
+from .logical import (convert_compare_chain, convert_equal, convert_in, convert_is, convert_is_not,
+                      convert_logical_and, convert_logical_not, convert_logical_or, convert_not_equal, convert_not_in)
 from .raising import try_scope
 from .py_builtins import (convert_assert, convert_cast, convert_isinstance, convert_len, convert_print, convert_shape,
                           convert_type)
@@ -48,8 +48,8 @@ __all__ = [
     "convert_enumerate",
     "convert_for_iter", "convert_for_next", "convert_for_test", "convert_fstring", "convert_getitem",
     "convert_ifelse", "convert_ifexp",
-    "convert_in", "convert_is", "convert_is_not", "convert_isinstance", "convert_len", "convert_list_append",
-    "convert_load", "convert_not_in",
+    "convert_equal", "convert_in", "convert_is", "convert_is_not", "convert_isinstance", "convert_len",
+    "convert_list_append", "convert_load", "convert_not_equal", "convert_not_in",
     "convert_logical_and", "convert_logical_not", "convert_logical_or", "convert_method", "convert_print",
     "convert_range", "convert_shape", "convert_type", "convert_while", "convert_zip", "try_scope",
 ]

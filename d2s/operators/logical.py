@@ -251,6 +251,60 @@ def convert_not_in(a, b):
     return convert_logical_not(convert_in(a, b)) if isinstance(b, Variable) and not is_array(b) else a not in b
 
 
+def convert_equal(a, b):
+    """``a == b`` where a side is written as a list or tuple (`list(x.size())
+    == [b, n, t]`): Python compares two lists (or two tuples) item by item,
+    asking each pair's truth, and stops at the first pair that differs. A
+    pair holding a graph tensor (a count a tensor computes) has a truth
+    known when the program runs, so the sequences' equality is the `and` of
+    the pairs' truths in that order (``convert_logical_and``), a bool the
+    program computes. Any other operands compare as Python compares them."""
+    if not _compared_by_items(a, b):
+        return a == b
+    if len(a) != len(b):
+        return False
+    return _items_equal(a, b, 0)
+
+
+def convert_not_equal(a, b):
+    """``a != b`` for the operands of ``convert_equal``: a list's `!=` is the
+    negation of its `==`."""
+    if not _compared_by_items(a, b):
+        return a != b
+    return convert_logical_not(convert_equal(a, b))
+
+
+def _compared_by_items(a, b):
+    """Two lists or two tuples (a torch.Size, a namedtuple) that Python's
+    own item-by-item comparison compares, one of them holding a graph value."""
+    same_kind = (isinstance(a, list) and isinstance(b, list)) or (isinstance(a, tuple) and isinstance(b, tuple))
+    return same_kind and type(a).__eq__ in (list.__eq__, tuple.__eq__) and \
+        type(b).__eq__ in (list.__eq__, tuple.__eq__) and (_holds_graph_value(a) or _holds_graph_value(b))
+
+
+def _holds_graph_value(items):
+    """A graph tensor among `items` (sizes alone compare as Python compares them: the trace decides)."""
+    return any(isinstance(v, Variable) or (isinstance(v, (list, tuple)) and _holds_graph_value(v)) for v in items)
+
+
+def _items_equal(a, b, i):
+    if i == len(a):
+        return True
+
+    def pair():
+        x, y = a[i], b[i]
+        if x is y:  # Python's identity shortcut: a tensor equals itself without a comparison
+            return True
+        same = convert_equal(x, y)  # (nested lists compare item by item too)
+        if isinstance(same, Variable) and any(d != 1 for d in same.shape):
+            raise error_at_user_line(
+                f"comparing these sequences asks the truth of a tensor of shape {list(same.shape)} (item {i}), "
+                "which eager code refuses (Boolean value of Tensor with more than one value is ambiguous)")
+        return same
+
+    return convert_logical_and(pair, lambda: _items_equal(a, b, i + 1), test=True)
+
+
 _COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
             "!=": operator.ne, "is": convert_is, "is not": convert_is_not, "in": convert_in, "not in": convert_not_in}
 

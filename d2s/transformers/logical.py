@@ -41,6 +41,14 @@ one object or another depending on the path (ops/control_flow/identity.py)::
 
 (``y is None`` stays Python's: no path makes a tensor output None.)
 
+``==`` / ``!=`` with a side written as a list or tuple ask
+``helpers.convert_equal``: Python compares the items pair by pair, and a
+pair holding a graph tensor has a truth the program computes::
+
+    assert list(scores.size()) == [batch, heads, n_global, length]
+  ->
+    assert helpers.convert_equal(list(scores.size()), [batch, heads, n_global, length])
+
 ``in`` / ``not in`` ask ``helpers.convert_in``: ``3.0 in x`` of a graph
 tensor is eager's ``Tensor.__contains__``, ``(x == 3.0).any()``, a bool the
 program computes (Python's ``in`` would iterate it and test each row)::
@@ -59,6 +67,13 @@ from .base import Transformer
 
 _SYMBOLS = {gast.Lt: "<", gast.LtE: "<=", gast.Gt: ">", gast.GtE: ">=", gast.Eq: "==", gast.NotEq: "!=",
             gast.Is: "is", gast.IsNot: "is not", gast.In: "in", gast.NotIn: "not in"}
+
+
+def _written_as_sequence(node):
+    """A list or tuple display, or a `list(...)`/`tuple(...)` call: an
+    operand whose `==` compares items (d2s/operators/logical.py convert_equal)."""
+    return isinstance(node, (gast.List, gast.Tuple, gast.ListComp)) or (
+        isinstance(node, gast.Call) and isinstance(node.func, gast.Name) and node.func.id in ("list", "tuple"))
 
 
 class Logical(Transformer):
@@ -91,6 +106,9 @@ class Logical(Transformer):
 
     def _identity(self, node):
         op, (right,) = node.ops[0], node.comparators
+        if isinstance(op, (gast.Eq, gast.NotEq)) and any(map(_written_as_sequence, (node.left, right))):
+            helper = "helpers.convert_equal(a, b)" if isinstance(op, gast.Eq) else "helpers.convert_not_equal(a, b)"
+            return self.expression(helper, node, a=node.left, b=right)
         if isinstance(op, (gast.In, gast.NotIn)) and not isinstance(right, gast.Constant):
             helper = "helpers.convert_in(a, b)" if isinstance(op, gast.In) else "helpers.convert_not_in(a, b)"
             return self.expression(helper, node, a=node.left, b=right)

@@ -20,7 +20,7 @@ from .. import framework, tracer
 from ..recording import graph_condition, graph_tensor, number_or_tensor, record, stands_for_number
 from ..registry import OpDef, op_for_callable, register
 from ..user_frames import SYMBOLIC_TYPES, error_at_user_line, user_origin
-from . import identity
+from . import array_lengths, identity
 from .undefined import Undefined
 from .values import as_var, check_pred, check_rank, differing_dtype, outer_reads, output_label, relaxed, var_base
 
@@ -297,6 +297,7 @@ def _append_while(tr, parent, origin, trip, values, specs, names):
                      attrs={"cond_block": trip.cblock, "body_block": trip.body, "loop_vars": loop_names,
                             "cond_out": trip.cond.name, "body_outs": [trip.new[i].name for i in trip.carried]},
                      origin=origin)
+    array_lengths.after_loop(tr, trip, values, outs)
     result = list(trip.new)
     for o, i in zip(outs, trip.carried):
         result[i] = o

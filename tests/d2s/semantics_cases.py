@@ -950,3 +950,16 @@ def membership_in_a_graph_tensor(x, v):
     if v not in x:
         x = x * 2
     return x, found, 5.0 in x, x[0] in x
+
+
+# -- `==` of lists or tuples holding graph values compares item by item, as Python -----------------
+
+
+@case((T(1.0, 3.0), T(2)), (T(1.0, 3.0), T(3)), (T(-1.0, 3.0), T(2)), (T(1.0, 3.0), T(1)), ops={"cond", "assert"})
+def sequences_of_graph_values_compared(x, n):
+    # Longformer: `assert list(scores.size()) == [batch, heads, n_global, length]`, n_global a tensor.
+    assert list(x.size()) == [n.clamp(max=2)] or n > 2, "sizes"   # was a ConversionError: bool()
+    if [x.sum() > 0, 1] != [True, 1]:
+        x = x - 5
+    same = (x.shape[0], n) == (2, n)                       # an item is itself: no comparison, as Python
+    return x, same, [x[0], 1] == [x[0]], (1, [n]) == (1, [n + 0])

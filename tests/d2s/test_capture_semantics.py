@@ -636,6 +636,25 @@ def overlapping_chunks(x, w):
     return x.as_strided(size=size, stride=stride).sum(-1)
 
 
+def chunks_sized_by_a_tensor(x, w):
+    # Longformer's own `_chunk`: the view is sized by `torch.div(...)`, a
+    # tensor, so tracing works on symbolic sizes; the strides read after are
+    # still eager's, those of a view of this input's layout.
+    x = x.view(x.size(0), torch.div(x.size(1), w * 2, rounding_mode="trunc"), w * 2, x.size(2))
+    size, stride = list(x.size()), list(x.stride())
+    size[1] = size[1] * 2 - 1
+    stride[1] = stride[1] // 2
+    return x.as_strided(size=size, stride=stride).sum(-1)
+
+
+def strides_of_a_merged_value(x):
+    if x.sum() > 0:
+        y = x * 2
+    else:
+        y = x.t() * 1  # eager keeps the transposed layout: strides (1, 4)
+    return y.as_strided((2, 2), y.stride()) + 0
+
+
 def contiguity(x):
     return x * 2 if x.is_contiguous() else x - 1
 
@@ -670,12 +689,26 @@ def test_one_function_every_input_layout_like_eager(fn):
         assert 1 < len(static.program_cache) <= n_layouts
 
 
+@pytest.mark.parametrize("fn", [overlapping_chunks, chunks_sized_by_a_tensor])
 @pytest.mark.parametrize("transpose", [False, True])
-def test_overlapping_chunks_of_a_view(transpose):
-    static = d2s.declarative(overlapping_chunks)
+def test_overlapping_chunks_of_a_view(fn, transpose):
+    static = d2s.declarative(fn)
     x = torch.randn(3, 8, 4)
     x = x.transpose(0, 1).contiguous().transpose(0, 1) if transpose else x
-    assert torch.equal(static(x, 2), overlapping_chunks(x, 2))
+    assert torch.equal(static(x, 2), fn(x, 2))
+
+
+def test_strides_tracing_cannot_know_are_checked_when_the_program_runs():
+    """A value a tensor `if` merges has the layout of the side a run takes:
+    tracing assumes contiguous and the program checks it where the strides
+    are read, so the other side raises instead of reading the wrong elements."""
+    static = d2s.declarative(strides_of_a_merged_value)
+    x = torch.arange(16.0).view(4, 4)
+    assert torch.equal(static(x), strides_of_a_merged_value(x))
+    ops = [op.type for op in static.concrete_program.main_program.global_block().ops]
+    assert "cond" in ops and ops.count("check_strides") == 2  # the input's, and the merged value's
+    with pytest.raises(Exception, match=r"traced for tensor `y` contiguous; got strides \(1, 4\)"):
+        static(-x)
 
 
 def test_strides_of_a_feed_whose_sizes_vary_are_refused():

@@ -163,3 +163,33 @@ def test_f_strings_of_python_values_are_pythons_text(sign):
     x = sign * torch.ones(3)
     assert static(x, 0.5)[1] == _python_text(x, 0.5)[1]
     assert torch.equal(static(x, 0.5)[0], _python_text(x, 0.5)[0])
+
+
+def _checks_its_length(x):
+    n = x.shape[0]
+    assert n % 2 == 0, (
+        f"the length should be even, given {n}"  # the message on a line of its own
+    )
+    if x.sum() > 0:
+        raise ValueError(
+            f"positive, length {n}"
+        )
+    return x * 2
+
+
+@pytest.mark.parametrize("rows, sign, error", [(2, -1.0, None), (4, -1.0, None), (3, -1.0, AssertionError),
+                                               (2, 1.0, ValueError)])
+def test_a_message_on_a_line_of_its_own_may_hold_a_run_time_size(rows, sign, error):
+    """A message inside the brackets of a `raise`/`assert` statement is a
+    message: it converts at run-time sizes (Longformer's `assert ..., (\\n f"...")`,
+    refused as text before), and the program raises where eager does."""
+    static = d2s.declarative(_checks_its_length, input_spec=[d2s.InputSpec([None, 3])])
+    x = torch.ones(rows, 3) * sign
+    if error is None:
+        assert torch.equal(static(x), _checks_its_length(x))
+    else:
+        with pytest.raises(error):
+            _checks_its_length(x)
+        with pytest.raises(error):
+            static(x)
+    assert {"cond", "assert"} <= {op.type for op in static.concrete_program.main_program.global_block().ops}

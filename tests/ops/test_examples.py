@@ -101,3 +101,27 @@ def test_a_replay_for_an_example_never_repeats_a_side_effect(norm):
         for name, want in eager.norm.state_dict().items():
             assert torch.equal(static.norm.state_dict()[name], want), name
     assert len(static.forward.program_cache) == 1
+
+
+def sized_by_a_constant_after_a_masked_select(x):
+    picked = x[x > 0]  # a data-dependent size: tracing goes on with fake tensors from here
+    n = torch.div(x.shape[1], 2, rounding_mode="trunc")  # a tensor made from constants
+    if x.sum() > 0:
+        a = x.reshape(x.shape[0], n, 2)  # Longformer's chunks: two views sized by `n`...
+        b = x.as_strided((x.shape[0], n, 2), (x.shape[1], 2, 1))
+        y = (a * b).view(x.shape[0] * x.shape[1])  # ...must be seen to agree, as they do for the example
+    else:
+        y = x.view(-1)
+    return y, picked.sum()
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_a_number_read_by_a_fake_tensor_kernel_has_its_example_as_hint(sign):
+    """`x.reshape(b, n, 2)` reads the 0-d `n` as an int inside the kernel:
+    under fake tensors as under meta ones, the symbol it makes gets `n`'s
+    example value as its hint (a made-up hint failed `a * b` while tracing)."""
+    static = d2s.declarative(sized_by_a_constant_after_a_masked_select)
+    for x in (torch.randn(3, 8).abs() * sign, torch.randn(3, 8).abs() * -sign):
+        for got, want in zip(static(x), sized_by_a_constant_after_a_masked_select(x)):
+            assert torch.equal(got, want)
+    assert "cond" in {op.type for op in static.concrete_program.main_program.global_block().ops}

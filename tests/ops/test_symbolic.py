@@ -280,3 +280,33 @@ def test_a_view_of_sizes_divided_by_a_patch_count_stays_symbolic(tmp_path, patch
     for hw in ((64, 64), (18, 30), (12, 10), (13, 9)):
         x = torch.randn(2, 3, *hw)
         assert torch.allclose(loaded(x), model(x), atol=1e-6), hw
+
+
+# -- a size computed as a tensor is that size's expression (ops/symbolic_ints.py) ---------------
+
+def chunked_by_a_tensor_count(x):
+    # Longformer's chunk count: a tensor in eager code, which `view` reads as an int.
+    chunks = torch.div(x.size(1), 4, rounding_mode="trunc")
+    y = x.view(x.size(0), chunks, 4).flip(-1)
+    return y.reshape(x.size(0), -1) + x  # back to x's sizes: the count is x.size(1) // 4, exactly
+
+
+def counted_by_floor_division(x):
+    half = torch.tensor(x.size(0)) // 2 + 1
+    return x.new_ones(half, x.size(1)) * x[:1]
+
+
+@pytest.mark.parametrize("fn, spec, sizes", [
+    (chunked_by_a_tensor_count, [None, None], [(2, 8), (3, 12), (4, 20)]),
+    (counted_by_floor_division, [None, 3], [(4, 3), (5, 3), (2, 3)]),
+])
+def test_a_size_computed_as_a_tensor_serves_every_size(fn, spec, sizes):
+    """torch functions given run-time sizes alone are ops (run at once, torch
+    would fix each size to its example's), and a 0-d integer tensor computed
+    from sizes is their expression where a kernel reads it: one program for
+    every size."""
+    static = d2s.declarative(fn, input_spec=[d2s.InputSpec(spec)])
+    for shape in sizes:
+        x = torch.randn(*shape)
+        assert torch.equal(static(x), fn(x))
+    assert len(static.program_cache) == 1
