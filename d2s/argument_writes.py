@@ -47,19 +47,20 @@ class ArgumentWrite(NamedTuple):
     line: tuple = (None, None)  # (file, line) of the user's statement that writes it, for messages
 
 
-def collect(taken, located, fetch, args, kwargs):
+def collect(taken, known, fetch, args, kwargs, shared):
     """(the ArgumentWrites of the Watch's `take_argument_writes()`
     (`taken`), their graph values appended to `fetch`; whether the program
-    may serve one call only). `located`: id(object) -> steps of every
-    argument object the Watch walked; `args`, `kwargs`: the caller's.
+    may serve one call only). `known`: `knower`'s, of the objects the
+    Watch walked; `args`, `kwargs`: the caller's.
 
     A written object the trace got as it is (one keyed by its identity: a
     set, an object holding no tensor) may be the caller's on the next call
     too, holding what this run wrote, which the key does not show and the
     trace may have read (`s.add(len(s))`): such a program serves this call
-    only (`ConcreteProgram.single_use`). Copies are keyed by structure."""
-    known = knower(located)
-    writes = [ArgumentWrite(steps, slot.kind, slot.key, output_tree(value, fetch, numbers=True, known=known),
+    only (`ConcreteProgram.single_use`). Copies are keyed by structure.
+    `known`, `shared`: output_types.output_tree's, shared with the returned value's tree."""
+    writes = [ArgumentWrite(steps, slot.kind, slot.key, output_tree(value, fetch, numbers=True, known=known,
+                                                                    shared=shared),
                             slot.name, line) for slot, value, steps, line in taken]
     return writes, any(_is_callers(slot.obj, steps, args, kwargs) for slot, _, steps, _ in taken)
 
@@ -76,12 +77,14 @@ def knower(located):
     the caller's objects: an argument object is found again by its steps,
     and a tensor made from no input (a constant of the program) is copied
     on every run, as eager makes a new one (a Parameter stays itself)."""
+    fresh = {}
+
     def known(value):
         steps = located.get(id(value))
         if steps is not None:
             return ("argument", steps)
-        if type(value) is torch.Tensor:
-            return ("fresh", value)
+        if type(value) is torch.Tensor:  # one leaf per tensor: held twice, it is one copy (`resolved`)
+            return fresh.setdefault(id(value), (value, ("fresh", value)))[1]
         return None
     return known
 
@@ -107,27 +110,34 @@ def locate(steps, args, kwargs):
     return obj
 
 
-def resolved(tree, objects):
+def resolved(tree, objects, memo):
     """`tree` with its ("argument", steps) leaves the objects `objects`
     (steps -> object) found, and its ("fresh", t) leaves copies of t: a
-    tree runtime/output_tree.py rebuilds."""
+    tree runtime/output_tree.py rebuilds. `memo` (id -> node) keeps a node
+    that occurs twice one node (one object after the rebuild)."""
     tag, body = tree
     if tag == "argument":
         return ("const", objects[body])
-    if tag == "fresh":
-        return ("const", body.clone())
     if tag in ("fetch", "number", "const"):
         return tree
+    if id(tree) not in memo:
+        memo[id(tree)] = (tree, _resolved_node(tag, body, objects, memo))  # (the tree too: its id stays its own)
+    return memo[id(tree)][1]
+
+
+def _resolved_node(tag, body, objects, memo):
+    if tag == "fresh":
+        return ("const", body.clone())
     if tag is dict:
-        return (dict, {k: resolved(v, objects) for k, v in body.items()})
+        return (dict, {k: resolved(v, objects, memo) for k, v in body.items()})
     if tag == "pytree":
         cls, context, children = body
-        return ("pytree", (cls, context, [resolved(c, objects) for c in children]))
+        return ("pytree", (cls, context, [resolved(c, objects, memo) for c in children]))
     if tag == "object":
         cls, attrs, items = body
-        return ("object", (cls, {k: resolved(v, objects) for k, v in attrs.items()},
-                           None if items is None else [(k, resolved(v, objects)) for k, v in items]))
-    return (tag, [resolved(c, objects) for c in body])
+        return ("object", (cls, {k: resolved(v, objects, memo) for k, v in attrs.items()},
+                           None if items is None else [(k, resolved(v, objects, memo)) for k, v in items]))
+    return (tag, [resolved(c, objects, memo) for c in body])
 
 
 def _steps_in(tree, out):
@@ -155,10 +165,13 @@ def objects_of(steps, args, kwargs):
     return {s: locate(s, args, kwargs) for s in steps}
 
 
-def apply(writes, results, objects):
+def apply(writes, results, objects, resolving, rebuilding):
     """Write each slot of `writes` with its value for this run's `results`
-    (the program's fetches after its returned values: the state part)."""
-    values = [rebuild(resolved(w.tree, objects), results) for w in writes]
+    (the program's fetches after its returned values: the state part).
+    `resolving`, `rebuilding`: the memos of `resolved` and `rebuild`, shared
+    with the returned value's, so an object new in this run that several
+    places hold is one object in all of them, as eager's."""
+    values = [rebuild(resolved(w.tree, objects, resolving), results, rebuilding) for w in writes]
     for w, value in zip(writes, values):
         Slot(objects[w.steps], w.kind, w.key, w.name).set(value)
 
@@ -172,6 +185,6 @@ def refuse_saving(concrete, what):
         filename, lineno = first.line
         where = f'File "{filename}", line {lineno}: ' if filename else ""
         raise ValueError(
-            f"{where}{what}: the program changes its argument `{first.name}` in place (written into the caller's object "
-            "after each run), which a saved or exported program cannot do; save a function that returns "
+            f"{where}{what}: the program changes its argument `{first.name}` in place (written into the caller's "
+            "object after each run), which a saved or exported program cannot do; save a function that returns "
             "the new value instead (for transformers, call the model with use_cache=False)")

@@ -16,7 +16,7 @@ from runtime.executor import Executor
 from runtime.ir import GENERATOR
 from runtime.output_tree import rebuild
 
-from . import argument_writes as argument_writes_, module_state, python_writes
+from . import argument_writes as argument_writes_, module_state, output_types, python_writes
 
 
 class ConcreteProgram:
@@ -64,6 +64,10 @@ class ConcreteProgram:
         self._params = ()
         # A single returned tensor (the common case) needs no tree rebuild.
         self._single = out_tree == ("fetch", 0) and not self.state_writes and not self.argument_writes
+        # A node met twice (`return ys, ys`): rebuilt with a memo, one object (d2s/output_types.py).
+        self._shares = output_types.has_shared_nodes([out_tree])
+        self._shares_writes = bool(argument_writes) and output_types.has_shared_nodes(
+            [out_tree] + [w.tree for w in argument_writes])  # the returned value holds what a write holds
         # Nothing to do around the call but pass the parameters (the hit
         # path in StaticFunction.__call__ then calls the function itself).
         self._plain = not self.state_reads and not self.state_writes and layout is None and \
@@ -102,15 +106,16 @@ class ConcreteProgram:
             python_writes.replay(self.python_writes)
         if self.argument_writes:
             return self._write_arguments(results, arguments)
-        return results[0] if self._single else rebuild(self.out_tree, results)
+        return results[0] if self._single else rebuild(self.out_tree, results, {} if self._shares else None)
 
     def _write_arguments(self, results, arguments):
         out_tree = self.out_tree
         objects = argument_writes_.objects_of(self._argument_steps, *arguments)
-        argument_writes_.apply(self.argument_writes, results[len(self.fetch_vars):], objects)
-        if self._names_arguments:
-            out_tree = argument_writes_.resolved(out_tree, objects)
-        return rebuild(out_tree, results)
+        resolving, rebuilding = {}, {}  # one object per node, in the written values and the returned one
+        argument_writes_.apply(self.argument_writes, results[len(self.fetch_vars):], objects, resolving, rebuilding)
+        if self._names_arguments or self._shares_writes:
+            out_tree = argument_writes_.resolved(out_tree, objects, resolving)
+        return rebuild(out_tree, results, rebuilding)
 
 
     def _transposes(self, entry):

@@ -480,7 +480,8 @@ class TranslatedLayer(torch.nn.Module):
             owner, key = self._slots[name]
             setattr(owner, key, results[index])
         if outputs is not None:
-            return output_tree.rebuild(outputs, results)
+            # With a memo: a node the file names twice (`{"same": k}`) is one object, built once.
+            return output_tree.rebuild(outputs, results, {})
         return results[0] if len(results) == 1 else tuple(results)
 
     # -- saving and printing ----------------------------------------------------------------

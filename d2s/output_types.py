@@ -32,29 +32,50 @@ from ops.framework import scalar_copy
 from ops.storage_address import StorageAddress
 from runtime.errors import ConversionError
 from runtime.ir import SCALAR, Variable
+from runtime.output_tree import repeated
 
 _MAX_DEPTH = 64
 _CODE = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType)
 
 
-def output_tree(value, fetch, numbers=False, known=None):
+def output_tree(value, fetch, numbers=False, known=None, shared=None):
     """The returned structure with ('fetch', i) for each Variable.
     `numbers` (the function's return value): a Variable standing for a
     Python number (`t.item()`, `int(t)`, a carried counter) is ('number', i),
     given back as the Python number eager returns. `known(value)`: a leaf
     for values the caller places itself (d2s/argument_writes.py: the
     caller's own objects), else None; with it, a plain object holding no
-    Variable is rebuilt too rather than kept (each run's is a new one)."""
-    return _tree(value, fetch, numbers, 0, (), known)
+    Variable is rebuilt too rather than kept (each run's is a new one).
+
+    A container met twice (`return ys, ys`, one new object appended to two
+    lists) is one node, met twice, so the run rebuilds one object where
+    eager has one (runtime/output_tree.py `rebuild` with a memo):
+    `shared` (id -> (value, node)) carries that across the trees of one
+    program."""
+    return _tree(value, fetch, numbers, 0, (), known, {} if shared is None else shared)
 
 
-def _tree(value, fetch, numbers, depth, path, known=None):
+def has_shared_nodes(trees):
+    """Whether a node occurs twice among `trees`: their rebuild needs a memo."""
+    return bool(repeated(*trees))
+
+
+def _tree(value, fetch, numbers, depth, path, known, shared):
     if depth > _MAX_DEPTH:
         raise ConversionError(f"the returned value is nested deeper than {_MAX_DEPTH} levels ({_where(path)})")
     if known is not None:
         leaf = known(value)
         if leaf is not None:
             return leaf
+    if id(value) in shared:
+        return shared[id(value)][1]
+    node = _node(value, fetch, numbers, depth, path, known, shared)
+    if node[0] not in ("fetch", "number", "const"):
+        shared[id(value)] = (value, node)  # (the value too: its id stays its own)
+    return node
+
+
+def _node(value, fetch, numbers, depth, path, known, shared):
     value = graph_condition(value)  # a returned run-time size: fetched as a Python number
     if isinstance(value, Variable):
         return _leaf(value, fetch, numbers)
@@ -64,17 +85,18 @@ def _tree(value, fetch, numbers, depth, path, known=None):
     if isinstance(value, StorageAddress):
         value.refuse_returned()  # an address exists only while a program runs
     if isinstance(value, (list, tuple)):
-        return (type(value), [_tree(v, fetch, numbers, depth + 1, path + (f"[{i}]",), known)
+        return (type(value), [_tree(v, fetch, numbers, depth + 1, path + (f"[{i}]",), known, shared)
                               for i, v in enumerate(value)])
     if type(value) in pytree.SUPPORTED_NODES and type(value) is not dict:
         # Registered by its package (transformers' ModelOutputs) or by torch
         # (OrderedDict, defaultdict, deque): that package's flatten and unflatten.
         node = pytree.SUPPORTED_NODES[type(value)]
         children, context = node.flatten_fn(value)
-        return ("pytree", (type(value), context, [_tree(c, fetch, numbers, depth + 1, path + (f"[{i}]",), known)
-                                                  for i, c in enumerate(children)]))
+        return ("pytree", (type(value), context, [
+            _tree(c, fetch, numbers, depth + 1, path + (f"[{i}]",), known, shared) for i, c in enumerate(children)]))
     if type(value) is dict:
-        return (dict, {k: _tree(v, fetch, numbers, depth + 1, path + (f"[{k!r}]",), known) for k, v in value.items()})
+        return (dict, {k: _tree(v, fetch, numbers, depth + 1, path + (f"[{k!r}]",), known, shared)
+                       for k, v in value.items()})
     if not _holds_variable(value, depth, set()) and (known is None or not _rebuilt_anew(value)):
         return ("const", value)
     attrs = getattr(value, "__dict__", None)
@@ -86,8 +108,9 @@ def _tree(value, fetch, numbers, depth, path, known=None):
             "torch.utils._pytree")
     items = None
     if isinstance(value, dict):
-        items = [(k, _tree(v, fetch, numbers, depth + 1, path + (f"[{k!r}]",), known)) for k, v in value.items()]
-    return ("object", (type(value), {k: _tree(v, fetch, numbers, depth + 1, path + (f".{k}",), known)
+        items = [(k, _tree(v, fetch, numbers, depth + 1, path + (f"[{k!r}]",), known, shared))
+                 for k, v in value.items()]
+    return ("object", (type(value), {k: _tree(v, fetch, numbers, depth + 1, path + (f".{k}",), known, shared)
                                       for k, v in attrs.items()}, items))
 
 

@@ -368,7 +368,8 @@ class StaticFunction:
                             return decisions.rerun(self, key, concrete, args, kwargs, args, exc)
                         except Exception as exc:  # noqa: BLE001 - re-raised naming the failing op
                             runner.reraise(entry, exc)
-                        return results[0] if concrete._single else rebuild(concrete.out_tree, results)
+                        return results[0] if concrete._single else rebuild(concrete.out_tree, results,
+                                                                           {} if concrete._shares else None)
                     if concrete.layout is None:
                         try:
                             return concrete.run(args, (args, kwargs))
@@ -518,12 +519,13 @@ class StaticFunction:
                     out = None
                 # The caller's objects it changed: written after each run (each slot put back now).
                 state_fetch = []
-                changed, single_use = argument_writes.collect(written.take_argument_writes(),
-                                                              written.effects.located, state_fetch, args, kwargs)
+                # One node per object, across the written values and the returned one.
+                shared, known = {}, argument_writes.knower(written.effects.located)
+                changed, single_use = argument_writes.collect(written.take_argument_writes(), known, state_fetch,
+                                                              args, kwargs, shared)
                 self._refuse_changed_arguments(args, kwargs, made, state, arg_names, written)
                 fetch = []
-                out_tree = _output_tree(out, fetch, numbers=True, known=argument_writes.knower(
-                    written.effects.located) if changed else None)
+                out_tree = _output_tree(out, fetch, numbers=True, known=known if changed else None, shared=shared)
                 writes, reads = module_state.collect(before, tr.lifted, _output_tree, state_fetch,
                                                      written.constant_ok, written.attribute_line)
                 reads += module_state.global_reads(self._converted_functions(), tr.lifted,

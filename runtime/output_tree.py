@@ -25,6 +25,7 @@ a new instance with those attributes and items, without calling
     {"object": "module.Class", "attrs": [[name, tree], ...], "items": [[key, tree], ...] | null,
      "complete": bool}
     attributes only: {"device": "cpu"}   {"dtype": "float32"}   {"class": "module.Class"}
+    a node met twice (one list returned in two places): {"shared": k, "node": node}, then {"same": k}
 
 A loaded file is untrusted: `from_json` checks every node (known kinds,
 constants that JSON holds exactly, keys that Python can hash, fetch
@@ -65,7 +66,39 @@ def _constant_ok(value):
 
 def to_json(tree, where):
     """The JSON form of an in-memory tree; ValueError (naming `where`) for a
-    returned value a saved program cannot give back."""
+    returned value a saved program cannot give back. A node met twice (one
+    list returned in two places: d2s/output_types.py) is written once, as
+    `{"shared": k, "node": ...}`, and as `{"same": k}` where it is met
+    again, so the loaded model returns one object there too."""
+    return _to_json(tree, where, repeated(tree), {})
+
+
+def repeated(*trees):
+    """The ids of the nodes met more than once among `trees`."""
+    seen, again = set(), set()
+    todo = list(trees)
+    while todo:
+        tree = todo.pop()
+        if tree[0] in ("fetch", "number", "const", "argument", "fresh"):
+            continue
+        if id(tree) in seen:
+            again.add(id(tree))
+            continue
+        seen.add(id(tree))
+        todo.extend(children(tree))
+    return again
+
+
+def _to_json(tree, where, again, written):
+    if id(tree) not in again:
+        return _json_node(tree, where, again, written)
+    if id(tree) in written:
+        return {"same": written[id(tree)]}
+    written[id(tree)] = len(written)
+    return {"shared": written[id(tree)], "node": _json_node(tree, where, again, written)}
+
+
+def _json_node(tree, where, again, written):
     tag, body = tree
     if tag in ("fetch", "number"):
         return {tag: body}
@@ -80,31 +113,33 @@ def to_json(tree, where):
             if not _constant_ok(key):
                 raise ValueError(f"cannot save {where}: it returns a dict with the key {key!r:.60}; "
                                  "a saved model's dict keys are strings, numbers, booleans or None")
-        return {"dict": [[key, to_json(value, where)] for key, value in body.items()]}
+        return {"dict": [[key, _to_json(value, where, again, written)] for key, value in body.items()]}
     if tag == "plain":  # read from a file, saved again
         name, kind, first, second, complete = body
         if kind == "pytree":
-            return {"pytree": name, "keys": first, "items": [to_json(c, where) for c in second]}
-        return {"object": name, "attrs": [[k, _attr_json(v, where)] for k, v in first.items()],
-                "items": None if second is None else [[k, to_json(v, where)] for k, v in second.items()],
+            return {"pytree": name, "keys": first, "items": [_to_json(c, where, again, written) for c in second]}
+        return {"object": name, "attrs": [[k, _attr_json(v, where, again, written)] for k, v in first.items()],
+                "items": None if second is None else [[k, _to_json(v, where, again, written)]
+                                                      for k, v in second.items()],
                 "complete": complete}
     if tag == "pytree":
         cls, context, children = body
         keys = list(context) if isinstance(context, (list, tuple)) and all(map(_constant_ok, context)) \
             and len(context) == len(children) else None
-        return {"pytree": type_name(cls), "keys": keys, "items": [to_json(c, where) for c in children]}
+        return {"pytree": type_name(cls), "keys": keys, "items": [_to_json(c, where, again, written) for c in children]}
     if tag == "object":
         cls, attrs, items = body
         # Attributes holding constants JSON cannot write (a class, a device)
         # are left out; the loaded value is then plain data.
-        kept = [[k, _attr_json(v, where)] for k, v in attrs.items() if _attr_json(v, where) is not None]
-        saved_items = None if items is None else [[k, to_json(v, where)] for k, v in items]
+        kept = [[k, saved] for k, saved in ((k, _attr_json(v, where, again, written)) for k, v in attrs.items())
+                if saved is not None]
+        saved_items = None if items is None else [[k, _to_json(v, where, again, written)] for k, v in items]
         if saved_items is not None and not all(_constant_ok(k) for k, _ in items):
             raise ValueError(f"cannot save {where}: it returns a {cls.__name__} with a key that is not a "
                              "string, number, boolean or None")
         return {"object": type_name(cls), "attrs": kept, "items": saved_items,
                 "complete": len(kept) == len(attrs)}
-    items = [to_json(item, where) for item in body]
+    items = [_to_json(item, where, again, written) for item in body]
     if hasattr(tag, "_fields"):
         return {"namedtuple": tag.__name__, "fields": list(tag._fields), "items": items}
     for kind, cls in _SEQUENCES.items():
@@ -114,13 +149,13 @@ def to_json(tree, where):
                      "return a tuple, list or dict instead")
 
 
-def _attr_json(tree, where):
+def _attr_json(tree, where, again, written):
     """An attribute's JSON form; a device, dtype or class constant (a cache
     object's `device`, the class of its layers) by name; None for another
     constant JSON cannot hold."""
     tag, body = tree
     if tag != "const" or _constant_ok(body):
-        return to_json(tree, where)
+        return _to_json(tree, where, again, written)
     if isinstance(body, torch.device):
         return {"device": str(body)}
     if isinstance(body, torch.dtype):
@@ -133,7 +168,7 @@ def _attr_json(tree, where):
 def from_json(doc, n_fetch, where, max_nodes):
     """The in-memory tree of a JSON form read from a file, checked whole
     first; ModelFormatError names what is wrong."""
-    budget = [max_nodes]
+    budget = [max_nodes, []]  # (nodes left, the shared nodes read so far)
     return _parse(doc, n_fetch, f"{where}: \"outputs\"", budget, 0)
 
 
@@ -145,6 +180,18 @@ def _parse(doc, n_fetch, where, budget, depth):
     if not isinstance(doc, dict) or not doc:
         raise ModelFormatError(f"{where}: each node must be an object such as {{\"fetch\": 0}}, got {doc!r:.60}")
     kind = next(iter(doc))
+    shared = budget[1]
+    if set(doc) == {"shared", "node"}:  # numbered in the order written; read whole before any `same` names it
+        if doc["shared"] != len(shared) or type(doc["shared"]) is not int:
+            raise ModelFormatError(f"{where}: shared node {doc['shared']!r:.20} is not number {len(shared)}")
+        shared.append(None)
+        shared[-1] = _parse(doc["node"], n_fetch, where, budget, depth + 1)
+        return shared[-1]
+    if kind == "same" and len(doc) == 1:
+        index = doc["same"]
+        if type(index) is not int or not 0 <= index < len(shared) or shared[index] is None:
+            raise ModelFormatError(f"{where}: {doc!r:.40} names no shared node read before it")
+        return shared[index]
     if kind in ("fetch", "number") and len(doc) == 1:
         index = doc[kind]
         if type(index) is not int or not 0 <= index < n_fetch:
@@ -266,7 +313,7 @@ def children(tree):
     if tag == "object":
         return list(body[1].values()) + [v for _, v in body[2] or ()]
     if tag == "plain":
-        return list(body[2].values()) if body[1] == "object" else list(body[3])
+        return list(body[2].values()) + list((body[3] or {}).values()) if body[1] == "object" else list(body[3])
     return list(body)
 
 
@@ -283,26 +330,28 @@ def _new_object(cls, attrs, items):
     return obj
 
 
-def _rebuild_plain(body, results):
+def _rebuild_plain(body, results, memo):
     """A user type read from a file: the class when `_loaded_class`
     allows it, else plain data (see the module docstring)."""
     name, kind, first, second, complete = body
     if kind == "pytree":
-        keys, values = first, [rebuild(c, results) for c in second]
+        keys, values = first, [rebuild(c, results, memo) for c in second]
         cls = _loaded_class(name, kind) if keys is not None else None
         if cls is not None:
             return pytree.SUPPORTED_NODES[cls].unflatten_fn(values, list(keys))
         return dict(zip(keys, values)) if keys is not None else tuple(values)
-    attrs = {k: rebuild(v, results) for k, v in first.items()}
-    items = None if second is None else [(k, rebuild(v, results)) for k, v in second.items()]
+    attrs = {k: rebuild(v, results, memo) for k, v in first.items()}
+    items = None if second is None else [(k, rebuild(v, results, memo)) for k, v in second.items()]
     cls = _loaded_class(name, kind) if complete else None
     if cls is not None and (items is None or issubclass(cls, dict)):
         return _new_object(cls, attrs, items)
     return dict(items) if items else attrs
 
 
-def rebuild(tree, results):
-    """The returned value: `tree` with the fetched `results` in place."""
+def rebuild(tree, results, memo=None):
+    """The returned value: `tree` with the fetched `results` in place.
+    `memo` (a dict, for trees where one node occurs twice: the same list
+    returned twice, d2s/output_types.py) makes such a node one object."""
     tag, body = tree
     if tag == "fetch":
         return results[body]
@@ -310,16 +359,24 @@ def rebuild(tree, results):
         return results[body].item()
     if tag == "const":
         return body
+    if memo is not None:
+        if id(tree) not in memo:
+            memo[id(tree)] = _rebuild_node(tag, body, results, memo)
+        return memo[id(tree)]
+    return _rebuild_node(tag, body, results, memo)
+
+
+def _rebuild_node(tag, body, results, memo):
     if tag is dict:
-        return {key: rebuild(value, results) for key, value in body.items()}
+        return {key: rebuild(value, results, memo) for key, value in body.items()}
     if tag == "pytree":
         cls, context, trees = body
-        return pytree.SUPPORTED_NODES[cls].unflatten_fn([rebuild(t, results) for t in trees], context)
+        return pytree.SUPPORTED_NODES[cls].unflatten_fn([rebuild(t, results, memo) for t in trees], context)
     if tag == "object":
         cls, attrs, items = body
-        return _new_object(cls, {k: rebuild(v, results) for k, v in attrs.items()},
-                           None if items is None else [(k, rebuild(v, results)) for k, v in items])
+        return _new_object(cls, {k: rebuild(v, results, memo) for k, v in attrs.items()},
+                           None if items is None else [(k, rebuild(v, results, memo)) for k, v in items])
     if tag == "plain":
-        return _rebuild_plain(body, results)
-    items = [rebuild(item, results) for item in body]
+        return _rebuild_plain(body, results, memo)
+    items = [rebuild(item, results, memo) for item in body]
     return tag(*items) if hasattr(tag, "_fields") else tag(items)

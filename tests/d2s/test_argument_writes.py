@@ -250,3 +250,29 @@ def test_a_write_too_deep_to_follow_is_refused_at_its_line():
     with pytest.raises(ConversionError, match="changes its argument `o.inner") as caught:
         d2s.declarative(writes_deep)(torch.ones(2), Deep(9))
     assert (caught.value.filename, caught.value.lineno) == (__file__, _line_of(writes_deep, "deeper than d2s"))
+
+
+class TwoLists:
+    def __init__(self):
+        self.a, self.b = [], []
+        self.t = torch.zeros(2)
+
+
+def appends_one_item_twice(x, lists):
+    item = [x * 3]  # a new object: one object in both lists, and the one returned
+    lists.a.append(item)
+    lists.b.append(item)
+    if x.sum() > 0:
+        lists.t = lists.t + x
+    return item
+
+
+def test_a_new_object_written_into_two_places_is_one_object():
+    static = d2s.declarative(appends_one_item_twice)
+    for x in (torch.ones(2), -torch.ones(2), torch.ones(2)):
+        mine, theirs = TwoLists(), TwoLists()
+        got, want = static(x, mine), appends_one_item_twice(x, theirs)
+        for lists, returned in ((mine, got), (theirs, want)):
+            assert lists.a[0] is lists.b[0] is returned
+        assert torch.equal(mine.a[0][0], theirs.a[0][0]) and torch.equal(mine.t, theirs.t)
+    assert "cond" in {op.type for op in static.concrete_program.main_program.global_block().ops}

@@ -18,7 +18,7 @@ import torch
 import torch.utils._pytree as pytree
 
 import d2s
-from runtime.errors import ConversionError
+from runtime.errors import ConversionError, ModelFormatError
 from runtime.ir import Variable
 
 
@@ -227,7 +227,6 @@ def test_a_loaded_type_name_outside_the_rules_gives_plain_data(tmp_path, name):
     {"device": 3},
 ])
 def test_a_malformed_output_node_is_refused_at_load(tmp_path, node):
-    from runtime.errors import ModelFormatError
     d2s.jit.save(Model("dataclass"), str(tmp_path / "m"), input_spec=[d2s.InputSpec([None])])
     _with_outputs(tmp_path / "m", node)
     with pytest.raises(ModelFormatError):
@@ -279,3 +278,62 @@ def test_an_argument_changed_in_place_is_the_callers_after_each_run(make):
         assert torch.equal(static(x, mine), grows(x, theirs))
         assert [(type(layer), layer.keys.tolist(), layer.values.tolist()) for layer in mine.layers] == \
             [(type(layer), layer.keys.tolist(), layer.values.tolist()) for layer in theirs.layers]
+
+
+@dataclasses.dataclass
+class _Held:
+    t: torch.Tensor
+
+
+def returns_one_object_twice(x):
+    ys = [x * 2]
+    if x.sum() > 0:  # both sides of a tensor `if`
+        ys.append(x + 1)
+        held = _Held(x - 1)
+    else:
+        ys.append(x - 1)
+        held = _Held(x + 1)
+    return ys, ys, held, [held, {"same": ys}]
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_an_object_returned_twice_is_one_object(sign):
+    """`return ys, ys` gives one list in two places in eager code; the
+    program rebuilds each such node once per run, so appending to one shows
+    in the other, as eager's (two copies diverged silently)."""
+    static = d2s.declarative(returns_one_object_twice)
+    for x in (torch.ones(2) * sign, torch.ones(2) * -sign):
+        want, got = returns_one_object_twice(x), static(x)
+        for out in (want, got):
+            ys, again, held, (held_again, box) = out
+            assert ys is again and box["same"] is ys and held is held_again
+        assert all(torch.equal(a, b) for a, b in zip(got[0], want[0])) and torch.equal(got[2].t, want[2].t)
+    assert "cond" in {op.type for op in static.concrete_program.main_program.global_block().ops}
+    first, second = static(torch.ones(2)), static(torch.ones(2))
+    assert first[0] is not second[0]  # each run's own objects
+
+
+def test_a_saved_model_returns_one_object_where_the_function_did(tmp_path):
+    static = d2s.declarative(returns_one_object_twice)
+    x = torch.ones(2)
+    static(x)
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    for x in (torch.ones(2), -torch.ones(2)):
+        ys, again, held, (held_again, box) = loaded(x)
+        assert ys is again and box["same"] is ys and held is held_again
+        want = returns_one_object_twice(x)
+        assert all(torch.equal(a, b) for a, b in zip(ys, want[0]))
+
+
+@pytest.mark.parametrize("outputs, match", [
+    ({"same": 0}, "names no shared node"),
+    ({"tuple": [{"same": 0}, {"shared": 0, "node": {"fetch": 0}}]}, "names no shared node"),
+    ({"shared": 1, "node": {"fetch": 0}}, "is not number 0"),
+    ({"shared": 0, "node": {"list": [{"same": 0}]}}, "names no shared node"),  # a node inside itself
+])
+def test_a_malformed_shared_node_is_refused_at_load(tmp_path, outputs, match):
+    d2s.jit.save(Model("dataclass"), str(tmp_path / "m"), input_spec=[d2s.InputSpec([None])])
+    _with_outputs(tmp_path / "m", outputs)
+    with pytest.raises(ModelFormatError, match=match):
+        d2s.jit.load(str(tmp_path / "m"))
