@@ -14,9 +14,9 @@ from runtime import runner
 from runtime.errors import DecisionFailed
 from runtime.executor import Executor
 from runtime.ir import GENERATOR
-from runtime.output_tree import rebuild
+from runtime.output_tree import rebuild, repeated
 
-from . import argument_writes as argument_writes_, module_state, output_types, python_writes
+from . import argument_writes as argument_writes_, module_state, python_writes
 
 
 class ConcreteProgram:
@@ -65,9 +65,11 @@ class ConcreteProgram:
         # A single returned tensor (the common case) needs no tree rebuild.
         self._single = out_tree == ("fetch", 0) and not self.state_writes and not self.argument_writes
         # A node met twice (`return ys, ys`): rebuilt with a memo, one object (d2s/output_types.py).
-        self._shares = output_types.has_shared_nodes([out_tree])
-        self._shares_writes = bool(argument_writes) and output_types.has_shared_nodes(
-            [out_tree] + [w.tree for w in argument_writes])  # the returned value holds what a write holds
+        self._shares = bool(repeated(out_tree))
+        # The returned value resolved with the writes' memo: it names the caller's objects, or holds
+        # an object a write holds too.
+        self._resolve_returned = self._names_arguments or (
+            bool(argument_writes) and bool(repeated(out_tree, *(w.tree for w in argument_writes))))
         # Nothing to do around the call but pass the parameters (the hit
         # path in StaticFunction.__call__ then calls the function itself).
         self._plain = not self.state_reads and not self.state_writes and layout is None and \
@@ -113,7 +115,7 @@ class ConcreteProgram:
         objects = argument_writes_.objects_of(self._argument_steps, *arguments)
         resolving, rebuilding = {}, {}  # one object per node, in the written values and the returned one
         argument_writes_.apply(self.argument_writes, results[len(self.fetch_vars):], objects, resolving, rebuilding)
-        if self._names_arguments or self._shares_writes:
+        if self._resolve_returned:
             out_tree = argument_writes_.resolved(out_tree, objects, resolving)
         return rebuild(out_tree, results, rebuilding)
 

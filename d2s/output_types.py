@@ -32,7 +32,6 @@ from ops.framework import scalar_copy
 from ops.storage_address import StorageAddress
 from runtime.errors import ConversionError
 from runtime.ir import SCALAR, Variable
-from runtime.output_tree import repeated
 
 _MAX_DEPTH = 64
 _CODE = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType)
@@ -49,15 +48,10 @@ def output_tree(value, fetch, numbers=False, known=None, shared=None):
 
     A container met twice (`return ys, ys`, one new object appended to two
     lists) is one node, met twice, so the run rebuilds one object where
-    eager has one (runtime/output_tree.py `rebuild` with a memo):
+    eager has one (runtime/output_tree.py `rebuild` with a memo, where `repeated` finds one):
     `shared` (id -> (value, node)) carries that across the trees of one
     program."""
     return _tree(value, fetch, numbers, 0, (), known, {} if shared is None else shared)
-
-
-def has_shared_nodes(trees):
-    """Whether a node occurs twice among `trees`: their rebuild needs a memo."""
-    return bool(repeated(*trees))
 
 
 def _tree(value, fetch, numbers, depth, path, known, shared):

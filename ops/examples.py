@@ -95,12 +95,12 @@ def constant_value(tracer, var):
             value = replay.value(var)
     except Exception:  # noqa: BLE001 - not computed from constants alone
         return None
-    if not isinstance(value, torch.Tensor) or _written_from(tracer.program, {name for _, name in replay.memo}):
+    if not isinstance(value, torch.Tensor) or written_from(tracer.program, {name for _, name in replay.memo}):
         return None
     return value
 
 
-def _written_from(program, names):
+def written_from(program, names):
     """Whether an op that writes in place reads one of `names`, or a
     tensor an op made from them (a view: `t.view(-1).add_(1)`)."""
     reached, grew = set(names), True
@@ -139,7 +139,7 @@ class _Replay:
         if var.kind == SCALAR:
             # `real_sizes`: a size read from an example tensor is that tensor's
             # size (the symbol's hint is 2 where the example's size is 0 or 1).
-            found = _producer(var) if self.real_sizes else None
+            found = producer(var) if self.real_sizes else None
             if found is not None:
                 try:
                     return self._run(*found)
@@ -150,7 +150,7 @@ class _Replay:
             if hint is None:
                 raise _Unknown(var.name)
             return hint
-        found = _producer(var)
+        found = producer(var)
         if found is not None:  # also an input written in place: not the example any more
             return self._run(*found)
         if self.constants_only:
@@ -186,7 +186,7 @@ class _Replay:
         return _small(_pick(op.attrs["out"], result, index))
 
 
-def _producer(var):
+def producer(var):
     """The last op of `var`'s block that writes it, and which output it is."""
     for op in reversed(var.block.ops):
         names = op.output("Out")

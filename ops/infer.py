@@ -248,8 +248,9 @@ def _symbolic_runs(fn, args, kwargs, inputs, shapes, factory, as_int, meta):
         if not arrays:
             shapes.drop_shape_neutral_guards(start, ranges, lambda sizes: _same_shape_at(
                 fn, args, kwargs, inputs, shapes, factory, runs[0], sizes))
-    known = [vars(v).get("items_known") for v in inputs if isinstance(v, Variable) and v.kind == TENSOR_ARRAY]
-    result = _merge_runs(runs, shapes, one_array=arrays == 1, length=known[0] if arrays == 1 else None)
+    length = next(vars(v).get("items_known") for v in inputs
+                  if isinstance(v, Variable) and v.kind == TENSOR_ARRAY) if arrays == 1 else None
+    result = _merge_runs(runs, shapes, one_array=arrays == 1, length=length)
     if shapes.layout_approximated:  # an input's fake was not in its layout: neither are the outputs'
         _forget_strides(result)
     return result

@@ -29,7 +29,7 @@ import torch
 from runtime.attrs import InputRef
 from runtime.ir import SCALAR, Variable
 
-from .examples import _producer, _written_from
+from .examples import producer, written_from
 
 _INTS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 _ARITHMETIC = {}
@@ -46,16 +46,17 @@ _MAX_OPS = 32
 
 
 def value_of(tr, var):
-    """The int or SymInt the 0-d integer tensor `var` holds on every run, or None."""
-    if tr._shapes is None or not isinstance(var, Variable) or var.kind != "tensor" or var.dims != () \
-            or var.dtype not in _INTS:
+    """The int or SymInt the 0-d integer tensor (or the run-time size)
+    `var` holds on every run, or None."""
+    if not isinstance(var, Variable) or (var.kind != SCALAR and (
+            var.kind != "tensor" or var.dims != () or var.dtype not in _INTS)):
         return None
     names = set()
     try:
         value = _value(tr, var, names, [_MAX_OPS])
-    except _Unknown:
+    except (_Unknown, ZeroDivisionError):  # (a division by zero raises when the program runs, as eager's)
         return None
-    return None if _written_from(tr.program, names) else value
+    return None if written_from(tr.program, names) else value
 
 
 class _Unknown(Exception):
@@ -64,11 +65,11 @@ class _Unknown(Exception):
 
 def _value(tr, var, names, budget):
     if var.kind == SCALAR:
-        value = tr.shapes.scalars.get(id(var))
+        value = tr._shapes.scalars.get(id(var)) if tr._shapes is not None else None
         if not isinstance(value, (int, torch.SymInt)):
             raise _Unknown
         return value
-    found = _producer(var)
+    found = producer(var)
     op = found[0] if found is not None else None
     budget[0] -= 1
     if op is None or budget[0] < 0 or op.sub_blocks() or var.dtype not in _INTS:
@@ -103,4 +104,4 @@ def _int(value):
 def _not_negative(tr, value):
     if isinstance(value, int):
         return value >= 0
-    return tr.shapes.env.bound_sympy(value.node.expr).lower >= 0
+    return tr._shapes.env.bound_sympy(value.node.expr).lower >= 0  # (a SymInt: the shapes exist)

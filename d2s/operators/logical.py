@@ -11,7 +11,7 @@ from ops import framework as fw
 from ops import tracer
 from ops.control_flow import identity
 from ops.recording import graph_tensor
-from ops.user_frames import error_at_user_line
+from ops.user_frames import error_at_user_line, user_name
 from runtime.errors import ConversionError
 from runtime.ir import Variable
 from runtime.effects import has_effects
@@ -297,9 +297,11 @@ def _items_equal(a, b, i):
             return True
         same = convert_equal(x, y)  # (nested lists compare item by item too)
         if isinstance(same, Variable) and any(d != 1 for d in same.shape):
+            item = user_name(x) if isinstance(x, Variable) else user_name(y) if isinstance(y, Variable) else f"item {i}"
             raise error_at_user_line(
-                f"comparing these sequences asks the truth of a tensor of shape {list(same.shape)} (item {i}), "
-                "which eager code refuses (Boolean value of Tensor with more than one value is ambiguous)")
+                f"comparing these sequences asks the truth of {item} == its counterpart, a tensor of shape "
+                f"{list(same.shape)}, which eager code refuses (Boolean value of Tensor with more than one value "
+                "is ambiguous)")
         return same
 
     return convert_logical_and(pair, lambda: _items_equal(a, b, i + 1), test=True)

@@ -32,9 +32,10 @@ input the program takes.
 import torch
 
 from runtime.attrs import InputRef
-from runtime.ir import SCALAR, TENSOR_ARRAY, Variable
+from runtime.ir import TENSOR_ARRAY, Variable
 
-from .. import tracer
+from .. import symbolic_ints, tracer
+from ..examples import producer
 
 
 def known_length(array):
@@ -62,37 +63,42 @@ def after_loop(tr, trip, values, outs):
     arrays = [(o, i) for o, i in zip(outs, trip.carried) if o.kind == TENSOR_ARRAY]
     if not arrays:
         return
-    trips = _trips(tr, trip, values)
+    blocks = [b for b in trip.body.program.blocks if b.is_under(trip.body) or b is trip.cblock]
+    trips = _trips(tr, trip, values, blocks)
     for out, i in arrays:
         before = known_length(values[i]) if isinstance(values[i], Variable) else None
-        per_trip = _appends_per_trip(trip, trip.args[i], trip.new[i])
+        per_trip = _appends_per_trip(trip, trip.args[i], trip.new[i], blocks)
         if trips is not None and before is not None and per_trip is not None:
             set_length(out, before + per_trip * trips)
 
 
-def _trips(tr, trip, values):
+def _trips(tr, trip, values, blocks):
     """max(n - i0 - c, 0) for a loop tested by `i + c < n` (see the module), else None."""
-    test = _producer(trip.cblock, trip.cond.name)
+    test = _producer(trip.cond)
     if test is None or test.type != "torch.Tensor.__lt__" or test.attrs.get("kwargs") \
             or tuple(test.attrs.get("args", ())) != (InputRef(0), InputRef(1)):
         return None
     counter_name, bound_name = test.input("X")
-    loop_names = [trip.args[j].name if isinstance(trip.args[j], Variable) else None for j in range(len(trip.args))]
+    loop_names = [a.name if isinstance(a, Variable) else None for a in trip.args]
     offset = 0
-    shifted = _producer(trip.cblock, counter_name)
+    shifted = _producer(trip.cblock.find_var(counter_name))
     if shifted is not None:  # `range(1, n)` tests `i + 1 < n`
         offset = _plus_constant(shifted)
         if offset is None:
             return None
         counter_name = shifted.input("X")[0]
     if counter_name not in loop_names or bound_name in loop_names \
-            or _written_in_loop(trip, counter_name) or _written_in_loop(trip, bound_name):
+            or _written_in(blocks, counter_name) or _written_in(blocks, bound_name):
         return None  # (an in-place write to either: `i.add_(1)`, `n.sub_(1)`)
     j = loop_names.index(counter_name)
-    step = _producer(trip.body, trip.new[j].name) if isinstance(trip.new[j], Variable) else None
+    step = _producer(trip.new[j]) if isinstance(trip.new[j], Variable) else None
     if step is None or step.input("X") != [counter_name] or _plus_constant(step) != 1:
         return None
-    start, bound = _int_value(tr, values[j]), _bound(tr, trip, bound_name)
+    bound = trip.cblock.find_var(bound_name)
+    if bound.block.is_under(trip.body):
+        return None  # made by the loop itself: not known to stay the same across trips
+    start = values[j] if type(values[j]) is int else symbolic_ints.value_of(tr, values[j])
+    bound = symbolic_ints.value_of(tr, bound)
     if start is None or bound is None:
         return None
     return torch.sym_max(bound - start - offset, 0)
@@ -107,48 +113,18 @@ def _plus_constant(op):
     return args[1]
 
 
-def _bound(tr, trip, name):
-    """The SymInt or int of `name`, a value from outside the loop's blocks."""
-    var = trip.cblock.find_var(name)
-    if var.block.is_under(trip.body):
-        return None  # made by the loop itself: not known to stay the same across trips
-    if var.kind == SCALAR:
-        return tr.shapes.scalars.get(id(var)) if tr._shapes is not None else None
-    return _int_value(tr, var)
+def _written_in(blocks, name):
+    return any(name in op.output_names for block in blocks for op in block.ops)
 
 
-def _int_value(tr, value):
-    """A Python int `value`, or the int a Variable holds on every run."""
-    if isinstance(value, bool) or not isinstance(value, (int, Variable)):
-        return None
-    if isinstance(value, int):
-        return value
-    if value.kind != "tensor" or value.shape != () or value.dtype.is_floating_point or value.dtype == torch.bool:
-        return None
-    from ..examples import constant_value  # lazy: examples imports the inference machinery
-    held = constant_value(tr, value)
-    if held is None:
-        return None
-    with torch._C.DisableTorchFunction():  # a real tensor: read it, not record it
-        return int(held.item())
-
-
-def _loop_blocks(trip):
-    return [b for b in trip.body.program.blocks if b.is_under(trip.body) or b is trip.cblock]
-
-
-def _written_in_loop(trip, name):
-    return any(name in op.output_names for block in _loop_blocks(trip) for op in block.ops)
-
-
-def _appends_per_trip(trip, carried, new):
+def _appends_per_trip(trip, carried, new, blocks):
     """How many items one trip of the body appends to the list it carries
     as `carried` (and returns as `new`): its top-level `array_append`s;
     None where another op of the loop's blocks writes or passes it on."""
     if not isinstance(carried, Variable) or new is not carried:
         return None
     name, count = carried.name, 0
-    for block in _loop_blocks(trip):
+    for block in blocks:
         for op in block.ops:
             if name in op.output_names:
                 if block is trip.body and op.type == "array_append" and op.input("X")[0] == name:
@@ -158,8 +134,6 @@ def _appends_per_trip(trip, carried, new):
     return count
 
 
-def _producer(block, name):
-    for op in reversed(block.ops):
-        if name in op.output_names:
-            return op
-    return None
+def _producer(var):
+    found = producer(var)  # the last op of its block that writes it
+    return found[0] if found is not None else None

@@ -1080,3 +1080,20 @@ def test_a_python_int_past_int64_is_an_overflow_error_not_a_wrapped_value(power,
     else:
         assert static(x, p) == big_python_ints(x, p)
     assert "check_int64" in all_op_types(static.concrete_program.main_program)
+
+
+def compares_lists_of_whole_tensors(x, y):
+    if [x, 1] == [y, 1]:  # the truth of `x == y`, a tensor of 3 elements
+        return x + 1
+    return x
+
+
+def test_sequences_whose_items_compare_to_a_tensor_of_many_elements_are_refused_at_the_line():
+    """Eager's `[x, 1] == [y, 1]` raises (the truth of a 3-element tensor);
+    the program is refused at the user's line, naming the item."""
+    with pytest.raises(d2s.ConversionError, match=r"truth of tensor `x` == its counterpart, a tensor of shape \[3\]") \
+            as caught:
+        d2s.declarative(compares_lists_of_whole_tensors)(torch.ones(3), torch.ones(3))
+    assert caught.value.filename == __file__
+    with pytest.raises(RuntimeError, match="more than one value is ambiguous"):
+        compares_lists_of_whole_tensors(torch.ones(3), torch.ones(3))
