@@ -105,7 +105,7 @@ def condition(graph, op, block, lowering):
     if op.type == "check_strides":
         if args[1] is None:
             return None  # contiguous: every ONNX tensor is
-        raise op_error(op, f"the program was converted for a non-contiguous layout of {args[2]!r} (strides "
+        raise op_error(op, f"the program was converted for a non-contiguous layout of {args[2]} (strides "
                        f"{tuple(args[1])}), while ONNX inputs are dense; convert from contiguous inputs")
     raise op_error(op, "no ONNX lowering for this check")  # a check type added to CHECKS without one
 

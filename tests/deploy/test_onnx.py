@@ -192,6 +192,18 @@ def test_an_op_torch_onnx_cannot_translate_names_the_op_and_the_line(tmp_path):
     assert not (tmp_path / "m.onnx").exists()
 
 
+def test_a_program_converted_for_a_non_contiguous_layout_is_refused(tmp_path):
+    @d2s.declarative
+    def window(x):
+        s = x.stride()
+        return x.as_strided((2, 2), (s[0], s[1])) * 1.0
+
+    window(torch.arange(8.0).view(4, 2).t())  # strides (1, 2): the program reads them
+    with pytest.raises(d2s.onnx.ExportError, match=r"non-contiguous layout of 'x' \(strides \(1, 2\)\)"):
+        d2s.onnx.export(window, str(tmp_path / "m.onnx"))
+    assert not (tmp_path / "m.onnx").exists()
+
+
 def test_dropout_in_training_mode_is_refused(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).train()
     with pytest.raises(d2s.onnx.ExportError, match="'torch.nn.functional.dropout' to ONNX: it draws random numbers.*export the model in eval mode"):
