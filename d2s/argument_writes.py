@@ -58,9 +58,10 @@ def collect(taken, known, fetch, args, kwargs, shared):
     too, holding what this run wrote, which the key does not show and the
     trace may have read (`s.add(len(s))`): such a program serves this call
     only (`ConcreteProgram.single_use`). Copies are keyed by structure.
-    `known`, `shared`: output_types.output_tree's, shared with the returned value's tree."""
+    `known`, `shared`, `fetch`: output_types.output_tree's, shared with the
+    returned value's tree (built first: its fetches come first)."""
     writes = [ArgumentWrite(steps, slot.kind, slot.key, output_tree(value, fetch, numbers=True, known=known,
-                                                                    shared=shared),
+                                                                    shared=shared, again=True),
                             slot.name, line) for slot, value, steps, line in taken]
     return writes, any(_is_callers(slot.obj, steps, args, kwargs) for slot, _, steps, _ in taken)
 
@@ -167,7 +168,7 @@ def objects_of(steps, args, kwargs):
 
 def apply(writes, results, objects, resolving, rebuilding):
     """Write each slot of `writes` with its value for this run's `results`
-    (the program's fetches after its returned values: the state part).
+    (all of the program's fetches, which the trees index).
     `resolving`, `rebuilding`: the memos of `resolved` and `rebuild`, shared
     with the returned value's, so an object new in this run that several
     places hold is one object in all of them, as eager's."""

@@ -36,9 +36,12 @@ then converts again once more, keeping the sides taken so far, up to
 MAX_PROGRAMS programs a key. Where the second failure is at the `if`
 whose other side the first one asked for, the call takes both sides of it
 (on different trips), which no program can hold: refused naming it.
-Draws from a `torch.Generator` the call passed (a generator feed) are an
-exception: the generators' states are kept before the run and put back
-before running again (`generator_states`), so the draws are made once.
+Draws from a generator are an exception: the states of the generators a
+run may draw from (a `torch.Generator` the call passed, and torch's
+default ones where the program draws from them: training dropout before
+a transformers mask decision) are kept before the run and put back before
+running again (`generator_states`), so the draws are made once, as eager
+makes them.
 """
 
 import torch
@@ -65,10 +68,32 @@ class Group:
         self.programs = [first]
 
 
-def generator_states(feeds):
-    """(generator, its state) for each generator among a call's feeds,
-    taken before the run (see the module docstring)."""
-    return [(g, g.get_state()) for g in feeds if type(g) is torch.Generator]
+def global_generators(program, device=None):
+    """torch's default generators a run of `program` draws from (a random
+    op given no generator feed: training dropout), the CPU one and that of
+    its CUDA device (`device`, else the program's); () where it draws from none."""
+    if not any(is_registered(op.type) and draws(op) and not _draws_from_a_feed(op)
+               for block in program.blocks for op in block.ops):
+        return ()
+    device = device or getattr(program, "device", None)
+    if device is not None and device.type == "cuda":
+        return (torch.default_generator, torch.cuda.default_generators[
+            device.index if device.index is not None else torch.cuda.current_device()])
+    return (torch.default_generator,)
+
+
+def generator_states(feeds, generators=()):
+    """(generator, its state) for each generator among a call's feeds and
+    each of `generators` (`global_generators`), taken before the run (see
+    the module docstring): every generator the run may draw from."""
+    return [(g, g.get_state()) for g in (*(f for f in feeds if type(f) is torch.Generator), *generators)]
+
+
+def _restores(states, concrete):
+    """Whether `states` (`generator_states`) hold every generator a run of
+    `concrete` may draw from (a call's generators are all in them)."""
+    kept = {id(g) for g, _ in states}
+    return bool(states) and all(id(g) in kept for g in concrete.global_generators)
 
 
 def restore_generators(states):
@@ -83,7 +108,7 @@ def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None, stat
     caller passed the arguments, StaticFunction._as_called; `states`: the
     states of its generators before the run, `generator_states`; `retried`:
     `concrete` was converted for this call, which failed on it too)."""
-    failing = _refuse_repeated_effects(concrete, failure, bool(states))
+    failing = _refuse_repeated_effects(concrete, failure, _restores(states, concrete))
     if retried:
         _refuse_both_sides(concrete, failing, failure)
     group = concrete.decisions or Group(concrete)
@@ -96,7 +121,7 @@ def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None, stat
         try:
             result = other.run(tensors, (args, kwargs))
         except DecisionFailed as again:
-            _refuse_repeated_effects(other, again, bool(states))
+            _refuse_repeated_effects(other, again, _restores(states, other))
             continue
         _hold(cache, key, group)
         cache.put(key, other)  # the most recent first: the next such call is a plain hit
@@ -146,7 +171,7 @@ def _refuse_both_sides(concrete, failing, failure):
 def _side_taken(failing):
     """{site key: side} of the `if` whose side-not-converted raised at
     `failing` (a `decision_failed` op first in a cond's block), else {}."""
-    holder = _holder(failing) if failing.block.parent_idx >= 0 else None
+    holder = _holder(failing) if failing is not None and failing.block.parent_idx >= 0 else None
     if holder is None or holder.type != "cond" or not holder.origin:
         return {}
     return {control_flow.site_key(holder.origin): holder.attrs["true_block"] is failing.block}
@@ -169,7 +194,9 @@ def _fits(concrete, tensors):
 def _refuse_repeated_effects(concrete, failure, generators_restored=False):
     """Raise `failure` (naming why) when the failed run did something
     observable before its check, which running again would repeat; else
-    the op that raised it."""
+    the op that raised it (None: it failed before running any)."""
+    if failure.before_run:
+        return None  # (nothing ran)
     op = None
     for entry in (concrete.compiled, concrete._inference):
         op = op or (entry is not None and runner._failing_op(entry, failure.__traceback__)) or None
@@ -189,7 +216,8 @@ def _refuse_repeated_effects(concrete, failure, generators_restored=False):
 def _effect_before(failing, generators_restored=False):
     """An observable op the run executed before `failing`: in the global
     block before the op that holds it, or anywhere in that op's blocks
-    (a draw from a generator feed is not, where `generators_restored`)."""
+    (a draw is not, where `generators_restored`: the states of every
+    generator the run may draw from were kept, `generator_states`)."""
     top = failing
     while top.block.parent_idx >= 0:
         top = _holder(top)
@@ -221,8 +249,8 @@ def _observable(op, generators_restored=False):
     if not is_registered(op.type):
         return False
     opdef = get_op_def(op.type)
-    if opdef.random and generators_restored and _draws_from_a_feed(op):
-        return False  # its generator is put back before the run is repeated
+    if opdef.random and generators_restored:
+        return False  # the generators it may draw from are put back before the run is repeated
     if opdef.random:
         # dropout in eval mode (`train=False`, a constant of the program)
         # draws nothing: every transformers model runs one before its masks;

@@ -145,10 +145,15 @@ def _part(concrete):
     updates = []
     if concrete.state_reads:
         # The state as the module holds it now: where the eager model's next call starts.
-        module_state.refresh_reads(concrete.state_reads, program.bound)
+        try:
+            module_state.refresh_reads(concrete.state_reads, program.bound, concrete.state_aliases)
+        except DecisionFailed as exc:
+            raise ValueError(f"cannot save the latest call's program: {exc}; call the model once as it is now "
+                             "before saving") from None
         block = program.global_block()
+        fetched = fetch + concrete.state_fetch  # what the state trees index
         for var_name, (_, k) in module_state.carried(concrete.state_reads, concrete.state_writes):
-            read, written = block.vars[var_name], concrete.state_fetch[k]
+            read, written = block.vars[var_name], fetched[k]
             if list(read.shape) != list(written.shape) or read.dtype != written.dtype:
                 raise ValueError(
                     f"cannot save: the function reads module state as {read.dtype_name}{list(read.shape)} and "
@@ -158,7 +163,15 @@ def _part(concrete):
             if index is None:
                 index = len(fetch)
                 fetch.append(written)
-            updates.append((var_name, index))
+            before = next((i for name, i in updates if name == var_name), None)
+            if before is None:
+                updates.append((var_name, index))
+            elif before != index:
+                # Two attributes read as one tensor (module_state.aliased), written apart.
+                raise ValueError(
+                    f"cannot save: module state read as one tensor (`{var_name}`) is written back as two "
+                    "values, which a saved model's state (one variable) cannot carry; give each "
+                    "attribute a tensor of its own")
     if concrete.state_attrs:
         _check_state_kinds(concrete)
     return program, [v.name for v in concrete.inputs], fetch, concrete.out_tree, updates
@@ -317,6 +330,7 @@ class TranslatedLayer(torch.nn.Module):
         self._slots = {}
         self._register_state(state)
         self._compiled = {}
+        self._drawn = {}  # (id(program), device) -> the default generators its runs draw from
         # The parameter values of the latest call's function, kept until the module's tensors change.
         self._slot_values = slot_values.SlotValues(slot_values.watch(self), self._lookup)
         self._part = main
@@ -440,7 +454,8 @@ class TranslatedLayer(torch.nn.Module):
         part = self._part
         if not self._paths:
             return self._run_part(part, inputs)
-        states = decisions.generator_states(inputs)
+        device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), None)
+        states = decisions.generator_states(inputs, self._generators(part, device))
         try:
             return self._run_part(part, inputs)
         except DecisionFailed as failure:
@@ -457,6 +472,15 @@ class TranslatedLayer(torch.nn.Module):
                 return self._run_part(path, inputs)
             # (A path converted for other static sizes, a one-token prompt's, is for those sizes only.)
             return save_paths.run_paths([p for p in self._paths if _fits(p, inputs)], run, failure)
+
+    def _generators(self, part, device):
+        """torch's default generators `part`'s program draws from, run on
+        `device` (kept before a run that may be repeated on another path)."""
+        key = (id(part[0]), device)
+        found = self._drawn.get(key)
+        if found is None:
+            found = self._drawn[key] = decisions.global_generators(part[0], device)
+        return found
 
     def _runner(self, part):
         """The LeveledProgram running `part`'s program at this layer's level."""

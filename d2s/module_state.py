@@ -31,7 +31,7 @@ import torch
 
 from ops.python_values import own_attributes
 from runtime import output_tree
-from runtime.errors import ConversionError
+from runtime.errors import ConversionError, DecisionFailed
 from runtime.ir import Variable
 
 from .operators.effects import TORCH_MODULE_ATTRS, restore_dict
@@ -133,6 +133,9 @@ class StateRead:
         self.name = name
         self.index = index  # which tensor of the attribute's value (`(h, c)`)
         self.var_name = var_name
+        # Its tensor was a parameter or buffer of a module (`self.ws = [self.lin.weight]`),
+        # which the program binds as that (`pin`): a run needs the attribute to hold it still.
+        self.pinned = False
 
 
 def collect(before, lifted, output_tree, fetch, constant_ok, locate=lambda name: (None, None)):
@@ -180,42 +183,42 @@ def collect(before, lifted, output_tree, fetch, constant_ok, locate=lambda name:
     return writes, reads
 
 
-def global_reads(functions, lifted, known):
+def global_reads(functions, lifted):
     """State reads of the tensors the trace lifted from globals of the
     `functions`' Python modules (`MEAN = torch.tensor(...)` at module
-    level), so that `MEAN = other` between calls is seen as eager sees it;
-    var names in `known` (already read from a module attribute) are left."""
+    level), so that `MEAN = other` between calls is seen as eager sees it
+    (also where a module attribute holds the same tensor: `aliased`)."""
     reads = []
     for namespace in _namespaces(functions):
         module = sys.modules.get(namespace.get("__name__"))
         if getattr(module, "__dict__", None) is not namespace:  # not an imported module's globals
             continue
-        reads += _tensor_reads(module, namespace, lifted, known)
+        reads += _tensor_reads(module, namespace, lifted)
     return reads
 
 
-def object_reads(objects, lifted, known):
+def object_reads(objects, lifted):
     """State reads of the tensors the trace lifted from attributes of the
     objects of settings it read (ops/attribute_reads.py AttributeReads: a
     global's object, a config a module keeps), so that `OBJ.t = other`
-    between calls is seen as eager sees it; var names in `known` are left."""
+    between calls is seen as eager sees it."""
     reads = []
     for obj in objects:
         own = own_attributes(obj)
         if type(own) is not dict:
             continue
-        reads += _tensor_reads(obj, own, lifted, known)
+        reads += _tensor_reads(obj, own, lifted)
     return reads
 
 
-def _tensor_reads(owner, attrs, lifted, known):
+def _tensor_reads(owner, attrs, lifted):
     """The state reads of `owner`'s attributes `attrs` (its namespace) that
     hold lifted tensors (a tensor, or a short list, tuple or dict of them)."""
     reads = []
     for name, value in list(attrs.items()):
         items = _items(value) if isinstance(value, (list, tuple, dict)) else None
         if isinstance(value, torch.Tensor) or (items is not None and len(items) <= 64):
-            reads += [r for r in _reads_of(owner, name, value, lifted) if r.var_name not in known]
+            reads += _reads_of(owner, name, value, lifted)
     return reads
 
 
@@ -269,22 +272,81 @@ def key(state_attrs):
     return tuple(out)
 
 
-def refresh_reads(reads, bound):
-    """Bind each state read to the tensor the attribute holds now."""
+def pin(reads, modules, lifted):
+    """Mark the reads of a tensor that is a parameter or buffer of one of
+    `modules` (lifted as `lifted[id(t)]`) held by another attribute (a
+    list of weights, a plain attribute): the program binds that variable
+    as the parameter, whose identity keys it. A buffer a forward writes is
+    read from its own slot, and such a read binds it (`aliased` then)."""
+    slots = {(id(m), name): lifted[id(t)] for m in modules for d in (m._parameters, m._buffers)
+             for name, t in d.items() if t is not None and id(t) in lifted}
+    own = {r.var_name for r in reads if slots.get((id(r.module()), r.name)) == r.var_name}
+    registered = set(slots.values()) - own
+    for read in reads:
+        read.pinned = read.var_name in registered
+
+
+def aliased(reads):
+    """{var name: pinned} for the state reads a run checks: those of a
+    variable several attributes give (they held one tensor when the trace
+    read them, `self.b = self.a`, which the trace cannot tell apart, so the
+    program has one variable for both), and the `pinned` ones."""
+    seen, checked = set(), {}
+    for read in reads:
+        if read.pinned or read.var_name in seen:
+            checked[read.var_name] = checked.get(read.var_name, False) or read.pinned
+        seen.add(read.var_name)
+    return checked
+
+
+def refresh_reads(reads, bound, aliases=None):
+    """Bind each state read to the tensor the attribute holds now. Reads
+    `aliased` checks (its `aliases`) must still give one tensor (a pinned
+    one: the parameter bound now): where they do not, the program would
+    read one tensor for two, so the run fails its decision (DecisionFailed,
+    before anything runs) and the call converts again (d2s/decisions.py)."""
+    first = {}
     for read in reads:
         module = read.module()
         if module is None:
             continue
         values = _tensors(getattr(module, read.name, None))
         if read.index < len(values):
-            bound[read.var_name] = values[read.index]
+            value = values[read.index]
+            pinned = aliases.get(read.var_name) if aliases else None
+            if pinned is not None:
+                held = first.setdefault(read.var_name, (read, bound[read.var_name] if pinned else value))
+                if held[1] is not value:
+                    was = f"the parameter or buffer `{read.var_name}`" if pinned else \
+                        f"the tensor `{_label(held[0])}` holds"
+                    raise DecisionFailed(f"module state `{_label(read)}` held {was} when the program was converted, "
+                                         "and holds another tensor now", before_run=True)
+            bound[read.var_name] = value
+
+
+def aliases_hold(concrete):
+    """Whether the attributes `concrete` reads as one variable hold one
+    tensor now (`refresh_reads` would bind them), binding nothing."""
+    try:
+        refresh_reads(concrete.state_reads, dict(concrete.main_program.bound), concrete.state_aliases)
+    except DecisionFailed:
+        return False
+    return True
+
+
+def _label(read):
+    owner = read.module()
+    whole = isinstance(getattr(owner, read.name, None), torch.Tensor)
+    kind = owner.__name__ if isinstance(owner, types.ModuleType) else type(owner).__name__
+    return f"{kind}.{read.name}" + ("" if whole else f"[{read.index}]")
 
 
 def carried(reads, writes):
     """(read var name, write tree leaf) for each state read that a write of
     the same attribute replaces after the run: the i-th tensor the attribute
     held before is the i-th tensor it holds after (as `refresh_reads` pairs
-    them on the next call). The leaf is ("fetch", k), k into the writes' fetches."""
+    them on the next call). The leaf is ("fetch", k), k into all of the
+    program's fetches (the returned value's first: `return h` too)."""
     pairs = []
     for read in reads:
         write = next((w for w in writes if w.name == read.name and w.module() is read.module()), None)
@@ -299,16 +361,19 @@ def _fetch_leaves(tree):
     tag, body = tree
     if tag == "fetch":
         return [tree]
-    if tag in ("const", "number"):  # (state writes never make "number": see static_function._output_tree)
+    if tag in ("const", "number", "argument", "fresh"):  # (a saved program has no "argument" or "fresh")
         return []
     return [leaf for item in output_tree.children(tree) for leaf in _fetch_leaves(item)]
 
 
-def apply_writes(writes, results, rebuild):
+def apply_writes(writes, value_of):
+    """Store each write's value, `value_of(tree)` (the tree rebuilt from a
+    run's results)."""
     for write in writes:
+        value = value_of(write.tree)  # (rebuilt even for a module gone: its memo may serve the returned value)
         module = write.module()
         if module is not None:
-            setattr(module, write.name, rebuild(write.tree, results))
+            setattr(module, write.name, value)
 
 
 # -- Python state outside modules ----------------------------------------------------

@@ -22,6 +22,7 @@ is refused by name: returning it would hand out graph values.
 """
 
 import types
+from typing import NamedTuple
 
 import torch
 import torch.utils._pytree as pytree
@@ -31,13 +32,13 @@ from ops.recording import graph_condition, lift, stands_for_number
 from ops.framework import scalar_copy
 from ops.storage_address import StorageAddress
 from runtime.errors import ConversionError
-from runtime.ir import SCALAR, Variable
+from runtime.ir import SCALAR, TENSOR_ARRAY, Variable
 
 _MAX_DEPTH = 64
 _CODE = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType)
 
 
-def output_tree(value, fetch, numbers=False, known=None, shared=None):
+def output_tree(value, fetch, numbers=False, known=None, shared=None, again=False):
     """The returned structure with ('fetch', i) for each Variable.
     `numbers` (the function's return value): a Variable standing for a
     Python number (`t.item()`, `int(t)`, a carried counter) is ('number', i),
@@ -50,36 +51,49 @@ def output_tree(value, fetch, numbers=False, known=None, shared=None):
     lists) is one node, met twice, so the run rebuilds one object where
     eager has one (runtime/output_tree.py `rebuild` with a memo, where `repeated` finds one):
     `shared` (id -> (value, node)) carries that across the trees of one
-    program."""
-    return _tree(value, fetch, numbers, 0, (), known, {} if shared is None else shared)
+    program, whose trees all index one `fetch` list (the returned value's
+    first). `again`: a Variable `fetch` holds already is that fetch again
+    (state a run writes that the function returns too: one object, as in
+    eager), where the returned value's own repeats are views of their own
+    (see `_leaf`)."""
+    return _tree(value, _Walk(fetch, numbers, known, {} if shared is None else shared, again), 0, ())
 
 
-def _tree(value, fetch, numbers, depth, path, known, shared):
+class _Walk(NamedTuple):
+    """One `output_tree` call's settings (its arguments of those names)."""
+    fetch: list
+    numbers: bool
+    known: object
+    shared: dict
+    again: bool
+
+
+def _tree(value, walk, depth, path):
     if depth > _MAX_DEPTH:
         raise ConversionError(f"the returned value is nested deeper than {_MAX_DEPTH} levels ({_where(path)})")
-    if known is not None:
-        leaf = known(value)
+    if walk.known is not None:
+        leaf = walk.known(value)
         if leaf is not None:
             return leaf
-    if id(value) in shared:
-        return shared[id(value)][1]
-    node = _node(value, fetch, numbers, depth, path, known, shared)
+    if id(value) in walk.shared:
+        return walk.shared[id(value)][1]
+    node = _node(value, walk, depth, path)
     if node[0] not in ("fetch", "number", "const"):
-        shared[id(value)] = (value, node)  # (the value too: its id stays its own)
+        walk.shared[id(value)] = (value, node)  # (the value too: its id stays its own)
     return node
 
 
-def _node(value, fetch, numbers, depth, path, known, shared):
+def _node(value, walk, depth, path):
     value = graph_condition(value)  # a returned run-time size: fetched as a Python number
     if isinstance(value, Variable):
-        return _leaf(value, fetch, numbers)
+        return _leaf(value, walk)
     if isinstance(value, torch.Tensor):
-        fetch.append(lift(value))
-        return ("fetch", len(fetch) - 1)
+        walk.fetch.append(lift(value))
+        return ("fetch", len(walk.fetch) - 1)
     if isinstance(value, StorageAddress):
         value.refuse_returned()  # an address exists only while a program runs
     if isinstance(value, (list, tuple)):
-        return (type(value), [_tree(v, fetch, numbers, depth + 1, path + (f"[{i}]",), known, shared)
+        return (type(value), [_tree(v, walk, depth + 1, path + (f"[{i}]",))
                               for i, v in enumerate(value)])
     if type(value) in pytree.SUPPORTED_NODES and type(value) is not dict:
         # Registered by its package (transformers' ModelOutputs) or by torch
@@ -87,11 +101,11 @@ def _node(value, fetch, numbers, depth, path, known, shared):
         node = pytree.SUPPORTED_NODES[type(value)]
         children, context = node.flatten_fn(value)
         return ("pytree", (type(value), context, [
-            _tree(c, fetch, numbers, depth + 1, path + (f"[{i}]",), known, shared) for i, c in enumerate(children)]))
+            _tree(c, walk, depth + 1, path + (f"[{i}]",)) for i, c in enumerate(children)]))
     if type(value) is dict:
-        return (dict, {k: _tree(v, fetch, numbers, depth + 1, path + (f"[{k!r}]",), known, shared)
+        return (dict, {k: _tree(v, walk, depth + 1, path + (f"[{k!r}]",))
                        for k, v in value.items()})
-    if not _holds_variable(value, depth, set()) and (known is None or not _rebuilt_anew(value)):
+    if not _holds_variable(value, depth, set()) and (walk.known is None or not _rebuilt_anew(value)):
         return ("const", value)
     attrs = getattr(value, "__dict__", None)
     if type(attrs) is not dict or _slots(type(value)) or isinstance(value, (torch.nn.Module, set, frozenset)):
@@ -102,9 +116,9 @@ def _node(value, fetch, numbers, depth, path, known, shared):
             "torch.utils._pytree")
     items = None
     if isinstance(value, dict):
-        items = [(k, _tree(v, fetch, numbers, depth + 1, path + (f"[{k!r}]",), known, shared))
+        items = [(k, _tree(v, walk, depth + 1, path + (f"[{k!r}]",)))
                  for k, v in value.items()]
-    return ("object", (type(value), {k: _tree(v, fetch, numbers, depth + 1, path + (f".{k}",), known, shared)
+    return ("object", (type(value), {k: _tree(v, walk, depth + 1, path + (f".{k}",))
                                       for k, v in attrs.items()}, items))
 
 
@@ -118,15 +132,22 @@ def _rebuilt_anew(value):
         (type(value).__module__ or "").partition(".")[0] != "torch"
 
 
-def _leaf(value, fetch, numbers):
-    if any(v is value for v in fetch):
+def _leaf(value, walk):
+    fetch = walk.fetch
+    index = next((i for i, v in enumerate(fetch) if v is value), None)
+    if index is not None and not walk.again and value.kind != TENSOR_ARRAY:
         # Returned twice (`return y, y`): the second is a view of the
         # first under a name of its own, so the fetch list never repeats
         # a name and a saved program returns both.
         value = scalar_copy(value) if value.kind == SCALAR else dispatch(torch.Tensor.view_as, (value, value), {})
-    fetch.append(value)
-    number = numbers and value.kind != SCALAR and stands_for_number(value)
-    return ("number" if number else "fetch", len(fetch) - 1)
+        index = None
+    # Else written state that is returned too, or a list met twice: the
+    # same fetch, so the run gives one object where eager has one.
+    if index is None:
+        fetch.append(value)
+        index = len(fetch) - 1
+    number = walk.numbers and value.kind != SCALAR and stands_for_number(value)
+    return ("number" if number else "fetch", index)
 
 
 def holds_variable(value):

@@ -1,5 +1,5 @@
 """The programs of one StaticFunction (`ProgramCache`) and the parts of its
-cache key that are not plain values (`Identities`, `with_state_part`)."""
+cache key that are not plain values (`Identities`, `with_flags`, `with_state_part`)."""
 
 import collections
 import threading
@@ -109,6 +109,12 @@ def weak(obj):
         return weakref.ref(obj)
     except TypeError:  # an object that takes no weak reference: held strongly
         return lambda: obj
+
+
+def with_flags(key, flags):
+    """A cache key (as `with_state_part`'s) with other training flags and
+    module identities (`StaticFunction._refresh_training_flags`)."""
+    return key[:-5] + (flags,) + key[-4:]
 
 
 def with_state_part(key, state_part):

@@ -30,7 +30,7 @@ from ops.autograd_function import has_live_ops
 from runtime import runner
 from runtime.errors import DecisionFailed
 
-from . import decisions
+from . import decisions, module_state
 
 # Programs per saved model at most: each decision doubles the paths.
 MAX_PATHS = 8
@@ -108,14 +108,17 @@ def converted_paths(static, concrete):
     for the key of its latest call (d2s/decisions.py: a prompt of one token
     where torch decides `q_len > 1`, the other side of a tensor `if`) that
     take the feeds `concrete` takes, in its mode: a saved model holds them
-    as paths too, so it serves every input the declarative function served."""
+    as paths too, so it serves every input the declarative function served
+    (not one converted for module state as it no longer is: attributes
+    that held one tensor then, d2s/module_state.py `aliased`)."""
     latest = static.concrete_program
     group = getattr(latest, "decisions", None) if latest is not None else None
     if group is None:
         return []
     feeds = _feeds(concrete)
     return [p for p in group.programs if p is not concrete and _feeds(p) == feeds
-            and p.main_program.mode == concrete.main_program.mode and not has_live_ops(p.main_program)]
+            and p.main_program.mode == concrete.main_program.mode and not has_live_ops(p.main_program)
+            and (not p.state_aliases or module_state.aliases_hold(p))]
 
 
 def _feeds(concrete):
@@ -125,8 +128,8 @@ def _feeds(concrete):
 def may_rerun(compiled, failure, generators_restored=False):
     """Whether the run of `compiled` that raised `failure` (a
     DecisionFailed) did nothing observable before its check (an in-place
-    write to a parameter, a random draw, a print; a draw from a generator
-    the call passed, where its state is put back first:
+    write to a parameter, a random draw, a print; a draw, where the states
+    of the generators it may draw from are put back first:
     `generators_restored`), so another path may run the same inputs."""
     op = None
     for exc in (failure, failure.__cause__):  # the runner re-raises the op's error naming the op

@@ -41,7 +41,7 @@ from .layout_guard import layout_guard, layout_matches
 from .operators.effects import TORCH_MODULE_ATTRS
 from .operators.raising import raising_after_raise_ops
 from .output_types import holds_variable, output_tree as _output_tree
-from .program_cache import Identities, ProgramCache, with_state_part
+from .program_cache import Identities, ProgramCache, with_flags, with_state_part
 from .translator_state import STATE
 
 MANY_PROGRAMS = 8
@@ -274,8 +274,11 @@ class StaticFunction:
         # the functions and objects they hold: a program that read `self.k` as a
         # constant must not serve `self.k = 5`, nor one traced without a forward
         # hook a module has now, nor one that called `self.act` another function.
+        # A buffer the programs write as state (`self.h = h` of a registered buffer:
+        # a new tensor every call) is keyed by its kind (module_state.key), not its identity.
+        state = {(id(ref()), name) for ref, name in cache.state_attrs}
         tree = Identities(modules + [t for m in modules for d in (m._parameters, m._buffers)
-                                      for t in d.values() if t is not None] +
+                                      for name, t in d.items() if t is not None and (id(m), name) not in state] +
                           module_watch.by_identity(modules, _OWN_ATTRS),
                           module_watch.plain_values(modules) + module_watch.hooks(modules))
         tree = self._intern_tree(tree)
@@ -371,10 +374,13 @@ class StaticFunction:
                         return results[0] if concrete._single else rebuild(concrete.out_tree, results,
                                                                            {} if concrete._shares else None)
                     if concrete.layout is None:
+                        # (Only tensors here: the generators kept are torch's default ones.)
+                        states = decisions.generator_states((), concrete.global_generators) \
+                            if concrete.global_generators else ()
                         try:
                             return concrete.run(args, (args, kwargs))
                         except DecisionFailed as exc:
-                            return decisions.rerun(self, key, concrete, args, kwargs, args, exc)
+                            return decisions.rerun(self, key, concrete, args, kwargs, args, exc, states=states)
         called, form = (args, kwargs), (len(args), tuple(kwargs))
         if kwargs or len(args) != self._n_positional:
             args, kwargs = self._normalize(args, kwargs)
@@ -392,7 +398,7 @@ class StaticFunction:
         if concrete.layout is not None:
             concrete = self._for_layout(concrete, key, args, kwargs, tensors, form)
         translator.last = cache.last = concrete
-        states = decisions.generator_states(tensors) if concrete.draws_from_feeds else ()
+        states = decisions.generator_states(tensors, concrete.global_generators) if concrete.keeps_generators else ()
         try:
             return concrete.run(tensors, (args, kwargs))
         except DecisionFailed as exc:
@@ -518,19 +524,24 @@ class StaticFunction:
                 if isinstance(out, Unreachable):  # every run raises: at an earlier raise op or at the last
                     out = None
                 # The caller's objects it changed: written after each run (each slot put back now).
-                state_fetch = []
-                # One node per object, across the written values and the returned one.
-                shared, known = {}, argument_writes.knower(written.effects.located)
-                changed, single_use = argument_writes.collect(written.take_argument_writes(), known, state_fetch,
-                                                              args, kwargs, shared)
+                taken = written.take_argument_writes()
+                # One node per object, across the returned value and the written ones, and
+                # one list of fetches they all index: the returned value's first, then the
+                # state part (the values written into the caller's objects and modules).
+                shared, fetch = {}, []
+                known = argument_writes.knower(written.effects.located) if taken else None
+                out_tree = _output_tree(out, fetch, numbers=True, known=known, shared=shared)
+                returned = len(fetch)
+                changed, single_use = argument_writes.collect(taken, known, fetch, args, kwargs, shared)
                 self._refuse_changed_arguments(args, kwargs, made, state, arg_names, written)
-                fetch = []
-                out_tree = _output_tree(out, fetch, numbers=True, known=known if changed else None, shared=shared)
-                writes, reads = module_state.collect(before, tr.lifted, _output_tree, state_fetch,
-                                                     written.constant_ok, written.attribute_line)
-                reads += module_state.global_reads(self._converted_functions(), tr.lifted,
-                                                   {r.var_name for r in reads})
-                reads += module_state.object_reads(attributes.objects, tr.lifted, {r.var_name for r in reads})
+                writes, reads = module_state.collect(
+                    before, tr.lifted, functools.partial(_output_tree, known=known, shared=shared, again=True),
+                    fetch, written.constant_ok, written.attribute_line)
+                fetch, state_fetch = fetch[:returned], fetch[returned:]
+                # (A tensor two of these hold is read from each: module_state.aliased.)
+                reads += module_state.global_reads(self._converted_functions(), tr.lifted)
+                reads += module_state.object_reads(attributes.objects, tr.lifted)
+                module_state.pin(reads, modules, tr.lifted)
                 self._refuse_global_state(main)
                 # Plain globals and closure values the code names: checked first on every run.
                 functions = [self._function, *tr.functions.values()]
@@ -547,7 +558,7 @@ class StaticFunction:
             concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree, key[-1],
                                        (writes, reads, state_fetch) if writes or reads or changed else None,
                                        layout, replays, changed, single_use, varying)
-            self._keep(key, concrete, self._note_state(writes, reads))
+            self._keep(key, concrete, self._note_state(writes, reads), args, kwargs)
             if _debug.level() >= 2:
                 print(f"[d2s] program of {self._function.__qualname__}:\n{main.to_string()}", file=sys.stderr)
             return concrete
@@ -613,9 +624,10 @@ class StaticFunction:
         block.ops[:] = block.ops[n:] + block.ops[:n]
         return layout
 
-    def _keep(self, key, concrete, noted):
+    def _keep(self, key, concrete, noted, args, kwargs):
         """Cache `concrete` under `key` (and under the key with the module
-        state it assumed, when the trace found new state: `noted`)."""
+        state it assumed, when the trace found new state: `noted`; a buffer
+        that is state leaves the identities that key the call too)."""
         # The kinds of the module state this trace started from (jit.save checks them).
         concrete.state_attrs = list(self.program_cache.state_attrs)
         concrete.state_assumed = module_state.key(concrete.state_attrs)
@@ -623,8 +635,9 @@ class StaticFunction:
         if noted:
             # The key of the next call with the module state as it is now
             # (what this trace assumed) holds the state's kinds: the same program.
-            self.program_cache.put(with_state_part(key, module_state.key(self.program_cache.state_attrs)),
-                                   concrete)
+            self._refresh_training_flags(args, kwargs)
+            self.program_cache.put(with_state_part(with_flags(key, self.program_cache.flags),
+                                                   module_state.key(self.program_cache.state_attrs)), concrete)
         if len(self.program_cache) == MANY_PROGRAMS:
             why = self.program_cache.last_decision
             warnings.warn(

@@ -40,4 +40,10 @@ class DecisionFailed(AssertionError):
     convert only for the inputs that take it (`decision_failed`). A
     declarative call converts again for such inputs and keeps both programs
     (d2s/decisions.py); a saved program, which holds one, raises it. An
-    AssertionError, as the size checks always raised."""
+    AssertionError, as the size checks always raised. `before_run`: raised
+    before the program ran any op (module state that no longer holds what
+    it held when converted: d2s/module_state.py `refresh_reads`)."""
+
+    def __init__(self, *args, before_run=False):
+        super().__init__(*args)
+        self.before_run = before_run
