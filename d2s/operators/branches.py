@@ -19,8 +19,8 @@ from .effects import (Effects, EffectsChanged, is_missing, known_deep, known_slo
                       remember_slots)
 from .raising import raising_as_op
 from .state import (Deeper, LoopFirst, State, Undefined, changed_objects, describe, flatten, is_var,
-                    local_object_paths, loop_init, maybe_unbound, object_alias, refill, refuse_list_aliases,
-                    tested, unflatten)
+                    local_object_paths, loop_init, maybe_unbound, object_alias, refill, refuse_dropped,
+                    refuse_list_aliases, tested, unflatten)
 from .unbound_names import FIRST_BOUND, MaybeUnbound, bound_flag, find_unbound, keep_unbound_flag, side_kind
 
 
@@ -152,6 +152,7 @@ class _IfSite:
             self.arrays |= retry.outputs
             _ARRAYS.setdefault(self.tr, {})[self.code] = frozenset(outs[k] for k in self.arrays)
         elif isinstance(retry, _Drop):
+            refuse_dropped(retry.name, self.old[retry.name])
             self.extra.remove(retry.name)
         elif isinstance(retry, _Shaped):
             self.unbound_specs.update(retry.specs)

@@ -367,6 +367,43 @@ def refuse_list_aliases(names, values):
             f"changes: the program holds the list as a tensor array bound to {name!r} only, "
             "so the other name would not see the change; use one name for the list (a helper "
             "builds and returns its own list)")
+    # The caller's own list (an argument, or one reached from it): the trace
+    # holds a copy of it (d2s/input_trees.py), which no frame names, and the
+    # caller's list would keep its items where eager's grows.
+    for key, name in lists.items():
+        if _callers(key):
+            raise error_at_user_line(
+                f"{name!r} is the caller's list (an argument, or a list reached from one), which this tensor "
+                f"loop or `if` changes: the program holds the list as a tensor array bound to {name!r} "
+                "only, so the caller's list would not see the change; build a list of your own and "
+                f"return it (`{name} = list({name})` before the loop or `if`)")
+
+
+def _callers(key):
+    """Whether the object of id `key` is the caller's: an argument, or an
+    object reached from one (d2s/python_writes.py Watch, `located`)."""
+    trace = tracer.active()
+    return trace is not None and trace.watch is not None and key in trace.watch.effects.located
+
+
+def refuse_dropped(name, value):
+    """Refuse, at the user's line, the list or dict `value` that a tensor
+    `if` leaves a different length or keys on each side, which the program
+    drops since its name `name` is not read after the `if`, where something
+    else sees it: another name (`other_names`) or the caller (an argument:
+    `del d[k]` on one side)."""
+    kind = type(value).__name__
+    for other, _, where in other_names({id(value): name}):
+        raise error_at_user_line(
+            f"{other!r}{where} is another name for the {kind} {name!r}, which this tensor `if` leaves with "
+            "another length or other keys on each side: a program cannot change a Python list's or dict's "
+            "length or keys under a tensor condition; build it the same way on both sides")
+    if _callers(id(value)):
+        raise error_at_user_line(
+            f"{name!r} is the caller's {kind} (an argument, or one reached from it), which this tensor `if` "
+            "leaves with another length or other keys on each side: a program cannot change a Python list's "
+            "or dict's length or keys under a tensor condition; set every key on both sides (a tensor value "
+            "each side computes), or return a new one")
 
 
 def refuse_object_aliases(named, effects):

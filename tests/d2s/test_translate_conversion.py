@@ -397,6 +397,38 @@ def list_alias_in_a_tensor_if(x):
     return torch.stack(alias)
 
 
+def appends_to_the_callers_list(x, ys):
+    if x.sum() > 0:
+        ys.append(x * 2)
+    return x + 1
+
+
+def deletes_from_the_callers_dict(x, d):
+    if x.sum() > 0:
+        del d["k"]
+    return x * 2
+
+
+def dict_alias_changes_keys_in_a_tensor_if(x):
+    d = {"k": x}
+    alias = d
+    if x.sum() > 0:
+        d["new"] = x * 2
+    return x, sorted(alias)
+
+
+def _add_key(x, d):
+    if x.sum() > 0:
+        d["new"] = 1
+    return x
+
+
+def dict_a_helper_changes_keys_of(x):
+    d = {"k": 0}
+    _add_key(x, d)
+    return x * 2, sorted(d)
+
+
 def _append_rows(ys, x, n):
     for i in range(n):
         ys.append(x * i)
@@ -452,6 +484,13 @@ def test_a_list_a_helper_loop_appends_to_names_the_callers_variable():
     assert any(op.type == "while" for op in static.program_cache.last.main_program.global_block().ops)
 
 
+def test_a_dict_a_helper_changes_the_keys_of_names_the_callers_variable():
+    with pytest.raises(ConversionError) as info:
+        d2s.declarative(dict_a_helper_changes_keys_of)(torch.ones(3))
+    assert info.value.lineno == line_of(_add_key, "if x.sum() > 0")
+    assert "'d' in dict_a_helper_changes_keys_of() is another name for the dict 'd'" in str(info.value)
+
+
 def list_alias_free(x, n):
     ys = _returned_rows(x, n)
     return torch.stack(ys)
@@ -470,6 +509,14 @@ def _returned_rows(x, n):
      ["'alias' is another name for the list 'ys', which this tensor loop or `if` changes"]),
     (list_alias_in_a_tensor_if, (torch.ones(3),), "if x.sum() > 0",
      ["'alias' is another name for the list 'out', which this tensor loop or `if` changes"]),
+    # The caller's list or dict (an argument): eager changes it; the program's change would stay its own.
+    (appends_to_the_callers_list, (torch.ones(3), [torch.zeros(3)]), "if x.sum() > 0",
+     ["'ys' is the caller's list", "the caller's list would not see the change"]),
+    (deletes_from_the_callers_dict, (torch.ones(3), {"k": torch.zeros(3), "j": 3}), "if x.sum() > 0",
+     ["'d' is the caller's dict", "another length or other keys on each side"]),
+    # A dict whose name is not read again was dropped from the `if`: another name kept it as it was.
+    (dict_alias_changes_keys_in_a_tensor_if, (torch.ones(3),), "if x.sum() > 0",
+     ["'alias' is another name for the dict 'd'", "another length or other keys on each side"]),
     (dtype_changes, (torch.ones(3), torch.tensor(3)), "while i < n",
      ["loop variable 's' has dtype int64 before the loop but float32"]),
     (a_generator, (torch.ones(3),), "yield x", ["generators (`yield`) are not supported"]),
