@@ -37,11 +37,27 @@ def _from_static(static, input_spec):
         _, _, concrete = concrete_to_save(static, input_spec, "d2s.onnx.export")
         if _fused_ops(concrete.main_program):  # the latest call's program, made without gradients
             _, _, concrete = concrete_to_save(static, _specs_of_latest(static, concrete), "d2s.onnx.export")
+    if concrete.state_reads:
+        _refuse_carried_state([f"{type(r.module()).__name__}.{r.name}" for r in concrete.state_reads
+                               if any(w.name == r.name and w.module() is r.module() for w in concrete.state_writes)])
     program = concrete.main_program
     feeds = [v.name for v in concrete.inputs]
     fetches = [v.name for v in concrete.fetch_vars]
     names = [v.name for v in program.persistable_vars()]
     return program, feeds, fetches, dict(zip(names, resolve_persistables(program, names)))
+
+
+def _refuse_carried_state(names):
+    """Refuse a program that carries module state from call to call (`self.h
+    = h` read by the next call; a saved model's `state_updates`): an ONNX
+    model or ExportedProgram keeps none, so each of its runs would start from
+    the state as it was at export, where the model's later calls do not."""
+    if names:
+        raise OnnxExportError(
+            f"the program carries module state from one call to the next (`{names[0]}`: each call reads what "
+            "the previous one stored); an exported model keeps no state between runs, so its later runs would "
+            "differ from the model's later calls; save it with d2s.jit.save (which carries the state), or "
+            "export a forward that takes the state as an input and returns the new state")
 
 
 def _specs_of_latest(static, concrete):
@@ -75,10 +91,12 @@ def _resolve(obj, input_spec):
     """(program, feed names, fetch names, {parameter name: tensor}) of `obj`."""
     if isinstance(obj, (str, os.PathLike)):
         model = read_model(obj)
+        _refuse_carried_state([name for name, _ in model.state_updates])
         program, feeds, fetches = _unfused(model.program, model.feed_names, model.fetch_names,
                                            [(p.program, p.feed_names, p.fetch_names) for p in model.paths])
         return program, feeds, fetches, model.params
     if isinstance(obj, TranslatedLayer):
+        _refuse_carried_state([name for name, _ in obj._updates])
         values = {name: obj._lookup(name) for name in obj._slots}
         program, feeds, fetches = _unfused(obj.program, obj.feed_names, [v.name for v in obj.fetch_vars],
                                            [(p, f, [v.name for v in vs]) for p, f, vs, *_ in obj._paths])

@@ -367,6 +367,41 @@ def test_a_model_writing_its_own_state_is_refused(tmp_path):
         d2s.onnx.export(static, str(tmp_path / "c.onnx"), input_spec=[d2s.InputSpec([None, 3])])
 
 
+class CarriesState(torch.nn.Module):
+    """State carried from call to call by assignment (`self.h = h`), read by
+    the next call: each call's result depends on the calls before it."""
+
+    def __init__(self):
+        super().__init__()
+        self.h = torch.zeros(1, 3)
+
+    def forward(self, x):
+        h = x + self.h
+        if h.sum() > 0:
+            h = h * 0.5
+        self.h = h
+        return h
+
+
+@pytest.mark.parametrize("source", ["declarative", "saved", "loaded"])
+@pytest.mark.parametrize("exporter", ["onnx", "torch.export"])
+def test_a_model_carrying_state_between_calls_is_refused(tmp_path, source, exporter):
+    # (Exported, it kept the state as it was at export: every run started there.)
+    static = d2s.declarative(CarriesState())
+    static(torch.ones(1, 3))
+    obj = static
+    if source != "declarative":
+        d2s.jit.save(static, str(tmp_path / "m"), input_spec=[d2s.InputSpec([1, 3])])
+        obj = str(tmp_path / "m") if source == "saved" else d2s.jit.load(str(tmp_path / "m"))
+    message = r"carries module state from one call to the next \(`(CarriesState\.)?h`"
+    with pytest.raises(ValueError, match=message):
+        if exporter == "onnx":
+            d2s.onnx.export(obj, str(tmp_path / "c.onnx"), input_spec=[d2s.InputSpec([1, 3])]
+                            if source == "declarative" else None)
+        else:
+            d2s.export(obj, input_spec=[d2s.InputSpec([1, 3])] if source == "declarative" else None)
+
+
 @pytest.mark.parametrize("rnn, bidirectional", [(torch.nn.LSTM, False), (torch.nn.GRU, True)])
 def test_a_multi_layer_rnn_over_a_dynamic_length(tmp_path, rnn, bidirectional):
     torch.manual_seed(5)
