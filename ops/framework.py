@@ -240,11 +240,31 @@ def print_(*values, sep=" ", end="\n"):
     _append("print", inputs, tuple(args), {"sep": sep, "end": end}, [], None)
 
 
-def _assert_kernel(cond, message):
+def _assert_kernel(cond, message, numbers=None, *values):
     if isinstance(cond, torch.Tensor) and cond.numel() != 1:
         cond = cond.all()
     if not bool(cond):
-        raise AssertionError(message)
+        raise AssertionError(run_time_text(message, numbers, values))
+
+
+def run_time_text(message, numbers, values):
+    """The text of a message holding values the run computed (`numbers` not
+    None: `message` a `str.format` template, d2s/operators/fstrings.py
+    RunTimeMessage), as eager formats them: a value eager has as a Python
+    number (`numbers[i] == "n"`) as that number, a tensor as the tensor."""
+    if numbers is None:
+        return message
+    return message.format(*[v.item() if kind == "n" and isinstance(v, torch.Tensor) else v
+                            for kind, v in zip(numbers, values)])
+
+
+def _message_parts(message):
+    """(the op's args after its message, its value inputs) for a message
+    (`RunTimeMessage`: values the run formats) given to `assert_`/`raise_`."""
+    values = getattr(message, "values", None)
+    if not values:
+        return (str(message),), []
+    return (message.template, message.numbers), [_as_var(v) for v in values]
 
 
 register(OpDef("assert", kernel=_assert_kernel, side_effect=True))
@@ -270,7 +290,9 @@ def assert_(cond, message=""):
     """`assert cond, message` checked when the program runs."""
     _refuse_under_try("assert")
     cond = _as_var(cond)
-    _append("assert", [cond], (InputRef(0), "" if message is None else str(message)), {}, [], None)
+    (text, *numbers), values = _message_parts("" if message is None else message)
+    _append("assert", [cond, *values], (InputRef(0), text, *numbers, *map(InputRef, range(1, len(values) + 1))),
+            {}, [], None)
 
 
 def _check_all_true_kernel(valid, message):
@@ -428,16 +450,27 @@ def _exception_kind(exc_type):
     return Exception
 
 
-def _raise_kernel(kind, message):
-    raise _exception_kind(getattr(builtins, kind, Exception))(message)
+def _raise_kernel(kind, message, numbers=None, *values):
+    raise _exception_kind(getattr(builtins, kind, Exception))(run_time_text(message, numbers, values))
 
 
 def _builtin_exception(args, kwargs):
-    kind = args[0] if len(args) == 2 and not kwargs else None
+    kind = args[0] if len(args) >= 2 and not kwargs else None
     value = getattr(builtins, kind, None) if isinstance(kind, str) else None
-    if not (isinstance(value, type) and issubclass(value, BaseException)) or not isinstance(args[1], str):
+    if not (isinstance(value, type) and issubclass(value, BaseException)) or not isinstance(args[1], str) \
+            or not _message_values_ok(args[2:]):
         return f"raise takes the name of a builtin exception class and a message, got {args!r:.80} {kwargs!r:.40}"
     return None
+
+
+def _message_values_ok(rest):
+    """Whether `rest` (the args after a message) is empty, or a message's
+    kinds ("n"/"t" per value, `run_time_text`) and one input per kind."""
+    if not rest:
+        return True
+    numbers, refs = rest[0], rest[1:]
+    return isinstance(numbers, str) and set(numbers) <= {"n", "t"} and len(numbers) == len(refs) \
+        and all(isinstance(r, InputRef) for r in refs)
 
 
 register(OpDef("raise", kernel=_raise_kernel, side_effect=True, check_args=_builtin_exception))
@@ -451,7 +484,15 @@ def raise_(exc, origin=None):
     kind = _exception_kind(type(exc))
     message = str(exc) if kind is type(exc) else f"{type(exc).__name__}: {exc}"
     _refuse_under_try("raise", origin or exception_origin(exc))
-    _append("raise", [], (kind.__name__, message), {}, [], None, origin=origin or exception_origin(exc))
+    # `raise ValueError(f"bad {n}")`: the message holds values the run formats (`run_time_text`).
+    held = exc.args[0] if len(exc.args) == 1 and getattr(exc.args[0], "values", None) else None
+    parts, values = ((message,), [])
+    if held is not None:
+        (template, numbers), values = _message_parts(held)
+        prefix = "" if kind is type(exc) else f"{type(exc).__name__}: ".replace("{", "{{").replace("}", "}}")
+        parts = (prefix + template, numbers)
+    _append("raise", values, (kind.__name__, *parts, *map(InputRef, range(len(values)))), {}, [], None,
+            origin=origin or exception_origin(exc))
 
 
 # -- tensor arrays -----------------------------------------------------------------------

@@ -15,7 +15,7 @@ import re
 import torch
 
 from ops import capture, framework as fw
-from ops.recording import graph_tensor, is_symbolic_value
+from ops.recording import graph_tensor, is_symbolic_value, stands_for_number
 from ops.user_frames import error_at_user_line
 from runtime.ir import Variable
 
@@ -26,13 +26,14 @@ _INTEGERS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 def convert_fstring(parts):
     """Equivalent Python: the f-string's text. `parts`: literal texts and
     (value, conversion, spec) fields, as the FStrings transformer makes them."""
-    texts, run_time = [], False
+    texts, run_time, fields = [], False, []
     for part in parts:
         if type(part) is str:
             texts.append(part)
             continue
         value, conversion, spec = part
-        if is_symbolic_value(value):  # a size known only at run time: text as a 0-d int's
+        number = is_symbolic_value(value)
+        if number:  # a size known only at run time: text as a 0-d int's
             value = graph_tensor(value)
         if isinstance(value, Variable):
             if conversion == -1 and not spec and value.dtype in _INTEGERS and not value.shape \
@@ -42,10 +43,49 @@ def convert_fstring(parts):
                 continue
             # Refused unless the user's line makes a message, which keeps the repr (ops/capture.py).
             capture.refuse_text_in_user_code(value, (__file__,))
+            fields.append((len(texts), value, conversion, spec, number or stands_for_number(value)))
+            spec = None  # (a number's spec, `:.2f`, does not apply to the repr the text holds until the run)
         if conversion != -1:
             value = _CONVERSIONS[conversion](value)
         texts.append(format(value, spec if spec is not None else ""))
-    return RunTimeText(texts) if run_time else "".join(texts)
+    if run_time:
+        return RunTimeText(texts)
+    text = "".join(texts)
+    # (A spec holding braces, from a nested field, has no `str.format` form: the message keeps its text.)
+    formattable = fields and not any("{" in (spec or "") or "}" in (spec or "") for _, _, _, spec, _ in fields)
+    return RunTimeMessage.of(text, texts, fields) if formattable else text
+
+
+class RunTimeMessage(str):
+    """A message (`assert ok, f"got {n}"`, `raise ValueError(f"... {x}")`)
+    holding graph tensors: as text, what it is while the program is built
+    (their reprs); an `assert` or `raise` op formats it again from
+    `template` and the run's `values` (ops/framework.py `run_time_text`),
+    as eager's text shows them. `numbers`: "n" for a value eager has as a
+    Python number (a size, `t.item()`), else "t", one letter per value."""
+
+    @classmethod
+    def of(cls, text, texts, fields):
+        message = cls(text)
+        at = {i: (conversion, spec) for i, _, conversion, spec, _ in fields}
+        message.template = "".join(
+            _field(k, *at[i]) if i in at else t.replace("{", "{{").replace("}", "}}")
+            for i, t, k in _numbered(texts, at))
+        message.values = [value for _, value, _, _, _ in fields]
+        message.numbers = "".join("n" if number else "t" for *_, number in fields)
+        return message
+
+
+def _numbered(texts, at):
+    k = 0
+    for i, t in enumerate(texts):
+        yield i, t, k
+        k += i in at
+
+
+def _field(k, conversion, spec):
+    kind = "" if conversion == -1 else "!" + chr(conversion)
+    return "{" + str(k) + kind + (":" + spec if spec else "") + "}"
 
 
 class RunTimeText:

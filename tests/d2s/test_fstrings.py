@@ -193,3 +193,44 @@ def test_a_message_on_a_line_of_its_own_may_hold_a_run_time_size(rows, sign, err
         with pytest.raises(error):
             static(x)
     assert {"cond", "assert"} <= {op.type for op in static.concrete_program.main_program.global_block().ops}
+
+
+class BadInput(ValueError):
+    pass
+
+
+def checked(x, limit):
+    m = x.sum()
+    assert m < limit, f"sum {m} is not below {limit!r}: {x.shape[0]} rows, {x.size(0) * 2:>4} cells {{x}}"
+    if m < -3:
+        raise BadInput(f"sum {m.item():.2f} of {x.shape[0]} rows")
+    if m < -2:
+        raise ValueError(f"low sum {m}")
+    return x * 2
+
+
+@pytest.mark.parametrize("rows, value", [(2, 0.25), (3, 1.0), (2, -1.25), (4, -1.0)])
+def test_assert_and_raise_messages_are_formatted_from_the_runs_values(rows, value, tmp_path):
+    # Each message was made while the program was built, so it showed the
+    # program's placeholders (`Variable(tmp_0: float32[] ...)`), and a number's
+    # spec (`:.2f`) failed on them; it is formatted again when the check fails.
+    static = d2s.declarative(checked, input_spec=[d2s.InputSpec([None, 2]), d2s.InputSpec([], "float32")])
+    x, limit = torch.full((rows, 2), value), torch.tensor(2.5)
+    try:
+        want = checked(x, limit)
+    except (AssertionError, ValueError) as exc:
+        want = exc
+    for run in (static, None):
+        if run is None:  # the same program, saved and loaded
+            d2s.jit.save(static, str(tmp_path / "m"))
+            run = d2s.jit.load(str(tmp_path / "m"))
+        if isinstance(want, BaseException):
+            # (A user's exception class is raised as its builtin base, its name leading the message.)
+            kind, text = (ValueError, "BadInput: " + str(want)) if type(want) is BadInput else (type(want), str(want))
+            text = text.splitlines()[0]  # (pytest's assertion rewriting adds lines to eager's)
+            with pytest.raises(kind) as info:
+                run(x, limit)
+            assert str(info.value).splitlines()[0] == text
+        else:
+            assert torch.equal(run(x, limit), want)
+    assert {"assert", "raise", "cond"} <= all_op_types(static.concrete_program.main_program)
