@@ -19,7 +19,8 @@ from runtime.ir import GENERATOR, torch_dtype
 from runtime.passes import check_level
 from runtime.serialization import program_to_dict
 
-from . import argument_writes, decisions, module_call, module_state, save_paths, save_sizes, slot_values
+from . import (argument_writes, decisions, module_call, module_state, python_writes, save_paths, save_sizes,
+               slot_values)
 from .graph import Graph
 from .decorator import declarative
 from .input_spec import InputSpec
@@ -86,6 +87,7 @@ def concrete_to_save(static, input_spec, what):
                 f"on example inputs first, or pass input_spec=[d2s.InputSpec([None, ...], 'float32'), ...] "
                 f"(to {what} or to d2s.declarative)")
         argument_writes.refuse_saving(concrete, what)
+        python_writes.refuse_saving(concrete.python_writes, what)
         return static, None, concrete
     specs = _specs(input_spec)
     first = None
@@ -95,6 +97,7 @@ def concrete_to_save(static, input_spec, what):
             concrete = fresh.get_concrete_program(*examples)
             save_sizes.refuse_pinned_sizes(concrete, specs, examples)
             argument_writes.refuse_saving(concrete, what)
+            python_writes.refuse_saving(concrete.python_writes, what)
             return fresh, examples, concrete
         except Exception as exc:  # noqa: BLE001 - larger default sizes may serve; else the first error
             first = first or exc

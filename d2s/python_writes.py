@@ -188,12 +188,14 @@ class Watch:
         """Raise ConversionError for the first object the trace wrote that a
         program cannot write again when it runs (after putting every object
         back). Else put the module attributes it wrote back as they were,
-        and return those writes, (module, name, value), for the program to
-        replay after each run (`replay`)."""
+        and return those writes, (module, name, value, the value before),
+        for the program to replay after each run (`replay`)."""
         slots = self.written()
         replays = [slot for slot in slots if self._replayable(slot)]
         refused = [slot for slot in slots if slot not in replays]
-        writes = [(weakref.ref(slot.obj), slot.key, slot.get()) for slot in replays]
+        before = {id(m): b for _, m, b in self.modules}
+        writes = [(weakref.ref(slot.obj), slot.key, slot.get(), before.get(id(slot.obj), {}).get(slot.key, _MISSING))
+                  for slot in replays]
         self.restore()
         self._refuse_drawn(qualname)
         if refused:
@@ -251,12 +253,38 @@ class Watch:
 
 def replay(writes):
     """Assign the module attributes a program's trace wrote ((module
-    reference, name, value), `refuse_written`), as each eager call does;
-    an attribute already holding its value is left (no needless new key)."""
-    for ref, name, value in writes:
+    reference, name, value, value before), `refuse_written`), as each eager
+    call does; an attribute already holding its value is left (no needless
+    new key)."""
+    for ref, name, value, _ in writes:
         module = ref()
         if module is not None and not module_watch.same_plain_value(vars(module).get(name, _MISSING), value):
             setattr(module, name, value)
+
+
+def refuse_saving(writes, what):
+    """ValueError when the trace changed a module's Python value (`writes`,
+    `refuse_written`'s): `self.calls += 1`, a flag set on the first call.
+    The program was converted for the value before, and the next call
+    takes another program; a saved or exported model would repeat this
+    call's on every run (its value frozen)."""
+    for ref, name, value, old in writes:
+        module = ref()
+        if module is not None and not module_watch.same_plain_value(old, value):
+            raise ValueError(
+                f"{what}: the forward changes `{type(module).__name__}.{name}`, a Python value, on the call it was "
+                f"converted for ({_shown(old)} to {_shown(value)}), so each such call takes another program, and a "
+                "saved or exported model would repeat this one's on every run; keep the value in a tensor (a buffer), "
+                "change it outside the forward, or call the model once more first if it settles (a flag set on "
+                "the first call)")
+
+
+def _shown(value):
+    if value is _MISSING:
+        return "unset"
+    if isinstance(value, torch.Tensor):
+        return "a tensor"
+    return f"{value!r:.40}"
 
 
 def watch(function, args, kwargs, arg_names, instance=None):

@@ -8,7 +8,7 @@ from runtime.executor import Executor
 from runtime.io import save_inference_model
 from runtime.passes import check_level
 
-from . import argument_writes, conversion
+from . import argument_writes, conversion, python_writes
 from .decorator import declarative
 from .static_function import StaticFunction
 from .translator_state import STATE
@@ -111,6 +111,7 @@ class ProgramTranslator:
         if concrete is None:
             raise ValueError("no declarative function has run yet: call it once before saving")
         argument_writes.refuse_saving(concrete, "save_inference_model")
+        python_writes.refuse_saving(concrete.python_writes, "save_inference_model")
         inputs = select_by_index(concrete.inputs, feed, "feed", "the latest call has {n} input(s)")
         outputs = select_by_index(concrete.fetch_vars, fetch, "fetch", "the latest call has {n} output(s)")
         save_inference_model(dirname, [v.name for v in inputs], outputs, Executor(),

@@ -150,6 +150,36 @@ def test_a_counter_converts_on_every_call_and_warns():
         _run(Counts, [torch.ones(2)] * 9)
 
 
+@pytest.mark.parametrize("how", ["jit.save", "jit.save latest", "onnx"])
+def test_saving_a_forward_that_changes_a_python_value_every_call_is_refused(how, tmp_path):
+    # Saved, the loaded model returned the saved call's `x * calls` on every
+    # run (eager: 3, then 4); exported to ONNX, the same.
+    static = d2s.declarative(Counts())
+    static(torch.ones(2))
+    with pytest.raises(ValueError, match=r"changes `Counts.calls`, a Python value, .*\((0 to 1|1 to 2)\)"):
+        if how == "onnx":
+            d2s.onnx.export(static, str(tmp_path / "c.onnx"), input_spec=[d2s.InputSpec([2])])
+        else:
+            d2s.jit.save(static, str(tmp_path / "m"), input_spec=None if how.endswith("latest") else
+                         [d2s.InputSpec([2])])
+
+
+def test_a_python_value_that_settles_saves_once_it_has(tmp_path):
+    # `self.channel = x.shape[1]`: the first call's program was converted from
+    # `channel = None`; once the value holds, the latest call's program saves.
+    static = d2s.declarative(Channels())
+    x = torch.ones(2, 3)
+    static(x)
+    with pytest.raises(ValueError, match="call the model once more first"):
+        d2s.jit.save(static, str(tmp_path / "m"))
+    assert not (tmp_path / "m").exists()
+    static(x)
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded, eager = d2s.jit.load(str(tmp_path / "m")), Channels()
+    for v in (x, -x):
+        assert torch.equal(loaded(v), eager(v))
+
+
 @pytest.mark.parametrize("cls, inputs", [
     (Created, [torch.ones(2, 3), torch.ones(3), torch.ones(2, 3)]),
     (Outer, [torch.zeros(2), torch.full((2,), 1.5), torch.full((3,), 4.0)]),
