@@ -77,3 +77,34 @@ def test_gpt2_graph_trains_as_the_eager_loop(optimize):
     assert len(graph._build_fn.program_cache) == 1
     types = [op.type for op in graph.program.global_block().ops]
     assert types[-2:] == ["tensor_backward", "optimizer_step"]
+
+
+def test_bert_fine_tuned_on_padded_and_unpadded_batches_draws_its_dropout_once():
+    # transformers builds no mask for an unpadded batch (`if padding_mask is
+    # not None:` decides None): a call that takes that side after a padded
+    # one converts again and runs again. Its embeddings' dropout had drawn
+    # before the decision, so the call was refused; the generators' states
+    # are now put back first, and every draw, loss and gradient is eager's.
+    from transformers import BertConfig, BertForMaskedLM
+    config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=24, max_position_embeddings=32, hidden_dropout_prob=0.1,
+                        attention_probs_dropout_prob=0.1)
+    torch.manual_seed(0)
+    eager = BertForMaskedLM(config).train()
+    model = copy.deepcopy(eager)
+    forward = d2s.declarative(model.forward)
+    for step, pad in enumerate((3, 0, 2, 0)):
+        ids = torch.randint(1, 64, (2, 8), generator=torch.Generator().manual_seed(step))
+        mask = torch.ones(2, 8, dtype=torch.long)
+        mask[0, 8 - pad:] = 0
+        results = []
+        for run, module in ((eager.forward, eager), (forward, model)):
+            torch.manual_seed(step)
+            loss = run(input_ids=ids, attention_mask=mask, labels=ids).loss
+            results.append((loss, torch.autograd.grad(loss, list(module.parameters())), torch.get_rng_state()))
+        (loss_e, grads_e, state_e), (loss_d, grads_d, state_d) = results
+        assert torch.equal(loss_e, loss_d) and torch.equal(state_e, state_d)
+        assert all(torch.equal(a, b) for a, b in zip(grads_e, grads_d))
+    assert len(forward.program_cache) == 2  # the padded batches' program and the unpadded ones'
+    for concrete in forward.program_cache:  # each converted one side of the mask's `if`, the other a check
+        assert {"cond", "decision_failed"} <= {op.type for block in concrete.main_program.blocks for op in block.ops}
