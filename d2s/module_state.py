@@ -357,6 +357,13 @@ def carried(reads, writes):
     return pairs
 
 
+def carried_attributes(concrete):
+    """`Class.name` of each module attribute whose state `concrete` carries
+    from one call to the next (read at the start of a run, written after it)."""
+    return [f"{type(r.module()).__name__}.{r.name}" for r in concrete.state_reads
+            if any(w.name == r.name and w.module() is r.module() for w in concrete.state_writes)]
+
+
 def _fetch_leaves(tree):
     tag, body = tree
     if tag == "fetch":

@@ -21,6 +21,7 @@ from runtime.io import read_model
 from runtime.onnx_common import OnnxExportError
 from runtime.onnx_export import program_to_onnx
 
+from . import module_state
 from .input_spec import InputSpec
 from .jit import TranslatedLayer, concrete_to_save
 from .static_function import StaticFunction
@@ -37,9 +38,7 @@ def _from_static(static, input_spec):
         _, _, concrete = concrete_to_save(static, input_spec, "d2s.onnx.export")
         if _fused_ops(concrete.main_program):  # the latest call's program, made without gradients
             _, _, concrete = concrete_to_save(static, _specs_of_latest(static, concrete), "d2s.onnx.export")
-    if concrete.state_reads:
-        _refuse_carried_state([f"{type(r.module()).__name__}.{r.name}" for r in concrete.state_reads
-                               if any(w.name == r.name and w.module() is r.module() for w in concrete.state_writes)])
+    _refuse_carried_state(module_state.carried_attributes(concrete))
     program = concrete.main_program
     feeds = [v.name for v in concrete.inputs]
     fetches = [v.name for v in concrete.fetch_vars]

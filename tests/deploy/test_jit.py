@@ -482,3 +482,27 @@ def test_saving_a_module_in_training_mode_leaves_its_state(tmp_path, spec):
     d2s.jit.save(model, str(tmp_path / "m"), input_spec=[d2s.InputSpec(spec)])
     for name, value in model.state_dict().items():
         assert torch.equal(value, before[name]), name
+
+
+class _CarriesState(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.h = torch.zeros(1, 3)
+
+    def forward(self, x):
+        h = x + self.h
+        if h.sum() > 0:
+            h = h * 0.5
+        self.h = h
+        return h
+
+
+def test_save_inference_model_refuses_state_carried_between_calls(tmp_path):
+    # An inference model keeps no state between runs: saved so, every run
+    # started from the state at save time (jit.save carries it).
+    static = d2s.declarative(_CarriesState())
+    static(torch.ones(1, 3))
+    with pytest.raises(ValueError, match=r"carries module state from one call to the next \(`_CarriesState.h`"):
+        d2s.ProgramTranslator().save_inference_model(str(tmp_path / "m"))
+    assert not (tmp_path / "m").exists()
+    assert "cond" in {op.type for op in static.forward.concrete_program.main_program.global_block().ops}
