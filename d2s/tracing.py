@@ -10,11 +10,14 @@ import torch
 
 from ops.capture import CaptureMode
 from ops.tracer import Tracer
+from runtime.errors import ConversionError
 from runtime import runner
 from runtime.executor import Executor
 from runtime.io import save_inference_model
 from runtime.ir import Program, program_guard
 
+from . import module_state
+from .module_watch import same_plain_value
 from .translator import select_by_index
 from .translator_state import STATE
 
@@ -43,7 +46,9 @@ class TracedLayer:
             program.device = inputs[0].device
         if isinstance(layer, torch.nn.Module):
             program.mode = "train" if layer.training else "eval"
-        with program_guard(program, Program()), Tracer(program, hints):
+        modules = list(layer.modules()) if isinstance(layer, torch.nn.Module) else []
+        before = module_state.snapshot(modules)  # as the eager call left them
+        with program_guard(program, Program()), Tracer(program, hints), module_state.restored_on_error(before):
             feeds = [program.global_block().create_var(name=f"input_{i}", shape=tuple(t.shape), dtype=t.dtype,
                                                        is_data=True, stop_gradient=True)
                      for i, t in enumerate(inputs)]
@@ -52,6 +57,7 @@ class TracedLayer:
                     var.own_device = t.device
             with CaptureMode():
                 out = layer(*feeds)
+            _refuse_state_writes(layer, before)
         fetch = list(out) if isinstance(out, (list, tuple)) else [out]
         program.verify()
         return outputs, TracedLayer(program, feeds, fetch, optimize)
@@ -72,3 +78,27 @@ class TracedLayer:
         save_inference_model(dirname, [v.name for v in feeds], fetches, Executor(), main_program=self.program)
 
 
+
+
+def _refuse_state_writes(layer, before):
+    """ConversionError when the captured call assigned a module attribute
+    or buffer (`self.h = h`, `self.calls += 1`), after putting each back as
+    the eager call left it (the capture is a second call of the forward):
+    the traced layer records ops, and would repeat this call's state on
+    every run where eager carries it on (`@declarative` writes it after each
+    run)."""
+    for module, attrs, buffers in before:
+        for now, old in ((vars(module), attrs), (module._buffers, buffers)):
+            changed = [k for k in list(now) + [k for k in old if k not in now]
+                       if now.get(k, _MISSING) is not old.get(k, _MISSING)
+                       and not same_plain_value(now.get(k, _MISSING), old.get(k, _MISSING))]
+            if changed:
+                module_state.restore(before)
+                raise ConversionError(
+                    f"TracedLayer.trace: the forward assigns `{type(module).__name__}.{changed[0]}`, which a traced "
+                    "layer cannot carry from one run to the next (it records the call's ops, and would repeat this "
+                    "call's state on every run); decorate the forward with @d2s.declarative, whose programs write "
+                    "it after each run")
+
+
+_MISSING = object()

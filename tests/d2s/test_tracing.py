@@ -72,3 +72,49 @@ def test_tensor_control_flow_cannot_be_traced():
 
     with pytest.raises(d2s.ConversionError, match="known only when the program runs"):
         d2s.TracedLayer.trace(Branchy(), [torch.ones(2)])
+
+
+class _StoresState(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.h = torch.zeros(1, 2)
+
+    def forward(self, x):
+        h = x + self.h
+        self.h = h
+        return h * 2
+
+
+class _Counts(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return x * self.calls
+
+
+@pytest.mark.parametrize("cls, name", [(_StoresState, "h"), (_Counts, "calls")])
+def test_a_forward_that_assigns_module_state_cannot_be_traced(cls, name):
+    # The capture is a second call of the forward: it left a graph value on the
+    # module (`h`), or counted the call twice (`calls`), and the traced layer
+    # repeated the traced call's state on every run (eager 4, 6; traced 4, 4).
+    layer, eager = cls(), cls()
+    x = torch.ones(1, 2)
+    with pytest.raises(d2s.ConversionError, match=rf"assigns `{cls.__name__}.{name}`, which a traced layer cannot carry"):
+        d2s.TracedLayer.trace(layer, [x])
+    eager(x)  # the module is as the one eager call leaves it
+    assert torch.equal(layer(x), eager(x))
+
+
+def test_a_batch_norm_updating_its_statistics_in_place_traces():
+    torch.manual_seed(0)
+    layer, eager = nn.BatchNorm1d(2).train(), nn.BatchNorm1d(2).train()
+    x = torch.randn(4, 2)
+    _, traced = d2s.TracedLayer.trace(layer, [x])
+    eager(x)
+    for _ in range(2):
+        assert torch.equal(traced(x), eager(x))
+        assert torch.equal(layer.running_mean, eager.running_mean)
+        assert layer.num_batches_tracked == eager.num_batches_tracked
