@@ -12,6 +12,8 @@ import torch.nn.functional as F
 
 import d2s
 
+from test_module_attr_writes import Counts
+
 
 class Digits(nn.Module):
     def __init__(self):
@@ -85,17 +87,7 @@ class _StoresState(nn.Module):
         return h * 2
 
 
-class _Counts(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def forward(self, x):
-        self.calls += 1
-        return x * self.calls
-
-
-@pytest.mark.parametrize("cls, name", [(_StoresState, "h"), (_Counts, "calls")])
+@pytest.mark.parametrize("cls, name", [(_StoresState, "h"), (Counts, "calls")])
 def test_a_forward_that_assigns_module_state_cannot_be_traced(cls, name):
     # The capture is a second call of the forward: it left a graph value on the
     # module (`h`), or counted the call twice (`calls`), and the traced layer

@@ -2,7 +2,9 @@
 (directly, or through a view made there), shared by the ONNX and
 torch.export tests: an exported branch or loop must yield the new value,
 since exported values are immutable. Each case: (function, op type its
-program must hold, inputs taking every path)."""
+program must hold, inputs taking every path). `CarriesState`: state a
+forward carries from call to call, which no exported or inference model
+keeps (tests/deploy/test_onnx.py, test_jit.py)."""
 
 import torch
 import torch.nn as nn
@@ -70,3 +72,19 @@ class CountsCalls(nn.Module):
         if x.sum() > 0:
             self.count.add_(1)
         return x * self.count
+
+
+class CarriesState(torch.nn.Module):
+    """State carried from call to call by assignment (`self.h = h`), read by
+    the next call: each call's result depends on the calls before it."""
+
+    def __init__(self):
+        super().__init__()
+        self.h = torch.zeros(1, 3)
+
+    def forward(self, x):
+        h = x + self.h
+        if h.sum() > 0:
+            h = h * 0.5
+        self.h = h
+        return h

@@ -31,6 +31,7 @@ from runtime.errors import OpRuntimeError
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
 from mnist import MNIST, loss_fn, synthetic_digits  # noqa: E402
+import exported_writes  # noqa: E402
 
 SPEC = [d2s.InputSpec([None, 1, 28, 28], "float32")]
 
@@ -484,25 +485,12 @@ def test_saving_a_module_in_training_mode_leaves_its_state(tmp_path, spec):
         assert torch.equal(value, before[name]), name
 
 
-class _CarriesState(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.h = torch.zeros(1, 3)
-
-    def forward(self, x):
-        h = x + self.h
-        if h.sum() > 0:
-            h = h * 0.5
-        self.h = h
-        return h
-
-
 def test_save_inference_model_refuses_state_carried_between_calls(tmp_path):
     # An inference model keeps no state between runs: saved so, every run
     # started from the state at save time (jit.save carries it).
-    static = d2s.declarative(_CarriesState())
+    static = d2s.declarative(exported_writes.CarriesState())
     static(torch.ones(1, 3))
-    with pytest.raises(ValueError, match=r"carries module state from one call to the next \(`_CarriesState.h`"):
+    with pytest.raises(ValueError, match=r"carries module state from one call to the next \(`CarriesState.h`"):
         d2s.ProgramTranslator().save_inference_model(str(tmp_path / "m"))
     assert not (tmp_path / "m").exists()
     assert "cond" in {op.type for op in static.forward.concrete_program.main_program.global_block().ops}

@@ -367,27 +367,11 @@ def test_a_model_writing_its_own_state_is_refused(tmp_path):
         d2s.onnx.export(static, str(tmp_path / "c.onnx"), input_spec=[d2s.InputSpec([None, 3])])
 
 
-class CarriesState(torch.nn.Module):
-    """State carried from call to call by assignment (`self.h = h`), read by
-    the next call: each call's result depends on the calls before it."""
-
-    def __init__(self):
-        super().__init__()
-        self.h = torch.zeros(1, 3)
-
-    def forward(self, x):
-        h = x + self.h
-        if h.sum() > 0:
-            h = h * 0.5
-        self.h = h
-        return h
-
-
 @pytest.mark.parametrize("source", ["declarative", "saved", "loaded"])
 @pytest.mark.parametrize("exporter", ["onnx", "torch.export"])
 def test_a_model_carrying_state_between_calls_is_refused(tmp_path, source, exporter):
     # (Exported, it kept the state as it was at export: every run started there.)
-    static = d2s.declarative(CarriesState())
+    static = d2s.declarative(exported_writes.CarriesState())
     static(torch.ones(1, 3))
     obj = static
     if source != "declarative":
