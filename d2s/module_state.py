@@ -349,7 +349,7 @@ def carried(reads, writes):
     program's fetches (the returned value's first: `return h` too)."""
     pairs = []
     for read in reads:
-        write = next((w for w in writes if w.name == read.name and w.module() is read.module()), None)
+        write = _write_of(read, writes)
         if write is not None:
             leaves = _fetch_leaves(write.tree)
             if read.index < len(leaves):
@@ -357,11 +357,29 @@ def carried(reads, writes):
     return pairs
 
 
+def _write_of(read, writes):
+    """The write of the attribute `read` reads, or None."""
+    return next((w for w in writes if w.name == read.name and w.module() is read.module()), None)
+
+
+def refuse_carried(names, what, error=ValueError):
+    """`error` when `names` (attributes, or a saved model's state updates)
+    name state a program carries from one call to the next: `what` (an
+    exported or inference model) keeps none between runs, so each run
+    would start from the state at export."""
+    if names:
+        raise error(
+            f"the program carries module state from one call to the next (`{names[0]}`: each call reads what "
+            f"the previous one stored), which {what} does not keep between runs, so its later runs would differ "
+            "from the model's later calls; save it with d2s.jit.save (which carries the state), or export a "
+            "forward that takes the state as an input and returns the new state")
+
+
 def carried_attributes(concrete):
     """`Class.name` of each module attribute whose state `concrete` carries
     from one call to the next (read at the start of a run, written after it)."""
     return [f"{type(r.module()).__name__}.{r.name}" for r in concrete.state_reads
-            if any(w.name == r.name and w.module() is r.module() for w in concrete.state_writes)]
+            if _write_of(r, concrete.state_writes) is not None]
 
 
 def _fetch_leaves(tree):

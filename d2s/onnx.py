@@ -47,16 +47,7 @@ def _from_static(static, input_spec):
 
 
 def _refuse_carried_state(names):
-    """Refuse a program that carries module state from call to call (`self.h
-    = h` read by the next call; a saved model's `state_updates`): an ONNX
-    model or ExportedProgram keeps none, so each of its runs would start from
-    the state as it was at export, where the model's later calls do not."""
-    if names:
-        raise OnnxExportError(
-            f"the program carries module state from one call to the next (`{names[0]}`: each call reads what "
-            "the previous one stored); an exported model keeps no state between runs, so its later runs would "
-            "differ from the model's later calls; save it with d2s.jit.save (which carries the state), or "
-            "export a forward that takes the state as an input and returns the new state")
+    module_state.refuse_carried(names, "an exported model", OnnxExportError)
 
 
 def _specs_of_latest(static, concrete):

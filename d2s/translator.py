@@ -112,12 +112,7 @@ class ProgramTranslator:
             raise ValueError("no declarative function has run yet: call it once before saving")
         argument_writes.refuse_saving(concrete, "save_inference_model")
         python_writes.refuse_saving(concrete.python_writes, "save_inference_model")
-        carried = module_state.carried_attributes(concrete)
-        if carried:
-            raise ValueError(
-                f"save_inference_model: the program carries module state from one call to the next (`{carried[0]}`: "
-                "each call reads what the previous one stored), which an inference model does not keep between runs; "
-                "save it with d2s.jit.save, which carries the state")
+        module_state.refuse_carried(module_state.carried_attributes(concrete), "an inference model")
         inputs = select_by_index(concrete.inputs, feed, "feed", "the latest call has {n} input(s)")
         outputs = select_by_index(concrete.fetch_vars, fetch, "fetch", "the latest call has {n} output(s)")
         save_inference_model(dirname, [v.name for v in inputs], outputs, Executor(),

@@ -11,6 +11,7 @@ captured torch calls.
 import builtins
 import math
 import operator
+import string
 import time
 
 import torch
@@ -267,7 +268,34 @@ def _message_parts(message):
     return (message.template, message.numbers), [_as_var(v) for v in values]
 
 
-register(OpDef("assert", kernel=_assert_kernel, side_effect=True))
+def _message_values_ok(message, rest):
+    """Whether `rest` (the args after `message`) is empty, or a message's
+    kinds ("n"/"t" per value, `run_time_text`) and one input per kind, with
+    `message` a template whose fields name those values by position only:
+    a loaded program's `{0.__class__...}` would read attributes of the
+    run's values into the error's text."""
+    if not rest:
+        return True
+    numbers, refs = rest[0], rest[1:]
+    if not (isinstance(numbers, str) and set(numbers) <= {"n", "t"} and len(numbers) == len(refs)
+            and all(isinstance(r, InputRef) for r in refs)):
+        return False
+    try:
+        fields = [(name, spec) for _, name, spec, _ in string.Formatter().parse(message) if name is not None]
+    except ValueError:
+        return False
+    return all(name.isdigit() and int(name) < len(refs) and "{" not in spec for name, spec in fields)
+
+
+def _message_check(args, kwargs):
+    """`check_args` of `assert`: (condition, message[, kinds, value inputs])."""
+    if kwargs or len(args) < 2 or not isinstance(args[0], InputRef) or not isinstance(args[1], str) \
+            or not _message_values_ok(args[1], args[2:]):
+        return f"assert takes a condition, a message and the message's values, got {args!r:.80} {kwargs!r:.40}"
+    return None
+
+
+register(OpDef("assert", kernel=_assert_kernel, side_effect=True, check_args=_message_check))
 
 
 def _refuse_under_try(what, origin=None):
@@ -458,19 +486,9 @@ def _builtin_exception(args, kwargs):
     kind = args[0] if len(args) >= 2 and not kwargs else None
     value = getattr(builtins, kind, None) if isinstance(kind, str) else None
     if not (isinstance(value, type) and issubclass(value, BaseException)) or not isinstance(args[1], str) \
-            or not _message_values_ok(args[2:]):
+            or not _message_values_ok(args[1], args[2:]):
         return f"raise takes the name of a builtin exception class and a message, got {args!r:.80} {kwargs!r:.40}"
     return None
-
-
-def _message_values_ok(rest):
-    """Whether `rest` (the args after a message) is empty, or a message's
-    kinds ("n"/"t" per value, `run_time_text`) and one input per kind."""
-    if not rest:
-        return True
-    numbers, refs = rest[0], rest[1:]
-    return isinstance(numbers, str) and set(numbers) <= {"n", "t"} and len(numbers) == len(refs) \
-        and all(isinstance(r, InputRef) for r in refs)
 
 
 register(OpDef("raise", kernel=_raise_kernel, side_effect=True, check_args=_builtin_exception))

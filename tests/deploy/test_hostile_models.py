@@ -14,6 +14,8 @@ import d2s
 import runtime
 from d2s.__main__ import main
 from runtime import Executor, ModelFormatError, load_inference_model
+from runtime.attrs import InputRef
+from runtime.optable import get_op_def
 from runtime.format_rules import LoadLimits
 
 
@@ -385,3 +387,19 @@ def test_naming_rules_bind_files_not_programs_in_memory(tmp_path):
         d2s.save_inference_model(str(tmp_path / "m"), ["my input"], [x], Executor(), program)
     assert not (tmp_path / "m").exists()  # never writes what loading would refuse
 
+
+
+@pytest.mark.parametrize("op_type, args, ok", [
+    ("assert", (InputRef(0), "sum {0} over {1:>4} rows {{x}}", "tn", InputRef(1), InputRef(2)), True),
+    ("raise", ("ValueError", "low sum {0!r:.2f}", "n", InputRef(0)), True),
+    # A message a run formats names its values by position only: a loaded
+    # `{0.__class__...}` would read attributes of the run's values into the text.
+    ("assert", (InputRef(0), "{0.__class__.__init__}", "t", InputRef(1)), False),
+    ("raise", ("ValueError", "{0[0]}", "t", InputRef(0)), False),
+    ("raise", ("ValueError", "{1}", "t", InputRef(0)), False),
+    ("assert", (InputRef(0), "{0:{1}}", "tt", InputRef(1), InputRef(2)), False),
+    ("assert", (InputRef(0), "{0}", "x", InputRef(1)), False),
+])
+def test_a_loaded_messages_template_is_checked_before_it_runs(op_type, args, ok):
+    problem = get_op_def(op_type).check_args(args, {})
+    assert (problem is None) == ok, problem
