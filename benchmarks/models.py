@@ -181,6 +181,8 @@ ZOO = [
     _timm("coatnet_nano_rw_224", image=224, resize=False), _timm("maxvit_nano_rw_256", image=256, resize=False),
     _timm("fastvit_t8"), _timm("tiny_vit_5m_224", image=224, resize=False), _timm("edgenext_xx_small"),
     _timm("eva02_tiny_patch14_224", image=56, resize=False, img_size=56),
+    # added 2026-11-28: experts split by `counts.tolist()` (JetMoE)
+    _causal("jetmoe", "jetmoe"),
 ]
 
 

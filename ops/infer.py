@@ -242,6 +242,7 @@ def _symbolic_runs(fn, args, kwargs, inputs, shapes, factory, as_int, meta):
         if as_int:
             values = [shapes.new_symbol(shapes.tracer.example_int(v, 1), v.name) if _int_like(v) else x
                       for v, x in zip(inputs, values)]
+        _split_sizes(fn, args, kwargs, inputs, values, shapes)
         start, ranges = len(shapes.env.guards), dict(shapes.env.var_to_range)
         with shapes.active(meta):
             runs.append(_call(fn, args, kwargs, values, factory, "meta" if meta else None))
@@ -254,6 +255,36 @@ def _symbolic_runs(fn, args, kwargs, inputs, shapes, factory, as_int, meta):
     if shapes.layout_approximated:  # an input's fake was not in its layout: neither are the outputs'
         _forget_strides(result)
     return result
+
+
+_SPLITS = (torch.split, torch.Tensor.split, torch.split_with_sizes, torch.Tensor.split_with_sizes)
+
+
+def _split_sizes(fn, args, kwargs, inputs, values, shapes):
+    """`x.split(sizes, dim)` with sizes known only at run time (`counts.tolist()`):
+    the kernel fails unless they add up to the dimension, so on every run the
+    last is the dimension less the others. Its symbol is that expression, so
+    that `torch.cat` of the pieces has the dimension's own size again (a
+    mixture of experts splits its tokens by expert and adds them back with
+    `index_add` over all of them)."""
+    if fn not in _SPLITS or len(args) < 2 or not isinstance(args[1], (list, tuple)) or not args[1]:
+        return
+    tensor, sizes, dim = args[0], args[1], args[2] if len(args) > 2 else kwargs.get("dim", 0)
+    last = sizes[-1]
+    if not (isinstance(tensor, InputRef) and isinstance(last, InputRef) and isinstance(dim, int)
+            and _int_like(inputs[last.index]) and isinstance(values[tensor.index], torch.Tensor)):
+        return
+    x = values[tensor.index]
+    if not -x.dim() <= dim < x.dim():
+        return  # the kernel's own error
+    for size in sizes[:-1]:
+        if isinstance(size, InputRef) and _int_like(inputs[size.index]) \
+                and not isinstance(values[size.index], torch.SymInt):
+            values[size.index] = shapes.new_symbol(shapes.tracer.example_int(inputs[size.index], 1),
+                                                   inputs[size.index].name)
+    others = [values[s.index] if isinstance(s, InputRef) else s for s in sizes[:-1]]
+    if all(isinstance(s, (int, torch.SymInt)) for s in others):
+        values[last.index] = x.shape[dim] - sum(others)
 
 
 def _forget_strides(result):

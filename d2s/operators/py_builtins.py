@@ -153,6 +153,55 @@ def _item(value):
     return out
 
 
+# `t.tolist()` makes one graph value per element: past this many, a value
+# meant for Python (a list of ids, boxes to print) is not what a program
+# should carry one op output at a time.
+TOLIST_LIMIT = 4096
+
+
+def _tolist(value):
+    """``value.tolist()`` of a graph tensor of known sizes: nested lists of
+    0-d Variables, each standing for the Python number eager code has there
+    (as ``_item`` reads one), so `x.split(sizes.tolist())` splits at the
+    run's sizes and `int(n)` / `range(n)` of an element decide as they do
+    for any number read from a tensor. One copy of the whole tensor, taken
+    here: later in-place ops on `value` leave the numbers alone."""
+    shape = list(value.shape)
+    if any(not isinstance(d, int) or d < 0 for d in shape):
+        raise error_at_user_line(
+            f"`.tolist()` of a tensor whose sizes are known only when the program runs ({tuple(value.shape)}): "
+            "the list's length would differ from run to run, which a program cannot give Python; keep the "
+            "value a tensor (index it, or `torch.split` it by a tensor of sizes)")
+    numel = _numel(shape)
+    if numel > TOLIST_LIMIT:
+        raise error_at_user_line(
+            f"`.tolist()` of a tensor of {numel} elements while the program is built: each element would be a "
+            f"graph value of its own (at most {TOLIST_LIMIT}); keep the value a tensor, or call `.tolist()` on "
+            "the function's result outside it")
+    if not shape:
+        return _item(value)
+    src = value.detach()
+    dtype = number_dtype(src.dtype)
+    flat = (src.clone() if src.dtype == dtype else fw.cast(src, dtype)).reshape(-1)
+    numbers = list(flat.unbind(0)) if numel else []
+    for number in numbers:
+        number.python_number = True
+
+    def nest(start, dims):
+        if len(dims) == 1:
+            return numbers[start:start + dims[0]]
+        step = _numel(dims[1:])
+        return [nest(start + i * step, dims[1:]) for i in range(dims[0])]
+    return nest(0, shape)
+
+
+def _numel(dims):
+    out = 1
+    for d in dims:
+        out *= d
+    return out
+
+
 def convert_max_min(builtin, which):
     """``max(a, b, ...)`` / ``min(a, b, ...)``, or of one iterable, where a
     graph tensor takes part: eager Python keeps ``best`` and takes each
