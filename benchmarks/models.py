@@ -181,8 +181,10 @@ ZOO = [
     _timm("coatnet_nano_rw_224", image=224, resize=False), _timm("maxvit_nano_rw_256", image=256, resize=False),
     _timm("fastvit_t8"), _timm("tiny_vit_5m_224", image=224, resize=False), _timm("edgenext_xx_small"),
     _timm("eva02_tiny_patch14_224", image=56, resize=False, img_size=56),
-    # added 2026-11-28: experts split by `counts.tolist()` (JetMoE)
+    # added 2026-11-28: experts split by `counts.tolist()` (JetMoE); PhiMoE
     _causal("jetmoe", "jetmoe"),
+    # a custom autograd.Function in the router, in training only (saved inline for both modes)
+    _causal("phimoe", "phimoe", intermediate_size=32, num_local_experts=4, num_experts_per_tok=2),
 ]
 
 

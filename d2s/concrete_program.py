@@ -83,6 +83,8 @@ class ConcreteProgram:
         # path in StaticFunction.__call__ then calls the function itself).
         self._plain = not self.state_reads and not self.state_writes and layout is None and \
             not self.python_writes and not self.argument_writes and not self.global_generators
+        # (args, kwargs) of the call that built it, when it holds a custom autograd.Function (static_function.py)
+        self.call_example = None
         self.decisions = None  # the decisions.Group of the programs sharing its cache key, once there are more
 
     def run(self, tensors, arguments=None):

@@ -4,7 +4,7 @@ source, as a `TranslatedLayer`: an `nn.Module` whose weights are trainable
 `nn.Parameter`s.
 """
 
-import contextlib
+import copy
 import re
 import warnings
 
@@ -14,7 +14,7 @@ from ops.autograd_function import has_live_ops, inline_for_save
 from runtime import foreign_tracers, modes, output_tree, runner
 from runtime.errors import ConversionError, DecisionFailed
 from runtime.executor import Executor
-from runtime.io import prune_program, read_model, save_model
+from runtime.io import prune_program, read_model, refuse_live_ops, save_model
 from runtime.ir import GENERATOR, torch_dtype
 from runtime.passes import check_level
 from runtime.serialization import program_to_dict
@@ -107,8 +107,15 @@ def concrete_to_save(static, input_spec, what):
 def _with_functions_inlined(static, examples, concrete):
     """The program traced again with custom autograd.Functions' forwards
     inline (ops/autograd_function.py; call it under `inline_for_save()`),
-    for the same inputs; unchanged when the function takes more than the
-    program's tensor inputs."""
+    for the same inputs: the latest call's own arguments where the program
+    kept them (`ConcreteProgram.call_example`, any form of call), else its
+    tensor inputs; unchanged when neither serves (save then refuses, naming
+    the Function)."""
+    if examples is None and concrete.call_example is not None:
+        # The latest call again, in its own form (keywords, Python values).
+        args, kwargs = copy.deepcopy(concrete.call_example)  # the trace may change them (a cache it grows)
+        fresh = StaticFunction(static._function, static._input_spec, instance=static._instance)
+        return fresh, None, fresh.get_concrete_program(*args, **kwargs)
     if examples is None:
         if static._n_positional != len(concrete.inputs):
             return static, examples, concrete  # Python arguments too: save refuses, naming the Function
@@ -232,11 +239,13 @@ def save(layer_or_function, path, input_spec=None):
     called = static
     static, examples, concrete = concrete_to_save(static, input_spec, "jit.save")
     both_modes = examples is not None
-    inline = has_live_ops(concrete.main_program)
-    with inline_for_save() if inline else contextlib.nullcontext():
-        if inline:
+    # Every trace from here is for the file: the other mode's program may call a
+    # Function this one does not (PhiMoE's router calls one in training only).
+    with inline_for_save():
+        if has_live_ops(concrete.main_program):
             static, examples, concrete = _with_functions_inlined(static, examples, concrete)
         main, alternate = _part(concrete), None
+        refuse_live_ops(concrete.main_program)  # not inlined: before other paths are compared with it
         paths = [_part(c) for c in save_paths.other_paths(
             lambda: _retrace(static, examples), concrete.main_program)] if examples is not None else []
         paths += [part for part in map(_part, save_paths.converted_paths(called, concrete))

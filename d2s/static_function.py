@@ -10,6 +10,7 @@ result. On a hit it only calls the compiled program: no Python-level model
 code runs at all. `declarative` (d2s/decorator.py) makes them.
 """
 
+import copy
 import functools
 import inspect
 import sys
@@ -18,6 +19,7 @@ import weakref
 
 import torch
 
+from ops.autograd_function import has_live_ops
 from ops.capture import CaptureMode
 from ops import attribute_reads, process_state, python_reads, python_values, tracer
 from ops.control_flow import Unreachable
@@ -559,6 +561,8 @@ class StaticFunction:
                                        (writes, reads, state_fetch) if writes or reads or changed else None,
                                        layout, replays, changed, single_use, varying)
             self._keep(key, concrete, self._note_state(writes, reads), args, kwargs)
+            if has_live_ops(main):
+                concrete.call_example = _call_example(args, kwargs)
             if _debug.level() >= 2:
                 print(f"[d2s] program of {self._function.__qualname__}:\n{main.to_string()}", file=sys.stderr)
             return concrete
@@ -686,3 +690,17 @@ class StaticFunction:
                         hints.setdefault(id(t), f"{prefix}.{name}" if prefix else name)
         return hints
 
+
+def _call_example(args, kwargs):
+    """A copy of a call's arguments as they were before it ran, for a
+    program holding a custom autograd.Function: `jit.save` traces the call
+    again with the Function's forward inline (d2s/jit.py
+    `_with_functions_inlined`), however the caller passed them (transformers
+    models take keywords). None where they cannot be copied, or hold a
+    module (a copy would be another module's weights)."""
+    try:
+        if any(isinstance(v, torch.nn.Module) for v in (*args, *kwargs.values())):
+            return None
+        return copy.deepcopy((tuple(args), dict(kwargs)))
+    except Exception:  # noqa: BLE001 - an argument deepcopy cannot copy: save refuses, naming the Function
+        return None

@@ -166,7 +166,7 @@ def _save_params(params, path):
     save_file(params, path, metadata={"format": FORMAT_NAME, "format_version": str(FORMAT_VERSION)})
 
 
-def _refuse_live_ops(program):
+def refuse_live_ops(program):
     """An op holding a live Python object (a custom autograd.Function) runs
     in memory but cannot be written: a saved program names only table ops."""
     for block in program.blocks:
@@ -193,7 +193,7 @@ def _saved_part(part, params, held_as):
     targets = list(targets) if isinstance(targets, (list, tuple)) else [targets]
     fetch_names = [v.name if isinstance(v, Variable) else v for v in targets]
     _check_endpoints(program, feed_names, fetch_names)
-    _refuse_live_ops(program)
+    refuse_live_ops(program)
     pruned = prune_program(program, feed_names, fetch_names)
     try:
         pruned.verify()

@@ -121,12 +121,73 @@ def with_python_argument(x, scale):
     return RoundSTE.apply(x * scale)
 
 
-def test_saving_with_python_arguments_is_refused_naming_the_function(tmp_path):
+def test_saving_with_python_arguments_inlines_the_call_as_it_was(tmp_path):
+    # As for any function, the saved model serves the latest call's Python
+    # values (its inputs are the tensors); the call is traced again from a
+    # copy of its arguments, with the Function inline.
     static = d2s.declarative(with_python_argument)
-    static(torch.ones(3), 2.0)
+    x = torch.tensor([0.3, 0.8, -1.6])
+    static(x, 2.0)
+    d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    assert torch.equal(loaded(x), with_python_argument(x, 2.0))
+    assert "forward_only" in {op.type for block in loaded.program.blocks for op in block.ops}
+
+
+def with_a_module_argument(x, layer):
+    return RoundSTE.apply(layer(x))
+
+
+def test_saving_with_a_module_argument_is_refused_naming_the_function(tmp_path):
+    static = d2s.declarative(with_a_module_argument)
+    static(torch.ones(2, 3), nn.Linear(3, 2))
     with pytest.raises(ValueError, match=r"test_autograd_function.py:\d+: cannot save: .*\(<RoundSTE>\)"):
         d2s.jit.save(static, str(tmp_path / "m"))
     assert not (tmp_path / "m").exists()
+
+
+class KeywordRouter(nn.Module):
+    """transformers' shape: keyword arguments with defaults, and a Function
+    only the training mode calls (PhiMoE's router multiplier)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, inputs=None, mask=None, scale=1.0):
+        h = self.lin(inputs) * scale
+        if self.training:
+            h = RoundSTE.apply(h)
+        return h if mask is None else h * mask
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+@pytest.mark.parametrize("spec", [False, True])
+def test_a_keyword_call_and_a_function_of_one_mode_save_inline(mode, spec, tmp_path):
+    eager = KeywordRouter().train(mode == "train")
+    static = d2s.declarative(KeywordRouter().train(mode == "train"))
+    x, mask = torch.randn(4, 3), torch.tensor([[1.0], [0.0], [1.0], [1.0]])
+    assert torch.equal(static(inputs=x, mask=mask, scale=2.0), eager(inputs=x, mask=mask, scale=2.0))
+    if spec:  # both modes, from the specs' examples: a positional wrapper, as a saved model is called
+        def forward(inputs, mask):
+            return static(inputs=inputs, mask=mask, scale=2.0)
+        wrapper = type("Wrapper", (nn.Module,), {"forward": lambda self, a, b: forward(a, b)})()
+        wrapper.inner = static
+        wrapper.train(mode == "train")
+        d2s.jit.save(d2s.declarative(wrapper), str(tmp_path / "m"),
+                     input_spec=[d2s.InputSpec([None, 3]), d2s.InputSpec([None, 1])])
+    else:
+        d2s.jit.save(static, str(tmp_path / "m"))
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    for other in ("train", "eval") if spec else (mode,):
+        eager.train(other == "train")
+        loaded.train(other == "train")
+        assert torch.equal(loaded(x, mask), eager(inputs=x, mask=mask, scale=2.0))
+    if mode == "train" or spec:
+        loaded.train()
+        with pytest.raises(RuntimeError, match="RoundSTE inline; its backward was not saved"):
+            loaded(x.requires_grad_(), mask).sum().backward()
 
 
 def test_outside_declarative_apply_is_untouched():
