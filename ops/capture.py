@@ -643,5 +643,22 @@ def _check_int_overflow(name, var, other, result):
     framework.check_int64(result, a, b, kind)
 
 
+def _number_hash(var):
+    """`n in {3: ...}`, `set(ns)`, `Counter(ns)` in the user's code (a frame
+    outside d2s and torch hashing it) of a Variable standing for a Python
+    number: refused, since its hash is its identity's, not its value's."""
+    frame = sys._getframe(2)  # the caller of Variable.__hash__ (C code such as a dict lookup has no frame)
+    while frame is not None and is_stdlib_file(frame.f_code.co_filename):
+        frame = frame.f_back  # `Counter(ns)`: the user's line that called the standard library
+    if frame is None or frame.f_code.co_filename.startswith(INTERNAL_DIRS):
+        return
+    raise error_at_user_line(
+        f"{user_name(var, 'value')} is a Python number read from a tensor (`int(t)`, `t.item()`, `t.tolist()`), "
+        "which exists only when the program runs: as a dict key or set member (`in` a dict or set, `set()`, "
+        "`Counter`) it would be found by identity, not by value; compare with `==` (a tensor `if` is "
+        "converted), or keep the values a tensor (`torch.isin`, `torch.unique`)", frame)
+
+
+Variable._number_hash_hook = staticmethod(_number_hash)
 Variable._torch_function_hook = staticmethod(_torch_function)
 Variable._method_hook = staticmethod(_method)

@@ -141,8 +141,9 @@ def exception_origin(exc):
     return origin
 
 
-def error_at_user_line(message):
-    origin = user_origin()
+def error_at_user_line(message, frame=None):
+    """A ConversionError naming the innermost user frame's line (or `frame`'s)."""
+    origin = user_origin() if frame is None else _origin(frame)
     if origin is None:
         return ConversionError(message)
     filename, lineno, line = origin

@@ -104,6 +104,7 @@ class Variable:
     _torch_function_hook = None
     _method_hook = None
     _requires_grad_hook = None
+    _number_hash_hook = None  # refuses `n in {...}` in user code for a Python number read from a tensor
 
     # Facts tracing records on a Variable, with their defaults. Declared here
     # so that reading one never reaches `__getattr__` (which looks up tensor
@@ -254,8 +255,14 @@ class Variable:
                 "seed or read it outside the function")
         return Variable._method_hook(self, name)
 
-    # Identity semantics: Variables are graph nodes, `==` builds an op.
-    __hash__ = object.__hash__
+    # Identity semantics: Variables are graph nodes, `==` builds an op. A
+    # Variable standing for a Python number (`int(t)`, `t.tolist()`) would
+    # be a dict key or set member by identity where eager's number is one by
+    # value: the hook refuses that in the user's code (ops/capture.py).
+    def __hash__(self):
+        if self.python_number and Variable._number_hash_hook is not None:
+            Variable._number_hash_hook(self)
+        return object.__hash__(self)
 
 
 # Python operators a Variable supports; each forwards to the tensor method of

@@ -10,7 +10,7 @@ from ops import control_flow as cf
 from ops import framework as fw
 from ops import tracer
 from ops.control_flow import identity
-from ops.recording import graph_tensor
+from ops.recording import graph_tensor, stands_for_number
 from ops.user_frames import error_at_user_line, user_name
 from runtime.errors import ConversionError
 from runtime.ir import Variable
@@ -237,6 +237,8 @@ def convert_in(a, b):
     """``a in b``; for a graph tensor ``b``, eager's ``Tensor.__contains__``:
     whether any element equals ``a`` (a number or a tensor), as a bool the
     program computes."""
+    if _number_in_container(a, b):
+        return _number_found(a, b)
     if not isinstance(b, Variable) or is_array(b):  # a run-time size or a tensor array: Python's own `in`
         return a in b
     if not isinstance(a, (int, float, bool, complex, torch.Tensor, torch.SymInt, torch.SymFloat)) and not is_var(a):
@@ -248,7 +250,41 @@ def convert_in(a, b):
 
 def convert_not_in(a, b):
     """``a not in b``."""
-    return convert_logical_not(convert_in(a, b)) if isinstance(b, Variable) and not is_array(b) else a not in b
+    if _number_in_container(a, b) or isinstance(b, Variable) and not is_array(b):
+        return convert_logical_not(convert_in(a, b))
+    return a not in b
+
+
+_CONTAINERS = (list, tuple, set, frozenset, dict)
+
+
+def _number_in_container(a, b):
+    """`n in (1, 2)`, `n in {3: ...}` for a graph value standing for a
+    Python number (`int(t)`, `t.tolist()`): eager finds the number by value
+    (a dict or set by its hash, a list by `==`), where Python's own `in`
+    would find the Variable by identity only."""
+    return isinstance(a, Variable) and stands_for_number(a) and type(b) in _CONTAINERS
+
+
+def _number_found(a, b):
+    """Whether `a` equals one of the numbers among `b`'s items (a dict's
+    keys), a bool the program computes; other items (text, None) equal no
+    number, as eagerly. A tensor item would ask eager for its truth: refused."""
+    found = False
+    for item in b:
+        if isinstance(item, (bool, int, float, complex)) or isinstance(item, Variable) and stands_for_number(item):
+            same = a == item
+            found = same if found is False else found | same
+        elif isinstance(item, (Variable, torch.Tensor)):
+            raise error_at_user_line(
+                f"`in` of {user_name(a, 'value')}, a Python number read from a tensor, among tensors: eager "
+                "compares it with each tensor and asks the truth of the result; compare them with `==` yourself "
+                "(`(t == n).any()`)")
+    if found is False:
+        return False
+    found = found.detach()
+    found.python_number = True  # eagerly a Python bool
+    return found
 
 
 def convert_equal(a, b):

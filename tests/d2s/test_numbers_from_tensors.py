@@ -170,3 +170,58 @@ def test_returned_numbers_are_python_numbers_on_every_path(n):
         assert got[1:] == want[1:]
     assert len(static.program_cache) == 1
     assert any(op.type == "while" for op in static.concrete_program.main_program.global_block().ops)
+
+
+def in_a_dict(x):
+    n = int(x.sum())
+    return x + 1 if n in {3: "three", 6: "six", "z": 0} else x - 1
+
+
+def in_a_set(x):
+    n = x.long().tolist()
+    return x * 2 if n[0] in {1, 4} else x
+
+
+def not_in_a_tuple(x):
+    n = x[0].item()
+    if n not in (1.0, 2, None):
+        x = x * 5
+    return x
+
+
+@pytest.mark.parametrize("fn", [in_a_dict, in_a_set, not_in_a_tuple])
+def test_a_number_in_a_container_is_found_by_value(fn):
+    """`n in {3: ...}` of a number read from a tensor: eager finds it by
+    value; by the Variable's identity it was never found (a silent wrong
+    branch). Each value takes its own side of one program's `cond`."""
+    static = d2s.declarative(fn)
+    for values in ([1.0, 2.0], [4.0, 2.0], [2.0, 4.0], [1.5, 1.5]):
+        x = torch.tensor(values)
+        assert torch.equal(static(x), fn(x))
+    assert len(static.program_cache) == 1
+    assert "cond" in {op.type for block in static.concrete_program.main_program.blocks for op in block.ops}
+
+
+def as_set(x):
+    return x * len(set(x.long().tolist()))
+
+
+def as_key(x):
+    return {int(x.sum()): x}
+
+
+def counted(x):
+    import collections
+    return x * collections.Counter(x.long().tolist())[1]
+
+
+@pytest.mark.parametrize("fn, marker", [(as_set, "len(set("), (as_key, "{int("), (counted, "Counter")])
+def test_hashing_a_number_is_refused_at_the_line(fn, marker):
+    """`set(ns)` counted [1, 1] as two members (one per Variable)."""
+    import inspect
+    from runtime.errors import ConversionError
+    with pytest.raises(ConversionError, match="found by identity, not by value") as info:
+        d2s.declarative(fn)(torch.tensor([1.0, 1.0]))
+    lines, first = inspect.getsourcelines(fn)
+    assert info.value.filename == __file__
+    assert info.value.lineno == first + next(i for i, line in enumerate(lines) if marker in line)
