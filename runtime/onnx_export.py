@@ -31,7 +31,7 @@ from .ir import GENERATOR, TENSOR_ARRAY, torch_dtype
 from .optable import get_op_def
 from .onnx_checks import conjunction, gated, is_check, lower_check
 from .onnx_common import _ELEM, _NUMPY, OnnxExportError, _origin, _span, elem_type, op_error
-from .onnx_ops import LOWERINGS
+from .onnx_ops import LOWERINGS, WHOLE_OPS
 from .replay import (AliasingError, check_aliasing, failing_op, op_reads, reads_and_writes, region_function,
                      outer_writes, state_write, untraceable, written_roots)
 
@@ -133,7 +133,8 @@ class Lowering:
                 continue
             if checks and set(reads_and_writes([op])[1]) & {n for c in checks for n in c.input_names}:
                 flush(reads_after[i])  # op writes what a check read: the check takes the value before
-            if op.type in ("cond", "while") or self._on_arrays(op, block):
+            if op.type in ("cond", "while") or self._on_arrays(op, block) or \
+                    get_op_def(op.type).canonical in WHOLE_OPS:
                 flush(reads_after[i])
                 self.structured(graph, block, op)
             else:

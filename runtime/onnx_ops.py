@@ -1,5 +1,6 @@
 """The ONNX lowerings d2s writes itself: ops on tensor arrays (lists
-appended in a graph loop), as ONNX sequences.
+appended in a graph loop), as ONNX sequences, and a mixture of experts'
+`torch._grouped_mm`.
 
 Every other straight-line op goes through torch's own exporter
 (`runtime/onnx_regions.py`). These do not, because a tensor array is a
@@ -13,6 +14,14 @@ list that a loop grows, so torch.onnx has no sequence values to give.
     array_read                SequenceAt
     stack / cat               ConcatFromSequence (new_axis 1 / 0)
 
+    torch._grouped_mm         a Loop over the experts: each one's rows
+                              (between consecutive offsets) times its weight,
+                              gathered in a sequence and concatenated, as
+                              torch's CPU kernel multiplies them group by
+                              group (torch.onnx has no function for it; a
+                              gather of one weight per row would hold
+                              rows x in x out floats)
+
 `LOWERINGS[name](graph, op, block)`, keyed by the op's canonical name
 (`OpDef.canonical`: the ATen operator `torch.stack` calls, or the type of
 an op of our own), appends nodes to `graph` and returns the ONNX value(s)
@@ -24,6 +33,8 @@ from .onnx_common import elem_type, op_error
 from .optable import get_op_def
 
 LOWERINGS = {}
+# Lowered here wherever they appear (the others only on tensor arrays).
+WHOLE_OPS = frozenset({"torch._grouped_mm"})
 
 
 def lowering(*names):
@@ -107,3 +118,59 @@ def _stack(graph, op, block):
         raise op_error(op, "only a whole tensor array and a constant dim are supported for ONNX")
     return graph.node("ConcatFromSequence", [_value(graph, op, tensors)], axis=int(dim),
                       new_axis=int(get_op_def(op.type).aten == "stack"))
+
+
+@lowering("torch._grouped_mm")
+def _grouped_mm(graph, op, block):
+    """`torch._grouped_mm(x, w, offs=offs)` with x [rows, in], w [experts,
+    in, out] and offs the experts' cumulative row counts (transformers'
+    Mixtral, Qwen-MoE, OLMoE, gpt-oss): expert g's rows are
+    x[offs[g-1]:offs[g]] (from 0 for the first), multiplied by w[g]. Rows
+    past the last offset are uninitialized in torch's result; here they are
+    left out, so they must be none (transformers' offsets end at the rows)."""
+    from onnx import TensorProto, helper
+    args, kwargs = _args(op)
+    names = ("mat_a", "mat_b", "offs", "bias", "out_dtype")
+    given = dict(zip(names, args), **kwargs)
+    x, w, offs = given.get("mat_a"), given.get("mat_b"), given.get("offs")
+    if given.get("bias") is not None or given.get("out_dtype") is not None:
+        raise op_error(op, "only torch._grouped_mm without bias and out_dtype is lowered to ONNX")
+    if not all(isinstance(a, InputRef) for a in (x, w, offs)) or \
+            (len(_var(block, op, x).shape), len(_var(block, op, w).shape)) != (2, 3):
+        raise op_error(op, "only torch._grouped_mm of 2-d rows, 3-d expert weights and offsets is lowered "
+                       "to ONNX (a mixture of experts' form)")
+    dtype = _var(block, op, x).dtype_name
+    rows, weights = _value(graph, op, x), _value(graph, op, w)
+    ends = _as(graph, _value(graph, op, offs), _var(block, op, offs), "int64")
+    zero = graph.const([0], "int64")
+    # starts[g] = ends[g - 1], 0 for the first expert
+    starts = graph.node("Concat", [zero, graph.node("Slice", [ends, zero, graph.const([-1], "int64")])], axis=0)
+    count = graph.node("Shape", [ends])
+
+    lowering = graph.lowering
+    g, keep, seq_in = lowering.fresh("expert"), lowering.fresh("cond_in"), lowering.fresh("seq_in")
+    g1, start, end = lowering.fresh("g1"), lowering.fresh("start"), lowering.fresh("end")
+    piece, weight, product = lowering.fresh("rows"), lowering.fresh("w"), lowering.fresh("y")
+    keep_out, seq_out, axes = lowering.fresh("cond_out"), lowering.fresh("seq_out"), lowering.fresh("axes")
+    body = helper.make_graph([
+        helper.make_node("Constant", [], [axes], value=helper.make_tensor("a", TensorProto.INT64, [1], [0])),
+        helper.make_node("Unsqueeze", [g, axes], [g1]),
+        helper.make_node("Gather", [starts, g1], [start], axis=0),
+        helper.make_node("Gather", [ends, g1], [end], axis=0),
+        helper.make_node("Slice", [rows, start, end, axes], [piece]),
+        helper.make_node("Gather", [weights, g], [weight], axis=0),
+        helper.make_node("MatMul", [piece, weight], [product]),
+        helper.make_node("SequenceInsert", [seq_in, product], [seq_out]),
+        helper.make_node("Identity", [keep], [keep_out]),
+    ], f"grouped_mm_{lowering.fresh('body')}", [
+        helper.make_tensor_value_info(g, TensorProto.INT64, []),
+        helper.make_tensor_value_info(keep, TensorProto.BOOL, []),
+        helper.make_tensor_sequence_value_info(seq_in, elem_type(dtype), None),
+    ], [
+        helper.make_tensor_value_info(keep_out, TensorProto.BOOL, []),
+        helper.make_tensor_sequence_value_info(seq_out, elem_type(dtype), None),
+    ])
+    empty = graph.node("SequenceEmpty", [], name_hint="seq", dtype=elem_type(dtype))
+    trips = graph.node("Squeeze", [count, zero])
+    pieces = graph.node("Loop", [trips, "", empty], name_hint="experts", body=body)
+    return graph.node("ConcatFromSequence", [pieces], axis=0)

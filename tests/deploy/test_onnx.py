@@ -467,12 +467,15 @@ def _experts(x, w, offs):
     return torch._grouped_mm(x, w, offs=offs)  # a mixture of experts' matmul (transformers' Mixtral)
 
 
-def test_an_op_traced_as_an_empty_tensor_is_refused(tmp_path):
-    # (16-byte aligned strides: sizes of 4 and 8 floats)
+def test_an_op_traced_as_an_empty_tensor_is_refused_by_torch_export(tmp_path):
+    # (16-byte aligned strides: sizes of 4 and 8 floats.) ONNX has its own
+    # lowering (a Loop over the experts); a torch.export trace would hold an
+    # empty tensor as its value.
     x, w, offs = torch.randn(8, 4), torch.randn(2, 4, 8), torch.tensor([3, 8], dtype=torch.int32)
     torch.testing.assert_close(_experts(x, w, offs), _experts.dygraph_function(x, w, offs))
-    with pytest.raises(d2s.onnx.ExportError, match=r"'torch._grouped_mm'.*empty tensor.*test_onnx.py"):
-        d2s.onnx.export(_experts, str(tmp_path / "e.onnx"))
+    d2s.onnx.export(_experts, str(tmp_path / "e.onnx"))
+    session = ort.InferenceSession(str(tmp_path / "e.onnx"), providers=["CPUExecutionProvider"])
+    _check(session, [x, w, offs], _experts.dygraph_function(x, w, offs))
     with pytest.raises(d2s.ExportError, match=r"'torch._grouped_mm'.*empty tensor"):
         d2s.export(_experts)
 
@@ -562,3 +565,35 @@ def test_a_model_saved_without_gradients_exports_its_general_path(tmp_path, how)
         d2s.onnx.export(source, str(tmp_path / "model.onnx"))
         want = eager(x)
     _check(ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"]), [x], want)
+
+
+class GroupedExperts(torch.nn.Module):
+    """A mixture of experts as transformers writes it for `torch._grouped_mm`:
+    rows sorted by expert, offsets the cumulative counts (int32)."""
+
+    def __init__(self, experts=3):
+        super().__init__()
+        torch.manual_seed(0)
+        self.experts = experts
+        self.weight = torch.nn.Parameter(torch.randn(experts, 8, 4))
+
+    def forward(self, x, route):
+        order = route.argsort()  # ties in any order: each row's result is its own, scattered back
+        counts = torch.nn.functional.one_hot(route, self.experts).sum(0)
+        offs = counts.cumsum(0).to(torch.int32)
+        out = torch._grouped_mm(x[order], self.weight, offs=offs)
+        return torch.zeros(x.shape[0], 4).index_add(0, order, out)
+
+
+def test_a_mixture_of_experts_grouped_mm_is_a_loop_over_the_experts(tmp_path):
+    # torch.onnx has no function for torch._grouped_mm (transformers' Mixtral,
+    # Qwen-MoE, OLMoE, gpt-oss, DeepSeek-V3): d2s writes it as a Loop.
+    eager = GroupedExperts().eval()
+    model, session = _export(eager, [d2s.InputSpec([None, 8]), d2s.InputSpec([None], "int64")], tmp_path)
+    assert {"Loop", "MatMul", "ConcatFromSequence"} <= _op_types(model.graph)
+    for route in ([0, 2, 1, 0, 2, 2], [1, 1, 1], [2, 0, 2, 0, 0, 2, 1, 1]):  # an expert with no rows too
+        route = torch.tensor(route)
+        x = torch.randn(len(route), 8)
+        names = [i.name for i in session.get_inputs()]
+        got = session.run(None, {n: v.numpy() for n, v in zip(names, (x, route))})[0]
+        np.testing.assert_allclose(got, eager(x, route).detach().numpy(), rtol=1e-5, atol=1e-6)
