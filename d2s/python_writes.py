@@ -61,8 +61,12 @@ class Watch:
     `reached`: every value the arguments, globals, cells and modules hold,
     among which `iterators` are found."""
 
-    def __init__(self, roots, functions, modules=(), reached=(), located=None):
+    def __init__(self, roots, functions, modules=(), reached=(), located=None, classes=()):
         self.where = {name: where for name, where, _ in roots}
+        # The user's classes the code can reach (its modules' and the globals it
+        # names): `type(self).calls += 1` changes what every instance shares.
+        self.classes = [(name, cls, (_class_attrs(cls), _class_attrs(cls, seen=True))) for name, cls in classes]
+        self.where.update((name, "class") for name, _ in classes)
         self.functions = functions
         self.modules = [(name, m, _own_attrs(m)) for name, m in modules]
         for name, m, attrs in self.modules:
@@ -155,9 +159,21 @@ class Watch:
             slots += [Slot(m, "attr", k, f"{name}.{k}") for k in list(now) + [k for k in before if k not in now]
                       if now.get(k, _MISSING) is not before.get(k, _MISSING)
                       and not holds_variable(vars(m).get(k))]  # (a graph value kept: module_state's)
+        for name, cls, (_, before) in self.classes:
+            now = _class_attrs(cls, seen=True)
+            slots += [Slot(cls, "attr", k, f"{name}.{k}") for k in list(now) + [k for k in before if k not in now]
+                      if now.get(k, _MISSING) is not before.get(k, _MISSING)]
         return slots + self.effects.written()
 
     def restore(self):
+        for _, cls, (before, seen) in self.classes:
+            now = _class_attrs(cls)
+            # (A new attribute holding what the class showed there already changed nothing.)
+            for k in [k for k in now if k not in before and seen.get(k, _MISSING) is not now[k]]:
+                delattr(cls, k)
+            for k, v in before.items():
+                if now.get(k, _MISSING) is not v:
+                    setattr(cls, k, v)
         for _, m, before in self.modules:
             for k, v in list(_own_attrs(m).items()):
                 if before.get(k, _MISSING) is not v and not holds_variable(v):
@@ -239,6 +255,12 @@ class Watch:
                 "no one value is right after every run; assign a local name there and "
                 f"`{slot.name} = name` after the `if` or loop (the program then carries it)",
                 filename, lineno)
+        if where == "class":
+            raise ConversionError(
+                f"`{qualname}` writes `{slot.name}`, an attribute of the class `{root}` (shared by its instances): "
+                "the program would change it once, while it is built, and never when it runs (eager changes it on "
+                "every call); keep the state on the instance (`self.calls += 1`: d2s carries a module's "
+                "attributes across calls), or change it outside the declarative function", filename, lineno)
         what = {"argument": f"reached from the argument `{root}`", "global": f"reached from the global `{root}`",
                 "closure": f"reached from `{root}` of an enclosing function",
                 "module": f"a Python value (not a tensor) reached from the module `{root}`"}[where]
@@ -301,6 +323,11 @@ def watch(function, args, kwargs, arg_names, instance=None):
     modules = [(f"{name}.{sub}" if sub else name, m) for name, top in [("self", instance)] + named
                if isinstance(top, torch.nn.Module) for sub, m in top.named_modules() if _user_code(type(m))]
     functions = _functions(function, instance)
+    classes = {}
+    for _, m in modules:
+        for cls in type(m).__mro__:
+            if _user_code(cls) and cls not in classes:
+                classes[cls] = cls.__qualname__
     taken = {name for name, _, _ in roots}
     reached = named + [(f"{name}.{k}", v) for name, m in modules for k, v in _own_attrs(m).items()]
     for fn in functions:
@@ -309,7 +336,9 @@ def watch(function, args, kwargs, arg_names, instance=None):
             if name not in taken and _watched(value):
                 taken.add(name)
                 roots.append((name, where, value))
-    return Watch(roots, functions, modules, reached, located)
+            if where == "global" and isinstance(value, type) and _user_code(value):
+                classes.setdefault(value, name)
+    return Watch(roots, functions, modules, reached, located, [(name, cls) for cls, name in classes.items()])
 
 
 def _names_of(fn):
@@ -375,6 +404,19 @@ def _state(value, depth=0):
     if type(value) in (tuple, list) and depth < 3:
         return (type(value).__name__, tuple(_state(v, depth + 1) for v in value))
     return ("id", id(value))
+
+
+def _class_attrs(cls, seen=False):
+    """A class's own attributes that hold data, not behaviour: neither
+    dunders nor functions, methods or descriptors (a class's containers
+    are watched as globals: `_names_of`); with `seen`, those of its bases
+    too, as `cls.name` finds them (a declarative module's class is a
+    subclass of the user's, d2s/module_call.py: `type(self).scale =
+    type(self).scale` gives it an attribute of its own with the value it
+    saw, no change)."""
+    classes = reversed(cls.__mro__) if seen else (cls,)
+    return {k: v for c in classes if c is cls or _user_code(c) for k, v in vars(c).items()
+            if not (k.startswith("__") and k.endswith("__")) and not callable(v) and not hasattr(v, "__get__")}
 
 
 def _own_attrs(module):

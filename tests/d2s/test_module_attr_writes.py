@@ -433,3 +433,63 @@ def test_a_module_conversion_that_changes_parameters_is_refused_at_its_line():
     with pytest.raises(ConversionError, match=r"test_module_attr_writes.py.*converts the module's `weight`"):
         d2s.declarative(model)(torch.randn(4, 3))
     assert model.classifier.weight.dtype == torch.float64  # left as it was
+
+
+class CountsOnItsClass(torch.nn.Module):
+    calls = 0
+    marker = "type(self).calls += 1"
+
+    def forward(self, x):
+        if x.sum() > 0:
+            type(self).calls += 1
+        return x + 1
+
+
+class CountsByName(torch.nn.Module):
+    calls = 0
+    marker = "CountsByName.calls += 1"
+
+    def forward(self, x):
+        CountsByName.calls += 1
+        return x + CountsByName.calls
+
+
+class FlagsItsClass(torch.nn.Module):
+    marker = "self.__class__.seen = True"
+
+    def forward(self, x):
+        self.__class__.seen = True  # a new class attribute
+        return x * 2
+
+
+class ReadsItsClass(torch.nn.Module):
+    scale = 3.0
+
+    def forward(self, x):
+        type(self).scale = type(self).scale  # the value it holds: no change
+        return x * type(self).scale
+
+
+@pytest.mark.parametrize("cls", [CountsOnItsClass, CountsByName, FlagsItsClass])
+def test_a_write_to_a_class_attribute_is_refused_at_its_line(cls):
+    """Shared by every instance, written once while the program was built:
+    `type(self).calls += 1` under a tensor `if` never counted (a silent
+    wrong value), `Cls.calls += 1` converted again on every trace until it
+    gave up, and a new attribute failed. Refused now, the class put back."""
+    before = {k: v for k, v in vars(cls).items() if not k.startswith("__")}
+    with pytest.raises(ConversionError, match=r"an attribute of the class") as info:
+        d2s.declarative(cls())(torch.ones(2))
+    assert info.value.lineno == _line_of(cls.forward, cls.marker)
+    assert {k: v for k, v in vars(cls).items() if not k.startswith("__")} == before
+
+
+def test_reading_a_class_attribute_and_writing_its_own_value_converts():
+    static = d2s.declarative(ReadsItsClass())
+    assert torch.equal(static(torch.ones(2)), torch.full((2,), 3.0))
+    assert ReadsItsClass.scale == 3.0
+
+
+def _line_of(fn, text):
+    import inspect
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(i for i, line in enumerate(lines) if text in line and "marker" not in line)
