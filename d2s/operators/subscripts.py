@@ -16,6 +16,7 @@ import torch
 
 from ops import control_flow as cf
 from ops import framework as fw
+from ops.recording import stands_for_number
 from ops.user_frames import error_at_user_line, user_origin
 from runtime.ir import Variable
 
@@ -28,6 +29,8 @@ def convert_getitem(seq, index):
     """Equivalent Python: ``return seq[index]``."""
     if isinstance(index, RunTimeText):
         return _by_text(seq, index)
+    if type(seq) is dict and isinstance(index, Variable) and stands_for_number(index):
+        return _by_number(seq, index)
     if not ((type(seq) in (tuple, list) or isinstance(seq, torch.nn.ModuleList)) and is_var(index)):
         return seq[index]
     index = fw.fill_constant(index, torch.int64) if not isinstance(index, Variable) else index
@@ -66,6 +69,34 @@ def _read(seq, index):
     if numbers:
         item.python_number = True  # a Python number, as eager's item
     return item
+
+
+def _by_number(mapping, key):
+    """`table[n]` of a dict keyed by numbers, `n` a number read from a
+    tensor (`int(t)`): the value whose key equals `n`, as Python's hash
+    lookup finds it (`2.0` finds `2`), read at run time as `seq[i]` is (the
+    values numbers of one type, tensors of one dtype and rank, or modules
+    picked when called); `KeyError` when a run's number is no key. By the
+    Variable's identity the lookup would find nothing."""
+    keys = [k for k in mapping if isinstance(k, (bool, int, float))]
+    if not keys:
+        raise error_at_user_line(
+            "a dict indexed by a Python number read from a tensor, whose keys are not numbers: no key can "
+            "equal it; index it by a key it holds")
+    matches = [key == k for k in keys]
+    position = fw.fill_constant(0, torch.int64)
+    for i, same in enumerate(matches[1:], 1):
+        position = position + same.long() * i
+    found = matches[0]
+    for same in matches[1:]:
+        found = found | same
+
+    def missing():
+        fw.raise_(KeyError("no key of the dict equals the number"), origin=user_origin())
+        return cf.Unreachable("key")
+
+    cf.cond(found, lambda: (), missing)
+    return convert_getitem([mapping[k] for k in keys], position)
 
 
 def _check_bounds(index, length, kind):

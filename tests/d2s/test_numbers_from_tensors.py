@@ -225,3 +225,40 @@ def test_hashing_a_number_is_refused_at_the_line(fn, marker):
     lines, first = inspect.getsourcelines(fn)
     assert info.value.filename == __file__
     assert info.value.lineno == first + next(i for i, line in enumerate(lines) if marker in line)
+
+
+def looked_up(x):
+    table = {1: 10.0, 2.0: 20.0, "name": 0.5}
+    return x * table[int(x.sum())]
+
+
+class Routed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(2, 2), nn.Linear(2, 2)
+
+    def forward(self, x):
+        return {0: self.a, 3: self.b}[int(x.sum() > 0) * 3](x)
+
+
+def test_a_dict_indexed_by_a_number_finds_its_value_at_run_time():
+    """`table[int(t)]` looked the Variable up by identity: a KeyError naming
+    a graph value. Now the value whose key equals the run's number (`2`
+    finds the key `2.0`, as Python's lookup does), one program for all;
+    a number that is no key raises KeyError when the program runs."""
+    static = d2s.declarative(looked_up)
+    for v in (1.0, 2.0, 1.0):
+        x = torch.tensor([v / 2, v / 2])
+        assert torch.equal(static(x), looked_up(x))
+    assert len(static.program_cache) == 1
+    with pytest.raises(KeyError):
+        looked_up(torch.tensor([1.5, 1.5]))
+    with pytest.raises(KeyError, match="no key of the dict equals the number"):
+        static(torch.tensor([1.5, 1.5]))
+    eager, routed = Routed(), d2s.declarative(Routed())
+    for sign in (1.0, -1.0):
+        x = torch.full((3, 2), sign)
+        assert torch.equal(routed(x), eager(x))
+    assert len(routed.forward.program_cache) == 1
+    assert "cond" in {op.type for block in routed.forward.concrete_program.main_program.blocks for op in block.ops}
