@@ -66,7 +66,6 @@ class Watch:
         # The user's classes the code can reach (its modules' and the globals it
         # names): `type(self).calls += 1` changes what every instance shares.
         self.classes = [(name, cls, (_class_attrs(cls), _class_attrs(cls, seen=True))) for name, cls in classes]
-        self.where.update((name, "class") for name, _ in classes)
         self.functions = functions
         self.modules = [(name, m, _own_attrs(m)) for name, m in modules]
         for name, m, attrs in self.modules:
@@ -255,9 +254,10 @@ class Watch:
                 "no one value is right after every run; assign a local name there and "
                 f"`{slot.name} = name` after the `if` or loop (the program then carries it)",
                 filename, lineno)
-        if where == "class":
+        if isinstance(slot.obj, type):
             raise ConversionError(
-                f"`{qualname}` writes `{slot.name}`, an attribute of the class `{root}` (shared by its instances): "
+                f"`{qualname}` writes `{slot.name}`, an attribute of the class `{slot.obj.__qualname__}` (shared by "
+                "its instances): "
                 "the program would change it once, while it is built, and never when it runs (eager changes it on "
                 "every call); keep the state on the instance (`self.calls += 1`: d2s carries a module's "
                 "attributes across calls), or change it outside the declarative function", filename, lineno)

@@ -447,6 +447,17 @@ def _decided(var, name):
     return value
 
 
+def constant_list(var):
+    """`var.tolist()` where pure ops compute `var` from constants alone
+    (`torch.tensor(x.shape[2:]).tolist()` of static sizes): the same list on
+    every run, read while tracing; else None."""
+    value = constant_value(tracer.current(), var)
+    if value is None:
+        return None
+    with torch._C.DisableTorchFunction():
+        return value.tolist()
+
+
 def _refuse_python_value(var, name):
     raise _to_python_error(var, _TO_PYTHON[name])
 
@@ -459,11 +470,8 @@ def _method(var, name):
                                         else dispatch(torch.Tensor.type, (var,) + args, kwargs))
     if name in _TO_PYTHON:
         if name == "tolist":
-            # `torch.tensor(x.shape[2:]).tolist()` of static sizes: the same list on every run.
-            value = constant_value(tracer.current(), var)
-            if value is not None:
-                with torch._C.DisableTorchFunction():
-                    listed = value.tolist()
+            listed = constant_list(var)
+            if listed is not None:
                 return lambda: listed
         if name in ("__int__", "__index__") and _integer_scalar(var):
             return lambda: _decided(var, name)

@@ -17,8 +17,7 @@ import torch.utils._pytree as pytree
 
 from ops.autograd_function import is_function_apply, record_apply
 from ops import framework as fw, tracer
-from ops.capture import refuse_denied, text_for_a_message
-from ops.examples import constant_value
+from ops.capture import constant_list, refuse_denied, text_for_a_message
 from ops.recording import decide_bools
 from ops.user_frames import SYMBOLIC_TYPES, error_at_user_line, is_stdlib_file
 from ops.optimizer_ops import record_optimizer_call
@@ -37,9 +36,9 @@ def convert_method(obj, name):
     exists only at run time; see ``_item``), its ``tolist()`` a list of
     them (``_tolist``) unless pure ops compute it from constants (then the
     same Python list on every run, ops/capture.py)."""
-    if name == "tolist" and isinstance(obj, Variable) and obj.kind == "tensor" \
-            and constant_value(tracer.current(), obj) is None:
-        return lambda: _tolist(obj)
+    if name == "tolist" and isinstance(obj, Variable) and obj.kind == "tensor":
+        listed = constant_list(obj)
+        return (lambda: listed) if listed is not None else (lambda: _tolist(obj))
     if name == "item" and (is_var(obj) or isinstance(obj, torch.Tensor) and tracer.active() is not None):
         # A real tensor the traced code reaches (a buffer, a parameter) is
         # read when the program runs, as every other use of it is: its value

@@ -268,22 +268,38 @@ def _number_in_container(a, b):
 
 def _number_found(a, b):
     """Whether `a` equals one of the numbers among `b`'s items (a dict's
-    keys), a bool the program computes; other items (text, None) equal no
-    number, as eagerly. A tensor item would ask eager for its truth: refused."""
-    found = False
-    for item in b:
-        if isinstance(item, (bool, int, float, complex)) or isinstance(item, Variable) and stands_for_number(item):
-            same = a == item
-            found = same if found is False else found | same
-        elif isinstance(item, (Variable, torch.Tensor)):
-            raise error_at_user_line(
-                f"`in` of {user_name(a, 'value')}, a Python number read from a tensor, among tensors: eager "
-                "compares it with each tensor and asks the truth of the result; compare them with `==` yourself "
-                "(`(t == n).any()`)")
+    keys), a bool the program computes (`number_matches`)."""
+    found = any_match([same for _, same in number_matches(a, b, hashed=False)])
     if found is False:
         return False
     found = found.detach()
     found.python_number = True  # eagerly a Python bool
+    return found
+
+
+def number_matches(a, items, hashed):
+    """(item, `a == item`) for each number among `items` that `a`, a graph
+    value standing for a Python number, may equal; text and None equal no
+    number, and among a dict's keys (`hashed`, looked up) neither does a
+    tensor (its hash is its identity's). A tensor among the items of `in`
+    would ask eager for the truth of a comparison (a list's): refused."""
+    pairs = []
+    for item in items:
+        if isinstance(item, (bool, int, float, complex)) or isinstance(item, Variable) and stands_for_number(item):
+            pairs.append((item, a == item))
+        elif isinstance(item, (Variable, torch.Tensor)) and not hashed:
+            raise error_at_user_line(
+                f"`in` of {user_name(a, 'value')}, a Python number read from a tensor, among tensors: eager "
+                "compares it with each tensor and asks the truth of the result; compare them with `==` yourself "
+                "(`(t == n).any()`)")
+    return pairs
+
+
+def any_match(sames):
+    """The `or` of the bools `sames` compute (False for none)."""
+    found = False
+    for same in sames:
+        found = same if found is False else found | same
     return found
 
 

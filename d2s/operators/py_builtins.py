@@ -4,6 +4,7 @@
 
 import builtins
 import functools
+import math
 
 import torch
 
@@ -172,7 +173,7 @@ def _tolist(value):
             f"`.tolist()` of a tensor whose sizes are known only when the program runs ({tuple(value.shape)}): "
             "the list's length would differ from run to run, which a program cannot give Python; keep the "
             "value a tensor (index it, or `torch.split` it by a tensor of sizes)")
-    numel = _numel(shape)
+    numel = math.prod(shape)
     if numel > TOLIST_LIMIT:
         raise error_at_user_line(
             f"`.tolist()` of a tensor of {numel} elements while the program is built: each element would be a "
@@ -190,16 +191,9 @@ def _tolist(value):
     def nest(start, dims):
         if len(dims) == 1:
             return numbers[start:start + dims[0]]
-        step = _numel(dims[1:])
+        step = math.prod(dims[1:])
         return [nest(start + i * step, dims[1:]) for i in range(dims[0])]
     return nest(0, shape)
-
-
-def _numel(dims):
-    out = 1
-    for d in dims:
-        out *= d
-    return out
 
 
 def convert_max_min(builtin, which):

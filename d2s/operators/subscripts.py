@@ -22,6 +22,7 @@ from runtime.ir import Variable
 
 from .calls import convert_call
 from .fstrings import RunTimeText
+from .logical import any_match, number_matches
 from .state import is_var
 
 
@@ -78,18 +79,16 @@ def _by_number(mapping, key):
     values numbers of one type, tensors of one dtype and rank, or modules
     picked when called); `KeyError` when a run's number is no key. By the
     Variable's identity the lookup would find nothing."""
-    keys = [k for k in mapping if isinstance(k, (bool, int, float))]
-    if not keys:
+    pairs = number_matches(key, mapping, hashed=True)
+    if not pairs:
         raise error_at_user_line(
             "a dict indexed by a Python number read from a tensor, whose keys are not numbers: no key can "
             "equal it; index it by a key it holds")
-    matches = [key == k for k in keys]
+    keys, matches = [k for k, _ in pairs], [same for _, same in pairs]
     position = fw.fill_constant(0, torch.int64)
     for i, same in enumerate(matches[1:], 1):
         position = position + same.long() * i
-    found = matches[0]
-    for same in matches[1:]:
-        found = found | same
+    found = any_match(matches)
 
     def missing():
         fw.raise_(KeyError("no key of the dict equals the number"), origin=user_origin())
