@@ -15,15 +15,20 @@ buffers, the hints of size symbols) and gives its value as the hint. Nothing
 is assumed from it that is not checked: the hint only chooses which guards
 are recorded, and every guard stays a run-time check.
 
-Only ops that cannot be observed are replayed: no in-place, random or
-training-only op, nothing with sub-blocks, and a bounded number of ops and
-elements (the replay runs on the real example data).
+Only ops that cannot be observed are replayed: no random or training-only
+op, nothing with sub-blocks, and a bounded number of ops and elements (the
+replay runs on the real example data). An in-place op is replayed on a copy
+of the tensor it writes, and only where that tensor is the replay's own: made
+by an op that shares no memory with its inputs (`torch.zeros_like(mask)
+.masked_fill_(mask, -inf)`, as torch's `F._canonical_mask` builds a mask).
+Each read is of the value its op saw: the last write before it; a view read
+after a write to the memory it shares, through any name, is unknown.
 """
 
 import torch
 
 from runtime.attrs import OutputRef, ReturnType
-from runtime.effects import has_effects
+from runtime.effects import draws, written_in_place
 from runtime.ir import SCALAR, TENSOR_ARRAY
 from runtime.optable import get_op_def, is_registered
 
@@ -95,7 +100,7 @@ def constant_value(tracer, var):
             value = replay.value(var)
     except Exception:  # noqa: BLE001 - not computed from constants alone
         return None
-    if not isinstance(value, torch.Tensor) or written_from(tracer.program, {name for _, name in replay.memo}):
+    if not isinstance(value, torch.Tensor) or written_from(tracer.program, {key[1] for key in replay.memo}):
         return None
     return value
 
@@ -123,24 +128,32 @@ class _Replay:
         self.tracer = tracer
         self.real_sizes = real_sizes
         self.constants_only = constants_only  # no feed, bound value or size symbol: `constant_value`
-        self.memo = {}
+        self.memo = {}   # (block index, name, position of the op that wrote it or None) -> value
+        # Memo keys of values sharing memory with an input of their op (views,
+        # `contiguous()` of a contiguous tensor) -> the tensors whose memory
+        # they share: {(name, position of the op that made it, -1 for an input)}.
+        self.views = {}
         self.budget = MAX_OPS
 
-    def value(self, var):
-        key = (var.block.idx, var.name)
+    def value(self, var, before=None):
+        """What `var` holds for the examples when the op at position
+        `before` of its block runs (None: after the last op so far)."""
+        found = producer(var, before)
+        key = (var.block.idx, var.name, None if found is None else found[2])
         if key not in self.memo:
-            self.memo[key] = self._compute(var)
+            self.memo[key] = self._compute(var, found)
+        if key in self.views and _aliased_write(var.block, self.views[key], key[2], before):
+            raise _Unknown(var.name)  # written through another name since: the replay's copy would not show it
         return self.memo[key]
 
-    def _compute(self, var):
+    def _compute(self, var, found):
         tr = self.tracer
         if var.kind == TENSOR_ARRAY or (self.constants_only and var.kind == SCALAR):
             raise _Unknown(var.name)
         if var.kind == SCALAR:
             # `real_sizes`: a size read from an example tensor is that tensor's
             # size (the symbol's hint is 2 where the example's size is 0 or 1).
-            found = producer(var) if self.real_sizes else None
-            if found is not None:
+            if found is not None and self.real_sizes:
                 try:
                     return self._run(*found)
                 except _Unknown:
@@ -150,7 +163,6 @@ class _Replay:
             if hint is None:
                 raise _Unknown(var.name)
             return hint
-        found = producer(var)
         if found is not None:  # also an input written in place: not the example any more
             return self._run(*found)
         if self.constants_only:
@@ -162,36 +174,123 @@ class _Replay:
             raise _Unknown(var.name)
         return _small(example)
 
-    def _run(self, op, index):
+    def _run(self, op, index, position):
         self.budget -= 1
         if op.type == "cond" and self.budget >= 0 and not self.constants_only:
             # The output of the side the example takes (a `return` flag, a
             # value one side sets): what that side's block computed.
-            side = "true" if bool(self.value(op.block.find_var(op.input("Cond")[0]))) else "false"
+            side = "true" if bool(self._input(op.block.find_var(op.input("Cond")[0]), op.block, position)) else "false"
             block = op.attrs[f"{side}_block"]
             return self.value(block.find_var(op.attrs[f"{side}_outs"][index]))
         if self.budget < 0 or op.sub_blocks() or not is_registered(op.type):
             raise _Unknown(op.type)
         opdef = get_op_def(op.type)
-        # Only pure ops: their kernels run on the call's real tensors, and a
-        # side effect (batch norm's running statistics in training mode) would
-        # happen a second time.
-        if opdef.kernel is None or has_effects(op) \
-                or op.attrs.get("out") is None or "args" not in op.attrs \
-                or (self.constants_only and op.attrs.get("autocast")):
+        # Only ops nothing but their outputs observes: their kernels run on the
+        # call's real tensors, and a side effect (batch norm's running
+        # statistics in training mode, a draw) would happen a second time.
+        if opdef.kernel is None or opdef.side_effect or opdef.training_only or draws(op) \
+                or "args" not in op.attrs or (self.constants_only and op.attrs.get("autocast")):
             raise _Unknown(op.type)
         block = op.block
-        inputs = [self.value(block.find_var(n)) for n in op.input("X")]
-        result = _call(opdef.kernel, op.attrs["args"], op.attrs.get("kwargs", {}), inputs, False)
-        return _small(_pick(op.attrs["out"], result, index))
+        names = op.input("X")
+        variables = [block.find_var(n) for n in names]
+        inputs = [self._input(v, block, position) for v in variables]
+        if opdef.mutates:
+            # On a copy of the replay's own tensor: the example's tensors stay as they are.
+            if index != 0 or not self._own(block, names[0], position):
+                raise _Unknown(op.type)
+            inputs[0] = inputs[0].clone()
+            _call(opdef.kernel, op.attrs["args"], op.attrs.get("kwargs", {}), inputs, False)
+            return _small(inputs[0])
+        if op.attrs.get("out") is None:
+            raise _Unknown(op.type)
+        result = _small(_pick(op.attrs["out"], _call(opdef.kernel, op.attrs["args"], op.attrs.get("kwargs", {}),
+                                                      inputs, False), index))
+        if isinstance(result, torch.Tensor) and _shares_memory(result, inputs):
+            if any(v.block is not block for v in variables):
+                raise _Unknown(op.type)
+            roots = set()
+            for v in variables:
+                made = producer(v, position)
+                made_at = -1 if made is None else made[2]
+                roots |= self.views.get((block.idx, v.name, made_at), {(v.name, made_at)})
+            self.views[(block.idx, op.output("Out")[index], position)] = frozenset(roots)
+        return result
+
+    def _input(self, var, block, position):
+        """What `var` holds when the op at `position` of `block` reads it.
+        A variable of an enclosing block is read as of the `cond` or `while`
+        op there whose body holds `block`."""
+        while block is not var.block and block.parent_idx >= 0:
+            parent = block.parent
+            position = next((i for i, op in enumerate(parent.ops) if block in op.sub_blocks()), None)
+            if position is None:  # the op is being traced: after the parent's last op so far
+                position = len(parent.ops)
+            block = parent
+        if block is not var.block:
+            raise _Unknown(var.name)
+        return self.value(var, position)
+
+    def _own(self, block, name, position):
+        """Whether the tensor `name` holds before the op at `position` is one
+        only the replay holds: an op of this block made it (or wrote it in
+        place since) sharing no memory with its inputs. A view of it taken
+        before the write and read after it is unknown (`_aliased_write`)."""
+        found = producer(block.find_var(name), position)
+        return found is not None and found[0].block is block and (block.idx, name, found[2]) not in self.views
 
 
-def producer(var):
-    """The last op of `var`'s block that writes it, and which output it is."""
-    for op in reversed(var.block.ops):
-        names = op.output("Out")
+def _shares_memory(result, inputs):
+    if result._base is not None:
+        return True
+    address = result.untyped_storage().data_ptr()
+    return any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == address for t in inputs)
+
+
+def _aliased_write(block, roots, made_at, before):
+    """Whether an op before position `before` (None: the end so far) writes
+    in place the memory of `roots` through a name other than a root's own
+    before the view at `made_at` was taken (which the view's value shows):
+    a sibling view, or a view made from this one. Names are followed from
+    the roots' making on: any op reading one may return a view of it."""
+    names = {name for name, _ in roots}
+    own = set(names)
+    end = len(block.ops) if before is None else min(before, len(block.ops))
+    for position in range(min(at for _, at in roots) + 1, end):
+        op = block.ops[position]
+        written = _writes(op)
+        if written & names and not (position < made_at and written <= own):
+            return True
+        if any(_reads(op, name) for name in names):
+            names.update(op.output("Out"))
+    return False
+
+
+def _writes(op):
+    """The names `op`, or an op of its sub-blocks, writes in place."""
+    found = {written_in_place(op)} - {None}
+    for sub in op.sub_blocks():
+        for inner in sub.ops:
+            found |= _writes(inner)
+    return found
+
+
+def _reads(op, name):
+    """Whether `op`, or an op of its sub-blocks, takes `name` as an input."""
+    if any(name in names for names in op.inputs.values()):
+        return True
+    return any(_reads(inner, name) for sub in op.sub_blocks() for inner in sub.ops)
+
+
+def producer(var, before=None):
+    """The last op of `var`'s block that writes it (before the op at
+    position `before`), which output it is, and the op's position."""
+    ops = var.block.ops
+    end = len(ops) if before is None or before > len(ops) else before
+    for position in range(end - 1, -1, -1):
+        names = ops[position].output("Out")
         if var.name in names:
-            return op, names.index(var.name)
+            return ops[position], names.index(var.name), position
     return None
 
 

@@ -3,6 +3,8 @@ while traced sees the caller's mode, and the program serves only calls in that
 mode (ops/ambient_modes.py): another mode converts again. It used to see the
 trace's own mode (gradients always on) and run that branch for every call."""
 
+import copy
+
 import pytest
 import torch
 
@@ -198,3 +200,38 @@ def test_an_encoder_built_without_nested_tensors_runs_its_fused_layers_with_a_pa
         with MODES[mode]():
             assert torch.equal(static(x, src_key_padding_mask=mask), module(x, src_key_padding_mask=mask))
         assert ("torch._transformer_encoder_layer_fwd" in _all_ops(static)) == (mode == "no_grad")
+
+
+class Encodes(torch.nn.Module):
+    """nn.TransformerEncoder as models hold it: a submodule, its forward
+    torch's own code (not converted), its padding mask built in place by
+    F._canonical_mask before the left-aligned check reads it."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Linear(8, 16)
+        self.encoder = _encoder()
+
+    def forward(self, x, mask):
+        return self.encoder(self.embed(x), src_key_padding_mask=mask).sum(1)
+
+
+def test_an_encoder_held_by_a_model_decides_its_left_aligned_check():
+    """Replaying the mask's in-place fill gives the example's answer, as in
+    the test above; it was refused at the model's call of the encoder."""
+    torch.manual_seed(1)
+    module = Encodes().eval()
+    static = d2s.declarative(copy.deepcopy(module))
+    x = torch.randn(2, 5, 8)
+    left = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    gaps = torch.tensor([[False] * 5, [True] + [False] * 4])
+    for mask in (left, gaps, left, gaps):
+        want = module(x, mask)
+        got = static(x, mask)
+        assert torch.equal(got, want)
+        grads = [torch.autograd.grad(out.sum(), list(m.parameters())) for out, m in ((want, module), (got, static))]
+        assert all(torch.equal(a, b) for a, b in zip(*grads))
+    assert len(static.forward.program_cache) == 2  # one per answer, each checking it
+    for concrete in static.forward.program_cache:
+        types = {op.type for block in concrete.main_program.blocks for op in block.ops}
+        assert {"torch.Tensor.masked_fill_", "torch._nested_tensor_from_mask_left_aligned", "check_bool"} <= types

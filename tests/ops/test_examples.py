@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import d2s
+from runtime.errors import ConversionError
 
 
 def masked_softmax(att, lengths):
@@ -125,3 +126,70 @@ def test_a_number_read_by_a_fake_tensor_kernel_has_its_example_as_hint(sign):
         for got, want in zip(static(x), sized_by_a_constant_after_a_masked_select(x)):
             assert torch.equal(got, want)
     assert "cond" in {op.type for op in static.concrete_program.main_program.global_block().ops}
+
+
+# -- in-place writes in the replay ------------------------------------------------------------
+# `bool(t)` in torch's own code is the example's answer, checked when the
+# program runs (ops/capture.py `_decided`). These functions call `__bool__`
+# where torch would; the fixture makes the test's code count as torch's.
+
+@pytest.fixture
+def decided_as_in_torch(monkeypatch):
+    from ops import capture
+    monkeypatch.setattr(capture, "called_from_torch", lambda: True)
+
+
+def mask_made_in_place(x, lengths):
+    # F._canonical_mask's way: a fresh tensor written in place.
+    mask = torch.zeros_like(lengths).masked_fill_(lengths > 2, 1)
+    mask[0] = mask[0] * 3  # read before the write, which it does not see
+    return x * 2 if (mask.sum() > 4).__bool__() else x - 1
+
+
+def view_taken_before_the_write(x, n):
+    buf = torch.zeros_like(n)
+    head = buf[:1]  # sees the write below
+    buf.fill_(1)
+    return x * 2 if (head.sum() == n[0]).__bool__() else x - 1
+
+
+def sibling_view_written(x, n):
+    buf = torch.zeros_like(n)
+    head = buf[:1]
+    rest = buf[0:]  # the same memory through another name
+    rest.fill_(1)
+    return x * 2 if (head.sum() == n[0]).__bool__() else x - 1
+
+
+def input_written_through_an_alias(x, n):
+    t = n.contiguous()  # n itself
+    t.add_(1)
+    return x * 2 if (n[0] > 1).__bool__() else x - 1
+
+
+@pytest.mark.usefixtures("decided_as_in_torch")
+def test_a_tensor_written_in_place_by_the_replay_decides_for_the_example():
+    """The replay runs an in-place op on a copy of a tensor only it holds:
+    each answer of the decision has its program, which checks it. The write
+    was not replayed, and the decision was refused."""
+    static = d2s.declarative(mask_made_in_place)
+    x = torch.arange(4.0)
+    cases = [torch.tensor([3, 0, 4, 5]), torch.tensor([3, 0, 0, 5]), torch.tensor([0, 4, 0, 0]),
+             torch.tensor([0, 9, 9, 0])]
+    for lengths in cases:  # answers True, False, False, True
+        assert torch.equal(static(x, lengths), mask_made_in_place(x, lengths))
+    assert len(static.program_cache) == 2
+    for concrete in static.program_cache:
+        types = [op.type for op in concrete.main_program.global_block().ops]
+        assert "torch.Tensor.masked_fill_" in types and "check_bool" in types
+
+
+@pytest.mark.usefixtures("decided_as_in_torch")
+@pytest.mark.parametrize("fn", [view_taken_before_the_write, sibling_view_written, input_written_through_an_alias])
+def test_a_write_another_value_would_see_is_not_replayed(fn):
+    """A view taken before a write to its memory (through its base or a
+    sibling), or an example written through an alias, would see the write; replayed on a copy they would not, and the
+    example's answer would be wrong. Refused, as any decision the replay
+    cannot tell."""
+    with pytest.raises(ConversionError, match="known only when the program runs"):
+        d2s.declarative(fn)(torch.arange(4.0), torch.tensor([1]))
