@@ -282,15 +282,28 @@ class Shapes:
         makes: ops/infer.py), that `(var.size(dim) - b) // a` reads `s`."""
         expr = sym.node.expr
         if isinstance(expr, sympy.Symbol):
-            if expr not in self.sources:
+            if self._needs_source(expr):
                 self.sources[expr] = (var, dim)
             return
         b, terms = expr.as_coeff_add()
         if len(terms) != 1 or not b.is_Integer:
             return
         a, s = terms[0].as_coeff_Mul()
-        if isinstance(s, sympy.Symbol) and a.is_Integer and a > 0 and s not in self.sources:
+        if isinstance(s, sympy.Symbol) and a.is_Integer and a > 0 and self._needs_source(s):
             self.sources[s] = (var, dim, int(a), int(b))
+
+    def _needs_source(self, expr):
+        """Whether symbol `expr` has no source the code being traced can
+        read: none yet, or one in a branch or loop body already traced (each
+        trip of a Python loop over `if`s of tensors makes its tensors of the
+        symbol's size in its own branch)."""
+        known = self.sources.get(expr)
+        if known is None:
+            return True
+        if self._usable(known[0]):
+            return False
+        self.tracer.log_write(self.sources, expr)  # a rolled-back trial trace puts the old one back
+        return True
 
     # -- fake tensors ---------------------------------------------------------------------
     def fake(self, var, length=2, meta=False):

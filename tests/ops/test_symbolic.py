@@ -310,3 +310,32 @@ def test_a_size_computed_as_a_tensor_serves_every_size(fn, spec, sizes):
         x = torch.randn(*shape)
         assert torch.equal(static(x), fn(x))
     assert len(static.program_cache) == 1
+
+
+def per_class_lengths(x, labels):
+    valid = x[labels >= 0]
+    total = x.sum() * 0
+    for c in range(3):  # a Python loop: each trip its own tensor `if`
+        if (valid > c).sum() > 0:
+            fg = (valid > c).float()  # made in this trip's branch, of valid's run-time length
+            n = len(fg)
+            if n > 1:
+                total = total + fg[1:n].sum() * (c + 1)
+            else:
+                total = total - fg.sum()
+    return total
+
+
+def test_a_size_first_read_in_a_finished_branch_is_read_again_where_it_is_used():
+    """The run-time length of `valid` is first read in the first trip's
+    branch; the later trips' `n > 1` read it from their own `fg` (it was
+    'the size `s > 1` ... cannot tell which tensor it is read from', as
+    ParityBench's Lovasz-Softmax loss hit)."""
+    static = d2s.declarative(per_class_lengths)
+    x = torch.tensor([0.5, 1.5, 2.5, 0.2])
+    for labels in ([1, -1, 1, 1], [-1, -1, 1, -1], [-1, -1, -1, -1], [1, 1, 1, 1]):
+        labels = torch.tensor(labels)
+        assert torch.equal(static(x, labels), per_class_lengths(x, labels))
+    assert len(static.program_cache) == 1
+    types = [op.type for block in static.concrete_program.main_program.blocks for op in block.ops]
+    assert types.count("cond") >= 6 and "size" in types
