@@ -25,6 +25,8 @@ Each read is of the value its op saw: the last write before it; a view read
 after a write to the memory it shares, through any name, is unknown.
 """
 
+import bisect
+
 import torch
 
 from runtime.attrs import OutputRef, ReturnType
@@ -134,11 +136,28 @@ class _Replay:
         # they share: {(name, position of the op that made it, -1 for an input)}.
         self.views = {}
         self.budget = MAX_OPS
+        self._writers = {}  # block index -> {name: positions of the ops writing it}, built once per replay
+
+    def _producer(self, var, before):
+        """`producer(var, before)`, through an index of the block's writers."""
+        block = var.block
+        writers = self._writers.get(block.idx)
+        if writers is None:
+            writers = self._writers[block.idx] = {}
+            for position, op in enumerate(block.ops):
+                for name in op.output("Out"):
+                    writers.setdefault(name, []).append(position)
+        positions = writers.get(var.name, ())
+        i = bisect.bisect_left(positions, len(block.ops) if before is None else before)
+        if i == 0:
+            return None
+        op = block.ops[positions[i - 1]]
+        return op, op.output("Out").index(var.name), positions[i - 1]
 
     def value(self, var, before=None):
         """What `var` holds for the examples when the op at position
         `before` of its block runs (None: after the last op so far)."""
-        found = producer(var, before)
+        found = self._producer(var, before)
         key = (var.block.idx, var.name, None if found is None else found[2])
         if key not in self.memo:
             self.memo[key] = self._compute(var, found)
@@ -211,7 +230,7 @@ class _Replay:
                 raise _Unknown(op.type)
             roots = set()
             for v in variables:
-                made = producer(v, position)
+                made = self._producer(v, position)
                 made_at = -1 if made is None else made[2]
                 roots |= self.views.get((block.idx, v.name, made_at), {(v.name, made_at)})
             self.views[(block.idx, op.output("Out")[index], position)] = frozenset(roots)
@@ -236,7 +255,7 @@ class _Replay:
         only the replay holds: an op of this block made it (or wrote it in
         place since) sharing no memory with its inputs. A view of it taken
         before the write and read after it is unknown (`_aliased_write`)."""
-        found = producer(block.find_var(name), position)
+        found = self._producer(block.find_var(name), position)
         return found is not None and found[0].block is block and (block.idx, name, found[2]) not in self.views
 
 
