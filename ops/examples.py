@@ -137,6 +137,7 @@ class _Replay:
         self.views = {}
         self.budget = MAX_OPS
         self._writers = {}  # block index -> {name: positions of the ops writing it}, built once per replay
+        self._write_positions = {}  # block index -> positions of the ops writing a tensor in place
 
     def _producer(self, var, before):
         """`producer(var, before)`, through an index of the block's writers."""
@@ -161,7 +162,7 @@ class _Replay:
         key = (var.block.idx, var.name, None if found is None else found[2])
         if key not in self.memo:
             self.memo[key] = self._compute(var, found)
-        if key in self.views and _aliased_write(var.block, self.views[key], key[2], before):
+        if key in self.views and self._aliased_write(var.block, self.views[key], key[2], before):
             raise _Unknown(var.name)  # written through another name since: the replay's copy would not show it
         return self.memo[key]
 
@@ -250,6 +251,31 @@ class _Replay:
             raise _Unknown(var.name)
         return self.value(var, position)
 
+    def _aliased_write(self, block, roots, made_at, before):
+        """Whether an op before position `before` (None: the end so far)
+        writes in place the memory of `roots` through a name other than a
+        root's own before the view at `made_at` was taken (which the view's
+        value shows): a sibling view, or a view made from this one. Names are
+        followed from the roots' making on: any op reading one may return a
+        view of it. Most blocks write nothing in place: no scan then."""
+        writes = self._write_positions.get(block.idx)
+        if writes is None:
+            writes = self._write_positions[block.idx] = [i for i, op in enumerate(block.ops) if _writes(op)]
+        start = min(at for _, at in roots) + 1
+        end = len(block.ops) if before is None else min(before, len(block.ops))
+        if bisect.bisect_left(writes, end) == bisect.bisect_left(writes, start):
+            return False
+        names = {name for name, _ in roots}
+        own = set(names)
+        for position in range(start, end):
+            op = block.ops[position]
+            written = _writes(op)
+            if written & names and not (position < made_at and written <= own):
+                return True
+            if not _inputs(op).isdisjoint(names):
+                names.update(op.output("Out"))
+        return False
+
     def _own(self, block, name, position):
         """Whether the tensor `name` holds before the op at `position` is one
         only the replay holds: an op of this block made it (or wrote it in
@@ -266,25 +292,6 @@ def _shares_memory(result, inputs):
     return any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == address for t in inputs)
 
 
-def _aliased_write(block, roots, made_at, before):
-    """Whether an op before position `before` (None: the end so far) writes
-    in place the memory of `roots` through a name other than a root's own
-    before the view at `made_at` was taken (which the view's value shows):
-    a sibling view, or a view made from this one. Names are followed from
-    the roots' making on: any op reading one may return a view of it."""
-    names = {name for name, _ in roots}
-    own = set(names)
-    end = len(block.ops) if before is None else min(before, len(block.ops))
-    for position in range(min(at for _, at in roots) + 1, end):
-        op = block.ops[position]
-        written = _writes(op)
-        if written & names and not (position < made_at and written <= own):
-            return True
-        if any(_reads(op, name) for name in names):
-            names.update(op.output("Out"))
-    return False
-
-
 def _writes(op):
     """The names `op`, or an op of its sub-blocks, writes in place."""
     found = {written_in_place(op)} - {None}
@@ -294,11 +301,13 @@ def _writes(op):
     return found
 
 
-def _reads(op, name):
-    """Whether `op`, or an op of its sub-blocks, takes `name` as an input."""
-    if any(name in names for names in op.inputs.values()):
-        return True
-    return any(_reads(inner, name) for sub in op.sub_blocks() for inner in sub.ops)
+def _inputs(op):
+    """The names `op`, or an op of its sub-blocks, takes as inputs."""
+    found = {n for names in op.inputs.values() for n in names}
+    for sub in op.sub_blocks():
+        for inner in sub.ops:
+            found |= _inputs(inner)
+    return found
 
 
 def producer(var, before=None):
