@@ -2,6 +2,7 @@
 module's `forward` a StaticFunction."""
 
 import inspect
+import types
 
 import torch
 
@@ -29,6 +30,15 @@ def declarative(function=None, input_spec=None, optimize=None):
     if isinstance(function, DATA_PARALLEL):
         raise ConversionError(f"d2s.declarative({type(function).__name__}(model)): "
                               + data_parallel_message(function))
+    if isinstance(function, (torch.jit.ScriptModule, torch.jit.ScriptFunction)):
+        # Compiled code, run on real tensors; a scripted module keeps no
+        # Python source to convert (a scripted function is converted from its own).
+        if isinstance(function, torch.jit.ScriptFunction) and \
+                isinstance(getattr(function, "_torchdynamo_inline", None), types.FunctionType):
+            return declarative(function._torchdynamo_inline, input_spec=input_spec, optimize=optimize)
+        raise ConversionError(f"d2s.declarative of a TorchScript {type(function).__name__}: TorchScript "
+                              "(torch.jit.script, torch.jit.trace) keeps compiled code, not the Python d2s "
+                              "converts; give d2s.declarative the Python module or function itself")
     if isinstance(function, torch.nn.Module):
         module = function
         forward = type(module).forward

@@ -86,7 +86,9 @@ def _slots(module):
 
 
 def snapshot(modules):
-    return [(m, dict(vars(m)), dict(m._buffers)) for m in modules]
+    # A TorchScript module's state lives in C++, where no graph value can go
+    # (calling it with one is refused): nothing to put back.
+    return [(m, dict(vars(m)), dict(m._buffers)) for m in modules if not isinstance(m, torch.jit.ScriptModule)]
 
 
 @contextlib.contextmanager

@@ -43,6 +43,13 @@ from .user_frames import (INTERNAL_DIRS, SYMBOLIC_TYPES, TORCH_DIR, called_from_
 # -- dispatch ----------------------------------------------------------------------
 
 def _name(fn):
+    if isinstance(fn, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
+        # `torch.ops.quantized.linear_dynamic` (its __qualname__ is pybind11's record name)
+        namespace, _, op = (fn._qualified_op_name if isinstance(fn, torch._ops.OpOverloadPacket)
+                            else fn.name()).partition("::")
+        return f"torch.ops.{namespace}.{op}"
+    if isinstance(fn, _SCRIPTED):
+        return f"TorchScript {type(fn).__name__} `{getattr(fn, 'name', None) or getattr(fn, '__name__', '?')}`"
     qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
     if qual == "__get__" and getattr(fn, "__self__", None) is not None:  # a property getter
         return f"Tensor.{fn.__self__.__name__}"
@@ -144,6 +151,11 @@ def dispatch(fn, args, kwargs):
                 return fn(*args, **kwargs)
         finally:
             expanding.discard(fn)
+    if isinstance(fn, _SCRIPTED):
+        raise error_at_user_line(
+            f"{_name(fn)} cannot be captured into a program: TorchScript (torch.jit.script, torch.jit.trace) "
+            "runs its compiled code on real tensors, where d2s traces the Python code; call the Python module or "
+            "function itself (the one given to torch.jit.script or torch.jit.trace)")
     raise error_at_user_line(
         f"torch function `{_name(fn)}` cannot be captured into a program: it is not in d2s's op table "
         "(ops/torch_ops.py), and running it now would freeze its result into the program"
@@ -173,6 +185,9 @@ def _followed_device(device):
     own = tracer.current().program.device
     return own if device == own else device
 
+
+# What TorchScript calls with a traced value: a scripted module's method, a scripted function.
+_SCRIPTED = (torch._C.ScriptMethod, torch._C.ScriptFunction)
 
 # Why some torch functions are not ops, and what to do instead.
 _WHY_NOT = {"_nested_tensor_from_mask": (

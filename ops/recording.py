@@ -46,6 +46,13 @@ def lift(tensor):
     if name is not None and program.bound.get(name) is tensor:
         return program.global_block().vars[name]
     hint = tr.name_hints.get(id(tensor))
+    if isinstance(tensor, torch.nn.parameter.UninitializedTensorMixin):
+        # A lazy module (nn.LazyLinear, ...) sizes its parameters on its first
+        # eager call; inside a trace that call would record them as ops.
+        raise error_at_user_line(
+            f"{hint or 'a parameter'} of a lazy module (nn.LazyLinear, nn.LazyConv2d, ...) is not initialized "
+            "yet: call the model once eagerly first (before d2s.declarative, or under "
+            "d2s.ProgramTranslator().enable(False)), the dry run torch asks for before building an optimizer")
     if hint is None or any(hint in b.vars for b in program.blocks):
         hint = program.unique_name("param" if isinstance(tensor, torch.nn.Parameter) else "const")
     var = program.global_block().create_var(

@@ -13,6 +13,7 @@ import torch.nn as nn
 from torch.autograd import Variable
 
 import d2s
+from runtime.errors import ConversionError
 from test_translate_control_flow import all_op_types, assert_same
 
 
@@ -340,6 +341,91 @@ def uses_scripted(x):
 def test_a_torchscript_function_is_converted_from_its_python_source():
     x = torch.randn(3)
     assert torch.allclose(d2s.declarative(uses_scripted)(x), uses_scripted(x))
+
+
+@torch.jit.script
+def scripted_branch(x):
+    if bool(x.sum() > 0):
+        return x * 2
+    return x - 1
+
+
+def test_declarative_of_a_torchscript_function_converts_its_python_source():
+    static = d2s.declarative(scripted_branch)
+    for x in (torch.ones(3), -torch.ones(3)):
+        assert torch.equal(static(x), scripted_branch(x))
+    assert "cond" in {op.type for op in static.concrete_program.main_program.global_block().ops}
+
+
+class HoldsScripted(nn.Module):
+    def __init__(self, make):
+        super().__init__()
+        self.inner = make(nn.Linear(4, 4))
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        return self.inner(x) + 1
+
+
+@pytest.mark.parametrize("make", [torch.jit.script, lambda m: torch.jit.trace(m, torch.randn(2, 4))],
+                         ids=["script", "trace"])
+def test_a_torchscript_module_is_refused_at_the_users_line(make):
+    """Its compiled code keeps no Python to convert. The refusal was hidden
+    by a TypeError from putting the TorchScript module's state back."""
+    model = HoldsScripted(make)
+    with pytest.raises(ConversionError, match="TorchScript ScriptMethod `forward`.*call the Python module") as info:
+        d2s.declarative(model)(torch.randn(2, 4))
+    assert info.value.filename == __file__
+    assert isinstance(model.calls, torch.Tensor)  # the model's own state, as before the call
+    with pytest.raises(ConversionError, match="d2s.declarative of a TorchScript RecursiveScriptModule"):
+        d2s.declarative(torch.jit.script(nn.Linear(4, 4)))
+
+
+def test_an_aten_or_quantized_op_outside_the_table_is_named_as_torch_ops():
+    model = torch.ao.quantization.quantize_dynamic(nn.Sequential(nn.Linear(4, 4)), {nn.Linear})
+    with pytest.raises(ConversionError, match=r"`torch\.ops\.quantized\.linear_dynamic` cannot be captured"):
+        d2s.declarative(model)(torch.randn(2, 4))
+
+
+class Lazy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.LazyLinear(3)
+        self.norm = nn.LazyBatchNorm1d()
+
+    def forward(self, x):
+        h = self.norm(self.fc(x))
+        if h.sum() > 0:
+            h = h * 2
+        return h
+
+
+def test_a_lazy_module_asks_for_its_dry_run_then_converts():
+    """Its first eager call sizes and draws its parameters; inside a trace
+    that call would record them as ops (it failed reading an uninitialized
+    parameter's shape)."""
+    torch.manual_seed(0)
+    eager = Lazy()
+    torch.manual_seed(0)
+    model = d2s.declarative(Lazy())
+    x = torch.randn(5, 6)
+    with pytest.raises(ConversionError, match="fc.weight of a lazy module .* not initialized yet") as info:
+        model(x)
+    assert info.value.filename == __file__
+    translator = d2s.ProgramTranslator()
+    translator.enable(False)
+    try:
+        torch.manual_seed(1)
+        want = eager(x)
+        torch.manual_seed(1)
+        assert torch.equal(model(x), want)  # the dry run, eagerly
+    finally:
+        translator.enable(True)
+    for y in (x, -3 * x):
+        assert torch.equal(model(y), eager(y))
+    for name, value in eager.state_dict().items():
+        assert torch.equal(model.state_dict()[name], value), name
+    assert "cond" in {op.type for op in model.forward.concrete_program.main_program.global_block().ops}
 
 
 # -- a module whose entry point is its own __call__ (no forward) ------------------------------------
