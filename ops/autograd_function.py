@@ -15,6 +15,15 @@ and dtypes come from running the apply on meta or fake tensors, as for every
 captured op (a forward that needs tensor values to decide its output is a
 `ConversionError` at the user's line).
 
+Converted code reaches `apply` through d2s's call conversion. Code d2s
+does not convert can call it too: a user function torch calls back (the
+block of `torch.utils.checkpoint`, a hook, a user layer inside a torch
+module), or torch's own Functions (`CheckpointFunction`). There torch's
+`apply` would run the forward on graph tensors with gradients off, and the
+user's backward would be lost without a word; so while a trace is under way
+`Function.apply` itself is wrapped, and a call with graph tensors (or real
+ones, while ops are captured) becomes the same op.
+
 The op holds a Python class, which a saved program cannot name (the loader
 refuses the op type, so a file can never name code to run). `jit.save`
 traces the function again under `inline_for_save()`: there the Function's
@@ -28,6 +37,7 @@ forward silently standing in for the user's backward.
 
 import contextlib
 import contextvars
+import types
 
 import torch
 
@@ -35,6 +45,7 @@ from runtime.ir import Variable
 
 from . import capture, recording
 from .registry import OpDef, register
+from .trace_patches import WhileTracing
 
 
 class FunctionRef:
@@ -48,7 +59,10 @@ class FunctionRef:
 
 
 def _apply_kernel(ref, *args, **kwargs):
-    return ref.function.apply(*args, **kwargs)
+    apply = ref.function.apply
+    if getattr(apply, "__func__", None) is _apply_while_tracing:  # torch's own apply: not recorded again
+        apply = types.MethodType(_ORIGINAL_APPLY.__func__, ref.function)
+    return apply(*args, **kwargs)
 
 
 OPDEF = register(OpDef("autograd_function", kernel=_apply_kernel,
@@ -150,3 +164,38 @@ def record_apply(fn, convert):
 
 def has_live_ops(program):
     return any(op.type == OPDEF.type for block in program.blocks for op in block.ops)
+
+
+# -- Function.apply reached from code d2s does not convert ----------------------------------
+
+_ORIGINAL_APPLY = torch.autograd.Function.__dict__["apply"]  # a classmethod
+_tracing = None  # `tracer.active`, given by the tracer
+_convert = None  # d2s's call conversion (the forward of a Function inlined for a save), given by d2s
+
+
+def _apply_while_tracing(cls, *args, **kwargs):
+    fn = types.MethodType(_ORIGINAL_APPLY.__func__, cls)
+    if _tracing is None or _tracing() is None or cls is _ForwardOnly:
+        return fn(*args, **kwargs)
+    return record_apply(fn, _convert or (lambda f: f))(*args, **kwargs)
+
+
+def _install():
+    torch.autograd.Function.apply = classmethod(_apply_while_tracing)
+
+
+def _uninstall():
+    torch.autograd.Function.apply = _ORIGINAL_APPLY
+
+
+_patches = WhileTracing(_install, _uninstall)
+
+
+@contextlib.contextmanager
+def recording_every_apply(tracing):
+    """Wrap `Function.apply` for the duration of a trace (`tracing()`: the
+    tracer of the calling context, or None)."""
+    global _tracing
+    _tracing = tracing
+    with _patches.held():
+        yield

@@ -9,12 +9,14 @@ classes and C functions are called as they are.
 import datetime
 import functools
 import inspect
+import sys
 import time
 import types
 
 import torch
 import torch.utils._pytree as pytree
 
+from ops import autograd_function as autograd_function_ops
 from ops.autograd_function import is_function_apply, record_apply
 from ops import framework as fw, tracer
 from ops.capture import constant_list, refuse_denied, text_for_a_message
@@ -252,6 +254,8 @@ def convert_call(fn):
         return mapped
     if fn in _SIZE_VARARGS:
         return functools.partial(_call_with_packed_sizes, fn)
+    if _is_checkpoint(fn):
+        return _checkpointed
     if getattr(fn, "__module__", None) == "torch._dynamo.decorators" and getattr(fn, "__name__", None) in _COMPILE_HINTS:
         return _compile_hint(fn)
     if isinstance(fn, _C_METHODS) and getattr(fn, "__objclass__", None) in _TENSOR_CLASSES:
@@ -298,6 +302,30 @@ def convert_call(fn):
         # cache): called as it is, its body would see graph tensors unconverted.
         return types.MethodType(_conversion().convert_function(call), fn)
     return fn
+
+
+def _is_checkpoint(fn):
+    module = sys.modules.get("torch.utils.checkpoint")
+    return module is not None and fn is module.checkpoint
+
+
+def _checkpointed(function, *args, use_reentrant=None, context_fn=None, determinism_check=None, debug=None,
+                  preserve_rng_state=True, **kwargs):
+    """`torch.utils.checkpoint.checkpoint(function, *args)` in converted
+    code: `function` converted, its ops part of the program; values and
+    gradients are eager's (the program keeps the block's activations rather
+    than computing them again in backward). Called as it is, torch's
+    checkpoint would run `function` unconverted on graph tensors (a tensor
+    `if` refused there, `isinstance(t, torch.Tensor)` false). As eagerly,
+    the reentrant variant takes no keywords, and its outputs need an input
+    that requires grad (else none of its parameters gets a gradient)."""
+    if use_reentrant is None or use_reentrant:
+        if kwargs:
+            raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
+        if not any(isinstance(a, (Variable, torch.Tensor)) and a.requires_grad for a in args):
+            with torch.no_grad():
+                return convert_call(function)(*args)
+    return convert_call(function)(*args, **kwargs)
 
 
 def _post_init_to_convert(cls):
@@ -470,3 +498,7 @@ def _converted_forward(module):
     if isinstance(forward, types.FunctionType) and _convertible(forward):
         return types.MethodType(_conversion().convert_function(forward), module)
     return module
+
+
+# A Function applied by code d2s does not convert, inlined for a save, has its forward converted too.
+autograd_function_ops._convert = convert_call

@@ -108,3 +108,35 @@ def test_bert_fine_tuned_on_padded_and_unpadded_batches_draws_its_dropout_once()
     assert len(forward.program_cache) == 2  # the padded batches' program and the unpadded ones'
     for concrete in forward.program_cache:  # each converted one side of the mask's `if`, the other a check
         assert {"cond", "decision_failed"} <= {op.type for block in concrete.main_program.blocks for op in block.ops}
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_bloom_trained_with_gradient_checkpointing_gets_eagers_gradients(reentrant):
+    """Each BLOOM layer runs under torch.utils.checkpoint, and its GELU is a
+    custom autograd.Function: the layer's parameters before the GELU got no
+    gradient at all (torch's checkpoint ran the layer unconverted, where the
+    Function's apply lost its backward), silently."""
+    from transformers import BloomConfig, BloomForCausalLM
+    config = BloomConfig(vocab_size=64, hidden_size=32, n_layer=2, n_head=4, hidden_dropout=0.1,
+                         attention_dropout=0.1)
+    torch.manual_seed(0)
+    eager = BloomForCausalLM(config).train()
+    eager.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    model = copy.deepcopy(eager)
+    forward = d2s.declarative(model.forward)
+    for step in range(2):
+        ids, labels = _batch(step)
+        results = []
+        for run, module in ((eager.forward, eager), (forward, model)):
+            module.zero_grad(set_to_none=True)
+            torch.manual_seed(step)
+            loss = run(input_ids=ids, labels=labels, use_cache=False).loss
+            loss.backward()
+            results.append((loss.detach(), [p.grad for p in module.parameters()]))
+        (loss_e, grads_e), (loss_d, grads_d) = results
+        assert torch.equal(loss_e, loss_d)
+        assert all(g is not None for g in grads_e)
+        assert all(torch.equal(a, b) for a, b in zip(grads_e, grads_d))
+    types = {op.type for concrete in forward.program_cache for block in concrete.main_program.blocks
+             for op in block.ops}
+    assert "autograd_function" in types

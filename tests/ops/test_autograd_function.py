@@ -194,3 +194,36 @@ def test_outside_declarative_apply_is_untouched():
     x = torch.ones(2, requires_grad=True)
     RoundSTE.apply(x).sum().backward()
     assert torch.equal(x.grad, torch.full((2,), 3.0))
+
+
+# -- applied by code d2s does not convert -----------------------------------------------------
+
+class Hooked(nn.Module):
+    """A forward hook (called by torch's Module.__call__, not converted)
+    applies the Function to a submodule's output."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.inner = nn.Linear(3, 3)
+        self.outer = nn.Linear(3, 1)
+        self.inner.register_forward_hook(lambda module, args, out: RoundSTE.apply(out))
+
+    def forward(self, x):
+        h = self.inner(x)
+        if h.sum() > 0:
+            h = h * 2
+        return self.outer(h).sum()
+
+
+def test_a_function_applied_by_code_d2s_does_not_convert_keeps_its_backward():
+    """torch's `apply` ran the forward on graph tensors with gradients off:
+    round's ops with no gradient at all through them, silently (the
+    parameters before it got None)."""
+    eager, static = Hooked(), d2s.declarative(Hooked())
+    for x in (torch.full((2, 3), 0.7), torch.full((2, 3), -0.7)):
+        want = torch.autograd.grad(eager(x), list(eager.parameters()))
+        got = torch.autograd.grad(static(x), list(static.parameters()))
+        assert all(torch.equal(a, b) for a, b in zip(want, got))
+    types = {op.type for block in static.forward.concrete_program.main_program.blocks for op in block.ops}
+    assert {"autograd_function", "cond"} <= types
