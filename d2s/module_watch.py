@@ -41,6 +41,9 @@ import torch.nn as nn
 from torch.nn.modules import module as _module
 from torch.utils.hooks import RemovableHandle
 
+from ops.user_frames import error_at_user_line
+from runtime.ir import Variable
+
 _generation = [0]
 
 
@@ -155,6 +158,13 @@ def _install():
         # run: module_state.py) do not.
         if name == "training" or is_plain_value(value) or not isinstance(value, _NOT_BY_IDENTITY):
             _generation[0] += 1
+        if isinstance(value, Variable) and name in self.__dict__.get("_parameters", ()):
+            # torch's own TypeError would name a d2s class; the user's line says more.
+            raise error_at_user_line(
+                f"`{name}` is a parameter of this {type(self).__name__}: the traced code replaces it with a value "
+                "it computes (a new nn.Parameter on every call?), which a program cannot do to its inputs; "
+                "create parameters in __init__, or write the value in place under torch.no_grad() "
+                f"(`self.{name}.copy_(...)`)")
         if _attribute_writes:
             for record in _attribute_writes:
                 record(self, name, value)

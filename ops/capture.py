@@ -495,6 +495,14 @@ def _method(var, name):
         if name in ("__bool__", "__nonzero__") and var.kind == "tensor" and var.dtype == torch.bool \
                 and all(d == 1 for d in var.dims):
             return lambda: _decided(var, name) if called_from_torch() else _refuse_python_value(var, name)
+        if name == "__float__" and stands_for_number(var):
+            # `math.log10(n)`, `math.sqrt(n)`, `np.float64(n)` of `n = t.item()`: C code asks for a
+            # double now. libm's and torch's results may differ in the last bit: not staged.
+            raise error_at_user_line(
+                f"{user_name(var, 'number')} is a Python number read from a tensor (`t.item()`, "
+                "`float(t)`), known only when the program runs; a function that needs it as a double now "
+                "(`math.log10`, `math.sqrt`, numpy) cannot take it: compute on the tensor with torch instead "
+                "(`torch.log10(t)`), or return the tensor and convert it outside the declarative function")
         raise _to_python_error(var, _TO_PYTHON[name])
     if name == "data_ptr":  # compared for identity, never read (ops/storage_address.py)
         return lambda: StorageAddress(var)

@@ -9,6 +9,7 @@ its line, the module left as it was."""
 import numpy as np
 import pytest
 import torch
+import torch.nn as nn
 
 import d2s
 from runtime.errors import ConversionError
@@ -493,3 +494,27 @@ def _line_of(fn, text):
     import inspect
     lines, first = inspect.getsourcelines(fn)
     return first + next(i for i, line in enumerate(lines) if text in line and "marker" not in line)
+
+
+class NewParameterEachCall(nn.Module):
+    """torchinfo's UninitializedParameterModel: a new parameter on every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.param = nn.UninitializedParameter()
+
+    def init_param(self):
+        self.param = nn.Parameter(torch.zeros(4))
+
+    def forward(self, x):
+        self.init_param()
+        return x * 2
+
+
+def test_replacing_a_parameter_with_a_computed_value_is_refused_at_the_line():
+    """It was torch's TypeError naming runtime.ir.Variable, raised inside d2s."""
+    model = NewParameterEachCall()
+    with pytest.raises(ConversionError, match="`param` is a parameter of this NewParameterEachCall") as info:
+        d2s.declarative(model)(torch.ones(2))
+    assert info.value.filename == __file__
+    assert isinstance(model.param, nn.UninitializedParameter)

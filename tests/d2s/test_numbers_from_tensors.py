@@ -145,6 +145,20 @@ def test_round_with_digits_is_refused_at_the_line():
         d2s.declarative(rounds_to_digits)(torch.ones(3))
 
 
+def psnr(x, y):
+    mse = ((x - y) ** 2).mean()
+    return 10 * math.log10(1 / mse.item())
+
+
+def test_a_libm_function_of_a_number_is_refused_naming_what_to_do():
+    """`math.log10` asks for a double now (libm's results are not torch's to
+    the last bit): it was refused as `float(x)` of "this tensor"."""
+    with pytest.raises(d2s.ConversionError, match=r"this number is a Python number read from a tensor.*"
+                                                   r"torch\.log10") as info:
+        d2s.declarative(psnr)(torch.rand(3), torch.rand(3))
+    assert info.value.filename == __file__
+
+
 def counts_and_reads(x, n):
     """A counter a tensor loop carries and numbers read from tensors, returned."""
     steps = 0
