@@ -169,13 +169,12 @@ def has_live_ops(program):
 # -- Function.apply reached from code d2s does not convert ----------------------------------
 
 _ORIGINAL_APPLY = torch.autograd.Function.__dict__["apply"]  # a classmethod
-_tracing = None  # `tracer.active`, given by the tracer
 _convert = None  # d2s's call conversion (the forward of a Function inlined for a save), given by d2s
 
 
 def _apply_while_tracing(cls, *args, **kwargs):
     fn = types.MethodType(_ORIGINAL_APPLY.__func__, cls)
-    if _tracing is None or _tracing() is None or cls is _ForwardOnly:
+    if _patches.tracer() is None or cls is _ForwardOnly:
         return fn(*args, **kwargs)
     return record_apply(fn, _convert or (lambda f: f))(*args, **kwargs)
 
@@ -191,11 +190,7 @@ def _uninstall():
 _patches = WhileTracing(_install, _uninstall)
 
 
-@contextlib.contextmanager
 def recording_every_apply(tracing):
     """Wrap `Function.apply` for the duration of a trace (`tracing()`: the
     tracer of the calling context, or None)."""
-    global _tracing
-    _tracing = tracing
-    with _patches.held():
-        yield
+    return _patches.held_for(tracing)

@@ -23,6 +23,17 @@ class WhileTracing:
         self._install, self._uninstall = install, uninstall
         self._lock = threading.Lock()
         self._depth = 0
+        self._tracing = None
+
+    def tracer(self):
+        """The tracer of the calling context (None outside a trace), once
+        `held_for` has been given the tracer's lookup."""
+        return None if self._tracing is None else self._tracing()
+
+    def held_for(self, tracing):
+        """`held()`, noting `tracing` (`tracer.active`) for `tracer()`."""
+        self._tracing = tracing
+        return self.held()
 
     @contextlib.contextmanager
     def held(self):
