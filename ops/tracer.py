@@ -28,7 +28,7 @@ from runtime import run_modes
 from runtime.format_rules import safe_names
 from runtime.ir import default_main_program
 
-from . import ambient_modes, autograd_function, cold_start, host_random, process_state
+from . import ambient_modes, cold_start, host_random, process_state
 from .examples import example_int
 
 _current = contextvars.ContextVar("d2s_tracer", default=None)
@@ -178,6 +178,7 @@ class Tracer:
         # torch's settings and environment variables read are checked when the program runs (ops/process_state.py).
         self._patches.enter_context(process_state.noting_queries(active))
         # A custom autograd.Function applied by code d2s does not convert is an op too (ops/autograd_function.py).
+        from . import autograd_function  # lazy: it records through capture and recording, which import this module
         self._patches.enter_context(autograd_function.recording_every_apply(active))
         return self
 
