@@ -2,7 +2,6 @@
 module's `forward` a StaticFunction."""
 
 import inspect
-import types
 
 import torch
 
@@ -10,7 +9,7 @@ from runtime.errors import ConversionError
 from runtime.passes import check_level
 
 from .module_call import DATA_PARALLEL, call_forward_directly, calling_forward, data_parallel_message
-from .operators.calls import module_call_entry
+from .operators.calls import module_call_entry, scripted_source
 from .static_function import StaticFunction
 
 
@@ -33,9 +32,8 @@ def declarative(function=None, input_spec=None, optimize=None):
     if isinstance(function, (torch.jit.ScriptModule, torch.jit.ScriptFunction)):
         # Compiled code, run on real tensors; a scripted module keeps no
         # Python source to convert (a scripted function is converted from its own).
-        if isinstance(function, torch.jit.ScriptFunction) and \
-                isinstance(getattr(function, "_torchdynamo_inline", None), types.FunctionType):
-            return declarative(function._torchdynamo_inline, input_spec=input_spec, optimize=optimize)
+        if scripted_source(function) is not None:
+            return declarative(scripted_source(function), input_spec=input_spec, optimize=optimize)
         raise ConversionError(f"d2s.declarative of a TorchScript {type(function).__name__}: TorchScript "
                               "(torch.jit.script, torch.jit.trace) keeps compiled code, not the Python d2s "
                               "converts; give d2s.declarative the Python module or function itself")

@@ -140,7 +140,9 @@ class _Replay:
         self._write_positions = {}  # block index -> positions of the ops writing a tensor in place
 
     def _producer(self, var, before):
-        """`producer(var, before)`, through an index of the block's writers."""
+        """The last op of `var`'s block that writes it before the op at
+        position `before` (None: the last so far), which output it is, and
+        its position; through an index of the block's writers."""
         block = var.block
         writers = self._writers.get(block.idx)
         if writers is None:
@@ -310,15 +312,13 @@ def _inputs(op):
     return found
 
 
-def producer(var, before=None):
-    """The last op of `var`'s block that writes it (before the op at
-    position `before`), which output it is, and the op's position."""
-    ops = var.block.ops
-    end = len(ops) if before is None or before > len(ops) else before
-    for position in range(end - 1, -1, -1):
-        names = ops[position].output("Out")
+def producer(var):
+    """The last op of `var`'s block that writes it, and which output it is
+    (a replay reads through its own index of the writers: `_Replay._producer`)."""
+    for op in reversed(var.block.ops):
+        names = op.output("Out")
         if var.name in names:
-            return ops[position], names.index(var.name), position
+            return op, names.index(var.name)
     return None
 
 

@@ -269,11 +269,9 @@ def convert_call(fn):
         return functools.partial(convert_call(fn.func), *fn.args, **fn.keywords)
     if is_wrapper(fn):  # a declarative function called from converted code: its own function
         return convert_call(fn.dygraph_function)
-    if isinstance(fn, torch.jit.ScriptFunction) and isinstance(getattr(fn, "_torchdynamo_inline", None),
-                                                                types.FunctionType):
-        # A @torch.jit.script function takes only real tensors; torch keeps
-        # the Python function it compiled, which means the same.
-        return convert_call(fn._torchdynamo_inline)
+    source = scripted_source(fn)
+    if source is not None:
+        return convert_call(source)
     if isinstance(fn, types.FunctionType):
         return _conversion().convert_function(fn) if _convertible(fn) else fn
     if isinstance(fn, DATA_PARALLEL):  # its per-step Python bookkeeping would run once, at build time
@@ -302,6 +300,13 @@ def convert_call(fn):
         # cache): called as it is, its body would see graph tensors unconverted.
         return types.MethodType(_conversion().convert_function(call), fn)
     return fn
+
+
+def scripted_source(fn):
+    """The Python function a `@torch.jit.script` function was compiled from
+    (torch keeps it; it means the same, and takes graph tensors), or None."""
+    source = getattr(fn, "_torchdynamo_inline", None) if isinstance(fn, torch.jit.ScriptFunction) else None
+    return source if isinstance(source, types.FunctionType) else None
 
 
 def _is_checkpoint(fn):
