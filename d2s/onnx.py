@@ -15,6 +15,7 @@ import os
 import torch
 
 from ops import ambient_modes
+from ops.control_flow.checkpoint_op import without_checkpoints
 from runtime.executor import resolve_persistables
 from runtime.ir import TENSOR
 from runtime.io import read_model
@@ -78,7 +79,14 @@ def _unfused(program, feeds, fetches, paths):
 
 
 def _resolve(obj, input_spec):
-    """(program, feed names, fetch names, {parameter name: tensor}) of `obj`."""
+    """(program, feed names, fetch names, {parameter name: tensor}) of `obj`,
+    each checkpointed block run inline (an exported graph has no backward
+    pass to compute it again for)."""
+    program, feeds, fetches, params = _resolve_any(obj, input_spec)
+    return without_checkpoints(program), feeds, fetches, params
+
+
+def _resolve_any(obj, input_spec):
     if isinstance(obj, (str, os.PathLike)):
         model = read_model(obj)
         _refuse_carried_state([name for name, _ in model.state_updates])

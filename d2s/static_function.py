@@ -22,7 +22,7 @@ import torch
 from ops.autograd_function import has_live_ops
 from ops.capture import CaptureMode
 from ops import attribute_reads, process_state, python_reads, python_values, tracer
-from ops.control_flow import Unreachable
+from ops.control_flow import Unreachable, settle as settle_checkpoints
 from ops.framework import check_dims as fw_check_dims, check_strides as fw_check_strides
 from ops.tracer import Tracer
 from runtime import _debug, foreign_tracers
@@ -556,6 +556,8 @@ class StaticFunction:
                     python_values.check_first(main, values, module_watch.same_plain_value)
                 replays = written.refuse_written(self._function.__qualname__)
                 layout = self._layout_checks(main, feeds, leaves, tr) if tr.reads_layout else None
+            # A checkpointed block whose values are read outside it runs inline.
+            settle_checkpoints(main, [v.name for v in fetch + state_fetch if isinstance(v, Variable)])
             main.verify()
             concrete = ConcreteProgram(main, startup, feeds, out, fetch, out_tree, key[-1],
                                        (writes, reads, state_fetch) if writes or reads or changed else None,

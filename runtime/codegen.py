@@ -68,6 +68,7 @@ class Codegen:
         self.flows = []  # native control flow (runtime/native/lower_flow.py)
         self.globals = {}
         self._locals = {}
+        self._fresh = 0  # functions emitters define (`fresh_local`)
         self._globals_by_id = {}
         self._line = itertools.count(1)
         self.line_ops = {}
@@ -82,6 +83,12 @@ class Codegen:
                 ident += "_"
             self._locals[var_name] = ident
         return ident
+
+    def fresh_local(self, prefix):
+        """A local name no variable's local can take (those start with `v_`):
+        `ck_1`, `ck_2`, ... for functions emitters define."""
+        self._fresh += 1
+        return f"{prefix}_{self._fresh}"
 
     def load(self, var_name):
         return ast.Name(id=self.local(var_name), ctx=ast.Load())

@@ -12,13 +12,14 @@ import inspect
 import sys
 import time
 import types
+import warnings
 
 import torch
 import torch.utils._pytree as pytree
 
 from ops import autograd_function as autograd_function_ops
 from ops.autograd_function import is_function_apply, record_apply
-from ops import framework as fw, tracer
+from ops import control_flow as cf, framework as fw, tracer
 from ops.capture import constant_list, refuse_denied, text_for_a_message
 from ops.recording import decide_bools
 from ops.user_frames import SYMBOLIC_TYPES, error_at_user_line, is_stdlib_file
@@ -30,6 +31,9 @@ from ..unwrap import is_wrapper, unwrap
 from .py_builtins import BUILTINS, _item, _tolist
 from .rng import convert_rng_call
 from .state import is_var
+
+# torch's own function (ops/recording.py: `torch.is_grad_enabled` answers the user's code while tracing).
+_grad_enabled = torch._C.is_grad_enabled
 
 
 def convert_method(obj, name):
@@ -314,23 +318,43 @@ def _is_checkpoint(fn):
     return module is not None and fn is module.checkpoint
 
 
-def _checkpointed(function, *args, use_reentrant=None, context_fn=None, determinism_check=None, debug=None,
+def _checkpointed(function, *args, use_reentrant=None, context_fn=None, determinism_check="default", debug=None,
                   preserve_rng_state=True, **kwargs):
     """`torch.utils.checkpoint.checkpoint(function, *args)` in converted
-    code: `function` converted, its ops part of the program; values and
-    gradients are eager's (the program keeps the block's activations rather
-    than computing them again in backward). Called as it is, torch's
-    checkpoint would run `function` unconverted on graph tensors (a tensor
-    `if` refused there, `isinstance(t, torch.Tensor)` false). As eagerly,
-    the reentrant variant takes no keywords, and its outputs need an input
-    that requires grad (else none of its parameters gets a gradient)."""
-    if use_reentrant is None or use_reentrant:
+    code: `function` converted, its ops a `checkpoint` op's block that
+    torch's checkpoint runs when the program runs (activations freed after
+    the forward, computed again in backward; ops/control_flow/checkpoint_op.py).
+    Called as it is, torch's checkpoint would run `function` unconverted on
+    graph tensors (a tensor `if` refused there, `isinstance(t,
+    torch.Tensor)` false). As eagerly, the reentrant variant takes no
+    keywords, and its outputs need an input that requires grad (else none
+    of its parameters gets a gradient: the block runs without gradients,
+    and keeps nothing for backward)."""
+    if use_reentrant is None:
+        warnings.warn("torch.utils.checkpoint: the use_reentrant parameter should be passed explicitly; "
+                      "use_reentrant=False is recommended (torch's warning: without it, torch takes True)",
+                      stacklevel=2)
+        use_reentrant = True
+    converted = convert_call(function)
+    if context_fn is torch.utils.checkpoint.noop_context_fn:
+        context_fn = None
+    if tracer.active() is None:  # converted code running eagerly: torch's checkpoint itself
+        extra = {} if context_fn is None else {"context_fn": context_fn}
+        return torch.utils.checkpoint.checkpoint(
+            converted, *args, use_reentrant=use_reentrant, preserve_rng_state=preserve_rng_state,
+            **({} if use_reentrant else {"determinism_check": determinism_check, "debug": bool(debug), **extra}),
+            **kwargs)
+    if use_reentrant:
         if kwargs:
             raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
         if not any(isinstance(a, (Variable, torch.Tensor)) and a.requires_grad for a in args):
             with torch.no_grad():
-                return convert_call(function)(*args)
-    return convert_call(function)(*args, **kwargs)
+                return converted(*args)
+    # Inside `torch.no_grad()` there is nothing to recompute; a `context_fn`
+    # or `debug` asks for torch's machinery around each op: the block's ops
+    # run inline then (values eager's, the memory saving lost).
+    inline = not _grad_enabled() or context_fn is not None or bool(debug)
+    return cf.checkpointed(converted, args, kwargs, use_reentrant, preserve_rng_state, determinism_check, inline)
 
 
 def _post_init_to_convert(cls):

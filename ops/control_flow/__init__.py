@@ -26,12 +26,16 @@ The rooms, in the order a `cond` uses them:
     sides.py       a side converted for the example inputs only (decisions)
     cond_op.py     the `cond` op: `cond()`, its emitter
     while_op.py    the `while` op: `while_loop()`, its emitter
+    checkpoint_op.py  the `checkpoint` op: a block torch's checkpoint runs
+                   (recomputed in backward), `settle` for blocks whose
+                   values are read outside them
 """
 
+from .checkpoint_op import checkpointed, settle
 from .cond_op import cond
 from .sides import decide_failed_side, forced_used, forcing, raised_by_torch, site_key
 from .undefined import Undefined, Unreachable
 from .while_op import while_loop
 
-__all__ = ["Undefined", "Unreachable", "cond", "decide_failed_side", "forced_used", "forcing",
-           "raised_by_torch", "site_key", "while_loop"]
+__all__ = ["Undefined", "Unreachable", "checkpointed", "cond", "decide_failed_side", "forced_used", "forcing",
+           "raised_by_torch", "settle", "site_key", "while_loop"]

@@ -426,6 +426,19 @@ PyObject* flow_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyObjec
   }
   PyEval_RestoreThread(run.released);
   if (interrupted) return nullptr;  // the handler's exception (KeyboardInterrupt) propagates
+  if (failed && PyErr_Occurred()) {  // a Python hook's exception propagates (segment_call says why)
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    bool committed = flow_commit(run, false);
+    if (committed) {
+      PyErr_Restore(type, value, traceback);
+    } else {
+      Py_XDECREF(type);
+      Py_XDECREF(value);
+      Py_XDECREF(traceback);
+    }
+    return nullptr;
+  }
   if (!flow_commit(run, !failed)) return nullptr;
   if (failed) return flow_give_back(self, run, args, why, true);
   return flow_result(run, true, true, args);

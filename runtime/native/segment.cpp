@@ -922,6 +922,13 @@ PyObject* segment_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyOb
     }
     Py_END_ALLOW_THREADS
   }
+  if (failed && PyErr_Occurred()) {
+    // A Python hook an op called raised (a saved-tensor hook: checkpoint's
+    // recomputation stops early by raising from one): its exception
+    // propagates, as from the op's binding; the Python path would run the
+    // ops the segment already ran once more.
+    return nullptr;
+  }
   if (failed) {
     return fall_back(self, error);
   }

@@ -1,6 +1,9 @@
 """`torch.utils.checkpoint.checkpoint(block, x)` in converted code: the
-block converted, its ops part of the program, values and gradients eager's
-on every path (d2s/operators/calls.py `_checkpointed`). Called as it was,
+block converted, its ops a `checkpoint` op's block that torch's checkpoint
+runs (ops/control_flow/checkpoint_op.py), values, gradients and the tensors
+kept for backward eager's on every path (d2s/operators/calls.py
+`_checkpointed`). Before, the block's ops ran inline: every activation was
+kept, checkpointing's memory saving lost. Called as it was,
 torch's checkpoint ran the block unconverted on graph tensors: a custom
 autograd.Function there lost its backward (the gradients of everything
 before it were None: transformers' BLOOM with gradient checkpointing), and
@@ -58,14 +61,31 @@ class Checkpointed(nn.Module):
 XS = [torch.rand(3, 4) + 0.5, -torch.rand(3, 4) - 0.5]  # both sides of the block's `if`
 
 
-def _step(module, run, x):
+def _step(module, run, x, *args):
+    """(result, x's gradient, the parameters' gradients, how many tensors
+    autograd kept for backward outside every checkpoint)."""
     for p in module.parameters():
         p.grad = None
     torch.manual_seed(5)
-    y = run(x)
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+        y = run(x, *args)
+    y = y[0] if isinstance(y, tuple) else y
     if y.requires_grad:
-        y.backward()
-    return y.detach(), None if x.grad is None else x.grad, [p.grad for p in module.parameters()]
+        y.sum().backward()
+    return y.detach(), None if x.grad is None else x.grad, [p.grad for p in module.parameters()], len(kept)
+
+
+def _same_step(got, want):
+    assert torch.equal(got[0], want[0])
+    assert (got[1] is None) == (want[1] is None) and (want[1] is None or torch.equal(got[1], want[1]))
+    for a, b in zip(want[2], got[2]):
+        assert (a is None) == (b is None) and (a is None or torch.equal(a, b))
+
+
+def _op_types(static):
+    return [op.type for concrete in static.forward.program_cache for block in concrete.main_program.blocks
+            for op in block.ops]
 
 
 @pytest.mark.parametrize("reentrant", [False, True])
@@ -75,18 +95,18 @@ def test_a_checkpointed_block_trains_as_eagerly(reentrant, input_grad):
     eager = Checkpointed(reentrant).train()
     model = copy.deepcopy(eager)
     static = d2s.declarative(model)
+    static(XS[0].clone().requires_grad_(input_grad))  # converted outside the hooks (tracing saves its own)
     for x0 in XS:
         want = _step(eager, eager, x0.clone().requires_grad_(input_grad))
         got = _step(model, static, x0.clone().requires_grad_(input_grad))
-        assert torch.equal(got[0], want[0])
-        assert (got[1] is None) == (want[1] is None) and (want[1] is None or torch.equal(got[1], want[1]))
-        for a, b in zip(want[2], got[2]):
-            # The reentrant variant, with no input requiring grad: no gradient for the block, as eagerly.
-            assert (a is None) == (b is None) and (a is None or torch.equal(a, b))
+        _same_step(got, want)
+        assert got[3] == want[3]  # the block's activations are not kept: they are computed again in backward
         assert all(g is None for g in want[2]) == (reentrant and not input_grad)
     assert len(static.forward.program_cache) == 1
-    types = {op.type for block in static.forward.concrete_program.main_program.blocks for op in block.ops}
-    assert {"autograd_function", "cond"} <= types
+    types = _op_types(static)
+    assert {"autograd_function", "cond"} <= set(types)
+    # The reentrant variant with no input requiring grad runs without gradients and keeps nothing, as eagerly.
+    assert ("checkpoint" in types) == (not reentrant or input_grad)
 
 
 def test_the_reentrant_variant_takes_no_keywords_as_eagerly():
@@ -95,3 +115,97 @@ def test_the_reentrant_variant_takes_no_keywords_as_eagerly():
 
     with pytest.raises(ValueError, match="Unexpected keyword arguments: scale"):
         d2s.declarative(keyword_call)(torch.ones(2, 4), Block())
+
+
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+
+    def forward(self, x, scale=1.0):
+        h = torch.tanh(self.a(x))
+        if h.mean() > 0:
+            h = h * 2
+        return self.b(h) * scale
+
+
+class LoopAndBranch(nn.Module):
+    """Checkpoints in a tensor `while` (with a number argument), in a
+    branch (the reentrant variant), and one inside another."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = Layer()
+        self.inner = Layer()
+
+    def two(self, x):
+        return cp.checkpoint(self.inner, self.layer(x), use_reentrant=False)
+
+    def forward(self, x, n):
+        i = torch.zeros((), dtype=torch.long)
+        while i < n:
+            x = cp.checkpoint(self.layer, x, 0.5, use_reentrant=False)
+            i = i + 1
+        if x.sum() > 0:
+            x = cp.checkpoint(self.layer, x, use_reentrant=True)
+        return cp.checkpoint(self.two, x, use_reentrant=False), n
+
+
+@pytest.mark.parametrize("level", ["default", "fast"])
+def test_checkpoints_in_loops_branches_and_each_other(level):
+    torch.manual_seed(0)
+    eager = LoopAndBranch().train()
+    model = copy.deepcopy(eager)
+    static = d2s.declarative(model, optimize=level)
+    x = torch.randn(3, 4)
+    cases = [(x, 0), (x, 1), (x, 3), (-x.abs() * 5, 0), (-x.abs() * 5, 2)]  # zero/one/several trips, both sides
+    static(x.clone().requires_grad_(), torch.tensor(1))
+    for x0, n in cases:
+        want = _step(eager, eager, x0.clone().requires_grad_(), torch.tensor(n))
+        got = _step(model, static, x0.clone().requires_grad_(), torch.tensor(n))
+        _same_step(got, want)
+        assert got[3] == want[3]
+    assert len(static.forward.program_cache) == 1
+    types = _op_types(static)
+    assert types.count("checkpoint") == 4 and {"while", "cond"} <= set(types)
+
+
+class KeepsOnModule(nn.Module):
+    """The block keeps a value it makes on a module, read after the call:
+    its ops run inline (the value must exist outside it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = Layer()
+
+    def block(self, x):
+        y = self.layer(x)
+        self.last = y.relu()
+        return y
+
+    def forward(self, x):
+        y = cp.checkpoint(self.block, x, use_reentrant=False)
+        return y + self.last
+
+
+class NoGradInside(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = Layer()
+
+    def forward(self, x):
+        with torch.no_grad():
+            y = cp.checkpoint(self.layer, x, use_reentrant=False)
+        return x * y
+
+
+@pytest.mark.parametrize("cls", [KeepsOnModule, NoGradInside])
+def test_blocks_a_checkpoint_op_cannot_stand_for_run_inline(cls):
+    torch.manual_seed(0)
+    eager = cls().train()
+    model = copy.deepcopy(eager)
+    static = d2s.declarative(model)
+    for x0 in (XS[0], -XS[0]):
+        _same_step(_step(model, static, x0.clone().requires_grad_()), _step(eager, eager, x0.clone().requires_grad_()))
+    assert "checkpoint" not in _op_types(static) and "cond" in _op_types(static)

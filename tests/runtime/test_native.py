@@ -826,3 +826,28 @@ def test_fast_level_outputs_that_are_views_inside_the_call(shape):
     want.sum().backward()
     for a, b in zip(twin.parameters(), eager.parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=_RTOL, atol=_ATOL)
+
+
+class HookRefused(Exception):
+    pass
+
+
+def _refusing_pack(t):
+    raise HookRefused("the pack hook refuses")
+
+
+@pytest.mark.parametrize("level", ["default", "fast"])
+def test_an_exception_a_saved_tensor_hook_raises_inside_a_segment_propagates(level):
+    """torch's checkpoint stops its recomputation by raising from a pack
+    hook: the exception leaves the segment as from eager's op (it was a
+    SystemError: the segment fell back to Python with the error still set)."""
+    static = d2s.declarative(two_ops, optimize=level)
+    x = torch.randn(3, requires_grad=True)
+    static(x)
+    with torch.autograd.graph.saved_tensors_hooks(_refusing_pack, lambda t: t):
+        with pytest.raises(HookRefused):
+            two_ops(x)
+        with pytest.raises(Exception) as info:  # the hook's exception, named with the op and line
+            static(x)
+    assert isinstance(info.value.__cause__, HookRefused) and "return torch.tanh(x) * 2" in str(info.value)
+    assert _compiled(static).segments and static(x).requires_grad

@@ -381,3 +381,24 @@ def test_appends_in_a_branch(n):
         g = torch.Generator().manual_seed(5)
         return torch.randn(4, 3, generator=g), torch.tensor(n), torch.randn(3, generator=g).requires_grad_()
     _check_equal(*_run_both(gather, make))
+
+
+def test_an_exception_a_saved_tensor_hook_raises_inside_a_flow_propagates():
+    """As for a segment (tests/runtime/test_native.py): a pack hook's
+    exception raised in a trip leaves the flow call as eagerly."""
+    class Refused(Exception):
+        pass
+
+    def refuse(t):
+        raise Refused("refused")
+
+    static = d2s.declarative(rnn)
+    static(*_rnn_args(3)())
+    flow, _, _ = _root_flow(_compiled(static))
+    with torch.autograd.graph.saved_tensors_hooks(refuse, lambda t: t):
+        with pytest.raises(Refused):
+            rnn(*_rnn_args(3)())
+        with pytest.raises(Exception) as info:  # the hook's exception, named with the op and line
+            static(*_rnn_args(3)())
+    assert isinstance(info.value.__cause__, Refused)
+    assert flow.fallbacks() == 0

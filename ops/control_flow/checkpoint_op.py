@@ -1,0 +1,287 @@
+"""The `checkpoint` op: `torch.utils.checkpoint.checkpoint(block, *args)` in
+converted code, with the block's ops in a sub-block that torch's own
+checkpoint runs when the program runs, so that the block's activations are
+freed after the forward and computed again in backward, as eagerly.
+
+Before (the user's code):
+
+    h = torch.utils.checkpoint.checkpoint(self.layer, x, mask, use_reentrant=False)
+
+After (the program, and the statements the executor makes of it):
+
+    h = checkpoint(X=[x, mask, layer_w]) {block: <the layer's ops>, outs: [out_3],
+                                          params: [x, mask], reentrant: False}
+
+    def ck_1(v_layer_w, v_x, v_mask):   # the values the block reads from outside,
+        <the block's statements>        # the explicit arguments last
+        return (v_out_3,)
+    (v_h,) = checkpoint(partial(ck_1, v_layer_w), v_x, v_mask, use_reentrant=False, ...)
+
+Only the call's own positional arguments are the checkpoint's inputs; every
+other value the block reads (parameters, values of the enclosing code) is
+bound to the function, as a closure is eagerly: the reentrant variant gives
+no gradient to those when no input requires grad, exactly as torch does.
+Values, gradients and the RNG draws are eager's: the same kernel, torch's
+checkpoint, runs the same statements twice.
+
+Where a sub-block cannot stand for the call, its ops are spliced into the
+enclosing block instead (`splice`: the values are eager's, only the memory
+saving is lost): inside `torch.no_grad()`, with a `context_fn` or `debug`,
+when the block returns one of its inputs or something other than tensors
+and numbers, writes a value of the enclosing code in place, or when a value
+it makes is read outside it other than through its result (a module
+attribute, a cache object: `settle`, once the trace is over).
+"""
+
+import ast
+import functools
+
+import torch
+from torch.utils import _pytree as pytree
+
+from runtime.attrs import InputRef
+from runtime.ir import SCALAR, TENSOR, Variable
+from runtime.passes._util import rename_uses
+
+from .. import tracer
+from ..registry import OpDef, get_op_def, register
+from ..user_frames import user_origin
+from .values import outer_reads
+
+
+def _emit_checkpoint(op, gen):
+    body = op.attrs["block"]
+    outs, params = op.attrs["outs"], op.attrs["params"]
+    explicit = [p for p in params if p is not None]
+    bound = [n for n in outer_reads([body]) if n not in explicit]
+    name = gen.fresh_local("ck")
+    arg_names = [gen.local(n) for n in bound] + [
+        gen.local(p) if p is not None and p not in params[:i] else f"_unused_{i}" for i, p in enumerate(params)]
+    stmts = gen.emit_block(body, keep=outs)
+    stmts.append(ast.Return(value=ast.Tuple(elts=[gen.load(o) for o in outs], ctx=ast.Load())))
+    fn_def = ast.FunctionDef(name=name, args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in arg_names],
+                                                            kwonlyargs=[], kw_defaults=[], defaults=[]),
+                             body=stmts, decorator_list=[], returns=None, type_params=[])
+    function = ast.Name(id=name, ctx=ast.Load())
+    if bound:
+        function = gen.call(gen.global_ref(functools.partial, "partial"), [function] + [gen.load(n) for n in bound])
+    args = [gen.arg_expr(a, op.input("X")) for a in op.attrs["args"]]
+    kwargs = {"use_reentrant": ast.Constant(op.attrs["reentrant"]),
+              "preserve_rng_state": ast.Constant(op.attrs["preserve_rng_state"])}
+    if not op.attrs["reentrant"]:
+        kwargs["determinism_check"] = ast.Constant(op.attrs["determinism_check"])
+    call = gen.call(gen.global_ref(torch.utils.checkpoint.checkpoint, "checkpoint"), [function] + args, kwargs)
+    target = ast.Tuple(elts=[gen.store(o) for o in op.output("Out")], ctx=ast.Store())
+    return [fn_def, gen.assign(target, call)]
+
+
+register(OpDef("checkpoint", emit=_emit_checkpoint, inputs=("X",), outputs=("Out",),
+               attrs=("block", "outs", "params", "args", "reentrant", "preserve_rng_state", "determinism_check"),
+               var_attrs=("outs",)))
+
+
+def checkpointed(function, args, kwargs, reentrant, preserve_rng_state, determinism_check, splice_now):
+    """`function(*args, **kwargs)` (converted) as a `checkpoint` op, or its
+    ops spliced into the current block (`splice_now`, or where the op could
+    not stand for the call: see the module's docstring)."""
+    tr = tracer.current()
+    parent = tr.block
+    body = tr.new_block()
+    writes = len(tr.python_writes)
+    with tr.block_guard(body):
+        out = function(*args, **kwargs)
+    leaves, spec = pytree.tree_flatten(out)
+    variables = [v for v in leaves if isinstance(v, Variable)]
+    if splice_now or not _stands_for_the_call(body, args, leaves, variables) \
+            or _kept_on_modules(tr.python_writes[writes:], _defined_in(body)):
+        splice(tr.program, parent, body, len(parent.ops))
+        return out
+    # The call's positional arguments are the checkpoint's inputs (keyword
+    # arguments, which only the non-reentrant variant takes, are bound
+    # values of the block, as the ones it reads from its enclosing code).
+    inputs = list(dict.fromkeys(v.name for v in args if isinstance(v, Variable)))
+    params = [a.name if isinstance(a, Variable) else None for a in args]
+    tree = [InputRef(inputs.index(a.name)) if isinstance(a, Variable) else a for a in args]
+    reads = [n for n in outer_reads([body]) if n not in inputs]
+    outs = []
+    for v in variables:
+        o = parent.create_var(name=tr.program.unique_name(v.name), shape=v.dims, dtype=v.dtype, kind=v.kind,
+                              stop_gradient=v.stop_gradient)
+        for key, value in v.__dict__.items():  # what tracing learned of it: strides, a Python number, hints
+            if key not in o.__dict__ and key != "grad_leaf":
+                o.__dict__[key] = value
+        outs.append(o)
+    parent.append_op("checkpoint", inputs={"X": inputs + reads}, outputs={"Out": [o.name for o in outs]},
+                     attrs={"block": body, "outs": [v.name for v in variables], "params": params, "args": tree,
+                            "reentrant": bool(reentrant), "preserve_rng_state": bool(preserve_rng_state),
+                            "determinism_check": determinism_check},
+                     origin=user_origin())
+    by_name = {v.name: o for v, o in zip(variables, outs)}
+    return pytree.tree_unflatten([by_name[v.name] if isinstance(v, Variable) else v for v in leaves], spec)
+
+
+_CONSTANTS = (type(None), bool, int, float, str)
+
+
+def _stands_for_the_call(body, args, leaves, variables):
+    """Whether a sub-block run by torch's checkpoint gives what the call
+    gave: the arguments are graph values or plain constants, the result is
+    values the block makes (tensors, numbers) beside constants, and no op
+    writes a value of the enclosing code in place."""
+    inside = _defined_in(body)
+    return (variables and all(isinstance(a, Variable) and a.kind in (TENSOR, SCALAR) or type(a) in _CONSTANTS
+                              for a in args)
+            and all(isinstance(v, Variable) or type(v) in _CONSTANTS for v in leaves)
+            and all(v.name in body.vars and v.kind in (TENSOR, SCALAR) for v in variables)
+            and len({v.name for v in variables}) == len(variables)
+            and not _writes_outside(body, inside))
+
+
+def _kept_on_modules(logged, inside):
+    """Whether a module attribute the block assigned (logged writes since
+    it began) holds a value the block made (`self.attn = probs`): read
+    after the call, it must exist outside the block."""
+    for namespace, key, _ in logged:
+        if "_parameters" in namespace and "_modules" in namespace and _holds(namespace.get(key), inside):
+            return True
+    return False
+
+
+def _holds(value, names, depth=0):
+    if isinstance(value, Variable):
+        return value.name in names
+    if depth < 3 and isinstance(value, (list, tuple)):
+        return any(_holds(v, names, depth + 1) for v in value)
+    if depth < 3 and isinstance(value, dict):
+        return any(_holds(v, names, depth + 1) for v in value.values())
+    return False
+
+
+def _defined_in(block):
+    names, stack = set(), [block]
+    while stack:
+        b = stack.pop()
+        names.update(b.vars)
+        stack += [sub for op in b.ops for sub in op.sub_blocks()]
+    return names
+
+
+def _writes_outside(block, inside):
+    """Whether an op of `block` writes a value of the enclosing code in place."""
+    stack = [block]
+    while stack:
+        b = stack.pop()
+        for op in b.ops:
+            if get_op_def(op.type).mutates and any(n not in inside for n in op.input("X")[:1]):
+                return True
+            stack += op.sub_blocks()
+    return False
+
+
+def splice(program, parent, body, at):
+    """Put the ops and variables of `body` (a sub-block of `parent`) into
+    `parent` at position `at`, and drop `body` from the program (blocks
+    after it renumbered): the ops run inline, as before there was an op."""
+    for name, var in body.vars.items():
+        var.block = parent
+        parent.vars[name] = var
+    parent.ops[at:at] = body.ops
+    body.ops, body.vars = [], {}
+    old = {b.idx: b for b in program.blocks}
+    program.blocks.remove(body)
+    for b in program.blocks:
+        if b.parent_idx == body.idx:
+            b.parent_idx = parent.idx
+    position = {b: i for i, b in enumerate(program.blocks)}
+    for b in program.blocks:
+        b.parent_idx = position[old[b.parent_idx]] if b.parent_idx >= 0 else -1
+        b.idx = position[b]
+    program._changed()
+
+
+def settle(program, read_names=()):
+    """Splice every `checkpoint` op of which a value the block makes is read
+    outside it other than through its result: by an op (a module attribute
+    written in the block and read later) or in `read_names` (the program's
+    results and the state it writes back)."""
+    while True:
+        found = _escaping(program, set(read_names))
+        if found is None:
+            return
+        parent, at, op = found
+        del parent.ops[at]
+        renames = {}
+        for name, inner in zip(op.output("Out"), op.attrs["outs"]):
+            # Whoever holds the op's result (the program's results) names the block's value now.
+            parent.vars.pop(name).name = inner
+            renames[name] = inner
+        rename_uses(program.global_block(), renames)
+        splice(program, parent, op.attrs["block"], at)
+
+
+def without_checkpoints(program):
+    """`program`, or a copy of it with every `checkpoint` op's block run
+    inline (each block value it returns named as the op's result): what an
+    exporter translates, as a graph without a backward pass has nothing to
+    compute again."""
+    if not any(op.type == "checkpoint" for block in program.blocks for op in block.ops):
+        return program
+    program = program.copy()
+    while True:
+        found = next(((block, at, op) for block in program.blocks for at, op in enumerate(block.ops)
+                      if op.type == "checkpoint"), None)
+        if found is None:
+            return program
+        parent, at, op = found
+        body = op.attrs["block"]
+        del parent.ops[at]
+        renames = dict(zip(op.attrs["outs"], op.output("Out")))
+        for inner, name in renames.items():
+            del body.vars[inner]  # the op's result, declared in `parent`, is the value now
+        _rename_everywhere(body, renames)
+        splice(program, parent, body, at)
+
+
+def _rename_everywhere(block, renames):
+    """Rename what the ops of `block` and its sub-blocks read, write and list."""
+    rename_uses(block, renames)
+    for b in [block] + [sub for sub in _nested(block)]:
+        for op in b.ops:
+            for slot, names in op.outputs.items():
+                op.outputs[slot] = [renames.get(n, n) for n in names]
+
+
+def _nested(block):
+    stack, found = [op_sub for op in block.ops for op_sub in op.sub_blocks()], []
+    while stack:
+        sub = stack.pop()
+        found.append(sub)
+        stack += [s for op in sub.ops for s in op.sub_blocks()]
+    return found
+
+
+def _escaping(program, read_names):
+    for block in program.blocks:
+        for at, op in enumerate(block.ops):
+            if op.type != "checkpoint":
+                continue
+            inside = _defined_in(op.attrs["block"])
+            if inside & read_names or any(inside & _reads(b, op) for b in program.blocks):
+                return block, at, op
+    return None
+
+
+def _reads(block, skip):
+    """Names the ops of `block` read (sub-blocks aside: they are blocks of
+    the program too), except the op `skip` and its own sub-blocks' ops."""
+    names = set()
+    for op in block.ops:
+        if op is skip:
+            continue
+        names.update(op.input_names)
+        for key in get_op_def(op.type).var_attrs:
+            value = op.attrs.get(key)
+            names.update([value] if isinstance(value, str) else value or ())
+    if any(block is sub or block.is_under(sub) for sub in skip.sub_blocks()):
+        return set()
+    return names
