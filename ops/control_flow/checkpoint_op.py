@@ -28,9 +28,11 @@ Where a sub-block cannot stand for the call, its ops are spliced into the
 enclosing block instead (`splice`: the values are eager's, only the memory
 saving is lost): inside `torch.no_grad()`, with a `context_fn` or `debug`,
 when the block returns one of its inputs or something other than tensors
-and numbers, writes a value of the enclosing code in place, or when a value
-it makes is read outside it other than through its result (a module
-attribute, a cache object: `settle`, once the trace is over).
+and numbers, or when a value it makes is read outside it other than through
+its result (a module attribute, a cache object: `settle`, once the trace is
+over). An op of the block that writes in place a value of the enclosing
+code (batch norm's running statistics) runs again when torch's checkpoint
+computes the block again, as it does eagerly.
 """
 
 import ast
@@ -40,12 +42,13 @@ import torch
 from torch.utils import _pytree as pytree
 
 from runtime.attrs import InputRef
+from runtime.errors import ConversionError
 from runtime.ir import SCALAR, TENSOR, Variable
 from runtime.passes._util import rename_uses
 
 from .. import tracer
 from ..registry import OpDef, get_op_def, register
-from ..user_frames import user_origin
+from ..user_frames import error_at_user_line, user_origin
 from .values import outer_reads
 
 
@@ -92,8 +95,10 @@ def checkpointed(function, args, kwargs, reentrant, preserve_rng_state, determin
         out = function(*args, **kwargs)
     leaves, spec = pytree.tree_flatten(out)
     variables = [v for v in leaves if isinstance(v, Variable)]
-    if splice_now or not _stands_for_the_call(body, args, leaves, variables) \
-            or _kept_on_modules(tr.python_writes[writes:], _defined_in(body)):
+    why = splice_now or _why_not_an_op(body, args, leaves, variables, tr.python_writes[writes:])
+    if why:
+        if why is not True:  # (True: the call's values are eager's inline, recomputing included)
+            _refuse_writes_outside(body, why, error_at_user_line)
         splice(tr.program, parent, body, len(parent.ops))
         return out
     # The call's positional arguments are the checkpoint's inputs (keyword
@@ -123,18 +128,49 @@ def checkpointed(function, args, kwargs, reentrant, preserve_rng_state, determin
 _CONSTANTS = (type(None), bool, int, float, str)
 
 
-def _stands_for_the_call(body, args, leaves, variables):
-    """Whether a sub-block run by torch's checkpoint gives what the call
-    gave: the arguments are graph values or plain constants, the result is
-    values the block makes (tensors, numbers) beside constants, and no op
-    writes a value of the enclosing code in place."""
+def _why_not_an_op(body, args, leaves, variables, logged):
+    """Why a sub-block run by torch's checkpoint would not give what the
+    call gives, or None: the arguments must be graph values or plain
+    constants, the result values the block makes (tensors, numbers) beside
+    constants, none of them kept on a module. (An op writing a value of the
+    enclosing code in place, batch norm's running statistics, runs again in
+    backward, as eagerly: eager's statistics are updated twice per step
+    under checkpointing, and so are the program's.)"""
+    if not all(isinstance(a, Variable) and a.kind in (TENSOR, SCALAR) or type(a) in _CONSTANTS for a in args):
+        return "it is given something other than tensors, numbers and constants"
+    if not variables or not all(isinstance(v, Variable) or type(v) in _CONSTANTS for v in leaves) \
+            or not all(v.kind in (TENSOR, SCALAR) for v in variables):
+        return "it returns something other than tensors, numbers and constants"
+    if not all(v.name in body.vars for v in variables) or len({v.name for v in variables}) != len(variables):
+        return "it returns one of its inputs, or one value twice"
+    if _kept_on_modules(logged, _defined_in(body)):
+        return "it keeps a value it makes on a module"
+    return None
+
+
+def _refuse_writes_outside(body, why, error):
+    """A block run inline writes what it writes in place once; eager's
+    checkpoint computes it again in backward and writes it again (batch
+    norm's statistics updated twice): refused rather than different."""
+    name = _written_outside(body)
+    if name is not None:
+        raise error(f"the block torch.utils.checkpoint runs writes {name!r} in place, which eager PyTorch writes "
+                    f"again when it computes the block again in backward; d2s runs this block inline ({why}), "
+                    "where it would be written once")
+
+
+def _written_outside(body):
+    """The first value of the enclosing code an op of `body` writes in place, or None."""
     inside = _defined_in(body)
-    return (variables and all(isinstance(a, Variable) and a.kind in (TENSOR, SCALAR) or type(a) in _CONSTANTS
-                              for a in args)
-            and all(isinstance(v, Variable) or type(v) in _CONSTANTS for v in leaves)
-            and all(v.name in body.vars and v.kind in (TENSOR, SCALAR) for v in variables)
-            and len({v.name for v in variables}) == len(variables)
-            and not _writes_outside(body, inside))
+    stack = [body]
+    while stack:
+        block = stack.pop()
+        for op in block.ops:
+            written = op.input("X")[:1] if get_op_def(op.type).mutates else []
+            if written and written[0] not in inside:
+                return written[0]
+            stack += op.sub_blocks()
+    return None
 
 
 def _kept_on_modules(logged, inside):
@@ -164,18 +200,6 @@ def _defined_in(block):
         names.update(b.vars)
         stack += [sub for op in b.ops for sub in op.sub_blocks()]
     return names
-
-
-def _writes_outside(block, inside):
-    """Whether an op of `block` writes a value of the enclosing code in place."""
-    stack = [block]
-    while stack:
-        b = stack.pop()
-        for op in b.ops:
-            if get_op_def(op.type).mutates and any(n not in inside for n in op.input("X")[:1]):
-                return True
-            stack += op.sub_blocks()
-    return False
 
 
 def splice(program, parent, body, at):
@@ -209,6 +233,8 @@ def settle(program, read_names=()):
         if found is None:
             return
         parent, at, op = found
+        _refuse_writes_outside(op.attrs["block"], "a value it makes is read outside it",
+                               lambda message: ConversionError(message, *(op.origin or (None, None))[:2]))
         del parent.ops[at]
         renames = {}
         for name, inner in zip(op.output("Out"), op.attrs["outs"]):

@@ -209,3 +209,56 @@ def test_blocks_a_checkpoint_op_cannot_stand_for_run_inline(cls):
     for x0 in (XS[0], -XS[0]):
         _same_step(_step(model, static, x0.clone().requires_grad_()), _step(eager, eager, x0.clone().requires_grad_()))
     assert "checkpoint" not in _op_types(static) and "cond" in _op_types(static)
+
+
+class Normed(nn.Module):
+    """Batch norm in a checkpointed block: eager's checkpoint computes the
+    block again in backward, updating the running statistics a second time."""
+
+    def __init__(self, reentrant):
+        super().__init__()
+        self.norm = nn.BatchNorm1d(4)
+        self.layer = Layer()
+        self.reentrant = reentrant
+
+    def block(self, x):
+        return self.layer(self.norm(x))
+
+    def forward(self, x):
+        return cp.checkpoint(self.block, x, use_reentrant=self.reentrant)
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_batch_norm_statistics_are_updated_as_eagerly_under_checkpointing(reentrant):
+    """Was: the block's ops inline, the statistics updated once a step where
+    eager updates them twice: a silent difference in the model's state."""
+    torch.manual_seed(0)
+    eager = Normed(reentrant).train()
+    model = copy.deepcopy(eager)
+    static = d2s.declarative(model)
+    for step, x0 in enumerate([XS[0], XS[1], XS[0] * 3]):
+        _same_step(_step(model, static, x0.clone().requires_grad_()), _step(eager, eager, x0.clone().requires_grad_()))
+        for name, buffer in eager.named_buffers():
+            assert torch.equal(dict(model.named_buffers())[name], buffer), (step, name)
+    assert eager.norm.num_batches_tracked.item() == 6  # two updates per step
+    assert "checkpoint" in _op_types(static)
+
+
+class NormedAndKept(Normed):
+    def block(self, x):
+        y = super().block(x)
+        self.kept = y.relu()  # a value of the block on a module: the block must run inline
+        return y
+
+    def forward(self, x):
+        return super().forward(x) + self.kept
+
+
+def test_a_block_that_must_run_inline_and_writes_statistics_is_refused():
+    """Inline, the statistics would be written once where eager writes them
+    twice: refused at the user's line instead."""
+    static = d2s.declarative(NormedAndKept(False).train())
+    with pytest.raises(d2s.ConversionError, match="writes 'norm.num_batches_tracked' in place.*keeps a value it makes "
+                       "on a module") as info:
+        static(XS[0].clone().requires_grad_())
+    assert info.value.filename == __file__
