@@ -24,6 +24,8 @@ import contextvars
 import sys
 import weakref
 
+import torch
+
 from runtime import run_modes
 from runtime.format_rules import safe_names
 from runtime.ir import default_main_program
@@ -51,6 +53,10 @@ def current():
     if tracer is None:
         tracer = _implicit[program] = Tracer(program)
     return tracer
+
+
+def _kept_as_is(tensor):
+    return tensor
 
 
 class Mark:
@@ -180,6 +186,13 @@ class Tracer:
         # A custom autograd.Function applied by code d2s does not convert is an op too (ops/autograd_function.py).
         from . import autograd_function  # lazy: it records through capture and recording, which import this module
         self._patches.enter_context(autograd_function.recording_every_apply(active))
+        # The caller's saved-tensor hooks (`save_on_cpu`, a memory tracker)
+        # are the program's runs' to see: the meta and example tensors
+        # tracing computes with autograd on never reach them.
+        try:
+            self._patches.enter_context(torch.autograd.graph.saved_tensors_hooks(_kept_as_is, _kept_as_is))
+        except RuntimeError:  # the caller disabled saved-tensor hooks: none can run anyway
+            pass
         return self
 
     def __exit__(self, exc_type, *exc):

@@ -1,7 +1,10 @@
-"""The tracer owns trace state; one rollback removes what a trial trace added."""
+"""The tracer owns trace state; one rollback removes what a trial trace added;
+the caller's saved-tensor hooks see none of the trace's own tensors."""
 
+import pytest
 import torch
 
+import d2s
 import runtime
 from ops import tracer
 from ops.capture import CaptureMode
@@ -46,3 +49,37 @@ def test_program_holds_only_ir():
         layer(runtime.data("x", [2, 3]))
     assert set(vars(p)) == {"blocks", "_name_counters", "_version", "bound", "_device", "mode", "autocast",
                             "default_dtype"}
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.b = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        if h.sum() > 0:
+            h = h * 2
+        return self.b(h)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_the_callers_saved_tensor_hooks_see_the_programs_tensors_only(sign):
+    """A memory tracker or `save_on_cpu` around the first call: its pack
+    hook was handed the meta tensors tracing computes with autograd on (a
+    tracker counted them, `t.numpy()` failed on them); it sees what eager's
+    call saves."""
+    def packed(run, x):
+        seen = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: seen.append(t) or t, lambda t: t):
+            y = run(x)
+        return y, seen
+
+    torch.manual_seed(0)
+    module = _Block()
+    x = torch.rand(3, 4).mul(sign).requires_grad_()
+    want, eager_seen = packed(module, x)
+    got, seen = packed(d2s.declarative(module), x)  # converted inside the hooks
+    assert torch.equal(got, want) and len(seen) == len(eager_seen)
+    assert all(a.device.type == "cpu" and torch.equal(a, b) for a, b in zip(seen, eager_seen))
