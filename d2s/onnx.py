@@ -83,7 +83,8 @@ def _resolve(obj, input_spec):
     each checkpointed block run inline (an exported graph has no backward
     pass to compute it again for)."""
     program, feeds, fetches, params = _resolve_any(obj, input_spec)
-    return without_checkpoints(program), feeds, fetches, params
+    program, fetches = without_checkpoints(program, fetches)
+    return program, feeds, fetches, params
 
 
 def _resolve_any(obj, input_spec):

@@ -27,8 +27,8 @@ checkpoint, runs the same statements twice.
 Where a sub-block cannot stand for the call, its ops are spliced into the
 enclosing block instead (`splice`: the values are eager's, only the memory
 saving is lost): inside `torch.no_grad()`, with a `context_fn` or `debug`,
-when the block returns one of its inputs or something other than tensors
-and numbers, or when a value it makes is read outside it other than through
+when the block returns something other than tensors, numbers and
+constants, or none of the values it makes, or when a value it makes is read outside it other than through
 its result (a module attribute, a cache object: `settle`, once the trace is
 over). An op of the block that writes in place a value of the enclosing
 code (batch norm's running statistics) runs again when torch's checkpoint
@@ -108,6 +108,11 @@ def checkpointed(function, args, kwargs, reentrant, preserve_rng_state, determin
     params = [a.name if isinstance(a, Variable) else None for a in args]
     tree = [InputRef(inputs.index(a.name)) if isinstance(a, Variable) else a for a in args]
     reads = [n for n in outer_reads([body]) if n not in inputs]
+    # A value of the enclosing code the block returns as it is (T5's
+    # position bias, handed from layer to layer) is a result too: the
+    # function hands back that tensor, and torch's checkpoint what eager's
+    # gives for it (the same tensor, or the reentrant variant's output).
+    variables = list({v.name: v for v in variables}.values())
     outs = []
     for v in variables:
         o = parent.create_var(name=tr.program.unique_name(v.name), shape=v.dims, dtype=v.dtype, kind=v.kind,
@@ -131,18 +136,18 @@ _CONSTANTS = (type(None), bool, int, float, str)
 def _why_not_an_op(body, args, leaves, variables, logged):
     """Why a sub-block run by torch's checkpoint would not give what the
     call gives, or None: the arguments must be graph values or plain
-    constants, the result values the block makes (tensors, numbers) beside
-    constants, none of them kept on a module. (An op writing a value of the
+    constants, the result tensors, numbers and constants, at least one of
+    them made by the block, none kept on a module. (An op writing a value of the
     enclosing code in place, batch norm's running statistics, runs again in
     backward, as eagerly: eager's statistics are updated twice per step
     under checkpointing, and so are the program's.)"""
     if not all(isinstance(a, Variable) and a.kind in (TENSOR, SCALAR) or type(a) in _CONSTANTS for a in args):
         return "it is given something other than tensors, numbers and constants"
-    if not variables or not all(isinstance(v, Variable) or type(v) in _CONSTANTS for v in leaves) \
+    if not all(isinstance(v, Variable) or type(v) in _CONSTANTS for v in leaves) \
             or not all(v.kind in (TENSOR, SCALAR) for v in variables):
         return "it returns something other than tensors, numbers and constants"
-    if not all(v.name in body.vars for v in variables) or len({v.name for v in variables}) != len(variables):
-        return "it returns one of its inputs, or one value twice"
+    if not any(v.name in body.vars for v in variables):
+        return "it returns none of the values it makes"
     if _kept_on_modules(logged, _defined_in(body)):
         return "it keeps a value it makes on a module"
     return None
@@ -224,10 +229,10 @@ def splice(program, parent, body, at):
 
 
 def settle(program, read_names=()):
-    """Splice every `checkpoint` op of which a value the block makes is read
-    outside it other than through its result: by an op (a module attribute
-    written in the block and read later) or in `read_names` (the program's
-    results and the state it writes back)."""
+    """Run inline every `checkpoint` op of which a value the block makes is
+    read outside it other than through its result: by an op (a module
+    attribute written in the block and read later) or in `read_names` (the
+    program's results and the state it writes back)."""
     while True:
         found = _escaping(program, set(read_names))
         if found is None:
@@ -235,55 +240,45 @@ def settle(program, read_names=()):
         parent, at, op = found
         _refuse_writes_outside(op.attrs["block"], "a value it makes is read outside it",
                                lambda message: ConversionError(message, *(op.origin or (None, None))[:2]))
-        del parent.ops[at]
-        renames = {}
-        for name, inner in zip(op.output("Out"), op.attrs["outs"]):
+        for name, inner in _inline(program, parent, at, op).items():
             # Whoever holds the op's result (the program's results) names the block's value now.
             parent.vars.pop(name).name = inner
-            renames[name] = inner
-        rename_uses(program.global_block(), renames)
-        splice(program, parent, op.attrs["block"], at)
 
 
-def without_checkpoints(program):
-    """`program`, or a copy of it with every `checkpoint` op's block run
-    inline (each block value it returns named as the op's result): what an
-    exporter translates, as a graph without a backward pass has nothing to
-    compute again."""
+def without_checkpoints(program, fetch_names):
+    """(program, fetch names): `program` as it is, or a copy with every
+    `checkpoint` op's block run inline, readers of a result reading the
+    block's value: what an exporter translates, as a graph without a
+    backward pass has nothing to compute again."""
     if not any(op.type == "checkpoint" for block in program.blocks for op in block.ops):
-        return program
+        return program, list(fetch_names)
     program = program.copy()
+    renames = {}
     while True:
         found = next(((block, at, op) for block in program.blocks for at, op in enumerate(block.ops)
                       if op.type == "checkpoint"), None)
         if found is None:
-            return program
-        parent, at, op = found
-        body = op.attrs["block"]
-        del parent.ops[at]
-        renames = dict(zip(op.attrs["outs"], op.output("Out")))
-        for inner, name in renames.items():
-            del body.vars[inner]  # the op's result, declared in `parent`, is the value now
-        _rename_everywhere(body, renames)
-        splice(program, parent, body, at)
+            break
+        inlined = _inline(program, *found)
+        for name in inlined:
+            del found[0].vars[name]
+        renames.update(inlined)
+
+    def resolved(name):
+        while name in renames:
+            name = renames[name]
+        return name
+    return program, [resolved(n) for n in fetch_names]
 
 
-def _rename_everywhere(block, renames):
-    """Rename what the ops of `block` and its sub-blocks read, write and list."""
-    rename_uses(block, renames)
-    for b in [block] + [sub for sub in _nested(block)]:
-        for op in b.ops:
-            for slot, names in op.outputs.items():
-                op.outputs[slot] = [renames.get(n, n) for n in names]
-
-
-def _nested(block):
-    stack, found = [op_sub for op in block.ops for op_sub in op.sub_blocks()], []
-    while stack:
-        sub = stack.pop()
-        found.append(sub)
-        stack += [s for op in sub.ops for s in op.sub_blocks()]
-    return found
+def _inline(program, parent, at, op):
+    """Replace `op` (at `parent.ops[at]`) by its block's ops; every reader
+    of a result reads the block's value instead. Returns {result: value}."""
+    renames = dict(zip(op.output("Out"), op.attrs["outs"]))
+    del parent.ops[at]
+    rename_uses(program.global_block(), renames)
+    splice(program, parent, op.attrs["block"], at)
+    return renames
 
 
 def _escaping(program, read_names):

@@ -260,3 +260,46 @@ def test_a_block_that_must_run_inline_and_writes_statistics_is_refused():
                        "on a module") as info:
         static(XS[0].clone().requires_grad_())
     assert info.value.filename == __file__
+
+
+class BiasedLayer(nn.Module):
+    """Returns the bias it is given as it is, for the next layer (T5's
+    position bias): a value of the enclosing code among the block's results."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = Layer()
+
+    def forward(self, x, bias):
+        if bias is None:
+            bias = x.mean(0, keepdim=True)
+        return self.layer(x + bias), bias
+
+
+class PassesTheBiasOn(nn.Module):
+    def __init__(self, reentrant):
+        super().__init__()
+        self.first = BiasedLayer()
+        self.second = BiasedLayer()
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        h, bias = cp.checkpoint(self.first, x, None, use_reentrant=self.reentrant)
+        h, bias = cp.checkpoint(self.second, h, bias, use_reentrant=self.reentrant)
+        return h * bias
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_block_returning_a_value_it_was_given_is_a_checkpoint_too(reentrant):
+    """Was: such a block ran inline (T5 kept every activation under
+    checkpointing: 117 tensors where eager keeps 33)."""
+    torch.manual_seed(0)
+    eager = PassesTheBiasOn(reentrant).train()
+    model = copy.deepcopy(eager)
+    static = d2s.declarative(model)
+    for x0 in XS:
+        want = _step(eager, eager, x0.clone().requires_grad_())
+        got = _step(model, static, x0.clone().requires_grad_())
+        _same_step(got, want)
+        assert got[3] == want[3]
+    assert _op_types(static).count("checkpoint") == 2

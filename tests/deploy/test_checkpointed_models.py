@@ -42,6 +42,24 @@ class Stack(nn.Module):
         return cp.checkpoint(self.second, x, use_reentrant=True)
 
 
+class PassesOn(nn.Module):
+    """Each block returns the scale it was given as it is, beside its result
+    (T5's position bias): a result of the op that is a value of the caller."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = Layer()
+
+    def block(self, x, scale):
+        return self.layer(x), scale
+
+    def forward(self, x, n):
+        scale = n.float() + 1
+        for _ in range(2):
+            x, scale = cp.checkpoint(self.block, x, scale, use_reentrant=False)
+        return x * scale
+
+
 SPEC = [d2s.InputSpec([3, 4], "float32"), d2s.InputSpec([], "int64")]
 CASES = [(1.0, 0), (1.0, 2), (-5.0, 1)]  # zero and several trips; the layers' `if` both ways
 
@@ -76,10 +94,12 @@ def test_a_saved_model_keeps_its_checkpoints_and_trains_as_eagerly(tmp_path):
         assert torch.equal(xl.grad, xe.grad)
 
 
-def test_exports_run_the_checkpointed_blocks_inline(tmp_path):
+@pytest.mark.parametrize("cls", [Stack, PassesOn])
+def test_exports_run_the_checkpointed_blocks_inline(tmp_path, cls):
     ort = pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
-    eager = _model().eval()
+    torch.manual_seed(0)
+    eager = cls().eval()
     static = d2s.declarative(copy.deepcopy(eager))
     static(*_inputs(1.0, 1))
     assert "checkpoint" in _types(static.forward.concrete_program.main_program)
