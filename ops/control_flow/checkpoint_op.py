@@ -28,11 +28,13 @@ Where a sub-block cannot stand for the call, its ops are spliced into the
 enclosing block instead (`splice`: the values are eager's, only the memory
 saving is lost): inside `torch.no_grad()`, with a `context_fn` or `debug`,
 when the block returns something other than tensors, numbers and
-constants, or none of the values it makes, or when a value it makes is read outside it other than through
-its result (a module attribute, a cache object: `settle`, once the trace is
-over). An op of the block that writes in place a value of the enclosing
-code (batch norm's running statistics) runs again when torch's checkpoint
-computes the block again, as it does eagerly.
+constants (or none it makes), keeps a value it makes on a module, or when
+a value it makes is read outside it other than through its result (a cache
+object: `settle`, once the trace is over). An op of the block that writes
+in place a value of the enclosing code (batch norm's running statistics)
+runs again when torch's checkpoint computes the block again, as it does
+eagerly; spliced, it would run once, so such a block is refused there
+(but inside `torch.no_grad()`, where eager computes nothing again either).
 """
 
 import ast

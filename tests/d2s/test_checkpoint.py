@@ -303,3 +303,40 @@ def test_a_block_returning_a_value_it_was_given_is_a_checkpoint_too(reentrant):
         _same_step(got, want)
         assert got[3] == want[3]
     assert _op_types(static).count("checkpoint") == 2
+
+
+class TrainStep(d2s.Graph):
+    def __init__(self, model, optimizer):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(optimizer)
+
+    def build(self, x):
+        loss = self.model(x).square().mean()
+        loss.backward()
+        return loss
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_graph_training_step_with_checkpoints_steps_as_eagerly(reentrant):
+    """zero_grad, forward, backward (computing the blocks again) and SGD
+    with momentum in one program: losses, parameters and batch norm's
+    statistics (updated twice a step) eager's."""
+    torch.manual_seed(0)
+    eager = Normed(reentrant).train()
+    model = copy.deepcopy(eager)
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.1, momentum=0.9)
+    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    for i, x0 in enumerate([XS[0], XS[1], XS[0] * 2]):
+        torch.manual_seed(i)
+        eager_opt.zero_grad()
+        want = eager(x0.clone().requires_grad_()).square().mean()
+        want.backward()
+        eager_opt.step()
+        torch.manual_seed(i)
+        got = step(x0.clone().requires_grad_())
+        assert torch.equal(got.detach(), want.detach())
+    for (name, a), b in zip(eager.state_dict().items(), model.state_dict().values()):
+        assert torch.equal(a, b), name
+    types = [op.type for c in step._build_fn.program_cache for b in c.main_program.blocks for op in b.ops]
+    assert "checkpoint" in types
