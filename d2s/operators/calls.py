@@ -67,7 +67,11 @@ _NOT_CONVERTED = frozenset({
 # and the containers, whose `nn.Sequential.forward` calls the user's
 # modules (timm's blocks): called as it is, it would run their forwards
 # unconverted, where `x.shape` of a graph tensor has no run-time sizes.
-_CONVERTED_TORCH = ("torch.distributions", "torch.nn.modules.container")
+# So does the activation-checkpointing wrapper of torch.distributed
+# (`checkpoint_wrapper(block)`): its forward's `checkpoint` is then
+# `_checkpointed`, the wrapped block converted.
+_CONVERTED_TORCH = ("torch.distributions", "torch.nn.modules.container",
+                    "torch.distributed.algorithms._checkpoint")
 
 
 def _is_user_code(obj):
@@ -260,6 +264,10 @@ def convert_call(fn):
         return functools.partial(_call_with_packed_sizes, fn)
     if _is_checkpoint(fn):
         return _checkpointed
+    if _is_checkpoint(fn, "checkpoint_sequential"):
+        # torch's own Python, converted as user code is: its `checkpoint`
+        # calls are then `_checkpointed`'s, its modules' calls converted.
+        return _conversion().convert_function(fn)
     if getattr(fn, "__module__", None) == "torch._dynamo.decorators" and getattr(fn, "__name__", None) in _COMPILE_HINTS:
         return _compile_hint(fn)
     if isinstance(fn, _C_METHODS) and getattr(fn, "__objclass__", None) in _TENSOR_CLASSES:
@@ -313,9 +321,9 @@ def scripted_source(fn):
     return source if isinstance(source, types.FunctionType) else None
 
 
-def _is_checkpoint(fn):
+def _is_checkpoint(fn, name="checkpoint"):
     module = sys.modules.get("torch.utils.checkpoint")
-    return module is not None and fn is module.checkpoint
+    return module is not None and fn is getattr(module, name)
 
 
 def _checkpointed(function, *args, use_reentrant=None, context_fn=None, determinism_check="default", debug=None,

@@ -340,3 +340,59 @@ def test_a_graph_training_step_with_checkpoints_steps_as_eagerly(reentrant):
         assert torch.equal(a, b), name
     types = [op.type for c in step._build_fn.program_cache for b in c.main_program.blocks for op in b.ops]
     assert "checkpoint" in types
+
+
+class NormedBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.norm = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        h = self.norm(self.linear(x))
+        if h.mean() > 0:
+            h = h * 2
+        return h
+
+
+class Sequential(nn.Module):
+    def __init__(self, reentrant):
+        super().__init__()
+        self.seq = nn.Sequential(NormedBlock(), nn.Tanh(), nn.Dropout(0.3), NormedBlock(), nn.Linear(4, 4))
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        return cp.checkpoint_sequential(self.seq, 2, x, use_reentrant=self.reentrant)
+
+
+class Wrapped(nn.Module):
+    def __init__(self, reentrant):
+        super().__init__()
+        wrapper = pytest.importorskip("torch.distributed.algorithms._checkpoint.checkpoint_wrapper")
+        impl = wrapper.CheckpointImpl.REENTRANT if reentrant else wrapper.CheckpointImpl.NO_REENTRANT
+        self.block = wrapper.checkpoint_wrapper(NormedBlock(), checkpoint_impl=impl)
+        self.out = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.out(self.block(x))
+
+
+@pytest.mark.parametrize("cls", [Sequential, Wrapped])
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_torchs_own_checkpointing_helpers_checkpoint_as_eagerly(cls, reentrant):
+    """`checkpoint_sequential` and torch.distributed's `checkpoint_wrapper`
+    call `checkpoint` from torch's own code: it ran the blocks inline
+    (batch norm's statistics updated once where eager updates them twice,
+    silently), or refused the block's tensor `if`."""
+    torch.manual_seed(0)
+    eager = cls(reentrant).train()
+    model = copy.deepcopy(eager)
+    static = d2s.declarative(model)
+    for x0 in (XS[0], XS[1] * 3):
+        want = _step(eager, eager, x0.clone().requires_grad_())
+        got = _step(model, static, x0.clone().requires_grad_())
+        _same_step(got, want)
+        assert got[3] == want[3]
+        for (name, a), b in zip(eager.state_dict().items(), model.state_dict().values()):
+            assert torch.equal(a, b), name
+    assert {"checkpoint", "cond"} <= set(_op_types(static))
