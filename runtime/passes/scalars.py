@@ -364,6 +364,12 @@ def run(ctx):
                 rewrite_block(op.attrs["false_block"],
                               [f for o, f in zip(outs, op.attrs["false_outs"]) if o not in kinds])
                 # The condition may be a Python bool or int: `bool()` of it is the same.
+            elif op.sub_blocks():
+                # Another op with a block (`checkpoint`): its block's ops read
+                # the scalars themselves (turned back into tensors there), and
+                # what it hands back is a tensor.
+                for key in ctx.get_op_def(op.type).var_attrs:
+                    rewrite_block(_block_of(op, key), op.attrs[key])
             else:
                 _materialise_slot(op, None, keep_scalar, scalar_names, block, to_tensor, new_ops)
             new_ops.append(op)
@@ -404,15 +410,18 @@ def _materialise_yields(block, yields, scalar_names, to_tensor, program):
     owner = _owner(program, block)
     if owner is None:  # the global block: the names fetched
         return renames
-    for key in ("body_outs", "true_outs", "false_outs"):
+    for key in ("body_outs", "true_outs", "false_outs", "outs"):
         if owner.attrs.get(key) is not None and _block_of(owner, key) is block:
             owner.attrs[key] = [renames.get(n, n) for n in owner.attrs[key]]
     return None
 
 
 def _block_of(op, key):
-    return {"body_outs": op.attrs.get("body_block"), "true_outs": op.attrs.get("true_block"),
-            "false_outs": op.attrs.get("false_block")}[key]
+    """The block whose values `op`'s attribute `key` names (an op with one
+    block, `checkpoint`: that block)."""
+    blocks = {"body_outs": op.attrs.get("body_block"), "true_outs": op.attrs.get("true_block"),
+              "false_outs": op.attrs.get("false_block")}
+    return blocks[key] if key in blocks else op.sub_blocks()[0]
 
 
 def _owner(program, block):

@@ -396,3 +396,43 @@ def test_torchs_own_checkpointing_helpers_checkpoint_as_eagerly(cls, reentrant):
         for (name, a), b in zip(eager.state_dict().items(), model.state_dict().values()):
             assert torch.equal(a, b), name
     assert {"checkpoint", "cond"} <= set(_op_types(static))
+
+
+class ReadsAFlag(nn.Module):
+    """The block reads a bool the program holds as a Python bool when it runs
+    (a tensor `if`'s merged flag: runtime/passes/scalars.py), through a
+    keyword: a value bound to the block's function, not an input."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = Layer()
+
+    def step(self, x, wide):
+        h = self.layer(x)
+        doubled = h.mean() > 0 and wide  # a tensor and a bool: logical_and in the program
+        if doubled:
+            h = h * 2
+        return h
+
+    def forward(self, x):
+        if x.sum() > 0:
+            wide = True
+        else:
+            wide = False
+        return cp.checkpoint(self.step, x, wide=wide, use_reentrant=False)
+
+
+@pytest.mark.parametrize("level", ["default", "fast"])
+def test_a_block_reading_a_python_scalar_of_the_program(level):
+    """Was: the block's `logical_and` got the Python bool and failed when the
+    program ran (Whisper under checkpointing)."""
+    torch.manual_seed(0)
+    eager = ReadsAFlag().train()
+    model = copy.deepcopy(eager)
+    static = d2s.declarative(model, optimize=level)
+    for x0 in (XS[0], XS[1], XS[0] - 0.6):
+        want = _step(eager, eager, x0.clone().requires_grad_())
+        got = _step(model, static, x0.clone().requires_grad_())
+        _same_step(got, want)
+        assert got[3] == want[3]
+    assert len(static.forward.program_cache) == 1 and {"checkpoint", "cond"} <= set(_op_types(static))
