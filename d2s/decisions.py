@@ -214,18 +214,26 @@ def _refuse_repeated_effects(concrete, failure, generators_restored=False):
 
 
 def _effect_before(failing, generators_restored=False):
-    """An observable op the run executed before `failing`: in the global
-    block before the op that holds it, or anywhere in that op's blocks
-    (a draw is not, where `generators_restored`: the states of every
-    generator the run may draw from were kept, `generator_states`)."""
-    top = failing
-    while top.block.parent_idx >= 0:
-        top = _holder(top)
-        if top is None:
+    """An observable op the run executed before `failing` (a draw is not,
+    where `generators_restored`: the states of every generator the run may
+    draw from were kept, `generator_states`): in each block from `failing`'s
+    out to the global one, the ops before it (with their blocks); of a
+    `while` holding it, every op of its blocks (earlier trips ran them all).
+    A `cond`'s other side and what a `checkpoint`'s block does after the
+    check did not run."""
+    candidates = []
+    op = failing
+    while op.block.parent_idx >= 0:
+        holder = _holder(op)
+        if holder is None:
             return None
-    ops = top.block.ops
-    before = ops[:ops.index(top)] if top in ops else ops
-    candidates = list(_walk(before)) + [o for b in top.sub_blocks() for o in _walk(b.ops)]
+        if holder.type == "while":
+            candidates += [o for b in holder.sub_blocks() for o in _walk(b.ops)]
+        else:
+            candidates += _walk(op.block.ops[:op.block.ops.index(op)])
+        op = holder
+    ops = op.block.ops
+    candidates += _walk(ops[:ops.index(op)] if op in ops else ops)
     return next((o for o in candidates if o is not failing and _observable(o, generators_restored)), None)
 
 
@@ -294,12 +302,14 @@ def _temporary(program, name, seen=None):
 
 def _sources(op, name):
     """The names whose values an op with blocks gives its output `name`: a
-    `cond`'s output is one side's, a `while`'s its loop variable's; another
-    op may give any it reads."""
-    if op.type in ("cond", "while") and name in op.output("Out"):
+    `cond`'s output is one side's, a `while`'s its loop variable's, a
+    `checkpoint`'s its block's; another op may give any it reads."""
+    if op.type in ("cond", "while", "checkpoint") and name in op.output("Out"):
         i = op.output("Out").index(name)
         if op.type == "cond":
             return [op.attrs["true_outs"][i], op.attrs["false_outs"][i]]
+        if op.type == "checkpoint":
+            return [op.attrs["outs"][i]]
         return [op.attrs["loop_vars"][i]]
     return op.input_names + var_attr_names(op)
 

@@ -436,3 +436,45 @@ def test_a_block_reading_a_python_scalar_of_the_program(level):
         _same_step(got, want)
         assert got[3] == want[3]
     assert len(static.forward.program_cache) == 1 and {"checkpoint", "cond"} <= set(_op_types(static))
+
+
+class DecidesThenCounts(nn.Module):
+    """A block whose `if` gives values that cannot be merged (None on one
+    side): a program converts the side its inputs take, and a call taking
+    the other converts again. After the check, the block writes a buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = Layer()
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def block(self, x):
+        h = self.layer(x)
+        if h.mean() > 0:
+            extra = None
+        else:
+            extra = h * 2
+        self.calls.add_(1)  # after the check: a rerun of the call does not repeat it
+        return h if extra is None else h + extra
+
+    def forward(self, x):
+        return cp.checkpoint(self.block, x, use_reentrant=False)
+
+
+def test_a_decision_failing_in_a_block_converts_again():
+    """Was refused: what the block does after the failed check was taken for
+    something the run had done (Longformer under checkpointing)."""
+    torch.manual_seed(0)
+    eager = DecidesThenCounts().train()
+    model = copy.deepcopy(eager)
+    static = d2s.declarative(model)
+    inputs = [XS[0], XS[1] * 20, XS[0]]
+    sides = [bool(eager.layer(x0).mean() > 0) for x0 in inputs]
+    assert sides[0] != sides[1]  # the second call takes the other side
+    for x0 in inputs:
+        want = _step(eager, eager, x0.clone().requires_grad_())
+        got = _step(model, static, x0.clone().requires_grad_())
+        _same_step(got, want)
+        # (Eager's count: its recomputation stops after the last tensor backward needs.)
+        assert torch.equal(model.calls, eager.calls)
+    assert "checkpoint" in _op_types(static) and len(static.forward.program_cache) == 2
