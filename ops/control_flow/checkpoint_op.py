@@ -17,9 +17,10 @@ After (the program, and the statements the executor makes of it):
         return (v_out_3,)
     (v_h,) = checkpoint(partial(ck_1, v_layer_w), v_x, v_mask, use_reentrant=False, ...)
 
-Only the call's own positional arguments are the checkpoint's inputs; every
-other value the block reads (parameters, values of the enclosing code) is
-bound to the function, as a closure is eagerly: the reentrant variant gives
+Only the call's own positional tensor arguments are the checkpoint's
+inputs; every other value the block reads (parameters, values of the
+enclosing code, what its other arguments hold) is bound to the function, as
+a closure is eagerly: the reentrant variant gives
 no gradient to those when no input requires grad, exactly as torch does.
 Values, gradients and the RNG draws are eager's: the same kernel, torch's
 checkpoint, runs the same statements twice.
@@ -49,6 +50,7 @@ from runtime.ir import SCALAR, TENSOR, Variable
 from runtime.passes._util import rename_uses
 
 from .. import tracer
+from ..recording import lift
 from ..registry import OpDef, get_op_def, register
 from ..user_frames import error_at_user_line, user_origin
 from .values import outer_reads
@@ -91,6 +93,9 @@ def checkpointed(function, args, kwargs, reentrant, preserve_rng_state, determin
     not stand for the call: see the module's docstring)."""
     tr = tracer.current()
     parent = tr.block
+    # A tensor argument (a parameter passed as one) is an input of the
+    # checkpoint as eagerly: a value of the program the block is given.
+    args = tuple(lift(a) if isinstance(a, torch.Tensor) and not isinstance(a, Variable) else a for a in args)
     body = tr.new_block()
     writes = len(tr.python_writes)
     with tr.block_guard(body):
@@ -103,12 +108,16 @@ def checkpointed(function, args, kwargs, reentrant, preserve_rng_state, determin
             _refuse_writes_outside(body, why, error_at_user_line)
         splice(tr.program, parent, body, len(parent.ops))
         return out
-    # The call's positional arguments are the checkpoint's inputs (keyword
-    # arguments, which only the non-reentrant variant takes, are bound
-    # values of the block, as the ones it reads from its enclosing code).
+    # The call's positional graph values are the checkpoint's inputs. What
+    # the block read of its other arguments (sizes, tensors in a tuple,
+    # keywords, which only the non-reentrant variant takes) is a value it
+    # reads from outside, bound to its function as eagerly a closure holds
+    # it: the function is given None in their place. (Neither variant makes
+    # a tensor inside a container an input: the reentrant one gives it no
+    # gradient through the checkpoint, as eagerly.)
     inputs = list(dict.fromkeys(v.name for v in args if isinstance(v, Variable)))
     params = [a.name if isinstance(a, Variable) else None for a in args]
-    tree = [InputRef(inputs.index(a.name)) if isinstance(a, Variable) else a for a in args]
+    tree = [InputRef(inputs.index(a.name)) if isinstance(a, Variable) else None for a in args]
     reads = [n for n in outer_reads([body]) if n not in inputs]
     # A value of the enclosing code the block returns as it is (T5's
     # position bias, handed from layer to layer) is a result too: the
@@ -137,14 +146,14 @@ _CONSTANTS = (type(None), bool, int, float, str)
 
 def _why_not_an_op(body, args, leaves, variables, logged):
     """Why a sub-block run by torch's checkpoint would not give what the
-    call gives, or None: the arguments must be graph values or plain
-    constants, the result tensors, numbers and constants, at least one of
-    them made by the block, none kept on a module. (An op writing a value of the
+    call gives, or None: the graph values it is given must be tensors or
+    numbers, and so its result, beside constants, at least one of them made
+    by the block, none kept on a module. (An op writing a value of the
     enclosing code in place, batch norm's running statistics, runs again in
     backward, as eagerly: eager's statistics are updated twice per step
     under checkpointing, and so are the program's.)"""
-    if not all(isinstance(a, Variable) and a.kind in (TENSOR, SCALAR) or type(a) in _CONSTANTS for a in args):
-        return "it is given something other than tensors, numbers and constants"
+    if not all(a.kind in (TENSOR, SCALAR) for a in args if isinstance(a, Variable)):
+        return "it is given a list a loop fills or a generator"
     if not all(isinstance(v, Variable) or type(v) in _CONSTANTS for v in leaves) \
             or not all(v.kind in (TENSOR, SCALAR) for v in variables):
         return "it returns something other than tensors, numbers and constants"
