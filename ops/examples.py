@@ -204,6 +204,9 @@ class _Replay:
             side = "true" if bool(self._input(op.block.find_var(op.input("Cond")[0]), op.block, position)) else "false"
             block = op.attrs[f"{side}_block"]
             return self.value(block.find_var(op.attrs[f"{side}_outs"][index]))
+        if op.type == "checkpoint" and self.budget >= 0 and not self.constants_only:
+            # (ops/control_flow/checkpoint_op.py) what its block computed
+            return self.value(op.attrs["block"].find_var(op.attrs["outs"][index]))
         if self.budget < 0 or op.sub_blocks() or not is_registered(op.type):
             raise _Unknown(op.type)
         opdef = get_op_def(op.type)
@@ -288,8 +291,9 @@ class _Replay:
 
 
 def _shares_memory(result, inputs):
-    if result._base is not None:
-        return True
+    """Whether `result` shares memory with an input (a view of one), read
+    from their storages: a kernel's result may be a view of memory of its
+    own (`linear` of a 3-d input reshapes its product), which no name shares."""
     address = result.untyped_storage().data_ptr()
     return any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == address for t in inputs)
 

@@ -518,3 +518,35 @@ def test_a_block_given_sizes_tuples_and_a_parameter(reentrant, input_grad):
         _same_step(got, want)
         assert got[3] == want[3]
     assert "checkpoint" in _op_types(static)
+
+
+class MasksThenEncodes(nn.Module):
+    """torch's TransformerEncoder asks in its own code whether the padding
+    mask, made in a checkpointed block, is left-aligned: the answer comes
+    from replaying the block's ops on the call's values (ops/examples.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2)
+
+    def prepare(self, x, keep):
+        return self.proj(x), keep.logical_not()  # (`linear` of a 3-d input returns a view of its own product)
+
+    def forward(self, x, keep):
+        h, padding = cp.checkpoint(self.prepare, x, keep, use_reentrant=False)
+        return self.encoder(h, src_key_padding_mask=padding)
+
+
+def test_torch_code_deciding_on_a_blocks_value():
+    """Was refused: the replay knew no op with a block but `cond`, and took a
+    kernel's result that is a view of memory of its own for a view of its
+    inputs (unknown when they are read from an enclosing block)."""
+    torch.manual_seed(0)
+    eager = MasksThenEncodes().eval()
+    static = d2s.declarative(copy.deepcopy(eager))
+    x = torch.randn(2, 5, 8, requires_grad=True)
+    for keep in (torch.tensor([[True] * 5, [True] * 3 + [False] * 2]), torch.ones(2, 5, dtype=torch.bool)):
+        assert torch.equal(static(x, keep), eager(x, keep))
+    assert "checkpoint" in _op_types(static)
