@@ -45,13 +45,14 @@ import torch
 from torch.utils import _pytree as pytree
 
 from runtime.attrs import InputRef
+from runtime.effects import var_attr_names, written_in_place
 from runtime.errors import ConversionError
 from runtime.ir import SCALAR, TENSOR, Variable
 from runtime.passes._util import rename_uses
 
 from .. import tracer
 from ..recording import lift
-from ..registry import OpDef, get_op_def, register
+from ..registry import OpDef, register
 from ..user_frames import error_at_user_line, user_origin
 from .values import outer_reads
 
@@ -182,9 +183,9 @@ def _written_outside(body):
     while stack:
         block = stack.pop()
         for op in block.ops:
-            written = op.input("X")[:1] if get_op_def(op.type).mutates else []
-            if written and written[0] not in inside:
-                return written[0]
+            written = written_in_place(op)
+            if written is not None and written not in inside:
+                return written
             stack += op.sub_blocks()
     return None
 
@@ -306,14 +307,6 @@ def _escaping(program, read_names):
 def _reads(block, skip):
     """Names the ops of `block` read (sub-blocks aside: they are blocks of
     the program too), except the op `skip` and its own sub-blocks' ops."""
-    names = set()
-    for op in block.ops:
-        if op is skip:
-            continue
-        names.update(op.input_names)
-        for key in get_op_def(op.type).var_attrs:
-            value = op.attrs.get(key)
-            names.update([value] if isinstance(value, str) else value or ())
-    if any(block is sub or block.is_under(sub) for sub in skip.sub_blocks()):
+    if any(block.is_under(sub) for sub in skip.sub_blocks()):
         return set()
-    return names
+    return {n for op in block.ops if op is not skip for n in op.input_names + var_attr_names(op)}
