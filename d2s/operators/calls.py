@@ -326,8 +326,8 @@ def _is_checkpoint(fn, name="checkpoint"):
     return module is not None and fn is getattr(module, name)
 
 
-def _checkpointed(function, *args, use_reentrant=None, context_fn=None, determinism_check="default", debug=None,
-                  preserve_rng_state=True, **kwargs):
+def _checkpointed(function, *args, use_reentrant=None, context_fn=None, determinism_check="default", debug=False,
+                  early_stop=True, preserve_rng_state=True, **kwargs):
     """`torch.utils.checkpoint.checkpoint(function, *args)` in converted
     code: `function` converted, its ops a `checkpoint` op's block that
     torch's checkpoint runs when the program runs (activations freed after
@@ -344,14 +344,13 @@ def _checkpointed(function, *args, use_reentrant=None, context_fn=None, determin
                       stacklevel=2)
         use_reentrant = True
     converted = convert_call(function)
+    if tracer.active() is None:  # converted code running eagerly: torch's checkpoint itself
+        return torch.utils.checkpoint.checkpoint(
+            converted, *args, use_reentrant=use_reentrant, determinism_check=determinism_check, debug=debug,
+            early_stop=early_stop, preserve_rng_state=preserve_rng_state,
+            **({} if context_fn is None else {"context_fn": context_fn}), **kwargs)
     if context_fn is torch.utils.checkpoint.noop_context_fn:
         context_fn = None
-    if tracer.active() is None:  # converted code running eagerly: torch's checkpoint itself
-        extra = {} if context_fn is None else {"context_fn": context_fn}
-        return torch.utils.checkpoint.checkpoint(
-            converted, *args, use_reentrant=use_reentrant, preserve_rng_state=preserve_rng_state,
-            **({} if use_reentrant else {"determinism_check": determinism_check, "debug": bool(debug), **extra}),
-            **kwargs)
     if use_reentrant:
         if kwargs:
             raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
@@ -362,7 +361,10 @@ def _checkpointed(function, *args, use_reentrant=None, context_fn=None, determin
     # or `debug` asks for torch's machinery around each op: the block's ops
     # run inline then (values eager's, the memory saving lost).
     inline = not _grad_enabled() or context_fn is not None or bool(debug)
-    return cf.checkpointed(converted, args, kwargs, use_reentrant, preserve_rng_state, determinism_check, inline)
+    settings = {"preserve_rng_state": bool(preserve_rng_state)}
+    if not use_reentrant:  # (settings of the non-reentrant variant only)
+        settings.update(determinism_check=determinism_check, early_stop=bool(early_stop))
+    return cf.checkpointed(converted, args, kwargs, bool(use_reentrant), settings, inline)
 
 
 def _post_init_to_convert(cls):

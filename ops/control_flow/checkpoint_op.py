@@ -74,21 +74,24 @@ def _emit_checkpoint(op, gen):
     if bound:
         function = gen.call(gen.global_ref(functools.partial, "partial"), [function] + [gen.load(n) for n in bound])
     args = [gen.arg_expr(a, op.input("X")) for a in op.attrs["args"]]
-    kwargs = {"use_reentrant": ast.Constant(op.attrs["reentrant"]),
-              "preserve_rng_state": ast.Constant(op.attrs["preserve_rng_state"])}
-    if not op.attrs["reentrant"]:
-        kwargs["determinism_check"] = ast.Constant(op.attrs["determinism_check"])
+    kwargs = {"use_reentrant": ast.Constant(op.attrs["reentrant"] is True)}
+    kwargs.update((k, ast.Constant(v)) for k, v in sorted(op.attrs["settings"].items())
+                  if k in _SETTINGS and type(v) in (bool, str))
     call = gen.call(gen.global_ref(torch.utils.checkpoint.checkpoint, "checkpoint"), [function] + args, kwargs)
     target = ast.Tuple(elts=[gen.store(o) for o in op.output("Out")], ctx=ast.Store())
     return [fn_def, gen.assign(target, call)]
 
 
+# torch's checkpoint's keywords a program passes on, with bool or str values
+# (a loaded program's others are not passed).
+_SETTINGS = ("preserve_rng_state", "determinism_check", "early_stop")
+
+
 register(OpDef("checkpoint", emit=_emit_checkpoint, inputs=("X",), outputs=("Out",),
-               attrs=("block", "outs", "params", "args", "reentrant", "preserve_rng_state", "determinism_check"),
-               var_attrs=("outs",)))
+               attrs=("block", "outs", "params", "args", "reentrant", "settings"), var_attrs=("outs",)))
 
 
-def checkpointed(function, args, kwargs, reentrant, preserve_rng_state, determinism_check, splice_now):
+def checkpointed(function, args, kwargs, reentrant, settings, splice_now):
     """`function(*args, **kwargs)` (converted) as a `checkpoint` op, or its
     ops spliced into the current block (`splice_now`, or where the op could
     not stand for the call: see the module's docstring)."""
@@ -135,8 +138,7 @@ def checkpointed(function, args, kwargs, reentrant, preserve_rng_state, determin
         outs.append(o)
     parent.append_op("checkpoint", inputs={"X": inputs + reads}, outputs={"Out": [o.name for o in outs]},
                      attrs={"block": body, "outs": [v.name for v in variables], "params": params, "args": tree,
-                            "reentrant": bool(reentrant), "preserve_rng_state": bool(preserve_rng_state),
-                            "determinism_check": determinism_check},
+                            "reentrant": reentrant, "settings": dict(settings)},
                      origin=user_origin())
     by_name = {v.name: o for v, o in zip(variables, outs)}
     return pytree.tree_unflatten([by_name[v.name] if isinstance(v, Variable) else v for v in leaves], spec)

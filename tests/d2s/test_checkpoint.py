@@ -550,3 +550,35 @@ def test_torch_code_deciding_on_a_blocks_value():
     for keep in (torch.tensor([[True] * 5, [True] * 3 + [False] * 2]), torch.ones(2, 5, dtype=torch.bool)):
         assert torch.equal(static(x, keep), eager(x, keep))
     assert "checkpoint" in _op_types(static)
+
+
+class CountsCalls(nn.Module):
+    def __init__(self, early_stop):
+        super().__init__()
+        self.layer = Layer()
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+        self.early_stop = early_stop
+
+    def block(self, x):
+        h = self.layer(x)
+        self.calls.add_(1)  # after the last tensor backward needs
+        return h
+
+    def forward(self, x):
+        return cp.checkpoint(self.block, x, use_reentrant=False, early_stop=self.early_stop)
+
+
+@pytest.mark.parametrize("early_stop", [True, False])
+def test_the_recomputation_stops_where_eagers_does(early_stop):
+    """`early_stop` is torch's checkpoint's: with it the recomputation stops
+    after the last tensor backward needs (the count grows once a step),
+    without it the whole block runs again (twice); it was taken for a
+    keyword argument of the block."""
+    torch.manual_seed(0)
+    eager = CountsCalls(early_stop).train()
+    model = copy.deepcopy(eager)
+    static = d2s.declarative(model)
+    for x0 in XS:
+        _same_step(_step(model, static, x0.clone().requires_grad_()), _step(eager, eager, x0.clone().requires_grad_()))
+        assert torch.equal(model.calls, eager.calls)
+    assert eager.calls.item() == (2 if early_stop else 4) and "checkpoint" in _op_types(static)
