@@ -83,6 +83,27 @@ def _same_step(got, want):
         assert (a is None) == (b is None) and (a is None or torch.equal(a, b))
 
 
+def _pair(make, level="default"):
+    """(eager module, its copy, the copy declarative), made under one seed."""
+    torch.manual_seed(0)
+    eager = make().train()
+    model = copy.deepcopy(eager)
+    return eager, model, d2s.declarative(model, optimize=level)
+
+
+def _trains_as_eagerly(eager, model, static, x0, *args, input_grad=True, kept=True, state=False):
+    """One training step of each on `x0` (and `args`): the result and the
+    gradients eager's, and the count of tensors kept for backward (`kept`)
+    and the modules' state (`state`) too. Returns eager's step."""
+    want = _step(eager, eager, x0.clone().requires_grad_(input_grad), *args)
+    got = _step(model, static, x0.clone().requires_grad_(input_grad), *args)
+    _same_step(got, want)
+    assert not kept or got[3] == want[3]  # the blocks' activations are computed again in backward, as eagerly
+    for (name, a), b in zip(eager.state_dict().items() if state else (), model.state_dict().values()):
+        assert torch.equal(a, b), name
+    return want
+
+
 def _op_types(static):
     return [op.type for concrete in static.forward.program_cache for block in concrete.main_program.blocks
             for op in block.ops]
@@ -91,15 +112,9 @@ def _op_types(static):
 @pytest.mark.parametrize("reentrant", [False, True])
 @pytest.mark.parametrize("input_grad", [True, False])
 def test_a_checkpointed_block_trains_as_eagerly(reentrant, input_grad):
-    torch.manual_seed(0)
-    eager = Checkpointed(reentrant).train()
-    model = copy.deepcopy(eager)
-    static = d2s.declarative(model)
+    eager, model, static = _pair(lambda: Checkpointed(reentrant))
     for x0 in XS:
-        want = _step(eager, eager, x0.clone().requires_grad_(input_grad))
-        got = _step(model, static, x0.clone().requires_grad_(input_grad))
-        _same_step(got, want)
-        assert got[3] == want[3]  # the block's activations are not kept: they are computed again in backward
+        want = _trains_as_eagerly(eager, model, static, x0, input_grad=input_grad)
         assert all(g is None for g in want[2]) == (reentrant and not input_grad)
     assert len(static.forward.program_cache) == 1
     types = _op_types(static)
@@ -153,17 +168,11 @@ class LoopAndBranch(nn.Module):
 
 @pytest.mark.parametrize("level", ["default", "fast"])
 def test_checkpoints_in_loops_branches_and_each_other(level):
-    torch.manual_seed(0)
-    eager = LoopAndBranch().train()
-    model = copy.deepcopy(eager)
-    static = d2s.declarative(model, optimize=level)
+    eager, model, static = _pair(LoopAndBranch, level)
     x = torch.randn(3, 4)
     cases = [(x, 0), (x, 1), (x, 3), (-x.abs() * 5, 0), (-x.abs() * 5, 2)]  # zero/one/several trips, both sides
     for x0, n in cases:
-        want = _step(eager, eager, x0.clone().requires_grad_(), torch.tensor(n))
-        got = _step(model, static, x0.clone().requires_grad_(), torch.tensor(n))
-        _same_step(got, want)
-        assert got[3] == want[3]
+        _trains_as_eagerly(eager, model, static, x0, torch.tensor(n))
     assert len(static.forward.program_cache) == 1
     types = _op_types(static)
     assert types.count("checkpoint") == 4 and {"while", "cond"} <= set(types)
@@ -200,12 +209,9 @@ class NoGradInside(nn.Module):
 
 @pytest.mark.parametrize("cls", [KeepsOnModule, NoGradInside])
 def test_blocks_a_checkpoint_op_cannot_stand_for_run_inline(cls):
-    torch.manual_seed(0)
-    eager = cls().train()
-    model = copy.deepcopy(eager)
-    static = d2s.declarative(model)
+    eager, model, static = _pair(cls)
     for x0 in (XS[0], -XS[0]):
-        _same_step(_step(model, static, x0.clone().requires_grad_()), _step(eager, eager, x0.clone().requires_grad_()))
+        _trains_as_eagerly(eager, model, static, x0, kept=False)
     assert "checkpoint" not in _op_types(static) and "cond" in _op_types(static)
 
 
@@ -230,14 +236,9 @@ class Normed(nn.Module):
 def test_batch_norm_statistics_are_updated_as_eagerly_under_checkpointing(reentrant):
     """Was: the block's ops inline, the statistics updated once a step where
     eager updates them twice: a silent difference in the model's state."""
-    torch.manual_seed(0)
-    eager = Normed(reentrant).train()
-    model = copy.deepcopy(eager)
-    static = d2s.declarative(model)
-    for step, x0 in enumerate([XS[0], XS[1], XS[0] * 3]):
-        _same_step(_step(model, static, x0.clone().requires_grad_()), _step(eager, eager, x0.clone().requires_grad_()))
-        for name, buffer in eager.named_buffers():
-            assert torch.equal(dict(model.named_buffers())[name], buffer), (step, name)
+    eager, model, static = _pair(lambda: Normed(reentrant))
+    for x0 in [XS[0], XS[1], XS[0] * 3]:
+        _trains_as_eagerly(eager, model, static, x0, state=True)
     assert eager.norm.num_batches_tracked.item() == 6  # two updates per step
     assert "checkpoint" in _op_types(static)
 
@@ -293,15 +294,9 @@ class PassesTheBiasOn(nn.Module):
 def test_a_block_returning_a_value_it_was_given_is_a_checkpoint_too(reentrant):
     """Was: such a block ran inline (T5 kept every activation under
     checkpointing: 117 tensors where eager keeps 33)."""
-    torch.manual_seed(0)
-    eager = PassesTheBiasOn(reentrant).train()
-    model = copy.deepcopy(eager)
-    static = d2s.declarative(model)
+    eager, model, static = _pair(lambda: PassesTheBiasOn(reentrant))
     for x0 in XS:
-        want = _step(eager, eager, x0.clone().requires_grad_())
-        got = _step(model, static, x0.clone().requires_grad_())
-        _same_step(got, want)
-        assert got[3] == want[3]
+        _trains_as_eagerly(eager, model, static, x0)
     assert _op_types(static).count("checkpoint") == 2
 
 
@@ -384,17 +379,9 @@ def test_torchs_own_checkpointing_helpers_checkpoint_as_eagerly(cls, reentrant):
     call `checkpoint` from torch's own code: it ran the blocks inline
     (batch norm's statistics updated once where eager updates them twice,
     silently), or refused the block's tensor `if`."""
-    torch.manual_seed(0)
-    eager = cls(reentrant).train()
-    model = copy.deepcopy(eager)
-    static = d2s.declarative(model)
+    eager, model, static = _pair(lambda: cls(reentrant))
     for x0 in (XS[0], XS[1] * 3):
-        want = _step(eager, eager, x0.clone().requires_grad_())
-        got = _step(model, static, x0.clone().requires_grad_())
-        _same_step(got, want)
-        assert got[3] == want[3]
-        for (name, a), b in zip(eager.state_dict().items(), model.state_dict().values()):
-            assert torch.equal(a, b), name
+        _trains_as_eagerly(eager, model, static, x0, state=True)
     assert {"checkpoint", "cond"} <= set(_op_types(static))
 
 
@@ -426,15 +413,9 @@ class ReadsAFlag(nn.Module):
 def test_a_block_reading_a_python_scalar_of_the_program(level):
     """Was: the block's `logical_and` got the Python bool and failed when the
     program ran (Whisper under checkpointing)."""
-    torch.manual_seed(0)
-    eager = ReadsAFlag().train()
-    model = copy.deepcopy(eager)
-    static = d2s.declarative(model, optimize=level)
+    eager, model, static = _pair(ReadsAFlag, level)
     for x0 in (XS[0], XS[1], XS[0] - 0.6):
-        want = _step(eager, eager, x0.clone().requires_grad_())
-        got = _step(model, static, x0.clone().requires_grad_())
-        _same_step(got, want)
-        assert got[3] == want[3]
+        _trains_as_eagerly(eager, model, static, x0)
     assert len(static.forward.program_cache) == 1 and {"checkpoint", "cond"} <= set(_op_types(static))
 
 
@@ -464,19 +445,13 @@ class DecidesThenCounts(nn.Module):
 def test_a_decision_failing_in_a_block_converts_again():
     """Was refused: what the block does after the failed check was taken for
     something the run had done (Longformer under checkpointing)."""
-    torch.manual_seed(0)
-    eager = DecidesThenCounts().train()
-    model = copy.deepcopy(eager)
-    static = d2s.declarative(model)
+    eager, model, static = _pair(DecidesThenCounts)
     inputs = [XS[0], XS[1] * 20, XS[0]]
     sides = [bool(eager.layer(x0).mean() > 0) for x0 in inputs]
     assert sides[0] != sides[1]  # the second call takes the other side
     for x0 in inputs:
-        want = _step(eager, eager, x0.clone().requires_grad_())
-        got = _step(model, static, x0.clone().requires_grad_())
-        _same_step(got, want)
         # (Eager's count: its recomputation stops after the last tensor backward needs.)
-        assert torch.equal(model.calls, eager.calls)
+        _trains_as_eagerly(eager, model, static, x0, kept=False, state=True)
     assert "checkpoint" in _op_types(static) and len(static.forward.program_cache) == 2
 
 
@@ -508,15 +483,9 @@ def test_a_block_given_sizes_tuples_and_a_parameter(reentrant, input_grad):
     (Swin under checkpointing kept 78 tensors where eager keeps 14). With
     the reentrant variant and no input requiring grad but the parameter,
     the parameter is what makes the block's gradients flow, as eagerly."""
-    torch.manual_seed(0)
-    eager = TakesAnything(reentrant).train()
-    model = copy.deepcopy(eager)
-    static = d2s.declarative(model)
+    eager, model, static = _pair(lambda: TakesAnything(reentrant))
     for x0 in XS:
-        want = _step(eager, eager, x0.clone().requires_grad_(input_grad))
-        got = _step(model, static, x0.clone().requires_grad_(input_grad))
-        _same_step(got, want)
-        assert got[3] == want[3]
+        _trains_as_eagerly(eager, model, static, x0, input_grad=input_grad)
     assert "checkpoint" in _op_types(static)
 
 
@@ -574,11 +543,7 @@ def test_the_recomputation_stops_where_eagers_does(early_stop):
     after the last tensor backward needs (the count grows once a step),
     without it the whole block runs again (twice); it was taken for a
     keyword argument of the block."""
-    torch.manual_seed(0)
-    eager = CountsCalls(early_stop).train()
-    model = copy.deepcopy(eager)
-    static = d2s.declarative(model)
+    eager, model, static = _pair(lambda: CountsCalls(early_stop))
     for x0 in XS:
-        _same_step(_step(model, static, x0.clone().requires_grad_()), _step(eager, eager, x0.clone().requires_grad_()))
-        assert torch.equal(model.calls, eager.calls)
+        _trains_as_eagerly(eager, model, static, x0, state=True)
     assert eager.calls.item() == (2 if early_stop else 4) and "checkpoint" in _op_types(static)
