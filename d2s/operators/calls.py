@@ -32,9 +32,6 @@ from .py_builtins import BUILTINS, _item, _tolist
 from .rng import convert_rng_call
 from .state import is_var
 
-# torch's own function (ops/recording.py: `torch.is_grad_enabled` answers the user's code while tracing).
-_grad_enabled = torch._C.is_grad_enabled
-
 
 def convert_method(obj, name):
     """``getattr(obj, name)`` for tensor methods that read a value: a graph
@@ -357,10 +354,9 @@ def _checkpointed(function, *args, use_reentrant=None, context_fn=None, determin
         if not any(isinstance(a, (Variable, torch.Tensor)) and a.requires_grad for a in args):
             with torch.no_grad():
                 return converted(*args)
-    # Inside `torch.no_grad()` there is nothing to recompute; a `context_fn`
-    # or `debug` asks for torch's machinery around each op: the block's ops
-    # run inline then (values eager's, the memory saving lost).
-    inline = not _grad_enabled() or context_fn is not None or bool(debug)
+    # A `context_fn` or `debug` asks for torch's machinery around each op:
+    # the block's ops run inline then (values eager's, the memory saving lost).
+    inline = context_fn is not None or bool(debug)
     settings = {"preserve_rng_state": bool(preserve_rng_state)}
     if not use_reentrant:  # (settings of the non-reentrant variant only)
         settings.update(determinism_check=determinism_check, early_stop=bool(early_stop))

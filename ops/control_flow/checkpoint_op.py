@@ -51,10 +51,10 @@ from runtime.ir import SCALAR, TENSOR, Variable
 from runtime.passes._util import rename_uses
 
 from .. import tracer
-from ..recording import lift
+from ..recording import _grad_enabled, lift
 from ..registry import OpDef, register
 from ..user_frames import error_at_user_line, user_origin
-from .values import outer_reads
+from .values import defined_in, outer_reads
 
 
 def _emit_checkpoint(op, gen):
@@ -93,8 +93,10 @@ register(OpDef("checkpoint", emit=_emit_checkpoint, inputs=("X",), outputs=("Out
 
 def checkpointed(function, args, kwargs, reentrant, settings, splice_now):
     """`function(*args, **kwargs)` (converted) as a `checkpoint` op, or its
-    ops spliced into the current block (`splice_now`, or where the op could
+    ops spliced into the current block (`splice_now`, inside the user's
+    `torch.no_grad()`, where nothing is computed again, or where the op could
     not stand for the call: see the module's docstring)."""
+    splice_now = splice_now or not _grad_enabled()
     tr = tracer.current()
     parent = tr.block
     # A tensor argument (a parameter passed as one) is an input of the
@@ -162,7 +164,7 @@ def _why_not_an_op(body, args, leaves, variables, logged):
         return "it returns something other than tensors, numbers and constants"
     if not any(v.name in body.vars for v in variables):
         return "it returns none of the values it makes"
-    if _kept_on_modules(logged, _defined_in(body)):
+    if _kept_on_modules(logged, defined_in([body])):
         return "it keeps a value it makes on a module"
     return None
 
@@ -180,7 +182,7 @@ def _refuse_writes_outside(body, why, error):
 
 def _written_outside(body):
     """The first value of the enclosing code an op of `body` writes in place, or None."""
-    inside = _defined_in(body)
+    inside = defined_in([body])
     stack = [body]
     while stack:
         block = stack.pop()
@@ -210,15 +212,6 @@ def _holds(value, names, depth=0):
     if depth < 3 and isinstance(value, dict):
         return any(_holds(v, names, depth + 1) for v in value.values())
     return False
-
-
-def _defined_in(block):
-    names, stack = set(), [block]
-    while stack:
-        b = stack.pop()
-        names.update(b.vars)
-        stack += [sub for op in b.ops for sub in op.sub_blocks()]
-    return names
 
 
 def splice(program, parent, body, at):
@@ -300,7 +293,7 @@ def _escaping(program, read_names):
         for at, op in enumerate(block.ops):
             if op.type != "checkpoint":
                 continue
-            inside = _defined_in(op.attrs["block"])
+            inside = defined_in([op.attrs["block"]])
             if inside & read_names or any(inside & _reads(b, op) for b in program.blocks):
                 return block, at, op
     return None

@@ -73,15 +73,22 @@ def as_var(value, dtype=None):
 def outer_reads(blocks):
     """Names read by the ops of `blocks` (and their sub-blocks) that none of
     them defines: the values a control-flow op takes from outside."""
-    defined, read = set(), []
+    defined = defined_in(blocks)
+    read = [n for block in _nested(blocks) for op in block.ops for n in op.input_names + op.output_names]
+    return [n for n in dict.fromkeys(read) if n not in defined]
+
+
+def defined_in(blocks):
+    """The names `blocks` and the blocks nested in them declare."""
+    return {name for block in _nested(blocks) for name in block.vars}
+
+
+def _nested(blocks):
     stack = list(blocks)
     while stack:
         block = stack.pop()
-        defined.update(block.vars)
-        for op in block.ops:
-            read += op.input_names + op.output_names
-            stack += op.sub_blocks()
-    return [n for n in dict.fromkeys(read) if n not in defined]
+        yield block
+        stack += [sub for op in block.ops for sub in op.sub_blocks()]
 
 
 def check_pred(pred):
