@@ -356,7 +356,7 @@ def _checkpointed(function, *args, use_reentrant=None, context_fn=None, determin
                 return converted(*args)
     # A `context_fn` or `debug` asks for torch's machinery around each op:
     # the block's ops run inline then (values eager's, the memory saving lost).
-    inline = context_fn is not None or bool(debug)
+    inline = "a context_fn is given" if context_fn is not None else "debug=True is given" if debug else None
     settings = {"preserve_rng_state": bool(preserve_rng_state)}
     if not use_reentrant:  # (settings of the non-reentrant variant only)
         settings.update(determinism_check=determinism_check, early_stop=bool(early_stop))

@@ -91,12 +91,13 @@ register(OpDef("checkpoint", emit=_emit_checkpoint, inputs=("X",), outputs=("Out
                attrs=("block", "outs", "params", "args", "reentrant", "settings"), var_attrs=("outs",)))
 
 
-def checkpointed(function, args, kwargs, reentrant, settings, splice_now):
+def checkpointed(function, args, kwargs, reentrant, settings, inline_why=None):
     """`function(*args, **kwargs)` (converted) as a `checkpoint` op, or its
-    ops spliced into the current block (`splice_now`, inside the user's
-    `torch.no_grad()`, where nothing is computed again, or where the op could
-    not stand for the call: see the module's docstring)."""
-    splice_now = splice_now or not _grad_enabled()
+    ops spliced into the current block: inside the user's `torch.no_grad()`
+    (where nothing is computed again either), for `inline_why` (the caller's
+    reason: torch machinery the op does not carry), or where the op could not
+    stand for the call (see the module's docstring)."""
+    splice_now = True if not _grad_enabled() else inline_why
     tr = tracer.current()
     parent = tr.block
     # A tensor argument (a parameter passed as one) is an input of the

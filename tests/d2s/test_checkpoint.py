@@ -9,6 +9,7 @@ autograd.Function there lost its backward (the gradients of everything
 before it were None: transformers' BLOOM with gradient checkpointing), and
 a tensor `if` was refused."""
 
+import contextlib
 import copy
 
 import pytest
@@ -551,3 +552,36 @@ def test_the_recomputation_stops_where_eagers_does(early_stop):
         _trains_as_eagerly(eager, model, static, x0, state=True)
     assert eager.calls.item() == (2 if early_stop else 4)
     assert len(static.forward.program_cache) == 1 and {"checkpoint", "cond"} <= set(_op_types(static))
+
+
+def _no_context():
+    return contextlib.nullcontext(), contextlib.nullcontext()
+
+
+class Selective(Normed):
+    """A `context_fn` (selective checkpointing's hook): the block runs inline."""
+
+    def forward(self, x):
+        return cp.checkpoint(self.block, x, use_reentrant=False, context_fn=_no_context)
+
+
+class SelectiveWithoutState(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = Layer()
+
+    def forward(self, x):
+        return cp.checkpoint(self.layer, x, use_reentrant=False, context_fn=_no_context)
+
+
+def test_a_context_fn_runs_the_block_inline_unless_it_writes_state():
+    """Inline, batch norm's statistics would be updated once where eager's
+    checkpoint updates them twice: refused (was silent); a block writing
+    nothing runs inline with eager's values and gradients."""
+    with pytest.raises(d2s.ConversionError, match="writes 'norm.num_batches_tracked' in place.*a context_fn"):
+        d2s.declarative(Selective(False).train())(XS[0].clone().requires_grad_())
+    eager, model, static = _pair(SelectiveWithoutState)
+    for x0 in XS:
+        _trains_as_eagerly(eager, model, static, x0, kept=False)
+    assert len(static.forward.program_cache) == 1
+    assert "checkpoint" not in _op_types(static) and "cond" in _op_types(static)
