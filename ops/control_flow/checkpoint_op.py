@@ -10,7 +10,7 @@ Before (the user's code):
 After (the program, and the statements the executor makes of it):
 
     h = checkpoint(X=[x, mask, layer_w]) {block: <the layer's ops>, outs: [out_3],
-                                          params: [x, mask], reentrant: False}
+                                          args: [X[0], X[1]], reentrant: False}
 
     def ck_1(v_layer_w, v_x, v_mask):   # the values the block reads from outside,
         <the block's statements>        # the explicit arguments last
@@ -59,7 +59,9 @@ from .values import defined_in, outer_reads
 
 def _emit_checkpoint(op, gen):
     body = op.attrs["block"]
-    outs, params = op.attrs["outs"], op.attrs["params"]
+    outs = op.attrs["outs"]
+    # The function's parameters: the call's graph values (inputs), None elsewhere.
+    params = [op.input("X")[a.index] if isinstance(a, InputRef) else None for a in op.attrs["args"]]
     explicit = [p for p in params if p is not None]
     bound = [n for n in outer_reads([body]) if n not in explicit]
     name = gen.fresh_local("ck")
@@ -88,7 +90,7 @@ _SETTINGS = ("preserve_rng_state", "determinism_check", "early_stop")
 
 
 register(OpDef("checkpoint", emit=_emit_checkpoint, inputs=("X",), outputs=("Out",),
-               attrs=("block", "outs", "params", "args", "reentrant", "settings"), var_attrs=("outs",)))
+               attrs=("block", "outs", "args", "reentrant", "settings"), var_attrs=("outs",)))
 
 
 def checkpointed(function, args, kwargs, reentrant, settings, inline_why=None):
@@ -123,7 +125,6 @@ def checkpointed(function, args, kwargs, reentrant, settings, inline_why=None):
     # a tensor inside a container an input: the reentrant one gives it no
     # gradient through the checkpoint, as eagerly.)
     inputs = list(dict.fromkeys(v.name for v in args if isinstance(v, Variable)))
-    params = [a.name if isinstance(a, Variable) else None for a in args]
     tree = [InputRef(inputs.index(a.name)) if isinstance(a, Variable) else None for a in args]
     reads = [n for n in outer_reads([body]) if n not in inputs]
     # A value of the enclosing code the block returns as it is (T5's
@@ -140,7 +141,7 @@ def checkpointed(function, args, kwargs, reentrant, settings, inline_why=None):
                 o.__dict__[key] = value
         outs.append(o)
     parent.append_op("checkpoint", inputs={"X": inputs + reads}, outputs={"Out": [o.name for o in outs]},
-                     attrs={"block": body, "outs": [v.name for v in variables], "params": params, "args": tree,
+                     attrs={"block": body, "outs": [v.name for v in variables], "args": tree,
                             "reentrant": reentrant, "settings": dict(settings)},
                      origin=user_origin())
     by_name = {v.name: o for v, o in zip(variables, outs)}

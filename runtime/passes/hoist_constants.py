@@ -15,7 +15,7 @@ Before:                                       After:
 from ..aten import returns_new
 from ..attrs import InputRef
 from ..effects import var_attr_names
-from ._util import all_ops, is_call
+from ._util import all_ops, arg_inputs, is_call
 
 
 def _substitute(tree, index, value):
@@ -35,8 +35,9 @@ def run(ctx):
     readers, passing = {}, {}
     for _, op in all_ops(program):
         # A cond/while lists in X the outer names its sub-blocks read: those
-        # sub-block ops are the real readers.
-        through = set(op.input("X")) if op.sub_blocks() else set()
+        # sub-block ops are the real readers (not of a name the op's own
+        # `args` pass on: a `checkpoint` hands its block those itself).
+        through = set(op.input("X")) - set(arg_inputs(op, op.attrs.get("args", ()))) if op.sub_blocks() else set()
         for name in set(op.input_names) | set(var_attr_names(op)):
             if name in through and name not in var_attr_names(op) and op.input_names.count(name) == 1:
                 passing.setdefault(name, []).append(op)
