@@ -60,6 +60,7 @@ def convert_while(test, body, names, return_names=(), counter=None):
     deep = known_deep(body.__code__)
     # Names of the lists carried as tensor arrays (the others as their items).
     arrays = set(_ARRAYS.get(tr, {}).get(body.__code__, ()))
+    as_items_error = None  # what the trace carrying lists as their items raised
     while True:
         fixed = _fixed_lists(names, st.get(), arrays, body)  # (what this trace carries as items)
         try:
@@ -81,13 +82,19 @@ def convert_while(test, body, names, return_names=(), counter=None):
             st.restore(snapshot)
             effects.restore()
             return _guarded(test, body, names, return_names, counter, st)
-        except ConversionError:
+        except ConversionError as exc:
             # The body may use a list as only a tensor array can be used
             # (`ys[i]` with a tensor `i`): trace it again with every list an
-            # array, as before lists of fixed length were carried as items;
-            # that trace raises what cannot be staged either way.
+            # array, as before lists of fixed length were carried as items.
+            # Where that fails too, the first trace's error is the one to
+            # show: its cause may have nothing to do with lists (an
+            # `isinstance` of a number-or-tensor), and the arrays' own
+            # complaint (elements of one rank and dtype) would hide it.
             if not fixed:
+                if as_items_error is not None:
+                    raise as_items_error from None
                 raise
+            as_items_error = exc
             arrays |= fixed
         tr.rollback(mark)
         st.restore(snapshot)

@@ -364,6 +364,17 @@ def isinstance_of_a_number_a_loop_makes_a_tensor(x):
     return k + s
 
 
+def isinstance_in_a_loop_carrying_a_list_by_item(x):
+    s = 0.0
+    k = 0
+    hs = [x * 1.0, 0.5, [x * 0.0]]  # items of several kinds: carried item by item, not as a tensor array
+    for e in x:
+        k = k + (1 if isinstance(s, float) else 5)
+        s = s + e
+        hs[0] = hs[0] + x
+    return k + s + hs[0] + hs[1] + hs[2][0]
+
+
 def type_of_a_number_one_branch_makes_a_tensor(x):
     s = 1
     if x.sum() > 0:
@@ -523,6 +534,10 @@ def _returned_rows(x, n):
       "holds a value of type `str` there", "before the loop"]),
     # Eager sees a float on the first trip and a tensor after: no one answer (was: a tensor on every trip).
     (isinstance_of_a_number_a_loop_makes_a_tensor, (torch.ones(3),), "isinstance(s, float)",
+     ["'s' is a Python number on some paths and a tensor on others", "`isinstance` has no one answer"]),
+    # The same where the loop carries a list by item: the retry with the list as a tensor array (whose
+    # elements differ in dtype) must not hide the cause (was: "cannot append float64[]", found by the fuzzer).
+    (isinstance_in_a_loop_carrying_a_list_by_item, (torch.ones(3),), "isinstance(s, float)",
      ["'s' is a Python number on some paths and a tensor on others", "`isinstance` has no one answer"]),
     (type_of_a_number_one_branch_makes_a_tensor, (torch.ones(3),), "type(s) is int",
      ["'s' is a Python number on some paths and a tensor on others", "`type` has no one answer"]),
