@@ -58,6 +58,20 @@ from runtime.aten import fresh_by_schema, returns_new
 # The programs one cache key may hold, each converted under other decisions.
 MAX_PROGRAMS = 8
 
+# Composite operators (their schemas cannot say it) and Python wrappers
+# whose result is memory of their own, as every path of theirs ends in a
+# kernel making it: the normalisations and pools a CNN writes into in place
+# (`bn(x).relu_()`, timm's `ReLU(inplace=True)` after each BatchNorm). Not
+# in runtime/aten.py's FRESH: batch norm in training writes its running
+# statistics, which the passes' uses of that list (an op writing none of
+# its inputs) would not allow.
+NEW_MEMORY = frozenset((
+    "batch_norm layer_norm group_norm instance_norm adaptive_avg_pool1d adaptive_avg_pool2d "
+    "adaptive_avg_pool3d torch.nn.functional.batch_norm torch.nn.functional.layer_norm "
+    "torch.nn.functional.group_norm torch.nn.functional.instance_norm torch.nn.functional.adaptive_avg_pool1d "
+    "torch.nn.functional.adaptive_avg_pool2d torch.nn.functional.adaptive_avg_pool3d "
+    "torch.nn.functional.hardswish").split())
+
 
 class Group:
     """The programs of one cache key, each converted under other decisions."""
@@ -323,6 +337,7 @@ def _fresh(op):
     if op.sub_blocks() or "out" in (op.attrs.get("kwargs") or {}):
         return False
     if not op.input_names or is_registered(op.type) and (returns_new(get_op_def(op.type))
+                                                         or get_op_def(op.type).canonical in NEW_MEMORY
                                                          or fresh_by_schema(get_op_def(op.type).aten)):
         return True
     if is_registered(op.type) and get_op_def(op.type).new_object:

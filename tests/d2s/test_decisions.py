@@ -293,6 +293,7 @@ class WrittenThenMasked(torch.nn.Module):
         self.lin = torch.nn.Linear(3, 3)
         self.w = torch.nn.Parameter(torch.randn(3))
         self.b = torch.nn.Parameter(torch.randn(3))
+        self.bn = torch.nn.BatchNorm1d(3)
         self.write = write
 
     def forward(self, x, mask):
@@ -316,6 +317,16 @@ class WrittenThenMasked(torch.nn.Module):
             t = torch.index_select(x, 2, torch.tensor([2, 0, 1]))  # of the input, but not the input
             t.mul_(self.w)
             h = h + t
+        elif self.write == "a normalisation's result":  # timm: BatchNorm, then ReLU(inplace=True)
+            t = self.bn(h)  # reads the running statistics, yet its result is memory of its own
+            t.relu_()
+            u = F.layer_norm(h, (3,), self.w, self.b)
+            u.mul_(self.w)
+            h = t + u
+        elif self.write == "a pool's result":
+            t = F.adaptive_avg_pool1d(self.w.expand(2, 3, 3), 2)  # of a parameter, not the parameter
+            t.mul_(2.0)
+            h = h + t.sum()
         elif self.write == "a branch's result":
             t = h * 2 if h.sum() > 0 else h - 1  # a `cond` op: a new tensor on either side
             t.mul_(self.w)
@@ -341,7 +352,7 @@ class WrittenThenMasked(torch.nn.Module):
 
 @pytest.mark.parametrize("write", ["temporary, by the user", "temporary, by the pass", "temporary's view",
                                    "factory at a run-time size", "loop-carried temporary", "a branch's result",
-                                   "an ATen op's new result"])
+                                   "an ATen op's new result", "a normalisation's result", "a pool's result"])
 @pytest.mark.parametrize("masks", [[PADDED, FULL, PADDED], [FULL, PADDED, FULL]])
 def test_a_write_into_a_temporary_before_the_check_converts_again(write, masks):
     model = WrittenThenMasked(write).eval()
