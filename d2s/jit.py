@@ -250,6 +250,12 @@ def save(layer_or_function, path, input_spec=None):
             lambda: _retrace(static, examples), concrete.main_program)] if examples is not None else []
         paths += [part for part in map(_part, save_paths.converted_paths(called, concrete))
                   if not any(_same_program(part, other) for other in [main] + paths)]
+        if examples is not None:
+            # Sizes across a decision torch took on the traced sizes (a feature map one pixel wide).
+            sized = save_sizes.size_paths(lambda other: _retrace(static, other), concrete, static._input_spec,
+                                          examples, save_paths.MAX_PATHS - 1 - len(paths))
+            paths += [part for part in map(_part, (c for c in sized if not has_live_ops(c.main_program)))
+                      if not any(_same_program(part, other) for other in [main] + paths)]
         if modules:
             mode = "train" if modules[0].training else "eval"
             if both_modes:

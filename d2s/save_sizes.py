@@ -9,7 +9,9 @@ saves the check `(...) == 1`, so the loaded model refuses every real image.
 So the sizes come from the user's own examples (the latest call of the
 function, when its inputs fit the InputSpecs), else from `DEFAULT_SIZES`;
 and a traced program whose checks fail at every larger size tried is
-refused with the check's text, never saved.
+refused with the check's text, never saved. Checks failing at some sizes
+only are the other side of a decision: `size_paths` traces the function
+again where they fail, and jit.save keeps those programs as paths.
 """
 
 import torch
@@ -114,6 +116,111 @@ def refuse_pinned_sizes(concrete, specs, examples):
         f"the program holds a check that fails at {', '.join(name for name, _ in PROBES)} those sizes, so the "
         f"saved model would refuse real inputs: {message}. Call the model on a real input before saving (its "
         "sizes are traced), or give the dimension's size in the InputSpec")
+
+
+# The saved model's other sizes: every size of a dynamic dimension from 1
+# to SCAN_FACTOR times the traced one (at most SCAN_MAX) is checked against
+# the size checks of the programs saved, dimensions of one traced size
+# together (an image's height and width, a batch of ids and its mask) and
+# each alone; at most MAX_FAILED_TRACES sizes that do not trace are tried.
+SCAN_FACTOR = 4
+SCAN_MAX = 512
+MAX_FAILED_TRACES = 3
+
+
+def size_paths(retrace, concrete, specs, examples, most):
+    """At most `most` concrete programs traced at sizes where the size
+    checks of `concrete` (and of each program found so) fail: torch decided
+    on a size (`(h // 32) != 1`: a feature map one pixel wide takes another
+    path through a kernel's checks), and the saved model would refuse every
+    input across that decision with DecisionFailed. `retrace(examples)`
+    traces the function again for other example inputs. A program is made
+    for the first size (nearest the traced one) that none of the programs
+    so far serves; a size that does not trace (too small for the network,
+    eagerly too) is left out, and so are the sizes failing the same checks."""
+    found = []
+    programs = [concrete]
+    tried = set()
+    failed = 0
+    while len(found) < most and failed < MAX_FAILED_TRACES:
+        miss = _first_unserved(programs, specs, examples, tried)
+        if miss is None:
+            break
+        sizes, signature = miss
+        tried.add(signature)
+        try:
+            other = retrace([example(spec, shape) if hasattr(spec, "shape") else t
+                             for spec, shape, t in zip(specs, sizes, examples)])
+        except Exception:  # noqa: BLE001 - inputs of these sizes stay a DecisionFailed, naming the check
+            failed += 1
+            continue
+        if _checks_hold(other, sizes) is False:
+            failed += 1  # (traced, yet its own checks refuse its sizes: nothing gained)
+            continue
+        found.append(other)
+        programs.append(other)
+    return found
+
+
+def _candidates(specs, examples):
+    """Size lists, one per input (None for a generator), nearest the traced
+    sizes first: each group of dynamic dimensions of one traced size set to
+    every size in the scan, then each dimension alone."""
+    traced = [list(t.shape) if hasattr(spec, "shape") else None for spec, t in zip(specs, examples)]
+    dims = [(i, k, n) for i, (spec, shape) in enumerate(zip(specs, traced)) if shape is not None
+            for k, (d, n) in enumerate(zip(spec.shape, shape)) if d == -1]
+    groups = {}
+    for i, k, n in dims:
+        groups.setdefault(n, []).append((i, k))
+    singles = [((i, k),) for i, k, _ in dims] if any(len(g) > 1 for g in groups.values()) else []
+    out = []
+    for group in [tuple(g) for g in groups.values()] + singles:
+        n = traced[group[0][0]][group[0][1]]
+        scan = sorted(range(1, min(SCAN_FACTOR * n, SCAN_MAX) + 1), key=lambda s: (abs(s - n), s))
+        for size in scan:
+            if size == n:
+                continue
+            shapes = [list(s) if s is not None else None for s in traced]
+            for i, k in group:
+                shapes[i][k] = size
+            out.append(shapes)
+    return out
+
+
+def _first_unserved(programs, specs, examples, tried):
+    """(sizes, signature) of the first candidate no program serves (each has
+    a size check failing there), whose signature (the checks failing, per
+    program) is not in `tried`; None when every candidate is served."""
+    for sizes in _candidates(specs, examples):
+        failing = []
+        for concrete in programs:
+            held = _failing_checks(concrete, sizes)
+            if not held:
+                break
+            failing.append(held)
+        else:
+            signature = tuple(failing)
+            if signature not in tried:
+                return sizes, signature
+    return None
+
+
+def _failing_checks(concrete, sizes):
+    """The indices of `concrete`'s global size checks that fail at `sizes`
+    (empty: it serves them, or the replay cannot tell)."""
+    program = concrete.main_program
+    checks = [op for op in program.global_block().ops if op.type == "check_sizes"]
+    if not checks:
+        return ()
+    feeds = {var.name: torch.empty(shape, dtype=torch_dtype(var.dtype_name), device="meta")
+             for var, shape in zip(concrete.inputs, sizes) if shape is not None}
+    replay = _Replay(program, feeds)
+    return tuple(j for j, op in enumerate(checks) if replay.holds(op) is False)
+
+
+def _checks_hold(concrete, sizes):
+    """False when a size check of `concrete` fails at `sizes`."""
+    return not _failing_checks(concrete, sizes)
 
 
 class _Unknown(Exception):

@@ -162,3 +162,55 @@ def test_sizes_the_user_gave_are_not_grown():
     static = d2s.declarative(model)
     static(torch.randn(2, 3, 2, 2))
     assert save_sizes.sizes_to_try(static.forward, [d2s.InputSpec([None, 3, None, None])]) == [[[2, 3, 2, 2]]]
+
+
+class SqueezedWidth(nn.Module):
+    """`squeeze(-1)` decides on the width after a stride-2 conv: torch drops
+    that dimension where it is 1 (inputs 1 or 2 wide), keeps it elsewhere."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+
+    def forward(self, x):
+        h = self.conv(x).squeeze(-1)
+        if h.mean() > 0:
+            h = h * 2
+        return h.sum(1)
+
+
+def test_a_saved_model_holds_programs_for_sizes_across_a_decision(tmp_path):
+    """Traced at 64, the program checks that the width after the conv is not
+    1; jit.save finds the sizes where that check fails (in the scan of
+    save_sizes.size_paths) and saves a program traced there as a path, so the
+    loaded model serves them as eager does, one program per side."""
+    torch.manual_seed(0)
+    model = SqueezedWidth().eval()
+    d2s.jit.save(model, str(tmp_path / "m"), input_spec=[d2s.InputSpec([None, 3, None, None])])
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    assert len(loaded._paths) == 1
+    for program in [loaded.program, loaded._paths[0][0]]:
+        assert "cond" in _ops(program) and "check_sizes" in _ops(program)
+    for shape in [(2, 3, 64, 64), (1, 3, 32, 2), (2, 3, 5, 1), (3, 3, 2, 2), (2, 3, 17, 9)]:
+        for sign in (1, -1):
+            x = sign * torch.randn(shape).abs()
+            want = model(x)
+            got = loaded(x)
+            assert got.shape == want.shape and torch.equal(got, want)
+
+
+def test_sizes_that_do_not_trace_are_left_out():
+    """A size of the scan that does not trace (a network too deep for it
+    fails eagerly too) gives no path, and the other sizes failing the same
+    checks are not traced again."""
+    spec = d2s.InputSpec([None, 3, None, None])
+    example = torch.zeros(2, 3, 64, 64)
+    concrete = d2s.declarative(SqueezedWidth().eval(), input_spec=[spec]).forward.get_concrete_program(example)
+    tried = []
+
+    def retrace(examples):
+        tried.append(list(examples[0].shape))
+        raise RuntimeError("too small")
+
+    assert save_sizes.size_paths(retrace, concrete, [spec], [example], 7) == []
+    assert len(tried) == 1 and tried[0][3] <= 2  # the first width whose conv output is 1 wide
