@@ -251,11 +251,7 @@ def save(layer_or_function, path, input_spec=None):
         paths += [part for part in map(_part, save_paths.converted_paths(called, concrete))
                   if not any(_same_program(part, other) for other in [main] + paths)]
         if examples is not None:
-            # Sizes across a decision torch took on the traced sizes (a feature map one pixel wide).
-            sized = save_sizes.size_paths(lambda other: _retrace(static, other), concrete, static._input_spec,
-                                          examples, save_paths.MAX_PATHS - 1 - len(paths))
-            paths += [part for part in map(_part, (c for c in sized if not has_live_ops(c.main_program)))
-                      if not any(_same_program(part, other) for other in [main] + paths)]
+            paths += _size_paths(static, concrete, examples, [main] + paths)
         if modules:
             mode = "train" if modules[0].training else "eval"
             if both_modes:
@@ -267,6 +263,25 @@ def save(layer_or_function, path, input_spec=None):
     state = _module_state(static._instance) if isinstance(static._instance, torch.nn.Module) else None
     save_model(path, main, mode=mode, alternate=alternate, state=state, both_modes=same, paths=paths,
                one_mode=one_mode)
+
+
+def _size_paths(static, concrete, examples, saved):
+    """The parts of the programs traced at sizes across a decision torch took
+    on the traced sizes (a feature map one pixel wide: save_sizes.size_paths),
+    each followed by those of its `if` sides not converted at its sizes
+    (save_paths.other_paths: an unpadded prompt shorter than a scan's chunk
+    takes both), none the same as one of `saved`, within MAX_PATHS."""
+    room = save_paths.MAX_PATHS - len(saved)
+    out = []
+    for other, inputs in save_sizes.size_paths(lambda given: _retrace(static, given), concrete, static._input_spec,
+                                               examples, room):
+        for found in [other] + save_paths.other_paths(lambda: _retrace(static, inputs), other.main_program):
+            if len(out) >= room or has_live_ops(found.main_program):
+                continue
+            part = _part(found)
+            if not any(_same_program(part, kept) for kept in saved + out):
+                out.append(part)
+    return out
 
 
 def _other_mode(static, examples, modules, mode):

@@ -129,7 +129,7 @@ MAX_FAILED_TRACES = 3
 
 
 def size_paths(retrace, concrete, specs, examples, most):
-    """At most `most` concrete programs traced at sizes where the size
+    """At most `most` (concrete program, example inputs) traced at sizes where the size
     checks of `concrete` (and of each program found so) fail: torch decided
     on a size (`(h // 32) != 1`: a feature map one pixel wide takes another
     path through a kernel's checks), and the saved model would refuse every
@@ -148,16 +148,16 @@ def size_paths(retrace, concrete, specs, examples, most):
             break
         sizes, signature = miss
         tried.add(signature)
+        inputs = [example(spec, shape) if hasattr(spec, "shape") else t for spec, shape, t in zip(specs, sizes, examples)]
         try:
-            other = retrace([example(spec, shape) if hasattr(spec, "shape") else t
-                             for spec, shape, t in zip(specs, sizes, examples)])
+            other = retrace(inputs)
         except Exception:  # noqa: BLE001 - inputs of these sizes stay a DecisionFailed, naming the check
             failed += 1
             continue
         if _checks_hold(other, sizes) is False:
             failed += 1  # (traced, yet its own checks refuse its sizes: nothing gained)
             continue
-        found.append(other)
+        found.append((other, inputs))
         programs.append(other)
     return found
 

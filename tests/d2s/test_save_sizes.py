@@ -214,3 +214,38 @@ def test_sizes_that_do_not_trace_are_left_out():
 
     assert save_sizes.size_paths(retrace, concrete, [spec], [example], 7) == []
     assert len(tried) == 1 and tried[0][3] <= 2  # the first width whose conv output is 1 wide
+
+
+class MaskedSqueeze(SqueezedWidth):
+    """SqueezedWidth with a mask that is None where it is all ones (as
+    transformers' mask helpers): an `if` whose sides cannot be merged, so
+    each side is a path of its own, at each side of the size decision."""
+
+    def forward(self, x, mask):
+        h = self.conv(x).squeeze(-1)
+        m = _mask_or_none(mask)
+        if m is not None:
+            h = h * m.sum()
+        return h.sum(1)
+
+
+def _mask_or_none(mask):
+    if mask.all():
+        return None
+    return mask
+
+
+def test_size_paths_hold_both_sides_of_a_decision_on_values(tmp_path):
+    torch.manual_seed(0)
+    model = MaskedSqueeze().eval()
+    path = str(tmp_path / "m")
+    d2s.jit.save(model, path, input_spec=[d2s.InputSpec([None, 3, None, None]), d2s.InputSpec([None, None])])
+    loaded = d2s.jit.load(path)
+    assert len(loaded._paths) == 3  # (the traced side, the other) x (width 1 after the conv, wider)
+    for shape in [(2, 3, 64, 64), (1, 3, 32, 2), (2, 3, 5, 1)]:
+        for full in (True, False):
+            x = torch.randn(shape)
+            mask = torch.ones(shape[0], 3) if full else torch.tensor([[1.0, 0.0, 1.0]] * shape[0])
+            want = model(x, mask)
+            got = loaded(x, mask)
+            assert got.shape == want.shape and torch.equal(got, want)
