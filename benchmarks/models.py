@@ -185,6 +185,11 @@ ZOO = [
     _causal("jetmoe", "jetmoe"),
     # a custom autograd.Function in the router, in training only (saved inline for both modes)
     _causal("phimoe", "phimoe", intermediate_size=32, num_local_experts=4, num_experts_per_tok=2),
+    # added 2026-11-28, later: sizes across a decision torch takes on the size (a saved model's size paths):
+    # Inception-v3's 1-pixel map at 96 px, SHViT wider than its traced image, Mamba-2's chunked scan
+    _timm("inception_v3", image=96), _timm("shvit_s1"),
+    _causal("mamba2", "mamba2", state_size=4, num_heads=4, head_dim=16, n_groups=1, expand=2, conv_kernel=4,
+            chunk_size=8),
 ]
 
 

@@ -226,6 +226,9 @@ def _pick(a, b, which):
         return b if (b > a if which == "max" else b < a) else a
     if not any(isinstance(v, Variable) for v in (a, b)):  # run-time sizes: a size expression
         return (torch.sym_max if which == "max" else torch.sym_min)(a, b)
+    # A run-time size beside a graph number (`min(i * block + block, seq_len)`
+    # with `i` a loop counter): the size's 0-d tensor, as the counter is one.
+    a, b = graph_tensor(a), graph_tensor(b)
     _check_one_value(a, b, which)
     pick_b = (b > a) if which == "max" else (b < a)
     if not is_var(pick_b):

@@ -3,6 +3,7 @@ behaves the same under @declarative (ParityBench's most common causes)."""
 
 import gc
 import inspect
+import math
 import warnings
 import weakref
 
@@ -53,6 +54,32 @@ def test_variable_max_min_is_tensor(scale):
     x = torch.ones(2) * scale
     static = d2s.declarative(legacy)
     assert _same(static(x), legacy(x))
+
+
+BLOCK = 4
+
+
+def blocks_by_min(x):
+    """MiniMax's chunked attention: `min(start + block, seq_len)` with the
+    loop counter a graph number and the length a run-time size (was: an
+    AttributeError inside d2s that became a `raise` of the loop body)."""
+    n = math.ceil(x.shape[1] / BLOCK)
+    out = []
+    for i in range(n):
+        end = min(i * BLOCK + BLOCK, x.shape[1])
+        start = max(end - BLOCK, 0)
+        out.append(x[:, start:end] * (i + 1))
+    return torch.cat(out, dim=-1)
+
+
+def test_min_max_of_a_loop_counter_and_a_run_time_size():
+    static = d2s.declarative(blocks_by_min, input_spec=[d2s.InputSpec([2, None])])
+    for length in (1, 4, 6, 8, 10):  # one block (part of one), several, a last partial one
+        x = torch.randn(2, length)
+        assert torch.equal(static(x), blocks_by_min(x))
+    program = static.concrete_program.main_program
+    assert "while" in [op.type for b in program.blocks for op in b.ops]
+    assert len(static.program_cache) == 1
 
 
 # -- @staticmethod / @classmethod forward -------------------------------------------------------------
