@@ -120,45 +120,46 @@ def refuse_pinned_sizes(concrete, specs, examples):
 
 # The saved model's other sizes: every size of a dynamic dimension from 1
 # to SCAN_FACTOR times the traced one (at most SCAN_MAX) is checked against
-# the size checks of the programs saved, dimensions of one traced size
-# together (an image's height and width, a batch of ids and its mask) and
-# each alone; at most MAX_FAILED_TRACES sizes that do not trace are tried.
+# the traced program's size checks, dimensions of one traced size together
+# (an image's height and width, a batch of ids and its mask) and each
+# alone; at most MAX_FAILED_TRACES sizes that do not trace are tried.
 SCAN_FACTOR = 4
 SCAN_MAX = 512
 MAX_FAILED_TRACES = 3
 
 
 def size_paths(retrace, concrete, specs, examples, most):
-    """At most `most` (concrete program, example inputs) traced at sizes where the size
-    checks of `concrete` (and of each program found so) fail: torch decided
-    on a size (`(h // 32) != 1`: a feature map one pixel wide takes another
-    path through a kernel's checks), and the saved model would refuse every
-    input across that decision with DecisionFailed. `retrace(examples)`
-    traces the function again for other example inputs. A program is made
-    for the first size (nearest the traced one) that none of the programs
-    so far serves; a size that does not trace (too small for the network,
-    eagerly too) is left out, and so are the sizes failing the same checks."""
-    found = []
-    programs = [concrete]
-    tried = set()
-    failed = 0
-    while len(found) < most and failed < MAX_FAILED_TRACES:
-        miss = _first_unserved(programs, specs, examples, tried)
-        if miss is None:
+    """At most `most` (concrete program, example inputs) traced at sizes
+    where size checks of `concrete` fail: torch decided on a size (`(h //
+    32) != 1`: a feature map one pixel wide takes another path through a
+    kernel's checks), and the saved model would refuse every input across
+    that decision with DecisionFailed. `retrace(examples)` traces the
+    function again for other example inputs. One program per set of
+    failing checks, traced at the first size of the scan (nearest the
+    traced one) that fails them: the decisions those checks stand for are
+    taken the other way there, which is what the inputs failing them need.
+    (Only `concrete`'s checks are replayed: a program traced elsewhere reads
+    sizes of its own intermediate values, which the replay mostly cannot
+    tell.) A size that does not trace (too small for the network, eagerly
+    too) is left out, with the others failing the same checks."""
+    found, seen, failed = [], set(), 0
+    for sizes in _candidates(specs, examples):
+        if len(found) >= most or failed >= MAX_FAILED_TRACES:
             break
-        sizes, signature = miss
-        tried.add(signature)
+        signature = _failing_checks(concrete, sizes)
+        if not signature or signature in seen:
+            continue
+        seen.add(signature)
         inputs = [example(spec, shape) if hasattr(spec, "shape") else t for spec, shape, t in zip(specs, sizes, examples)]
         try:
             other = retrace(inputs)
         except Exception:  # noqa: BLE001 - inputs of these sizes stay a DecisionFailed, naming the check
             failed += 1
             continue
-        if _checks_hold(other, sizes) is False:
+        if _failing_checks(other, sizes):
             failed += 1  # (traced, yet its own checks refuse its sizes: nothing gained)
             continue
         found.append((other, inputs))
-        programs.append(other)
     return found
 
 
@@ -187,40 +188,28 @@ def _candidates(specs, examples):
     return out
 
 
-def _first_unserved(programs, specs, examples, tried):
-    """(sizes, signature) of the first candidate no program serves (each has
-    a size check failing there), whose signature (the checks failing, per
-    program) is not in `tried`; None when every candidate is served."""
-    for sizes in _candidates(specs, examples):
-        failing = []
-        for concrete in programs:
-            held = _failing_checks(concrete, sizes)
-            if not held:
-                break
-            failing.append(held)
-        else:
-            signature = tuple(failing)
-            if signature not in tried:
-                return sizes, signature
-    return None
-
-
 def _failing_checks(concrete, sizes):
-    """The indices of `concrete`'s global size checks that fail at `sizes`
-    (empty: it serves them, or the replay cannot tell)."""
+    """The size checks of `concrete` that fail at `sizes`, as (block index,
+    op index) pairs (empty: it serves them, or the replay cannot tell): those
+    of the global block, and of each `cond` side the replay can tell these
+    sizes take (a check under MobileViT's size `if` runs on one side only)."""
     program = concrete.main_program
-    checks = [op for op in program.global_block().ops if op.type == "check_sizes"]
-    if not checks:
-        return ()
     feeds = {var.name: torch.empty(shape, dtype=torch_dtype(var.dtype_name), device="meta")
              for var, shape in zip(concrete.inputs, sizes) if shape is not None}
     replay = _Replay(program, feeds)
-    return tuple(j for j, op in enumerate(checks) if replay.holds(op) is False)
-
-
-def _checks_hold(concrete, sizes):
-    """False when a size check of `concrete` fails at `sizes`."""
-    return not _failing_checks(concrete, sizes)
+    failing = []
+    todo = [program.global_block()]
+    while todo:
+        block = todo.pop(0)
+        for k, op in enumerate(block.ops):
+            replay.budget = MAX_OPS  # each its own (a deep network's checks are hundreds, each a few ops)
+            if op.type == "check_sizes" and replay.holds(op) is False:
+                failing.append((block.idx, k))
+            elif op.type == "cond":
+                taken = replay.truth(op.input("Cond")[0])
+                if taken is not None:
+                    todo.append(op.attrs["true_block" if taken else "false_block"])
+    return tuple(failing)
 
 
 class _Unknown(Exception):
@@ -235,9 +224,10 @@ class _Replay:
         self.program = program
         self.values = dict(feeds)
         self.writers = {}
-        for op in program.global_block().ops:
-            for name in op.output("Out"):
-                self.writers[name] = op
+        for block in program.blocks:  # (a `cond` side's names are its own: fresh names program-wide)
+            for op in block.ops:
+                for name in op.output("Out"):
+                    self.writers.setdefault(name, op)
         self.budget = MAX_OPS
 
     def holds(self, check):
@@ -250,11 +240,31 @@ class _Replay:
             return None
         return bool(value) if isinstance(value, (bool, int)) else None
 
+    def truth(self, name):
+        """True/False: the value of `name` (a `cond`'s condition) at these
+        sizes; None: not known here."""
+        try:
+            with torch._C.DisableTorchFunction(), torch.no_grad():
+                value = self.value(name)
+            return bool(value) if isinstance(value, (bool, int)) or (
+                isinstance(value, torch.Tensor) and value.numel() == 1 and value.device.type != "meta") else None
+        except Exception:  # noqa: BLE001 - not known: its side's checks are left to run time
+            return None
+
     def value(self, name):
         if name in self.values:
             return self.values[name]
         op = self.writers.get(name)
         self.budget -= 1
+        if op is not None and op.type == "cond" and self.budget >= 0:
+            # The side these sizes take gives the value (MobileViT's `interpolate` flag, set under a size test).
+            taken = self.truth(op.input("Cond")[0])
+            if taken is None:
+                raise _Unknown(name)
+            outs = op.attrs["true_outs" if taken else "false_outs"]
+            result = self.value(outs[op.output("Out").index(name)])
+            self.values[name] = result
+            return result
         if op is None or self.budget < 0 or op.sub_blocks() or not is_registered(op.type) \
                 or "args" not in op.attrs or op.attrs.get("out") is None:
             raise _Unknown(name)
@@ -262,8 +272,9 @@ class _Replay:
         if opdef.kernel is None or has_effects(op):  # it runs on real tensors: no effect twice
             raise _Unknown(name)
         inputs = [self.value(n) for n in op.input("X")]
-        if any(isinstance(v, torch.Tensor) for v in inputs) and op.type != "size":
+        if any(isinstance(v, torch.Tensor) and v.device.type == "meta" for v in inputs) and op.type != "size":
             raise _Unknown(name)  # values read from tensor data: only sizes are known here
+        # (A tensor made from sizes, `fill_constant` of a size test, holds a known value.)
         result = _call(opdef.kernel, op.attrs["args"], op.attrs.get("kwargs", {}), inputs, False)
         outs = op.output("Out")
         if len(outs) != 1:

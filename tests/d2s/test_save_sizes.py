@@ -249,3 +249,34 @@ def test_size_paths_hold_both_sides_of_a_decision_on_values(tmp_path):
             want = model(x, mask)
             got = loaded(x, mask)
             assert got.shape == want.shape and torch.equal(got, want)
+
+
+class Flagged(nn.Module):
+    """A size check under a size `if` (MobileViT's `interpolate` flag): the
+    check runs on one side only, which the save's replay follows."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+
+    def forward(self, x):
+        h = self.conv(x)
+        odd = False
+        if h.shape[-1] != 2 * (h.shape[-1] // 2):
+            odd = True
+        if odd:
+            h = h.squeeze(-1) if h.shape[-1] == 1 else h[..., 1:]
+        return h.sum(1)
+
+
+def test_checks_on_one_side_of_a_size_if_are_scanned(tmp_path):
+    torch.manual_seed(0)
+    model = Flagged().eval()
+    d2s.jit.save(model, str(tmp_path / "m"), input_spec=[d2s.InputSpec([None, 3, None, None])])
+    loaded = d2s.jit.load(str(tmp_path / "m"))
+    assert all("cond" in _ops(program) for program in [loaded.program] + [p[0] for p in loaded._paths])
+    for shape in [(2, 3, 64, 64), (2, 3, 9, 6), (2, 3, 5, 2), (1, 3, 7, 1), (3, 3, 8, 10)]:
+        x = torch.randn(shape)
+        want = model(x)
+        got = loaded(x)
+        assert got.shape == want.shape and torch.equal(got, want)
