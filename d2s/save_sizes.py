@@ -126,6 +126,9 @@ def refuse_pinned_sizes(concrete, specs, examples):
 SCAN_FACTOR = 4
 SCAN_MAX = 512
 MAX_FAILED_TRACES = 3
+# Traces in all, each as long as a conversion: a heavy network's save
+# (DaViT: 90 s a trace here) stays within a few conversions' time.
+MAX_TRACES = 4
 
 
 def size_paths(retrace, concrete, specs, examples, most):
@@ -144,7 +147,7 @@ def size_paths(retrace, concrete, specs, examples, most):
     too) is left out, with the others failing the same checks."""
     found, seen, failed = [], set(), 0
     for sizes in _candidates(specs, examples):
-        if len(found) >= most or failed >= MAX_FAILED_TRACES:
+        if len(found) >= most or failed >= MAX_FAILED_TRACES or len(found) + failed >= MAX_TRACES:
             break
         signature = _failing_checks(concrete, sizes)
         if not signature or signature in seen:
