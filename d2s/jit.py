@@ -275,7 +275,12 @@ def _size_paths(static, concrete, examples, saved):
     out = []
     for other, inputs in save_sizes.size_paths(lambda given: _retrace(static, given), concrete, static._input_spec,
                                                examples, room):
-        for found in [other] + save_paths.other_paths(lambda: _retrace(static, inputs), other.main_program):
+        if len(out) >= room:
+            break
+        # (Its other sides are traced only while there is room for them: each trace costs a conversion.)
+        sides = save_paths.other_paths(lambda: _retrace(static, inputs), other.main_program) \
+            if len(out) + 1 < room else []
+        for found in [other] + sides:
             if len(out) >= room or has_live_ops(found.main_program):
                 continue
             try:

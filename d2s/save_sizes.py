@@ -97,10 +97,9 @@ def refuse_pinned_sizes(concrete, specs, examples):
         return
     failing = None
     for _, probe in PROBES:
-        feeds = {}
-        for var, spec, t in tensors:
-            shape = [probe(n) if d == -1 else n for d, n in zip(spec.shape, t.shape)]
-            feeds[var.name] = torch.empty(shape, dtype=t.dtype, device="meta")
+        sizes = [[probe(n) if d == -1 else n for d, n in zip(spec.shape, t.shape)] if hasattr(spec, "shape")
+                 else None for spec, t in zip(specs, examples)]
+        feeds = _meta_feeds(concrete, sizes)
         if all(f.shape == t.shape for f, (_, _, t) in zip(feeds.values(), tensors)):
             continue  # the traced sizes themselves (half of 2 is 2)
         replay = _Replay(program, feeds)
@@ -197,9 +196,7 @@ def _failing_checks(concrete, sizes):
     of the global block, and of each `cond` side the replay can tell these
     sizes take (a check under MobileViT's size `if` runs on one side only)."""
     program = concrete.main_program
-    feeds = {var.name: torch.empty(shape, dtype=torch_dtype(var.dtype_name), device="meta")
-             for var, shape in zip(concrete.inputs, sizes) if shape is not None}
-    replay = _Replay(program, feeds)
+    replay = _Replay(program, _meta_feeds(concrete, sizes))
     failing = []
     todo = [program.global_block()]
     while todo:
@@ -213,6 +210,13 @@ def _failing_checks(concrete, sizes):
                 if taken is not None:
                     todo.append(op.attrs["true_block" if taken else "false_block"])
     return tuple(failing)
+
+
+def _meta_feeds(concrete, sizes):
+    """{feed name: meta tensor} of `concrete`'s tensor inputs at `sizes`
+    (one size list per input, None for a generator)."""
+    return {var.name: torch.empty(shape, dtype=torch_dtype(var.dtype_name), device="meta")
+            for var, shape in zip(concrete.inputs, sizes) if shape is not None}
 
 
 class _Unknown(Exception):
