@@ -125,7 +125,7 @@ def fail_unless(graph, ok, name):
     data = graph.node("Reshape", [ok, graph.const([1], "int64")])
     index = graph.node("Sub", [graph.const(1, "int64"), graph.node("Cast", [ok], to=TensorProto.INT64)])
     token = graph.lowering.fresh("check_ok")
-    graph.nodes.append(helper.make_node("Gather", [data, index], [token], axis=0, name=name))
+    graph.nodes.append(helper.make_node("Gather", [data, index], [token], axis=0, name=graph.lowering.node_name(name)))
     return token
 
 

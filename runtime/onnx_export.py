@@ -88,6 +88,7 @@ class Lowering:
         self.lowerings = LOWERINGS
         self._names = itertools.count()
         self.used = set()
+        self.node_names = set()  # names given to nodes (a check's message): unique, as onnxruntime requires
         self.opsets = set()  # (domain, version) of the regions torch.onnx exported
         self.regions = {}  # (block, first op, ...) -> the ONNX model torch.onnx made of the region
         self.progress = None
@@ -100,6 +101,16 @@ class Lowering:
             if name not in self.used:
                 self.used.add(name)
                 return name
+
+    def node_name(self, name):
+        """`name`, or where a node already has it (two checks of one message
+        and line), `name` with a count."""
+        unique, count = name, 1
+        while unique in self.node_names:
+            count += 1
+            unique = f"{name} ({count})"
+        self.node_names.add(unique)
+        return unique
 
     # -- blocks --------------------------------------------------------------------
     def block(self, graph, block, keep=()):

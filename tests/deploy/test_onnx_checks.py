@@ -104,13 +104,21 @@ def test_size_decisions(tmp_path, fn, specs, example, ok, failing, check):
         _run(session, *[torch.randn(s) for s in shapes])
 
 
-def test_bool_decision(tmp_path):
-    static = d2s.declarative(causal_from_tensor)
+def causal_twice(q, flag):
+    """Two layers' attention: two checks of one message and line in one
+    graph, whose ONNX nodes must still have names of their own
+    (onnxruntime refuses the model otherwise)."""
+    return causal_from_tensor(causal_from_tensor(q, flag), flag)
+
+
+@pytest.mark.parametrize("fn", [causal_from_tensor, causal_twice])
+def test_bool_decision(tmp_path, fn):
+    static = d2s.declarative(fn)
     q = torch.randn(1, 2, 3, 4)
     static(q, torch.ones(2))
     assert "check_bool" in _latest_ops(static)
     session = _session(static, tmp_path)
-    assert torch.allclose(_run(session, q, torch.ones(2))[0], causal_from_tensor(q, torch.ones(2)), atol=1e-6)
+    assert torch.allclose(_run(session, q, torch.ones(2))[0], fn(q, torch.ones(2)), atol=1e-6)
     with pytest.raises(Exception, match="d2s check failed: this program was converted for inputs where"):
         _run(session, q, torch.zeros(2))
 
