@@ -36,15 +36,17 @@ def _from_static(static, input_spec):
     # inference kernels have no ONNX translation, and torch.export's own
     # tracing takes their other path: so does this one (ops/ambient_modes.py).
     with ambient_modes.without_fast_paths():
-        _, _, concrete = concrete_to_save(static, input_spec, "d2s.onnx.export")
+        _, examples, concrete = concrete_to_save(static, input_spec, "d2s.onnx.export")
         if _fused_ops(concrete.main_program):  # the latest call's program, made without gradients
-            _, _, concrete = concrete_to_save(static, _specs_of_latest(static, concrete), "d2s.onnx.export")
+            _, examples, concrete = concrete_to_save(static, _specs_of_latest(static, concrete), "d2s.onnx.export")
     _refuse_carried_state(module_state.carried_attributes(concrete))
     program = concrete.main_program
     feeds = [v.name for v in concrete.inputs]
     fetches = [v.name for v in concrete.fetch_vars]
     names = [v.name for v in program.persistable_vars()]
-    return program, feeds, fetches, dict(zip(names, resolve_persistables(program, names)))
+    tensors = [e for e in examples or () if isinstance(e, torch.Tensor)]
+    sizes = {n: tuple(t.shape) for n, t in zip(feeds, tensors)} if len(tensors) == len(feeds) else {}
+    return program, feeds, fetches, dict(zip(names, resolve_persistables(program, names))), sizes
 
 
 def _refuse_carried_state(names):
@@ -79,12 +81,13 @@ def _unfused(program, feeds, fetches, paths):
 
 
 def _resolve(obj, input_spec):
-    """(program, feed names, fetch names, {parameter name: tensor}) of `obj`,
-    each checkpointed block run inline (an exported graph has no backward
-    pass to compute it again for)."""
-    program, feeds, fetches, params = _resolve_any(obj, input_spec)
+    """(program, feed names, fetch names, {parameter name: tensor}, {feed
+    name: the shape it was converted at, where known}) of `obj`, each
+    checkpointed block run inline (an exported graph has no backward pass
+    to compute it again for)."""
+    program, feeds, fetches, params, sizes = _resolve_any(obj, input_spec)
     program, fetches = without_checkpoints(program, fetches)
-    return program, feeds, fetches, params
+    return program, feeds, fetches, params, sizes
 
 
 def _resolve_any(obj, input_spec):
@@ -93,13 +96,13 @@ def _resolve_any(obj, input_spec):
         _refuse_carried_state([name for name, _ in model.state_updates])
         program, feeds, fetches = _unfused(model.program, model.feed_names, model.fetch_names,
                                            [(p.program, p.feed_names, p.fetch_names) for p in model.paths])
-        return program, feeds, fetches, model.params
+        return program, feeds, fetches, model.params, {}
     if isinstance(obj, TranslatedLayer):
         _refuse_carried_state([name for name, _ in obj._updates])
         values = {name: obj._lookup(name) for name in obj._slots}
         program, feeds, fetches = _unfused(obj.program, obj.feed_names, [v.name for v in obj.fetch_vars],
                                            [(p, f, [v.name for v in vs]) for p, f, vs, *_ in obj._paths])
-        return program, feeds, fetches, values
+        return program, feeds, fetches, values, {}
     if isinstance(obj, (StaticFunction, torch.nn.Module)):
         return _from_static(ProgramTranslator._static(obj), input_spec)
     if callable(obj):
@@ -127,7 +130,7 @@ def export(obj, f, input_spec=None, opset_version=None, progress=None):
         raise ImportError('d2s.onnx.export needs the onnx package: pip install "d2s[onnx]"') from None
     say = progress or (lambda message: None)
     with torch.no_grad():
-        program, feeds, fetches, params = _resolve(obj, input_spec)
+        program, feeds, fetches, params, _ = _resolve(obj, input_spec)
         say(f"program: {sum(len(b.ops) for b in program.blocks)} ops in {len(program.blocks)} blocks, "
             f"{len(params)} parameters")
         model = program_to_onnx(program, feeds, fetches, params, opset_version, progress=progress)

@@ -28,6 +28,6 @@ def export(obj, input_spec=None):
     `TranslatedLayer`, or a saved model directory. Dimensions of -1
     (InputSpec `None`) are dynamic; parameters are buffers."""
     with torch.no_grad():
-        program, feeds, fetches, params = _resolve(obj, input_spec)
+        program, feeds, fetches, params, sizes = _resolve(obj, input_spec)
         module = ProgramModule(program, feeds, fetches, params)
-    return export_program(module)
+    return export_program(module, sizes)

@@ -15,7 +15,7 @@ import dataclasses
 
 from . import traced_numpy
 from .codegen import compile_program
-from .ir import TENSOR_ARRAY, Program
+from .ir import TENSOR_ARRAY, Block, Program
 from .optable import get_op_def
 
 
@@ -35,12 +35,22 @@ def reads_and_writes(ops):
 
 
 def op_reads(op):
-    """The names `op` and its sub-blocks read."""
-    names = set(op.input_names) if not op.sub_blocks() else set(op.input("Cond") + op.input("Init"))
-    for sub in op.sub_blocks():
+    """The names `op` and its sub-blocks read: their ops' inputs, and what a
+    side or body yields without making it (a `return` flag left as it was
+    before the `if`), which comes from outside."""
+    if not op.sub_blocks():
+        return set(op.input_names)
+    names = set()
+    yields = {"true_block": "true_outs", "false_block": "false_outs", "body_block": "body_outs"}
+    for key, sub in op.attrs.items():
+        if not isinstance(sub, Block):
+            continue
+        made = set()
         for inner in sub.ops:
-            names |= op_reads(inner)
-    return names
+            names |= op_reads(inner) - made
+            made.update(inner.output_names)
+        names |= set(op.attrs.get(yields.get(key), ())) - made
+    return (names - set(op.attrs.get("loop_vars", ()))) | set(op.input("Cond") + op.input("Init"))
 
 
 

@@ -13,6 +13,7 @@ in a loop) are refused with the reason, naming the user's line.
 """
 
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .ir import GENERATOR, TENSOR_ARRAY
 from .optable import get_op_def
@@ -32,10 +33,12 @@ def _where(op):
     return f' (File "{filename}", line {lineno}' + (f": {line.strip()})" if line else ")")
 
 
-# Checks torch.export keeps as run-time assertions (torch._check on a size
-# test: the ExportedProgram's module raises when a call breaks it), and the
-# checks of tensor values, which an ExportedProgram cannot raise in a
-# torch.cond branch or a while_loop body: refused (docs/deployment.md).
+# Checks torch.export keeps as run-time assertions: a size test as
+# torch._check (the ExportedProgram's module raises when a call breaks it, or
+# its range constraints refuse the call), a test of tensor values as
+# `d2s::check` (below: a node of the graph, in torch.cond branches and
+# while_loop bodies too: the module raises RuntimeError with the check's
+# message where the program raises; see docs/deployment.md).
 def _check_sizes(cond, message):
     torch._check(cond, lambda: message)
 
@@ -50,15 +53,100 @@ def _int64_unchecked(*args):
     """`check_int64` in an ExportedProgram: its ints are int64, as torch's."""
 
 
+# A check of tensor values in the graph: an op of d2s's own, not
+# `torch._assert_async`, which torch.onnx.export drops (its ONNX model would
+# then compute on where the program raises, from the placeholder values of
+# a side never converted: a silent wrong result). Consumers that do not know
+# `d2s::check` refuse the graph (torch.onnx names it as an op it cannot
+# translate: d2s.onnx.export keeps the checks); loading a saved
+# ExportedProgram needs `import d2s`, which registers it.
+@torch.library.custom_op("d2s::check", mutates_args=())
+def check(ok: torch.Tensor, message: str) -> torch.Tensor:
+    """Raise RuntimeError(message) unless the 0-d bool `ok` is true."""
+    if not bool(ok):
+        raise RuntimeError(message)
+    return ok.clone()
+
+
+@check.register_fake
+def _check_shape(ok, message):
+    return torch.empty_like(ok)
+
+
+torch.fx.node.has_side_effect(torch.ops.d2s.check.default)  # kept though nothing reads its result
+
+
+def _holds(value, message):
+    """The check that every element of `value` is true (an empty tensor
+    passes, as in `_assert_kernel`), raised when the module runs."""
+    if isinstance(value, torch.Tensor):
+        check(value.bool().all(), message)
+    else:  # a Python bool the trace computed from sizes
+        torch._check(bool(value), lambda: message)
+
+
+def _static_text(message, numbers):
+    """A message whose run-time values (`ops/framework.run_time_text`) the
+    graph cannot format: each field shown as `{...}`."""
+    return message if numbers is None else message.format(*["{...}"] * len(numbers))
+
+
+def _assert(cond, message, numbers=None, *values):
+    _holds(cond, "AssertionError: " + _static_text(message, numbers))
+
+
+def _raise(kind, message, numbers=None, *values):
+    _holds(torch.zeros((), dtype=torch.bool), f"{kind}: {_static_text(message, numbers)}")
+
+
+def _decision_failed(message):
+    _holds(torch.zeros((), dtype=torch.bool), message)
+
+
+def _check_all_true(valid, message):
+    _holds(valid, message)
+
+
+def _check_bool(x, expected, what):
+    held = x if not isinstance(x, torch.Tensor) else (x.bool().all() if expected else ~x.bool().all())
+    if not isinstance(x, torch.Tensor):
+        held = bool(x) == expected
+    _holds(held, f"this program was converted for inputs where {what} is {expected}; these inputs make it "
+           f"{not expected}: convert again for such inputs")
+
+
 _SIZE_CHECKS = {"check_sizes": _check_sizes, "check_dims": _check_dims, "check_int64": _int64_unchecked}
-_VALUE_CHECKS = ("assert", "raise", "check_all_true", "check_bool", "decision_failed", "check_strides")
+_VALUE_CHECKS = {"assert": _assert, "raise": _raise, "decision_failed": _decision_failed,
+                 "check_all_true": _check_all_true, "check_bool": _check_bool}
+_KERNELS = {**_SIZE_CHECKS, **_VALUE_CHECKS}
 
 
-def _op_defs(op_type):
+def _check_sizes_inside(cond, message):
+    """`check_sizes` in a torch.cond branch or a while_loop body: a check
+    when the module runs (torch._check would fail the trace of a side the
+    example's sizes do not take)."""
+    if isinstance(cond, torch.SymBool):
+        cond = torch.scalar_tensor(torch.sym_ite(cond, 1, 0), dtype=torch.int64) == 1
+    _holds(cond if isinstance(cond, torch.Tensor) else torch.full((), bool(cond)), message)
+
+
+def _check_dims_inside(x, dims, name):
+    for i, size in dims:
+        _check_sizes_inside(x.shape[i] == size, f"this program was converted for '{name}' of size {size} in "
+                            f"dimension {i}")
+
+
+def _op_defs(op_type, inside=False):
     import dataclasses
     opdef = get_op_def(op_type)
-    kernel = _SIZE_CHECKS.get(op_type)
+    kernel = _KERNELS.get(op_type)
+    if inside:
+        kernel = {"check_sizes": _check_sizes_inside, "check_dims": _check_dims_inside}.get(op_type, kernel)
     return opdef if kernel is None else dataclasses.replace(opdef, kernel=kernel)
+
+
+def _op_defs_inside(op_type):
+    return _op_defs(op_type, inside=True)
 
 
 def _check(program):
@@ -74,10 +162,11 @@ def _check(program):
                                f"runs would differ from the model's later calls{_where(found[0])}")
     for block in program.blocks:
         for op in block.ops:
-            if op.type in _VALUE_CHECKS:
-                raise TorchExportError(f"op {op.type!r} is a run-time check of tensor values, which an "
-                                       "ExportedProgram cannot raise: use d2s.onnx.export, whose model keeps "
-                                       f"it{_where(op)}")
+            if op.type == "check_strides":
+                raise TorchExportError(f"the program reads strides and was converted for one layout of "
+                                       f"{op.attrs['args'][2]}, which an ExportedProgram can neither promise nor "
+                                       f"check (its graph keeps no strides): use d2s.onnx.export, whose inputs "
+                                       f"are dense, or d2s.jit.save{_where(op)}")
             names = op.input_names + op.output_names
             if any(block.find_var(n).kind == TENSOR_ARRAY for n in names):
                 raise TorchExportError(f"op {op.type!r} works on a tensor array (a list appended in a loop), "
@@ -135,9 +224,10 @@ class ProgramModule(torch.nn.Module):
             except AliasingError as e:
                 raise TorchExportError(f"op {e.op.type!r}: {e}{_where(e.op)}") from None
             outputs = [n for n in writes + through if n in live]
-            fn = _copying_inputs(region_function(block, ops, reads, outputs, op_defs=_op_defs).fn,
+            kernels = _op_defs if block is self.program.global_block() else _op_defs_inside
+            fn = _copying_inputs(region_function(block, ops, reads, outputs, op_defs=kernels).fn,
                                  [i for i, n in enumerate(reads) if n in writes or n in through])
-            if reads or any(get_op_def(op.type).random or op.type in _SIZE_CHECKS for op in ops):
+            if reads or any(get_op_def(op.type).random or op.type in _KERNELS for op in ops):
                 steps.append(("region", reads, outputs, fn))
                 return
             # Constants (fill_constant, torch.zeros(3)) become buffers: a tensor
@@ -197,6 +287,13 @@ class ProgramModule(torch.nn.Module):
             else:
                 self._while(block, step[1], env)
 
+    @staticmethod
+    def _same_shapes(op):
+        """Whether `op`'s sides give values of the same dims, output by output."""
+        t_block, f_block = op.attrs["true_block"], op.attrs["false_block"]
+        return all(t_block.find_var(a).dims == f_block.find_var(b).dims
+                   for a, b in zip(op.attrs["true_outs"], op.attrs["false_outs"]))
+
     def _select(self, block, op):
         """Whether `op`'s branches only yield constants or values from outside
         (a `break` / `continue` flag), each output of one shape on both
@@ -211,6 +308,37 @@ class ProgramModule(torch.nn.Module):
                    for a, b in zip(t_outs, f_outs))
 
     def _cond(self, block, op, env):
+        pred = env[op.input("Cond")[0]]
+        if isinstance(pred, (bool, torch.SymBool)) and not self._same_shapes(op):
+            # A test of sizes, not of values, whose sides give tensors of
+            # other sizes (a mask padded to a length): torch.cond would give
+            # them sizes it knows nothing of, which later ops cannot trace.
+            # The trace takes the side of the example's sizes (those the
+            # program was converted at) and keeps the test as a guard
+            # (torch.export's own way with a Python `if` on sizes): the
+            # ExportedProgram refuses sizes that take the other side.
+            live = "true" if pred else "false"
+            inner = dict(env)
+            self._block(op.attrs[f"{live}_block"], inner)
+            written = self._written(block, op)
+            env.update(zip(op.output("Out") + written, [inner[n] for n in op.attrs[f"{live}_outs"] + written]))
+            return
+        failing = [side for side in ("true", "false") if _failure(op.attrs[f"{side}_block"]) is not None]
+        if len(failing) == 1:
+            # One side always raises (converted only as "not taken", or the
+            # user's `raise`): a check that the run takes the other, which
+            # then runs inline. No torch.cond, whose sides' outputs must agree.
+            pred, live = env[op.input("Cond")[0]], "false" if failing == ["true"] else "true"
+            if isinstance(pred, torch.Tensor):
+                pred = pred.bool().all()
+            if live == "false":
+                pred = ~pred if isinstance(pred, torch.Tensor) else torch.sym_not(pred)
+            _holds(pred, _failure(op.attrs[f"{failing[0]}_block"]))
+            inner = dict(env)
+            self._block(op.attrs[f"{live}_block"], inner)
+            written = self._written(block, op)
+            env.update(zip(op.output("Out") + written, [inner[n] for n in op.attrs[f"{live}_outs"] + written]))
+            return
         if self._select(block, op):
             results = []
             for side in ("true", "false"):
@@ -221,22 +349,43 @@ class ProgramModule(torch.nn.Module):
             env.update(zip(op.output("Out"), [_choose(pred, t, f) for t, f in zip(*results)]))
             return
         # What the branches take from outside: the op's inputs, and names a
-        # branch yields without defining them (a `break` flag left as it was).
+        # branch, or a cond nested in it, yields without defining them (a
+        # `break` flag left as it was).
         written = self._written(block, op)
-        outer = [n for n in dict.fromkeys(op.input("X") + op.attrs["true_outs"] + op.attrs["false_outs"] + written)
-                 if n in env]
+        # Tensors are the operands; numbers (sizes the trace holds as
+        # symbols) reach the branches as closed-over values, which torch.cond
+        # lifts itself (its operands must be tensors). A lifted size is a
+        # symbol of unknown range inside, and a tensor sized by it then has
+        # strides (Max(1, s)) torch.cond cannot match with the other side's:
+        # so a size that is a dimension of an operand is read from it there.
+        names = [n for n in dict.fromkeys(op.input("X") + sorted(op_reads(op)) + written) if n in env]
+        outer = [n for n in names if isinstance(env[n], torch.Tensor)]
+        # (A closed-over SymBool reaches the branch as a SymInt: held as 0/1.)
+        closed = {n: torch.sym_ite(env[n], 1, 0) if isinstance(env[n], torch.SymBool) else env[n]
+                  for n in names if not isinstance(env[n], torch.Tensor)}
+        truths = [n for n in closed if isinstance(env[n], torch.SymBool)]
+        dims = {n: where for n in closed if (where := _dimension_of(env[n], [env[m] for m in outer]))}
+        # Other sizes travel as the width of an empty tensor, which keeps
+        # what the trace knows of them.
+        carried = [n for n in closed if isinstance(closed[n], torch.SymInt) and n not in dims
+                   and statically_known_true(closed[n] >= 0)]
+        operands = [env[n] for n in outer] + [torch.empty((0, closed[n])) for n in carried]
+        dims.update({n: (len(outer) + j, 1) for j, n in enumerate(carried)})
 
         def branch(side):
-            sub, names = op.attrs[f"{side}_block"], op.attrs[f"{side}_outs"] + written
+            sub, yields = op.attrs[f"{side}_block"], op.attrs[f"{side}_outs"] + written
 
             def run(*values):
-                inner = dict(zip(outer, values))
+                inner = dict(closed)
+                inner.update({n: closed[n] == 1 for n in truths})
+                inner.update({n: values[k].shape[i] for n, (k, i) in dims.items()})
+                inner.update(zip(outer, values))
                 self._block(sub, inner)
-                return self._fresh([inner[n] for n in names], values)
+                values = values[:len(outer)]
+                return self._fresh([_dense(v) for v in (inner[n] for n in yields)], values)
             return run
 
-        results = torch.cond(env[op.input("Cond")[0]], branch("true"), branch("false"),
-                             tuple(env[n] for n in outer))
+        results = torch.cond(env[op.input("Cond")[0]], branch("true"), branch("false"), tuple(operands))
         env.update(zip(op.output("Out") + written, results))
 
     def _while(self, block, op, env):
@@ -244,7 +393,7 @@ class ProgramModule(torch.nn.Module):
         written = self._written(block, op)  # carried too
         loop_vars, body_outs = op.attrs["loop_vars"] + written, op.attrs["body_outs"] + written
         body, cond_block, cond_out = op.attrs["body_block"], op.attrs["cond_block"], op.attrs["cond_out"]
-        outer = {n: env[n] for n in op.input("X") + body_outs if n in env and n not in loop_vars}
+        outer = {n: env[n] for n in op.input("X") + sorted(op_reads(op)) + body_outs if n in env and n not in loop_vars}
 
         def state(values):
             inner = dict(outer)
@@ -275,6 +424,46 @@ class ProgramModule(torch.nn.Module):
                      for r in results)
 
 
+def _dense(value):
+    """`value`, or for a tensor whose strides are not the plain products of
+    its sizes a copy with those: torch.cond refuses other outputs (a
+    transposed view; a size the trace cannot prove positive, whose strides
+    it writes as Max(1, s)). Values are the same; only strides differ."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    strides, step = [], 1
+    for size in reversed(value.shape):
+        strides.append(step)
+        step = step * size
+    strides.reverse()
+    if all(statically_known_true(a == b) for a, b in zip(value.stride(), strides)):
+        return value
+    return torch.empty_strided(value.shape, strides, dtype=value.dtype, device=value.device).copy_(value)
+
+
+def _dimension_of(size, tensors):
+    """(k, i) where `tensors[k].shape[i]` is the symbolic int `size`, or None."""
+    if not isinstance(size, torch.SymInt):
+        return None
+    for k, t in enumerate(tensors):
+        for i, d in enumerate(t.shape):
+            if isinstance(d, torch.SymInt) and d.node.expr == size.node.expr:
+                return k, i
+    return None
+
+
+def _failure(block):
+    """The message of the error every run of `block` raises (a `raise` or
+    `decision_failed` among its own ops), or None."""
+    for op in block.ops:
+        if op.type == "decision_failed":
+            return op.attrs["args"][0]
+        if op.type == "raise":
+            kind, message, numbers = (list(op.attrs["args"]) + [None])[:3]
+            return f"{kind}: {_static_text(message, numbers)}"
+    return None
+
+
 def _copying_inputs(fn, written):
     """`fn` working on copies of the arguments at `written` (which it writes
     in place): the ExportedProgram then mutates none of its inputs."""
@@ -290,15 +479,27 @@ def _copying_inputs(fn, written):
 
 
 def _choose(pred, t, f):
+    if not isinstance(pred, torch.Tensor):  # a test of sizes (a SymBool): as a 0-d bool tensor
+        pred = torch.scalar_tensor(torch.sym_ite(pred, 1, 0), dtype=torch.int64) == 1
     if t.dtype == torch.bool:  # onnxruntime has no Where for bool values: the same choice in logic ops
         return (pred & t) | (~pred & f)
     return torch.where(pred, t, f)
 
 
-def export_program(module):
+def export_program(module, sizes=None):
     """`torch.export.export` of a ProgramModule, with each dimension that is
-    symbolic in the program dynamic."""
+    symbolic in the program dynamic. `sizes`: {feed name: shape} the
+    program was converted at, the example's shapes where given: the trace
+    then takes the sides of size tests the conversion took (torch.export
+    keeps them as guards; its own example sizes are small and distinct, at
+    which a deep network's maps shrink to one pixel, which torch fixes)."""
     block = module.program.global_block()
     values, dynamic = example_inputs([block.vars[n] for n in module.feed_names])
+    for i, name in enumerate(module.feed_names):
+        shape = (sizes or {}).get(name)
+        if shape is not None and isinstance(values[i], torch.Tensor) and len(shape) == values[i].dim():
+            # (Sizes 0 and 1 torch.export would fix: those keep their example size.)
+            shape = [d if d >= 2 else e for d, e in zip(shape, values[i].shape)]
+            values[i] = torch.zeros(shape, dtype=values[i].dtype)
     with torch.no_grad():
         return torch.export.export(module, tuple(values), dynamic_shapes=(tuple(dynamic),), strict=False)

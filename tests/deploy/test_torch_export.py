@@ -2,7 +2,8 @@
 `torch.cond` / `while_loop`. Its `.module()` and `torch.onnx.export` of it
 match eager PyTorch on inputs taking every branch and trip count (the
 quickstart model, a GRU decoder with `break` whose loop state keeps its
-shape); tensor arrays and growing loop state are refused with the reason."""
+shape); checks of values raise where the program raises; tensor arrays and
+growing loop state are refused with the reason."""
 
 import copy
 import os
@@ -215,6 +216,100 @@ def test_a_size_check_becomes_a_runtime_assertion():
         module(torch.randn(1, 2, 3, 4))  # not causal in eager: the module refuses
 
 
-def test_a_check_of_tensor_values_is_refused_naming_the_line():
-    with pytest.raises(d2s.ExportError, match=r"'assert' is a run-time check .*d2s.onnx.export.*test_torch_export.py"):
-        d2s.export(d2s.declarative(_gated_mean), input_spec=[d2s.InputSpec([None, 3])])
+def _checked_halving(x):
+    while x.sum() > 1:
+        if x.min() < 0:
+            raise ValueError("negative entry")
+        x = x / 2
+    return x
+
+
+def _mask_or_none(mask):
+    return None if mask.all() else (1 - mask)[:, None, :] * -1e9
+
+
+def _attend(x, mask):
+    m = _mask_or_none(mask)
+    scores = x @ x.transpose(-1, -2)
+    if m is not None:
+        scores = scores + m
+    return scores.softmax(-1)
+
+
+FULL, PADDED = torch.ones(2, 3), torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+
+
+@pytest.mark.parametrize("fn, spec, ok, failing, message", [
+    (_gated_mean, [None, 3], [torch.ones(2, 3), torch.ones(4, 3) * -2], torch.ones(2, 3) * -20, "mean too small"),
+    # a `raise` on one side of an `if` in a loop body: zero, one and several trips
+    (_checked_halving, [None], [torch.zeros(2), torch.ones(2), torch.arange(4.0)], torch.tensor([10.0, -1.0]),
+     "negative entry"),
+])
+def test_a_check_of_tensor_values_raises_when_the_module_runs(fn, spec, ok, failing, message):
+    static = d2s.declarative(fn, input_spec=[d2s.InputSpec(spec)])
+    module = d2s.export(static).module()
+    for x in ok:
+        _same(module(x), fn(x))
+    with pytest.raises(Exception, match=message):
+        fn(failing)
+    with pytest.raises(RuntimeError, match=message):  # (the message names eager's exception type)
+        module(failing)
+
+
+@pytest.mark.parametrize("taken, other", [(FULL, PADDED), (PADDED, FULL)])
+def test_the_side_not_converted_raises_where_the_program_does(taken, other):
+    # `None` or a mask: values the program cannot merge, so it holds the
+    # side its example took; the other side raises (DecisionFailed in d2s).
+    static = d2s.declarative(_attend)
+    x = torch.randn(2, 3, 3)
+    static(x, taken)
+    assert {"cond", "decision_failed"} <= {op.type for b in static.program_cache.last.main_program.blocks
+                                           for op in b.ops}
+    module = d2s.export(static).module()
+    _same(module(x, taken), _attend(x, taken))
+    with pytest.raises(RuntimeError, match="converted for inputs that take the"):
+        module(x, other)
+
+
+def _nested_return(x):
+    if x.sum() > 0:
+        if x.max() > 2:
+            return x * 2
+        x = x + 1
+    return x - 1
+
+
+def test_a_return_inside_nested_branches():
+    # The inner `if` yields the return flag of the outer scope unchanged on
+    # one side: the outer branch takes it from outside too.
+    static = d2s.declarative(_nested_return, input_spec=[d2s.InputSpec([None])])
+    module = d2s.export(static).module()
+    for x in (torch.tensor([3.0, 1.0]), torch.tensor([1.0, 0.5]), torch.tensor([-3.0, 1.0])):
+        _same(module(x), _nested_return(x))
+
+
+def _pad_to(x, y):
+    if x.shape[0] < y.shape[0]:  # sizes: a mask padded to the keys' length
+        x = torch.nn.functional.pad(x, (0, y.shape[0] - x.shape[0]))
+    return x + y
+
+
+def test_a_size_test_whose_sides_differ_in_size_is_a_guard():
+    spec = [d2s.InputSpec([None]), d2s.InputSpec([None])]
+    static = d2s.declarative(_pad_to, input_spec=spec)
+    module = d2s.export(static, input_spec=spec).module()
+    for n in (3, 6):  # the side the conversion's sizes take (equal lengths), at other sizes
+        x, y = torch.randn(n), torch.randn(n)
+        _same(module(x, y), _pad_to(x, y))
+    with pytest.raises(Exception, match=r"[Gg]uard|size"):
+        module(torch.randn(2), torch.randn(5))
+
+
+def test_torch_onnx_refuses_a_graph_with_checks_of_values():
+    # torch.onnx drops torch._assert_async: an ONNX model of the graph would
+    # compute on where the program raises. d2s's own check op it cannot drop.
+    pytest.importorskip("onnxscript")
+    exported = d2s.export(d2s.declarative(_gated_mean, input_spec=[d2s.InputSpec([None, 3])]))
+    assert torch.ops.d2s.check.default in _ops(exported.graph_module)
+    with pytest.raises(Exception, match=r"d2s\.check"):
+        torch.onnx.export(exported, dynamo=True, verbose=False)
