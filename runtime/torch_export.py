@@ -53,6 +53,12 @@ def _int64_unchecked(*args):
     """`check_int64` in an ExportedProgram: its ints are int64, as torch's."""
 
 
+def _python_values_unchecked(values):
+    """`check_python_values` in an ExportedProgram: the Python state of the
+    exporting call, as a saved program keeps it (and the check's kernel
+    keeps a note in its op, a write a torch.cond trace refuses)."""
+
+
 # A check of tensor values in the graph: an op of d2s's own, not
 # `torch._assert_async`, which torch.onnx.export drops (its ONNX model would
 # then compute on where the program raises, from the placeholder values of
@@ -79,10 +85,26 @@ torch.fx.node.has_side_effect(torch.ops.d2s.check.default)  # kept though nothin
 def _holds(value, message):
     """The check that every element of `value` is true (an empty tensor
     passes, as in `_assert_kernel`), raised when the module runs."""
-    if isinstance(value, torch.Tensor):
-        check(value.bool().all(), message)
-    else:  # a Python bool the trace computed from sizes
-        torch._check(bool(value), lambda: message)
+    if isinstance(value, torch.SymBool) and not statically_known_true(value):
+        # A test of sizes: torch._check, a guard (or an assertion in a
+        # branch); no message: dynamo cannot take its lambda in a branch.
+        # Not a bool tensor: that needs torch.sym_ite, which dynamo folds in
+        # a branch (`_check_sizes_inside`).
+        torch._check(value)
+        return
+    if not isinstance(value, torch.Tensor):  # known from sizes, or a Python bool
+        if bool(value):
+            return
+        value = torch.zeros((), dtype=torch.bool)
+    check(value.bool().all(), message)
+
+
+def _bool_tensor(value):
+    """A Python or symbolic bool as a 0-d bool tensor, outside torch.cond
+    branches and while_loop bodies only (`_check_sizes_inside`)."""
+    if isinstance(value, torch.SymBool):
+        value = torch.sym_ite(value, 1, 0)
+    return torch.scalar_tensor(int(value) if isinstance(value, bool) else value, dtype=torch.int64) == 1
 
 
 def _static_text(message, numbers):
@@ -108,14 +130,13 @@ def _check_all_true(valid, message):
 
 
 def _check_bool(x, expected, what):
-    held = x if not isinstance(x, torch.Tensor) else (x.bool().all() if expected else ~x.bool().all())
-    if not isinstance(x, torch.Tensor):
-        held = bool(x) == expected
+    held = (x.bool().all() if expected else ~x.bool().all()) if isinstance(x, torch.Tensor) else bool(x) == expected
     _holds(held, f"this program was converted for inputs where {what} is {expected}; these inputs make it "
            f"{not expected}: convert again for such inputs")
 
 
-_SIZE_CHECKS = {"check_sizes": _check_sizes, "check_dims": _check_dims, "check_int64": _int64_unchecked}
+_SIZE_CHECKS = {"check_sizes": _check_sizes, "check_dims": _check_dims, "check_int64": _int64_unchecked,
+                "check_python_values": _python_values_unchecked}
 _VALUE_CHECKS = {"assert": _assert, "raise": _raise, "decision_failed": _decision_failed,
                  "check_all_true": _check_all_true, "check_bool": _check_bool}
 _KERNELS = {**_SIZE_CHECKS, **_VALUE_CHECKS}
@@ -125,9 +146,14 @@ def _check_sizes_inside(cond, message):
     """`check_sizes` in a torch.cond branch or a while_loop body: a check
     when the module runs (torch._check would fail the trace of a side the
     example's sizes do not take)."""
-    if isinstance(cond, torch.SymBool):
-        cond = torch.scalar_tensor(torch.sym_ite(cond, 1, 0), dtype=torch.int64) == 1
-    _holds(cond if isinstance(cond, torch.Tensor) else torch.full((), bool(cond)), message)
+    if isinstance(cond, torch.Tensor):
+        _holds(cond, message)
+    elif not statically_known_true(cond):  # (what the trace knows of sizes needs no node)
+        # torch._check with no message: a run-time assertion of the branch
+        # (dynamo cannot take the message's lambda there). Not a tensor made
+        # by torch.sym_ite: inside a torch.cond branch dynamo folds
+        # sym_ite(test of sizes, 1, 0) to 0 (torch 2.13).
+        torch._check(cond)
 
 
 def _check_dims_inside(x, dims, name):
@@ -136,17 +162,19 @@ def _check_dims_inside(x, dims, name):
                             f"dimension {i}")
 
 
-def _op_defs(op_type, inside=False):
+_INSIDE = {"check_sizes": _check_sizes_inside, "check_dims": _check_dims_inside}
+
+
+def _op_table(inside):
+    """The op table of a region: in the global block, or inside a branch
+    or body (`_INSIDE`)."""
     import dataclasses
-    opdef = get_op_def(op_type)
-    kernel = _KERNELS.get(op_type)
-    if inside:
-        kernel = {"check_sizes": _check_sizes_inside, "check_dims": _check_dims_inside}.get(op_type, kernel)
-    return opdef if kernel is None else dataclasses.replace(opdef, kernel=kernel)
 
-
-def _op_defs_inside(op_type):
-    return _op_defs(op_type, inside=True)
+    def op_def(op_type):
+        opdef = get_op_def(op_type)
+        kernel = (_INSIDE if inside else {}).get(op_type) or _KERNELS.get(op_type)
+        return opdef if kernel is None else dataclasses.replace(opdef, kernel=kernel)
+    return op_def
 
 
 def _check(program):
@@ -220,11 +248,11 @@ class ProgramModule(torch.nn.Module):
             reads, writes = reads_and_writes(ops)
             through = [n for n in written_roots(ops) if n not in writes]  # written through a view made here
             try:
-                check_aliasing(self.program, ops, set(reads) & (set(writes) | set(through)))
+                check_aliasing(block.program, ops, set(reads) & (set(writes) | set(through)))
             except AliasingError as e:
                 raise TorchExportError(f"op {e.op.type!r}: {e}{_where(e.op)}") from None
             outputs = [n for n in writes + through if n in live]
-            kernels = _op_defs if block is self.program.global_block() else _op_defs_inside
+            kernels = _op_table(inside=block is not block.program.global_block())
             fn = _copying_inputs(region_function(block, ops, reads, outputs, op_defs=kernels).fn,
                                  [i for i, n in enumerate(reads) if n in writes or n in through])
             if reads or any(get_op_def(op.type).random or op.type in _KERNELS for op in ops):
@@ -257,7 +285,7 @@ class ProgramModule(torch.nn.Module):
             else:
                 run.append(op)
         flush(reads_after[-1])
-        self._plans[block.idx] = steps
+        self._plans[id(block)] = steps
 
     def _written(self, block, op):
         """The names of the enclosing scope `op` writes in place: its branches
@@ -271,21 +299,23 @@ class ProgramModule(torch.nn.Module):
     def forward(self, *feeds):
         env = {name: getattr(self, slot) for name, slot in self._param_slots.items()}
         env.update(zip(self.feed_names, feeds))
-        self._block(self.program.global_block(), env)
+        self._block(self.program.global_block(), env, 0)
         outs = tuple(env[n] for n in self.fetch_names)
         return outs[0] if len(outs) == 1 else outs
 
-    def _block(self, block, env):
-        for step in self._plans[block.idx]:
+    def _block(self, block, env, depth):
+        """Run `block`'s steps on `env`; `depth`: how many torch.cond /
+        while_loop traces enclose the block."""
+        for step in self._plans[id(block)]:
             if step[0] == "region":
                 _, reads, outputs, fn = step
                 env.update(zip(outputs, fn(*[env[n] for n in reads])))
             elif step[0] == "constants":
                 env.update({n: getattr(self, v) if isinstance(v, str) else v for n, v in step[1].items()})
             elif step[1].type == "cond":
-                self._cond(block, step[1], env)
+                self._cond(block, step[1], env, depth)
             else:
-                self._while(block, step[1], env)
+                self._while(block, step[1], env, depth)
 
     @staticmethod
     def _same_shapes(op):
@@ -301,13 +331,13 @@ class ProgramModule(torch.nn.Module):
         also keeps such a cond out of loop bodies, where torch.onnx cannot
         export a torch.cond today.)"""
         sides = [(op.attrs[f"{s}_block"], op.attrs[f"{s}_outs"]) for s in ("true", "false")]
-        if self._written(block, op) or any(step[0] != "constants" for sub, _ in sides for step in self._plans[sub.idx]):
+        if self._written(block, op) or any(step[0] != "constants" for sub, _ in sides for step in self._plans[id(sub)]):
             return False
         (t_block, t_outs), (f_block, f_outs) = sides
         return all(t_block.find_var(a).dims == f_block.find_var(b).dims and t_block.find_var(a).kind == "tensor"
                    for a, b in zip(t_outs, f_outs))
 
-    def _cond(self, block, op, env):
+    def _cond(self, block, op, env, depth):
         pred = env[op.input("Cond")[0]]
         if isinstance(pred, (bool, torch.SymBool)) and not self._same_shapes(op):
             # A test of sizes, not of values, whose sides give tensors of
@@ -317,9 +347,10 @@ class ProgramModule(torch.nn.Module):
             # program was converted at) and keeps the test as a guard
             # (torch.export's own way with a Python `if` on sizes): the
             # ExportedProgram refuses sizes that take the other side.
+            _refuse_unknown_inside(pred, depth, op)
             live = "true" if pred else "false"
             inner = dict(env)
-            self._block(op.attrs[f"{live}_block"], inner)
+            self._block(op.attrs[f"{live}_block"], inner, depth)
             written = self._written(block, op)
             env.update(zip(op.output("Out") + written, [inner[n] for n in op.attrs[f"{live}_outs"] + written]))
             return
@@ -335,7 +366,7 @@ class ProgramModule(torch.nn.Module):
                 pred = ~pred if isinstance(pred, torch.Tensor) else torch.sym_not(pred)
             _holds(pred, _failure(op.attrs[f"{failing[0]}_block"]))
             inner = dict(env)
-            self._block(op.attrs[f"{live}_block"], inner)
+            self._block(op.attrs[f"{live}_block"], inner, depth)
             written = self._written(block, op)
             env.update(zip(op.output("Out") + written, [inner[n] for n in op.attrs[f"{live}_outs"] + written]))
             return
@@ -343,10 +374,10 @@ class ProgramModule(torch.nn.Module):
             results = []
             for side in ("true", "false"):
                 inner = dict(env)
-                self._block(op.attrs[f"{side}_block"], inner)
+                self._block(op.attrs[f"{side}_block"], inner, depth)
                 results.append([inner[n] for n in op.attrs[f"{side}_outs"]])
             pred = env[op.input("Cond")[0]]
-            env.update(zip(op.output("Out"), [_choose(pred, t, f) for t, f in zip(*results)]))
+            env.update(zip(op.output("Out"), [_choose(pred, t, f, depth, op) for t, f in zip(*results)]))
             return
         # What the branches take from outside: the op's inputs, and names a
         # branch, or a cond nested in it, yields without defining them (a
@@ -364,6 +395,8 @@ class ProgramModule(torch.nn.Module):
         closed = {n: torch.sym_ite(env[n], 1, 0) if isinstance(env[n], torch.SymBool) else env[n]
                   for n in names if not isinstance(env[n], torch.Tensor)}
         truths = [n for n in closed if isinstance(env[n], torch.SymBool)]
+        for n in truths:
+            _refuse_unknown_inside(env[n], depth, op)
         dims = {n: where for n in closed if (where := _dimension_of(env[n], [env[m] for m in outer]))}
         # Other sizes travel as the width of an empty tensor, which keeps
         # what the trace knows of them.
@@ -380,7 +413,7 @@ class ProgramModule(torch.nn.Module):
                 inner.update({n: closed[n] == 1 for n in truths})
                 inner.update({n: values[k].shape[i] for n, (k, i) in dims.items()})
                 inner.update(zip(outer, values))
-                self._block(sub, inner)
+                self._block(sub, inner, depth + 1)
                 values = values[:len(outer)]
                 return self._fresh([_dense(v) for v in (inner[n] for n in yields)], values)
             return run
@@ -388,7 +421,7 @@ class ProgramModule(torch.nn.Module):
         results = torch.cond(env[op.input("Cond")[0]], branch("true"), branch("false"), tuple(operands))
         env.update(zip(op.output("Out") + written, results))
 
-    def _while(self, block, op, env):
+    def _while(self, block, op, env, depth):
         from torch._higher_order_ops import while_loop
         written = self._written(block, op)  # carried too
         loop_vars, body_outs = op.attrs["loop_vars"] + written, op.attrs["body_outs"] + written
@@ -402,12 +435,12 @@ class ProgramModule(torch.nn.Module):
 
         def cond_fn(*values):
             inner = state(values)
-            self._block(cond_block, inner)
+            self._block(cond_block, inner, depth + 1)
             return inner[cond_out]
 
         def body_fn(*values):
             inner = state(values)
-            self._block(body, inner)
+            self._block(body, inner, depth + 1)
             return self._fresh([inner[n] for n in body_outs], list(values) + list(outer.values()))
 
         results = while_loop(cond_fn, body_fn, tuple(env[n] for n in op.input("Init") + written))
@@ -478,9 +511,22 @@ def _copying_inputs(fn, written):
     return run
 
 
-def _choose(pred, t, f):
-    if not isinstance(pred, torch.Tensor):  # a test of sizes (a SymBool): as a 0-d bool tensor
-        pred = torch.scalar_tensor(torch.sym_ite(pred, 1, 0), dtype=torch.int64) == 1
+def _refuse_unknown_inside(value, depth, op):
+    """Refuse a test of sizes the trace cannot decide (a SymBool) inside a
+    torch.cond branch or a while_loop body: there dynamo folds
+    torch.sym_ite(test, 1, 0) to 0 (torch 2.13), a silent wrong side."""
+    if depth == 0 or not isinstance(value, torch.SymBool) or statically_known_true(value) \
+            or statically_known_true(torch.sym_not(value)):
+        return
+    raise TorchExportError("a test of sizes inside a torch.cond branch or a while_loop body, which torch's "
+                           "tracer cannot hold there (it folds such a test to one side): use d2s.onnx.export or "
+                           f"d2s.jit.save{_where(op)}")
+
+
+def _choose(pred, t, f, depth, op):
+    if not isinstance(pred, torch.Tensor):  # a test of sizes (a SymBool)
+        _refuse_unknown_inside(pred, depth, op)
+        pred = _bool_tensor(pred)
     if t.dtype == torch.bool:  # onnxruntime has no Where for bool values: the same choice in logic ops
         return (pred & t) | (~pred & f)
     return torch.where(pred, t, f)
