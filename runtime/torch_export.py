@@ -100,8 +100,9 @@ def _holds(value, message):
 
 
 def _bool_tensor(value):
-    """A Python or symbolic bool as a 0-d bool tensor, outside torch.cond
-    branches and while_loop bodies only (`_check_sizes_inside`)."""
+    """A Python or symbolic bool as a 0-d bool tensor: outside torch.cond
+    branches and while_loop bodies only, unless the trace knows its value
+    (`_refuse_unknown_inside`)."""
     if isinstance(value, torch.SymBool):
         value = torch.sym_ite(value, 1, 0)
     return torch.scalar_tensor(int(value) if isinstance(value, bool) else value, dtype=torch.int64) == 1
@@ -391,9 +392,9 @@ class ProgramModule(torch.nn.Module):
         # so a size that is a dimension of an operand is read from it there.
         names = [n for n in dict.fromkeys(op.input("X") + sorted(op_reads(op)) + written) if n in env]
         outer = [n for n in names if isinstance(env[n], torch.Tensor)]
-        # (A closed-over SymBool reaches the branch as a SymInt: held as 0/1.)
-        closed = {n: torch.sym_ite(env[n], 1, 0) if isinstance(env[n], torch.SymBool) else env[n]
-                  for n in names if not isinstance(env[n], torch.Tensor)}
+        closed = {n: env[n] for n in names if not isinstance(env[n], torch.Tensor)}
+        # A test of sizes (a SymBool) comes in as a 0-d bool tensor made out
+        # here: closed over, dynamo would fold it to one side inside.
         truths = [n for n in closed if isinstance(env[n], torch.SymBool)]
         for n in truths:
             _refuse_unknown_inside(env[n], depth, op)
@@ -404,13 +405,15 @@ class ProgramModule(torch.nn.Module):
                    and statically_known_true(closed[n] >= 0)]
         operands = [env[n] for n in outer] + [torch.empty((0, closed[n])) for n in carried]
         dims.update({n: (len(outer) + j, 1) for j, n in enumerate(carried)})
+        flags = {n: len(operands) + j for j, n in enumerate(truths)}
+        operands += [_bool_tensor(env[n]) for n in truths]
 
         def branch(side):
             sub, yields = op.attrs[f"{side}_block"], op.attrs[f"{side}_outs"] + written
 
             def run(*values):
                 inner = dict(closed)
-                inner.update({n: closed[n] == 1 for n in truths})
+                inner.update({n: values[k] for n, k in flags.items()})
                 inner.update({n: values[k].shape[i] for n, (k, i) in dims.items()})
                 inner.update(zip(outer, values))
                 self._block(sub, inner, depth + 1)

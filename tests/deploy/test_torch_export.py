@@ -313,3 +313,47 @@ def test_torch_onnx_refuses_a_graph_with_checks_of_values():
     assert torch.ops.d2s.check.default in _ops(exported.graph_module)
     with pytest.raises(Exception, match=r"d2s\.check"):
         torch.onnx.export(exported, dynamo=True, verbose=False)
+
+
+class _Tower(nn.Module):
+    """Five stride-2 convolutions: at a small example size the last maps
+    are one pixel wide, which torch.export fixes (a guard)."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.Sequential(*[nn.Conv2d(3 if i == 0 else 4, 4, 3, stride=2, padding=1) for i in range(5)])
+
+    def forward(self, x):
+        return self.convs(x).mean((2, 3))
+
+
+def test_the_trace_takes_the_sizes_the_program_was_converted_at():
+    torch.manual_seed(0)
+    model = _Tower().eval()
+    spec = [d2s.InputSpec([None, 3, None, None])]
+    module = d2s.export(d2s.declarative(copy.deepcopy(model)), input_spec=spec).module()
+    for size in (48, 64, 96):
+        x = torch.randn(2, 3, size, size)
+        _same(module(x), model(x))
+
+
+def _flagged(x, y):
+    longer = x.shape[0] > y.shape[0]  # a test of sizes, read inside a tensor `if`
+    if x.sum() > 0:
+        if longer:
+            z = x * 2
+        else:
+            z = x * 3
+    else:
+        z = x - 1
+    return z
+
+
+@pytest.mark.parametrize("n, m, sign", [(3, 2, 1.0), (2, 3, 1.0), (3, 2, -1.0), (4, 4, 1.0)])
+def test_a_test_of_sizes_read_inside_a_branch_takes_each_side(n, m, sign):
+    # It comes into the torch.cond as a bool tensor: closed over, the trace
+    # fixed it to the example's side (a guard refusing the other).
+    spec = [d2s.InputSpec([None]), d2s.InputSpec([None])]
+    module = d2s.export(d2s.declarative(_flagged, input_spec=spec), input_spec=spec).module()
+    x, y = torch.ones(n) * sign, torch.ones(m)
+    _same(module(x, y), _flagged(x, y))
