@@ -2,6 +2,7 @@
 
     python benchmarks/models.py [--only NAME ...] [--transformers | --timm]
                                 [--skip-compile] [--skip-export] [--skip-save]
+                                [--skip-d2s-export]
                                 [--timeout T] [--json OUT]
 
 Needs the optional benchmark dependencies (`pip install -e .[bench]`:
@@ -21,6 +22,10 @@ where the model accepts one. Columns:
           dimensions, then `d2s.jit.load` in a fresh process that never
           imports transformers or timm, on the same three inputs (the
           tensors of the result, in order, against eager's).
+  d2s_export  `d2s.export` (a torch.export.ExportedProgram of the program,
+          `torch.cond` / `while_loop` for its control flow) with the save
+          column's `None` dimensions, its module run on the three inputs
+          (the tensors of the result, in order, against eager's).
   compile `torch.compile(fullgraph=True, backend="eager")` on the three inputs.
   export  `torch.export.export` with automatic dynamic dimensions, its
           module run on the three inputs.
@@ -43,7 +48,7 @@ import traceback
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOL = 1e-4
-COLUMNS = ("d2s", "save", "compile", "export")
+COLUMNS = ("d2s", "save", "d2s_export", "compile", "export")
 
 
 # -- the zoo -------------------------------------------------------------------------------
@@ -435,6 +440,19 @@ def run_export(model, entry, inputs, expected):
     return "pass", ""
 
 
+def run_d2s_export(model, entry, inputs, expected):
+    import d2s
+    names = list(inputs[0][1])
+    if not positional_ok(model, names):
+        model = keywords(model, names)
+    module = d2s.export(model, input_spec=specs(entry, inputs[0][1])).module()
+    for (label, args), want in zip(inputs, expected):
+        bad = compare(leaves(want), leaves(module(*args.values())), types=False)
+        if bad:
+            return bad[0], f"{label}: {bad[1]}"
+    return "pass", ""
+
+
 def run_save(model, entry, inputs, expected):
     """jit.save with None dimensions, then load and run in a fresh process."""
     import torch
@@ -479,7 +497,8 @@ def reload_worker(tmp):
     print(json.dumps(result))
 
 
-RUNNERS = {"d2s": run_d2s, "save": run_save, "compile": run_compile, "export": run_export}
+RUNNERS = {"d2s": run_d2s, "save": run_save, "d2s_export": run_d2s_export, "compile": run_compile,
+           "export": run_export}
 
 
 def worker(name, columns, timeout):
@@ -547,16 +566,16 @@ MARK = {"pass": "ok", "fail": "FAIL", "wrong": "WRONG", "timeout": "TIME", "cras
 
 def report(rows, columns):
     width = max(len(r["model"]) for r in rows) + 2
-    print(f"{'model':<{width}}{'eager':<8}" + "".join(f"{c:<10}" for c in columns))
+    print(f"{'model':<{width}}{'eager':<8}" + "".join(f"{c:<12}" for c in columns))
     for r in rows:
         cells = [MARK.get(r.get(c, ["-"])[0], "-") for c in columns]
-        print(f"{r['model']:<{width}}{MARK[r['eager'][0]]:<8}" + "".join(f"{c:<10}" for c in cells))
+        print(f"{r['model']:<{width}}{MARK[r['eager'][0]]:<8}" + "".join(f"{c:<12}" for c in cells))
     print("\nfailures:")
     for r in rows:
         for c in ("eager",) + tuple(columns):
             status, why = (r.get(c) or ["-", ""])[:2]
             if status not in ("pass", "-"):
-                print(f"  {r['model']:<{width}}{c:<8}{MARK.get(status, status):<6} {why}")
+                print(f"  {r['model']:<{width}}{c:<11}{MARK.get(status, status):<6} {why}")
     ran = [r for r in rows if r["eager"][0] == "pass"]
     parts = []
     for c in columns:
@@ -585,6 +604,7 @@ def main(argv=None):
     p.add_argument("--skip-compile", action="store_true")
     p.add_argument("--skip-export", action="store_true")
     p.add_argument("--skip-save", action="store_true")
+    p.add_argument("--skip-d2s-export", action="store_true")
     p.add_argument("--timeout", type=int, default=180, help="seconds per model and column")
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--worker", help=argparse.SUPPRESS)
