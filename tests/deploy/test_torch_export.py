@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 from quickstart import GatedRefiner  # noqa: E402
 from models import GreedyDecoder  # noqa: E402
 import exported_writes  # noqa: E402
+from tests.d2s.test_decisions import attend  # noqa: E402
 
 
 class ScoringDecoder(nn.Module):
@@ -224,18 +225,6 @@ def _checked_halving(x):
     return x
 
 
-def _mask_or_none(mask):
-    return None if mask.all() else (1 - mask)[:, None, :] * -1e9
-
-
-def _attend(x, mask):
-    m = _mask_or_none(mask)
-    scores = x @ x.transpose(-1, -2)
-    if m is not None:
-        scores = scores + m
-    return scores.softmax(-1)
-
-
 FULL, PADDED = torch.ones(2, 3), torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
 
 
@@ -260,13 +249,13 @@ def test_a_check_of_tensor_values_raises_when_the_module_runs(fn, spec, ok, fail
 def test_the_side_not_converted_raises_where_the_program_does(taken, other):
     # `None` or a mask: values the program cannot merge, so it holds the
     # side its example took; the other side raises (DecisionFailed in d2s).
-    static = d2s.declarative(_attend)
+    static = d2s.declarative(attend)
     x = torch.randn(2, 3, 3)
     static(x, taken)
     assert {"cond", "decision_failed"} <= {op.type for b in static.program_cache.last.main_program.blocks
                                            for op in b.ops}
     module = d2s.export(static).module()
-    _same(module(x, taken), _attend(x, taken))
+    _same(module(x, taken), attend(x, taken))
     with pytest.raises(RuntimeError, match="converted for inputs that take the"):
         module(x, other)
 
