@@ -338,6 +338,13 @@ class ProgramModule(torch.nn.Module):
         return all(t_block.find_var(a).dims == f_block.find_var(b).dims and t_block.find_var(a).kind == "tensor"
                    for a, b in zip(t_outs, f_outs))
 
+    def _inline(self, block, op, env, depth, live):
+        """`op`'s `live` side ("true" / "false") run in place of the cond."""
+        inner = dict(env)
+        self._block(op.attrs[f"{live}_block"], inner, depth)
+        written = self._written(block, op)
+        env.update(zip(op.output("Out") + written, [inner[n] for n in op.attrs[f"{live}_outs"] + written]))
+
     def _cond(self, block, op, env, depth):
         pred = env[op.input("Cond")[0]]
         if isinstance(pred, (bool, torch.SymBool)) and not self._same_shapes(op):
@@ -349,11 +356,7 @@ class ProgramModule(torch.nn.Module):
             # (torch.export's own way with a Python `if` on sizes): the
             # ExportedProgram refuses sizes that take the other side.
             _refuse_unknown_inside(pred, depth, op)
-            live = "true" if pred else "false"
-            inner = dict(env)
-            self._block(op.attrs[f"{live}_block"], inner, depth)
-            written = self._written(block, op)
-            env.update(zip(op.output("Out") + written, [inner[n] for n in op.attrs[f"{live}_outs"] + written]))
+            self._inline(block, op, env, depth, "true" if pred else "false")
             return
         failing = [side for side in ("true", "false") if _failure(op.attrs[f"{side}_block"]) is not None]
         if len(failing) == 1:
@@ -366,10 +369,7 @@ class ProgramModule(torch.nn.Module):
             if live == "false":
                 pred = ~pred if isinstance(pred, torch.Tensor) else torch.sym_not(pred)
             _holds(pred, _failure(op.attrs[f"{failing[0]}_block"]))
-            inner = dict(env)
-            self._block(op.attrs[f"{live}_block"], inner, depth)
-            written = self._written(block, op)
-            env.update(zip(op.output("Out") + written, [inner[n] for n in op.attrs[f"{live}_outs"] + written]))
+            self._inline(block, op, env, depth, live)
             return
         if self._select(block, op):
             results = []
