@@ -472,9 +472,20 @@ def _dense(value):
         strides.append(step)
         step = step * size
     strides.reverse()
-    if all(statically_known_true(a == b) for a, b in zip(value.stride(), strides)):
+    if all(_written_alike(a, b) for a, b in zip(value.stride(), strides)):
         return value
+    if all(statically_known_true(a == b) for a, b in zip(value.stride(), strides)):
+        # The same layout, its strides written otherwise (16*(a*b + a + b + 1)
+        # for 16*(a + 1)*(b + 1)), which torch.cond compares as written.
+        return value.as_strided(value.shape, strides)
     return torch.empty_strided(value.shape, strides, dtype=value.dtype, device=value.device).copy_(value)
+
+
+def _written_alike(a, b):
+    """Whether the ints or symbolic ints `a` and `b` are the same expression."""
+    if isinstance(a, torch.SymInt) or isinstance(b, torch.SymInt):
+        return isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt) and a.node.expr == b.node.expr
+    return a == b
 
 
 def _dimension_of(size, tensors):

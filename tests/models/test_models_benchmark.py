@@ -14,15 +14,22 @@ _spec = importlib.util.spec_from_file_location("models_benchmark", _PATH)
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
-COLUMNS = ["d2s", "save"]
+COLUMNS = ["d2s", "save", "d2s_export"]
 # (model, column): the cause of a failure today (issue 22), else it passes.
 KNOWN = {
     ("resnet", "d2s"): None,
     ("resnet", "save"): None,
+    ("resnet", "d2s_export"): None,
     ("bert", "d2s"): None,  # padded then unpadded: converted again after its eval-mode dropout
     ("bert", "save"): None,  # both sides of `if padding_mask is not None` saved as paths
+    ("bert", "d2s_export"): "an ExportedProgram is one program: the unpadded batch takes the side of "
+                            "`if padding_mask is not None` it holds as not taken, and raises",
     ("resnet10t", "d2s"): None,
     ("resnet10t", "save"): None,
+    ("resnet10t", "d2s_export"): None,  # traced at 64 px: at torch.export's small sizes its maps were 1 px
+    ("segformer", "d2s"): None,
+    ("segformer", "save"): None,
+    ("segformer", "d2s_export"): None,  # a torch.cond side's strides written otherwise (docs/deployment.md)
 }
 MODELS = list(dict.fromkeys(m for m, _ in KNOWN))
 
