@@ -118,8 +118,13 @@ def _assert(cond, message, numbers=None, *values):
     _holds(cond, "AssertionError: " + _static_text(message, numbers))
 
 
-def _raise(kind, message, numbers=None, *values):
-    _holds(torch.zeros((), dtype=torch.bool), f"{kind}: {_static_text(message, numbers)}")
+def _raise_text(kind, message, numbers=None, *values):
+    """The message of a `raise` op's error (eager's exception type leads it)."""
+    return f"{kind}: {_static_text(message, numbers)}"
+
+
+def _raise(*args):
+    _holds(torch.zeros((), dtype=torch.bool), _raise_text(*args))
 
 
 def _decision_failed(message):
@@ -249,11 +254,11 @@ class ProgramModule(torch.nn.Module):
             reads, writes = reads_and_writes(ops)
             through = [n for n in written_roots(ops) if n not in writes]  # written through a view made here
             try:
-                check_aliasing(block.program, ops, set(reads) & (set(writes) | set(through)))
+                check_aliasing(self.program, ops, set(reads) & (set(writes) | set(through)))
             except AliasingError as e:
                 raise TorchExportError(f"op {e.op.type!r}: {e}{_where(e.op)}") from None
             outputs = [n for n in writes + through if n in live]
-            kernels = _op_table(inside=block is not block.program.global_block())
+            kernels = _op_table(inside=block is not self.program.global_block())
             fn = _copying_inputs(region_function(block, ops, reads, outputs, op_defs=kernels).fn,
                                  [i for i, n in enumerate(reads) if n in writes or n in through])
             if reads or any(get_op_def(op.type).random or op.type in _KERNELS for op in ops):
@@ -286,7 +291,7 @@ class ProgramModule(torch.nn.Module):
             else:
                 run.append(op)
         flush(reads_after[-1])
-        self._plans[id(block)] = steps
+        self._plans[block.idx] = steps
 
     def _written(self, block, op):
         """The names of the enclosing scope `op` writes in place: its branches
@@ -307,7 +312,7 @@ class ProgramModule(torch.nn.Module):
     def _block(self, block, env, depth):
         """Run `block`'s steps on `env`; `depth`: how many torch.cond /
         while_loop traces enclose the block."""
-        for step in self._plans[id(block)]:
+        for step in self._plans[block.idx]:
             if step[0] == "region":
                 _, reads, outputs, fn = step
                 env.update(zip(outputs, fn(*[env[n] for n in reads])))
@@ -332,11 +337,10 @@ class ProgramModule(torch.nn.Module):
         also keeps such a cond out of loop bodies, where torch.onnx cannot
         export a torch.cond today.)"""
         sides = [(op.attrs[f"{s}_block"], op.attrs[f"{s}_outs"]) for s in ("true", "false")]
-        if self._written(block, op) or any(step[0] != "constants" for sub, _ in sides for step in self._plans[id(sub)]):
+        if self._written(block, op) or any(step[0] != "constants" for sub, _ in sides for step in self._plans[sub.idx]):
             return False
-        (t_block, t_outs), (f_block, f_outs) = sides
-        return all(t_block.find_var(a).dims == f_block.find_var(b).dims and t_block.find_var(a).kind == "tensor"
-                   for a, b in zip(t_outs, f_outs))
+        t_block, t_outs = sides[0]
+        return self._same_shapes(op) and all(t_block.find_var(a).kind == "tensor" for a in t_outs)
 
     def _inline(self, block, op, env, depth, live):
         """`op`'s `live` side ("true" / "false") run in place of the cond."""
@@ -506,8 +510,7 @@ def _failure(block):
         if op.type == "decision_failed":
             return op.attrs["args"][0]
         if op.type == "raise":
-            kind, message, numbers = (list(op.attrs["args"]) + [None])[:3]
-            return f"{kind}: {_static_text(message, numbers)}"
+            return _raise_text(*op.attrs["args"])
     return None
 
 

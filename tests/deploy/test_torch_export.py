@@ -228,15 +228,22 @@ def _checked_halving(x):
 FULL, PADDED = torch.ones(2, 3), torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
 
 
-@pytest.mark.parametrize("fn, spec, ok, failing, message", [
-    (_gated_mean, [None, 3], [torch.ones(2, 3), torch.ones(4, 3) * -2], torch.ones(2, 3) * -20, "mean too small"),
-    # a `raise` on one side of an `if` in a loop body: zero, one and several trips
+CHECK, WHILE, COND = torch.ops.d2s.check.default, torch.ops.higher_order.while_loop, torch.ops.higher_order.cond
+
+
+@pytest.mark.parametrize("fn, spec, ok, failing, message, graph_ops", [
+    (_gated_mean, [None, 3], [torch.ones(2, 3), torch.ones(4, 3) * -2], torch.ones(2, 3) * -20, "mean too small",
+     {CHECK}),
+    # a `raise` on one side of an `if` in a loop body: zero, one and several
+    # trips (that side always raises: a check in the body, the other inline)
     (_checked_halving, [None], [torch.zeros(2), torch.ones(2), torch.arange(4.0)], torch.tensor([10.0, -1.0]),
-     "negative entry"),
+     "negative entry", {CHECK, WHILE}),
 ])
-def test_a_check_of_tensor_values_raises_when_the_module_runs(fn, spec, ok, failing, message):
+def test_a_check_of_tensor_values_raises_when_the_module_runs(fn, spec, ok, failing, message, graph_ops):
     static = d2s.declarative(fn, input_spec=[d2s.InputSpec(spec)])
-    module = d2s.export(static).module()
+    exported = d2s.export(static)
+    assert graph_ops <= _ops(exported.graph_module)
+    module = exported.module()
     for x in ok:
         _same(module(x), fn(x))
     with pytest.raises(Exception, match=message):
@@ -254,7 +261,9 @@ def test_the_side_not_converted_raises_where_the_program_does(taken, other):
     static(x, taken)
     assert {"cond", "decision_failed"} <= {op.type for b in static.program_cache.last.main_program.blocks
                                            for op in b.ops}
-    module = d2s.export(static).module()
+    exported = d2s.export(static)
+    assert CHECK in _ops(exported.graph_module) and COND not in _ops(exported.graph_module)  # checked, inline
+    module = exported.module()
     _same(module(x, taken), attend(x, taken))
     with pytest.raises(RuntimeError, match="converted for inputs that take the"):
         module(x, other)
@@ -272,7 +281,9 @@ def test_a_return_inside_nested_branches():
     # The inner `if` yields the return flag of the outer scope unchanged on
     # one side: the outer branch takes it from outside too.
     static = d2s.declarative(_nested_return, input_spec=[d2s.InputSpec([None])])
-    module = d2s.export(static).module()
+    exported = d2s.export(static)
+    assert COND in _ops(exported.graph_module)
+    module = exported.module()
     for x in (torch.tensor([3.0, 1.0]), torch.tensor([1.0, 0.5]), torch.tensor([-3.0, 1.0])):
         _same(module(x), _nested_return(x))
 
@@ -343,6 +354,8 @@ def test_a_test_of_sizes_read_inside_a_branch_takes_each_side(n, m, sign):
     # It comes into the torch.cond as a bool tensor: closed over, the trace
     # fixed it to the example's side (a guard refusing the other).
     spec = [d2s.InputSpec([None]), d2s.InputSpec([None])]
-    module = d2s.export(d2s.declarative(_flagged, input_spec=spec), input_spec=spec).module()
+    exported = d2s.export(d2s.declarative(_flagged, input_spec=spec), input_spec=spec)
+    assert COND in _ops(exported.graph_module)
+    module = exported.module()
     x, y = torch.ones(n) * sign, torch.ones(m)
     _same(module(x, y), _flagged(x, y))
