@@ -33,6 +33,7 @@ from runtime.ir import TENSOR_ARRAY, Variable
 
 from . import framework, numpy_ufuncs, optimizer_ops, python_values, torch_ops, tracer
 from .examples import constant_value
+from .infer import known_contiguous
 from .recording import _TO_PYTHON, _contains, _to_python_error, is_symbolic_value, record, size, stands_for_number
 from .registry import op_for_callable
 from .storage_address import StorageAddress
@@ -331,8 +332,24 @@ def _strides(var):
     if not tr.reads_layout:
         tr.reads_layout, tr.layout_read_at = True, user_origin()
     known = var.strides
+    if known is None and any(d == -1 or isinstance(d, str) for d in var.dims):
+        if not known_contiguous(var, tr) and not var.is_data:
+            # Neither eager's strides nor a layout the program could check
+            # alone (a view of a transpose at run-time sizes, a value a
+            # tensor `if` merges from two layouts): an automatic conversion
+            # at run-time sizes is made again at the call's exact sizes.
+            raise error_at_user_line(
+                f"the strides of {user_name(var)} depend on its layout, which tracing does not know at sizes "
+                "known only at run time; give the inputs static sizes (InputSpec without None), or make "
+                "it `.contiguous()` before reading them")
+        # Contiguous (a feed, checked so when its strides are read; a value
+        # of contiguous sides): the strides of its sizes, as expressions of
+        # their symbols (torch's own, from a stand-in), checked when the program runs.
+        strides = tuple(tr.shapes.fake(var).stride())
+        framework.check_strides(var, None, user_name(var))
+        return strides
     if known is None:  # (checked at each read: each may be on a path of its own)
-        contiguous = contiguous_strides(_known_shape(var, "stride"))
+        contiguous = contiguous_strides(var.shape)
         bound = tr.program.bound.get(var.name) if var.persistable else None
         strides = contiguous
         if isinstance(bound, torch.Tensor) and tuple(bound.shape) == tuple(var.dims):

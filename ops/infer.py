@@ -32,7 +32,7 @@ class Meta:
     """The inferred type of one tensor output (`shape` holds ints and the
     texts of symbolic dimensions)."""
 
-    __slots__ = ("shape", "dtype", "strides", "requires_grad", "grad_leaf")
+    __slots__ = ("shape", "dtype", "strides", "requires_grad", "grad_leaf", "layout_unknown")
 
     def __init__(self, shape, dtype, strides=None):
         self.shape = tuple(shape)
@@ -41,6 +41,7 @@ class Meta:
         # What autograd said of the meta kernel's result (`note_requires_grad`); None: not asked.
         self.requires_grad = None
         self.grad_leaf = False  # a leaf requiring grad (`requires_grad=True`, `requires_grad_()`)
+        self.layout_unknown = False  # made from a stand-in of a guessed layout (`_forget_strides`)
 
 
 def _meta_input(v):
@@ -50,6 +51,40 @@ def _meta_input(v):
     if strides is not None and len(strides) == len(v.dims) and all(type(s) is int for s in strides):
         return torch.empty_strided(v.dims, strides, dtype=v.dtype, device="meta")
     return torch.empty(v.dims, dtype=v.dtype, device="meta")
+
+
+def layout_unknown(v):
+    """Whether the stand-in for `v` guesses its layout (contiguous) where
+    eager's may differ: a value a tensor `if` or loop merges, or made from
+    one, or module state that is not contiguous (a saved program loads it
+    contiguous, so no layout of it is baked in)."""
+    if not isinstance(v, Variable) or v.kind != "tensor" or v.strides is not None:
+        return False
+    if v.persistable:
+        bound = v.block.program.bound.get(v.name)
+        return isinstance(bound, torch.Tensor) and not bound.is_contiguous()
+    return v.layout_unknown
+
+
+def known_contiguous(v, tracer):
+    """Whether tracing knows `v` to be contiguous (dimensions of size 1
+    aside, as `is_contiguous` has them): no strides and not
+    `layout_unknown` (a value d2s's own ops make, a feed checked so), or
+    strides that are contiguous ones."""
+    if layout_unknown(v):
+        return False
+    if v.strides is None:
+        return True
+    # Symbolic sizes: the contiguous strides of their own symbols (none made
+    # here: a value of a branch would become a symbol's source).
+    sizes = [d if type(d) is int else tracer.shapes._symints.get(d) for d in v.dims]
+    if any(s is None for s in sizes):
+        return False
+    with torch._C.DisableTorchFunction():  # a stand-in, not an op of the program
+        standard = torch.empty(sizes, device="meta").stride()
+    if not all(type(d) is int for d in v.dims):
+        standard = [tracer.shapes.text(s) for s in standard]
+    return all(a == b or d == 1 for a, b, d in zip(v.strides, standard, v.dims))
 
 
 def _is_symbolic(v):
@@ -102,6 +137,14 @@ def _int_like(v):
         and not v.dtype.is_complex
 
 
+# Kernels whose result's layout is their own, whatever their inputs' (a
+# stand-in of a guessed layout cannot mislead them). Asking other kernels
+# with a few sample layouts is not enough: `reshape` gives contiguous
+# results from contiguous and from reversed inputs, and a non-contiguous
+# view from a transpose's.
+_LAYOUT_OF_ITS_OWN = (torch.Tensor.contiguous,)
+
+
 def infer(fn, args, kwargs, inputs, tracer, factory=False, autograd=False):
     """The result structure of `fn(*args, **kwargs)` with tensors replaced by
     `Meta` (SymInts stay SymInts). `args`/`kwargs` hold InputRef(i) for
@@ -111,7 +154,14 @@ def infer(fn, args, kwargs, inputs, tracer, factory=False, autograd=False):
     # they would be about stand-in sizes (an `out=` resized from a symbol).
     with dynamo_free(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if tracer._shapes is not None:
+            tracer._shapes.layout_approximated = False
         result = _infer(fn, args, kwargs, inputs, tracer, factory)
+        # An input stood in contiguous where its layout is unknown, or is
+        # not contiguous at run-time sizes (ops/symbolic.py `fake`).
+        guessed = tracer._shapes is not None and tracer._shapes.layout_approximated
+        if (guessed or any(layout_unknown(v) for v in inputs)) and fn not in _LAYOUT_OF_ITS_OWN:
+            _forget_strides(result)
         if autograd:
             note_requires_grad(result, fn, args, kwargs, inputs, factory)
         return result
@@ -252,9 +302,7 @@ def _symbolic_runs(fn, args, kwargs, inputs, shapes, factory, as_int, meta):
     length = next(vars(v).get("items_known") for v in inputs
                   if isinstance(v, Variable) and v.kind == TENSOR_ARRAY) if arrays == 1 else None
     result = _merge_runs(runs, shapes, one_array=arrays == 1, length=length)
-    if shapes.layout_approximated:  # an input's fake was not in its layout: neither are the outputs'
-        _forget_strides(result)
-    return result
+    return result  # (an input's fake not in its layout: `infer` forgets the outputs' strides)
 
 
 _SPLITS = (torch.split, torch.Tensor.split, torch.split_with_sizes, torch.Tensor.split_with_sizes)
@@ -288,8 +336,12 @@ def _split_sizes(fn, args, kwargs, inputs, values, shapes):
 
 
 def _forget_strides(result):
+    """The outputs of a run on a stand-in of a guessed layout: their
+    strides are the guess's, not eager's, so they are unknown too (a read of
+    them is then checked when the program runs: ops/capture.py `_strides`)."""
     if isinstance(result, Meta):
         result.strides = None
+        result.layout_unknown = True
     elif isinstance(result, (list, tuple)):
         for item in result:
             _forget_strides(item)

@@ -155,6 +155,7 @@ def _build_outputs(meta, block, opdef, inputs, outs, stop_gradient):
                                dtype=meta.dtype, stop_gradient=stop_gradient
                                or not (meta.dtype.is_floating_point or meta.dtype.is_complex))
         var.strides = meta.strides
+        var.layout_unknown = meta.layout_unknown
         if meta.grad_leaf:
             var.grad_leaf = True
         outs.append(var)
@@ -467,11 +468,11 @@ def _follow_new_sizes(opdef, var, meta, block):
     block.vars[before.name] = before
     if tr._shapes is not None:
         tr._shapes.follow(var, before)
-    for key in ("name", "_shape", "strides"):
+    for key in ("name", "_shape", "strides", "layout_unknown"):
         tr.log_write(var.__dict__, key)
     var.name = block.program.unique_name(re.sub(r"(_\d+)+$", "", var.name))
     var.shape = meta.shape
-    var.strides = meta.strides
+    var.strides, var.layout_unknown = meta.strides, meta.layout_unknown
     block.vars[var.name] = var
     block.append_op("rebind", inputs={"X": [before]}, outputs={"Out": [var]},
                     attrs={"args": (InputRef(0),), "kwargs": {}, "out": OutputRef(0)}, origin=user_origin())

@@ -259,6 +259,15 @@ class Shapes:
         if isinstance(text, int) and text != -1:
             return text
         s = self._symints.get(text)
+        if s is None and var is not None and var.kind != TENSOR_ARRAY and dim is not None \
+                and var.dims[dim] == text:
+            # A dimension of `var` not yet given its symbol (a size a tensor
+            # `if` merges, read by `x.size()` before any op takes `x`): the
+            # symbol its fake will have, with its example hint. A symbol of
+            # its own would be a second, unrelated size of the same
+            # dimension (`x.expand(x.size(0), n)` then fails to trace).
+            self.symbolize(var, getattr(var, "size_hints", None))
+            s = self._symints.get(var.dims[dim])
         if s is None:
             s = self.new_symbol(8, f"{getattr(var, 'name', '?')}.size({dim})")
             if var is not None and var.kind != TENSOR_ARRAY:
@@ -328,9 +337,11 @@ class Shapes:
                 if all(type(n) is int for n in list(sizes) + strides):
                     t = torch.empty_strided(sizes, strides, dtype=var.dtype, device=device)
                 else:
-                    # With symbolic sizes an empty_strided tensor asks them
-                    # questions (contiguity) that would become size checks:
-                    # taken contiguous, and the op's outputs' strides unknown.
+                    # With symbolic sizes a stand-in of these strides makes
+                    # every later kernel reason on them (twice the time to
+                    # convert a fold of patches) and adds size checks of its
+                    # own (`s0 != 0`): taken contiguous, and the op's
+                    # outputs' layout unknown (ops/infer.py `infer`).
                     self.layout_approximated = True
             if var.kind == TENSOR_ARRAY:
                 return [torch.empty(sizes, dtype=var.dtype, device=device) for _ in range(length)]

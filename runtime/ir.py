@@ -115,6 +115,10 @@ class Variable:
     number_or_tensor = None  # the user's name, when eager has it as a number on some paths, a tensor on others
     elem_known = True  # tensor arrays: False while no path has given it an element (shape and dtype unknown)
     strides = None  # the strides eager gives this value (ops/infer.py), when tracing knows them
+    # True where tracing cannot know the layout at all (a value a tensor `if`
+    # or loop merges, or one an op made from such a value): a stand-in for it
+    # is a guess, so an op's outputs get no strides from it (ops/infer.py).
+    layout_unknown = False
     grad_leaf = False  # a leaf flagged to require grad (`requires_grad_()`): so even without gradients
     # As torch.Tensor's. NumPy operands of Python operators reach the
     # Variable's `__array_ufunc__` (below), which calls the tensor operator

@@ -15,9 +15,11 @@ import dataclasses
 import torch
 
 from runtime.errors import ConversionError
-from runtime.ir import TENSOR_ARRAY, Variable
+from runtime.ir import TENSOR, TENSOR_ARRAY, Variable
 
 from .. import framework
+from .. import tracer
+from ..infer import known_contiguous, layout_unknown
 from ..recording import number_or_tensor, stands_for_number
 from ..user_frames import error_at_user_line, user_origin
 from . import identity
@@ -228,10 +230,28 @@ def _merged_var(i, a, b, site, label, live_dims, strict=False):
                               shape=shape, dtype=va.dtype, kind=va.kind,
                               stop_gradient=va.stop_gradient and vb.stop_gradient)
     out.python_number = numbers[0] and numbers[1]
+    _merge_layout(out, va, vb)
     varying = number_or_tensor(va) or number_or_tensor(vb) or (label if numbers[0] != numbers[1] else None)
     if varying:  # a number on one path, a tensor on the other
         out.number_or_tensor = varying
     return out, (va.name, vb.name)
+
+
+def _merge_layout(out, va, vb):
+    """`out`'s strides: the sides' where both have the same (`x.t()` on one
+    side, `x.t() * 2` on the other), contiguous where both are, else
+    unknown (ops/infer.py `layout_unknown`; a read of them is checked when
+    the program runs, or refused at run-time sizes: ops/capture.py `_strides`)."""
+    if out.kind != TENSOR:
+        return
+    if not (layout_unknown(va) or layout_unknown(vb)):
+        if tuple(out.dims) == tuple(va.dims) == tuple(vb.dims) and va.strides == vb.strides:
+            out.strides = va.strides
+            return
+        tr = tracer.current()
+        if known_contiguous(va, tr) and known_contiguous(vb, tr):
+            return  # contiguous on both paths (`F.pad(x)` on one, `x` on the other)
+    out.layout_unknown = True
 
 
 def _unmergeable_where_known(err, site, strict):

@@ -84,6 +84,7 @@ class _Spec:
         """`var` with what this spec knows beyond its shape and dtype."""
         var.elem_known = self.elem_known
         var.python_number = self.number
+        var.layout_unknown = True  # the first trip's value's, or a later trip's (ops/infer.py)
         if self.varies:
             var.number_or_tensor = self.varies
         return var

@@ -824,10 +824,30 @@ def test_strides_tracing_cannot_know_are_checked_when_the_program_runs():
         static(-x)
 
 
-def test_strides_of_a_feed_whose_sizes_vary_are_refused():
+def test_strides_of_a_feed_whose_sizes_vary_are_its_contiguous_ones():
+    """Sizes known at run time: the strides are expressions of them, those
+    of a contiguous feed, which the program checks; a feed of another
+    layout is refused at the user's line."""
     static = d2s.declarative(strided_window, input_spec=[d2s.InputSpec([None, 4])])
-    with pytest.raises(d2s.ConversionError, match="stride, which depends on a size known only at run time"):
-        static(torch.arange(8.0).view(2, 4))
+    for x in (torch.arange(8.0).view(2, 4), torch.arange(12.0).view(3, 4)):
+        assert torch.equal(static(x), strided_window(x))
+    assert len(static.program_cache) == 1
+    with pytest.raises(d2s.ConversionError, match="the input 'x' is not contiguous while its sizes vary"):
+        static(torch.arange(8.0).view(4, 2).t())
+
+
+def strided_window_with_draws(x, g):
+    return strided_window(x) + torch.rand(2, 2, generator=g)
+
+
+def test_a_program_reading_strides_takes_a_generator():
+    """A generator argument beside a tensor whose strides are read: the
+    program checks the tensors' layout only (it checked the generator's
+    too, and crashed: a generator has no strides)."""
+    static = d2s.declarative(strided_window_with_draws)
+    x = torch.arange(8.0).view(2, 4)
+    assert torch.equal(static(x, torch.Generator().manual_seed(1)),
+                       strided_window_with_draws(x, torch.Generator().manual_seed(1)))
 
 
 def test_a_saved_program_that_read_strides_checks_its_inputs_layout(tmp_path):
