@@ -138,11 +138,14 @@ def _int_like(v):
 
 
 # Kernels whose result's layout is their own, whatever their inputs' (a
-# stand-in of a guessed layout cannot mislead them). Asking other kernels
-# with a few sample layouts is not enough: `reshape` gives contiguous
-# results from contiguous and from reversed inputs, and a non-contiguous
-# view from a transpose's.
-_LAYOUT_OF_ITS_OWN = (torch.Tensor.contiguous,)
+# stand-in of a guessed layout cannot mislead them): `.contiguous()`, and
+# kernels that write a new contiguous tensor (`linear` folds its input to a
+# matrix product's; `layer_norm` and `embedding` allocate theirs
+# contiguous). Asking other kernels with a few sample layouts is not
+# enough: `reshape` gives contiguous results from contiguous and from
+# reversed inputs, and a non-contiguous view from a transpose's.
+_LAYOUT_OF_ITS_OWN = (torch.Tensor.contiguous, torch.nn.functional.linear, torch.nn.functional.layer_norm,
+                      torch.nn.functional.embedding)
 
 
 def infer(fn, args, kwargs, inputs, tracer, factory=False, autograd=False):

@@ -35,12 +35,20 @@ def same_layouts(x):
     return _chunks(y.unsqueeze(0))
 
 
-def contiguous_after(x):
+W = torch.randn(4, 3)
+OWN_LAYOUT = {  # kernels that make one layout from any (ops/infer.py _LAYOUT_OF_ITS_OWN)
+    "contiguous": lambda y: y.contiguous(),
+    "linear": lambda y: F.linear(y, W),
+    "layer_norm": lambda y: F.layer_norm(y, (3,)),
+}
+
+
+def own_layout_after(x, op):
     if x.sum() > 0:
         y = x.t()
     else:
         y = x.t().contiguous()  # the sides differ: `y`'s layout is known at run time only
-    z = y.contiguous()          # ... but `.contiguous()` makes one layout from either
+    z = OWN_LAYOUT[op](y)       # ... but these make one layout from either
     return _chunks(z.t())
 
 
@@ -105,11 +113,12 @@ def test_strides_of_a_transpose_at_run_time_sizes_are_refused():
     assert info.value.filename == __file__
 
 
+@pytest.mark.parametrize("op", sorted(OWN_LAYOUT))
 @pytest.mark.parametrize("sign", SIGNS)
-def test_contiguous_after_a_merge_has_its_layout(sign):
-    static = d2s.declarative(contiguous_after)
+def test_a_kernel_of_its_own_layout_after_a_merge(sign, op):
+    static = d2s.declarative(own_layout_after)
     x = torch.rand(3, 4) * sign
-    assert torch.equal(static(x), contiguous_after(x))
+    assert torch.equal(static(x, op), own_layout_after(x, op))
     assert "cond" in _op_types(static)
 
 
