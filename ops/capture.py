@@ -333,7 +333,7 @@ def _strides(var):
         tr.reads_layout, tr.layout_read_at = True, user_origin()
     known = var.strides
     if known is None and any(d == -1 or isinstance(d, str) for d in var.dims):
-        if not known_contiguous(var, tr) and not var.is_data:
+        if not known_contiguous(var, tr):  # (a feed is: checked contiguous where strides are read)
             # Neither eager's strides nor a layout the program could check
             # alone (a view of a transpose at run-time sizes, a value a
             # tensor `if` merges from two layouts): an automatic conversion

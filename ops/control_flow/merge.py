@@ -18,7 +18,6 @@ from runtime.errors import ConversionError
 from runtime.ir import TENSOR, TENSOR_ARRAY, Variable
 
 from .. import framework
-from .. import tracer
 from ..infer import known_contiguous, layout_unknown
 from ..recording import number_or_tensor, stands_for_number
 from ..user_frames import error_at_user_line, user_origin
@@ -230,14 +229,14 @@ def _merged_var(i, a, b, site, label, live_dims, strict=False):
                               shape=shape, dtype=va.dtype, kind=va.kind,
                               stop_gradient=va.stop_gradient and vb.stop_gradient)
     out.python_number = numbers[0] and numbers[1]
-    _merge_layout(out, va, vb)
+    _merge_layout(out, va, vb, tr)
     varying = number_or_tensor(va) or number_or_tensor(vb) or (label if numbers[0] != numbers[1] else None)
     if varying:  # a number on one path, a tensor on the other
         out.number_or_tensor = varying
     return out, (va.name, vb.name)
 
 
-def _merge_layout(out, va, vb):
+def _merge_layout(out, va, vb, tr):
     """`out`'s strides: the sides' where both have the same (`x.t()` on one
     side, `x.t() * 2` on the other), contiguous where both are, else
     unknown (ops/infer.py `layout_unknown`; a read of them is checked when
@@ -248,7 +247,6 @@ def _merge_layout(out, va, vb):
         if tuple(out.dims) == tuple(va.dims) == tuple(vb.dims) and va.strides == vb.strides:
             out.strides = va.strides
             return
-        tr = tracer.current()
         if known_contiguous(va, tr) and known_contiguous(vb, tr):
             return  # contiguous on both paths (`F.pad(x)` on one, `x` on the other)
     out.layout_unknown = True

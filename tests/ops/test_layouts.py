@@ -167,3 +167,24 @@ def test_size_of_a_merged_value_read_first(first):
         x = torch.ones(shape, dtype=torch.int64)
         assert torch.equal(static(x), size_before_use(x)), shape
     assert "cond" in _op_types(static)
+
+
+def carried(x, n):
+    """A loop's carried value: its layout is the first trip's or a later
+    one's, unknown to tracing; here contiguous on every trip, as checked."""
+    y = x * 1
+    i = torch.zeros((), dtype=torch.int64)
+    while i < n:
+        y = y * 2
+        i += 1
+    return _chunks(y.unsqueeze(0))
+
+
+@pytest.mark.parametrize("trips", [0, 1, 3])
+def test_a_carried_value_read_after_its_loop(trips):
+    static = d2s.declarative(carried)
+    x = torch.rand(3, 4)
+    for n in (trips, 2):  # one program for any trip count
+        assert torch.equal(static(x, torch.tensor(n)), carried(x, torch.tensor(n))), n
+    assert len(static.program_cache) == 1
+    assert "while" in _op_types(static)
