@@ -46,7 +46,7 @@ makes them.
 
 import torch
 
-from ops import control_flow
+from ops import control_flow, layout_reads
 from runtime import runner
 from runtime.effects import draws, var_attr_names, written_in_place
 from runtime.errors import ConversionError, DecisionFailed
@@ -125,6 +125,7 @@ def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None, stat
     failing = _refuse_repeated_effects(concrete, failure, _restores(states, concrete))
     if retried:
         _refuse_both_sides(concrete, failing, failure)
+        layout_reads.refuse_both(getattr(concrete, "decided_layouts", {}), failing, failure)
     group = concrete.decisions or Group(concrete)
     concrete.decisions = group
     cache = static.program_cache
@@ -147,10 +148,14 @@ def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None, stat
     # trace converts that side where it cannot tell.
     sides = dict(getattr(concrete, "decided_sides", {}))
     sides.update(_side_taken(failing))
+    # The strides this run had at a read whose layout the trace did not know.
+    layouts = dict(getattr(concrete, "decided_layouts", {}))
+    layouts.update(layout_reads.layout_taken(failing, failure))
     cache.last_decision = str(failure).splitlines()[0]  # named by the many-programs warning
-    with control_flow.forcing(sides, fallback=True):
+    with control_flow.forcing(sides, fallback=True), layout_reads.forcing(layouts):
         fresh = static._build(key, args, kwargs, exact=True, form=form, varying=concrete.varying)
     fresh.decided_sides = sides
+    fresh.decided_layouts = layouts
     fresh.decisions = group
     group.programs.append(fresh)
     cache.last = fresh
@@ -185,7 +190,9 @@ def _refuse_both_sides(concrete, failing, failure):
 def _side_taken(failing):
     """{site key: side} of the `if` whose side-not-converted raised at
     `failing` (a `decision_failed` op first in a cond's block), else {}."""
-    holder = _holder(failing) if failing is not None and failing.block.parent_idx >= 0 else None
+    if failing is None or failing.type != "decision_failed":
+        return {}  # (a check in a branch decides a size or a layout, not a side)
+    holder = _holder(failing) if failing.block.parent_idx >= 0 else None
     if holder is None or holder.type != "cond" or not holder.origin:
         return {}
     return {control_flow.site_key(holder.origin): holder.attrs["true_block"] is failing.block}

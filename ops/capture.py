@@ -29,16 +29,16 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from runtime import ir
-from runtime.ir import TENSOR_ARRAY, Variable
+from runtime.ir import TENSOR_ARRAY, Variable, contiguous_strides
 
-from . import framework, numpy_ufuncs, optimizer_ops, python_values, torch_ops, tracer
+from . import framework, layout_reads, numpy_ufuncs, optimizer_ops, python_values, torch_ops, tracer
 from .examples import constant_value
 from .infer import known_contiguous
 from .recording import _TO_PYTHON, _contains, _to_python_error, is_symbolic_value, record, size, stands_for_number
 from .registry import op_for_callable
 from .storage_address import StorageAddress
 from .user_frames import (INTERNAL_DIRS, SYMBOLIC_TYPES, TORCH_DIR, called_from_torch, error_at_user_line,
-                          is_stdlib_file, user_name, user_origin)
+                          is_stdlib_file, user_name, user_origin, user_origin_at_site)
 
 
 # -- dispatch ----------------------------------------------------------------------
@@ -311,14 +311,6 @@ def _numel(var):
     return n
 
 
-def contiguous_strides(shape):
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= max(d, 1)
-    return tuple(reversed(strides))
-
-
 def _strides(var):
     """The strides eager would give: those the meta kernel produced for this
     output from its inputs' strides (see `record`; a feed has its example's,
@@ -327,7 +319,8 @@ def _strides(var):
     strides only (ConcreteProgram.layout). Where tracing does not know them
     (a value a tensor `if` or loop merges, one of a data-dependent size), a
     contiguous layout is assumed and checked when the program runs: a run
-    that breaks it raises, never computes with strides it does not have."""
+    that breaks it converts again, answering the strides it had there
+    (ops/layout_reads.py), and never computes with strides it does not have."""
     tr = tracer.current()
     if not tr.reads_layout:
         tr.reads_layout, tr.layout_read_at = True, user_origin()
@@ -346,15 +339,20 @@ def _strides(var):
         # of contiguous sides): the strides of its sizes, as expressions of
         # their symbols (torch's own, from a stand-in), checked when the program runs.
         strides = tuple(tr.shapes.fake(var).stride())
-        framework.check_strides(var, None, user_name(var))
+        framework.check_layout(var, None, user_name(var), user_origin_at_site(tr.entry_frame))
         return strides
-    if known is None:  # (checked at each read: each may be on a path of its own)
-        contiguous = contiguous_strides(var.shape)
-        bound = tr.program.bound.get(var.name) if var.persistable else None
-        strides = contiguous
-        if isinstance(bound, torch.Tensor) and tuple(bound.shape) == tuple(var.dims):
-            strides = tuple(bound.stride())  # a constant or parameter: its own (a saved one loads contiguous)
-        framework.check_strides(var, None if strides == contiguous else strides, user_name(var))
+    if known is None:
+        # Checked at each read (each may be on a path of its own), as a
+        # decision: a run with other strides converts again, answering
+        # those (ops/layout_reads.py).
+        origin = user_origin_at_site(tr.entry_frame)
+        strides = layout_reads.answer(origin, len(var.shape))
+        if strides is None:
+            strides = contiguous_strides(var.shape)
+            bound = tr.program.bound.get(var.name) if var.persistable else None
+            if isinstance(bound, torch.Tensor) and tuple(bound.shape) == tuple(var.dims):
+                strides = tuple(bound.stride())  # a constant or parameter: its own (a saved one loads contiguous)
+        framework.check_layout(var, strides, user_name(var), origin)
         return strides
     if all(type(s) is int for s in known):
         return tuple(known)

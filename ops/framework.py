@@ -18,7 +18,8 @@ import torch
 
 from runtime.attrs import InputRef, OutputRef
 from runtime.errors import ConversionError, DecisionFailed
-from runtime.ir import TENSOR_ARRAY, Variable, default_main_program, default_startup_program, torch_dtype
+from runtime.ir import (TENSOR_ARRAY, Variable, contiguous_strides, default_main_program, default_startup_program,
+                        torch_dtype)
 
 from . import tracer
 from .recording import graph_condition, lift, record
@@ -446,13 +447,20 @@ def check_dims(x, dims):
     _append("check_dims", [x], (InputRef(0), tuple(tuple(d) for d in dims), x.name), {}, [], None)
 
 
+def _layout_wanted(x, strides):
+    """The strides `x` must have (None: those of a new tensor of its sizes)
+    and whether it has them."""
+    want = contiguous_strides(x.shape) if strides is None else tuple(strides)
+    return want, x.stride() == want
+
+
 def _check_strides_kernel(x, strides, name):
-    got = x.stride()
-    if (x.is_contiguous() if strides is None else got == tuple(strides)):
+    want, ok = _layout_wanted(x, strides)
+    if ok:
         return
-    want = "contiguous" if strides is None else f"strides {tuple(strides)}"
-    raise ValueError(f"this program reads strides and was traced for {name} {want}; got strides {got}: give "
-                     "it that layout (`.contiguous()` for contiguous) before its strides are read, or trace it again")
+    raise ValueError(f"this program reads strides and was traced for {name} strides {want}; got strides "
+                     f"{x.stride()}: give it that layout (`.contiguous()` for contiguous) before its strides are "
+                     "read, or trace it again")
 
 
 # What tracing assumed about a feed's layout when the program read strides
@@ -463,10 +471,36 @@ register(OpDef("check_strides", kernel=_check_strides_kernel, side_effect=True, 
 
 def check_strides(x, strides, name=None):
     """Raise ValueError when the program runs and `x` does not have
-    `strides` (None: is not contiguous); `name`: how the message calls it
-    (a feed: its name, quoted)."""
+    `strides` (None: those of a new tensor of its sizes); `name`: how the
+    message calls it (a feed: its name, quoted)."""
     _append("check_strides", [x], (InputRef(0), None if strides is None else tuple(strides), name or f"'{x.name}'"),
             {}, [], None)
+
+
+def _check_layout_kernel(x, strides, name):
+    want, ok = _layout_wanted(x, strides)
+    if ok:
+        return
+    failure = DecisionFailed(
+        f"this program was converted for {name} with strides {want} where its strides are read (its layout "
+        f"depends on the path a run takes); this run gives it strides {x.stride()}: convert again for such inputs")
+    failure.strides = x.stride()  # (the layout the program converted again answers: d2s/decisions.py)
+    raise failure
+
+
+# The strides a read answered for a value whose layout tracing does not
+# know (one a tensor `if` merges from two layouts, one made from such a
+# value): a decision, as a size of 1 is, so a run that breaks it converts
+# again answering the strides that run had at that read (ops/layout_reads.py).
+register(OpDef("check_layout", kernel=_check_layout_kernel, side_effect=True, size_check=True))
+
+
+def check_layout(x, strides, name, origin):
+    """Raise DecisionFailed when the program runs and `x` does not have
+    `strides` (None: those of a new tensor of its sizes); `origin`: the
+    read's user line, with its site (the key a conversion again forces)."""
+    _append("check_layout", [x], (InputRef(0), None if strides is None else tuple(strides), name), {}, [], None,
+            origin=origin)
 
 
 def _exception_kind(exc_type):

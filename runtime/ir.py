@@ -86,6 +86,17 @@ def _normalize_shape(shape):
     return tuple(out)
 
 
+def contiguous_strides(shape):
+    """The strides of a new tensor of `shape` (what `torch.empty` gives):
+    `is_contiguous()` also holds for other strides of a dimension of size 1,
+    which a read of strides sees."""
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(strides))
+
+
 def is_symbolic(dim):
     """Whether a dimension is known only at run time (a symbol or -1)."""
     return isinstance(dim, str) or dim == -1

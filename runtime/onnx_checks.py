@@ -26,13 +26,15 @@ autograd or inference mode; the model is the program converted in the
 exporting call's mode, as torch.onnx.export traces in the caller's mode),
 nor `check_python_values` (the Python state the program was converted
 with, which a saved program keeps too). A program converted for a non-contiguous input layout
-is refused.
+is refused, and so is one that read strides of a value whose layout depends on the path
+(`check_layout`: the program answered one layout, and ONNX has none to check).
 """
 
+from .ir import contiguous_strides
 from .onnx_common import op_error
 
 CHECKS = frozenset(("assert", "raise", "check_all_true", "check_int64", "check_sizes", "check_dims", "check_bool",
-                    "check_strides", "decision_failed", "check_modes",
+                    "check_strides", "check_layout", "decision_failed", "check_modes",
                     "check_python_values"))
 
 
@@ -103,10 +105,18 @@ def condition(graph, op, block, lowering):
     if op.type == "check_python_values":
         return None  # the Python state of the exporting call, as a saved program keeps it
     if op.type == "check_strides":
-        if args[1] is None:
+        dims = block.find_var(op.input_names[0]).dims
+        static = all(type(d) is int and d >= 0 for d in dims)
+        if args[1] is None or (static and tuple(args[1]) == contiguous_strides(dims)):
             return None  # contiguous: every ONNX tensor is
         raise op_error(op, f"the program was converted for a non-contiguous layout of {args[2]} (strides "
                        f"{tuple(args[1])}), while ONNX inputs are dense; convert from contiguous inputs")
+    if op.type == "check_layout":
+        # Every ONNX value is dense, while eager's layout of this one (and so
+        # the strides the program answered) depends on the path a run takes.
+        raise op_error(op, f"the program reads the strides of {args[2]}, whose layout depends on the path a run "
+                       "takes, and an ONNX model keeps no layout to answer or check them with: make it "
+                       "`.contiguous()` before reading its strides")
     raise op_error(op, "no ONNX lowering for this check")  # a check type added to CHECKS without one
 
 
@@ -143,4 +153,5 @@ def gated(graph, value, ok):
     lifted = graph.node("Unsqueeze", [value, graph.const([0], "int64")])
     index = graph.node("Sub", [graph.const(1, "int64"), graph.node("Cast", [ok], to=TensorProto.INT64)])
     return graph.node("Gather", [lifted, index], axis=0, name_hint="checked")
+
 

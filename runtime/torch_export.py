@@ -196,7 +196,7 @@ def _check(program):
                                f"runs would differ from the model's later calls{_where(found[0])}")
     for block in program.blocks:
         for op in block.ops:
-            if op.type == "check_strides":
+            if op.type in ("check_strides", "check_layout"):
                 raise TorchExportError(f"the program reads strides and was converted for one layout of "
                                        f"{op.attrs['args'][2]}, which an ExportedProgram can neither promise nor "
                                        f"check (its graph keeps no strides): use d2s.onnx.export, whose inputs "

@@ -204,6 +204,41 @@ def test_a_program_converted_for_a_non_contiguous_layout_is_refused(tmp_path):
     assert not (tmp_path / "m.onnx").exists()
 
 
+def test_a_program_reading_a_contiguous_inputs_strides_exports(tmp_path):
+    """Strides read from a contiguous input of static sizes: every ONNX
+    input is dense, so its check is no check (it was refused as
+    "non-contiguous" while its strides, (4, 1), were contiguous ones)."""
+    class Window(torch.nn.Module):
+        def forward(self, x):
+            s = x.stride()
+            return x.as_strided((2, 2), (s[0], s[1])) * 1.0 + s[0]
+
+    x = torch.arange(8.0).view(2, 4)
+    _, session = _export(Window(), [d2s.InputSpec([2, 4])], tmp_path)
+    for feed in (x, -x):
+        _check(session, [feed], Window()(feed))
+
+
+def layouts_of_the_path(x):
+    if x.sum() > 0:
+        y = x.t()
+    else:
+        y = x.t().contiguous()
+    return y * 1.0 + y.stride(0)
+
+
+def test_strides_of_a_value_of_the_paths_layout_are_refused(tmp_path):
+    """The program answered one side's strides (and checks them when it
+    runs); an ONNX model could neither, and would give that answer on the
+    other side too: refused at the read."""
+    static = d2s.declarative(layouts_of_the_path)
+    static(torch.rand(2, 4))
+    with pytest.raises(d2s.onnx.ExportError, match=r"reads the strides of tensor `y`, whose layout depends on the "
+                                                   r"path.*test_onnx.py\", line \d+: return y \* 1.0"):
+        d2s.onnx.export(static, str(tmp_path / "m.onnx"))
+    assert not (tmp_path / "m.onnx").exists()
+
+
 def test_dropout_in_training_mode_is_refused(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).train()
     with pytest.raises(d2s.onnx.ExportError, match="'torch.nn.functional.dropout' to ONNX: it draws random numbers.*export the model in eval mode"):

@@ -165,6 +165,23 @@ def test_growing_loop_state_is_refused_with_the_reason():
         d2s.export(_grows, input_spec=[d2s.InputSpec([None, 3]), d2s.InputSpec([], "int64")])
 
 
+def _input_strides(x):
+    return x * 1.0 + x.stride(0)
+
+
+def _path_strides(x):
+    y = x.t() if x.sum() > 0 else x.t().contiguous()
+    return y * 1.0 + y.stride(0)
+
+
+@pytest.mark.parametrize("fn", [_input_strides, _path_strides])
+def test_a_program_that_read_strides_is_refused(fn):
+    """An ExportedProgram keeps no strides: it could neither promise the
+    layout of an input nor of a value whose layout depends on the path."""
+    with pytest.raises(d2s.ExportError, match=r"reads strides and was converted for one layout of"):
+        d2s.export(d2s.declarative(fn), input_spec=[d2s.InputSpec([2, 4])])
+
+
 @d2s.declarative
 def _write_through_a_view(x):
     row = x[0]

@@ -13,7 +13,6 @@ import torch.nn.functional as F
 
 import d2s
 from d2s import InputSpec
-from runtime.errors import OpRuntimeError
 
 
 def _op_types(static):
@@ -122,16 +121,89 @@ def test_a_kernel_of_its_own_layout_after_a_merge(sign, op):
     assert "cond" in _op_types(static)
 
 
-def test_unknown_layout_read_is_checked():
-    """The sides' layouts differ: the contiguous side gives eager's result,
-    the other raises when the program runs (it never reads memory through
-    strides the tensor does not have)."""
+@pytest.mark.parametrize("first", SIGNS)
+def test_unknown_layout_read_is_a_decision(first):
+    """The sides' layouts differ: the program answers the strides of the
+    first run's side and checks them where they are read; a run of the
+    other side converts again answering its strides (ops/layout_reads.py).
+    Both programs serve, each the runs of its layout."""
     static = d2s.declarative(other_layouts)
-    x = -torch.rand(3, 4)
-    assert torch.equal(static(x), other_layouts(x))
-    with pytest.raises(OpRuntimeError, match="reads strides and was traced for tensor `z` contiguous"):
-        static(-x)
-    assert "cond" in _op_types(static)
+    for sign in (first, -first, first, -first):
+        x = torch.rand(3, 4) * sign
+        assert torch.equal(static(x), other_layouts(x)), sign
+    assert len(static.program_cache) == 2
+    assert all("cond" in {op.type for b in c.main_program.blocks for op in b.ops} for c in static.program_cache)
+
+
+def size_one_strides(x):
+    if x.sum() > 0:
+        q = (x * 2).reshape(3, 1).t()   # (1, 3) of strides (1, 1): `is_contiguous()` too
+    else:
+        q = (x * 3).reshape(1, 3)       # (1, 3) of strides (3, 1)
+    return q.stride(0), q.is_contiguous()
+
+
+@pytest.mark.parametrize("first", SIGNS)
+def test_a_size_one_dimension_stride_is_read_exactly(first):
+    """The check compares the strides read, not `is_contiguous()` (which
+    holds for both sides here: the program answered 3 where eager reads 1)."""
+    static = d2s.declarative(size_one_strides)
+    for sign in (first, -first):
+        x = torch.ones(3) * sign
+        assert static(x) == size_one_strides(x), sign
+
+
+def flip_flop(x, n):
+    q = x * 1
+    k = 0
+    for i in range(n):
+        if x.sum() > i:
+            q = q.t().contiguous().t()
+        else:
+            q = q.contiguous()
+        k = k + q.stride(0)  # one layout on some trips, the other on the rest
+    return q * 1, k
+
+
+def _flip_flop_cases():
+    x = torch.ones(2, 3)  # x.sum() == 6: the first 6 trips transpose
+    return [(x * 9, 3), (-x, 3), (x, 0), (x * 9, 1), (-x, 2)]
+
+
+@pytest.mark.parametrize("order", [1, -1], ids=["transposed_first", "contiguous_first"])
+def test_a_loop_reads_one_layout_per_call(order):
+    """A read in a loop whose value has one layout on every trip of a
+    call (either one, call by call; zero trips read nothing)."""
+    static = d2s.declarative(flip_flop)
+    for x, n in _flip_flop_cases()[::order]:
+        got, want = static(x, torch.tensor(n)), flip_flop(x, torch.tensor(n))
+        assert torch.equal(got[0], want[0]) and got[1] == want[1], (x.sum(), n)
+    assert {"while", "cond"} <= {op.type for c in static.program_cache for b in c.main_program.blocks for op in b.ops}
+
+
+def test_a_loop_read_of_two_layouts_in_one_call_is_refused():
+    """Trips of one call read two layouts at one line: a program answers a
+    read with one value, so the call is refused at that line (and a later
+    call of one layout still converts)."""
+    static = d2s.declarative(flip_flop)
+    x = torch.ones(2, 3)
+    with pytest.raises(d2s.ConversionError, match="has strides .* on one trip of a loop and .* on another") as info:
+        static(x, torch.tensor(8))
+    assert info.value.filename == __file__ and "k = k + q.stride(0)" in str(info.value)
+    got, want = static(x, torch.tensor(4)), flip_flop(x, torch.tensor(4))
+    assert torch.equal(got[0], want[0]) and got[1] == want[1]
+
+
+def test_a_feed_of_an_odd_size_one_stride_at_varying_sizes_is_refused():
+    """`is_contiguous()` holds for a (1, 3) tensor of strides (1, 1), but a
+    read answers (3, 1) at varying sizes: refused, naming the copy that
+    gives it a new tensor's strides."""
+    static = d2s.declarative(lambda x: x.stride(0) * 10 + x.stride(1), input_spec=[InputSpec([None, 3])])
+    assert static(torch.zeros(2, 3)) == 31
+    odd = torch.arange(3.).reshape(3, 1).t()
+    with pytest.raises(d2s.ConversionError, match=r"clone\(memory_format=torch.contiguous_format\)"):
+        static(odd)
+    assert static(odd.clone(memory_format=torch.contiguous_format)) == 31
 
 
 def test_views_at_run_time_sizes():

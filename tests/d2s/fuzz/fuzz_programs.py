@@ -24,7 +24,8 @@ UnboundLocalError on a path that skips it) and read after it, `int()`/`float()` 
 of tensors, `or` as a value, keyword arguments, attributes of a local object
 and items of containers in containers written in place, items of a list of
 fixed length reassigned, names first assigned
-in a loop body and read after the loop, loop bodies that always raise.
+in a loop body and read after the loop, loop bodies that always raise, a matrix
+made column- or row-major under tensor control flow whose strides are read.
 
 `generate(seed)` is deterministic: the same seed gives the same program on
 every machine. The tree keeps what the runner and the minimiser need: which
@@ -59,6 +60,8 @@ STATE = {
              "nest['l'][0] + nest['l'][1] + nest['d']['w']"),
     # a list whose items are reassigned and whose length stays: carried item by item
     "hs": ("hs = [x * 1.0, 0.5, [x * 0.0]]", "hs[0] + hs[1] + hs[2][0]"),
+    # a matrix whose layout statements change (row- or column-major); its strides are read
+    "q": ("q = m * 1.0", "q.sum(0) + q.stride(0) + q.stride(1) * 0.5"),
 }
 
 HELPERS = '''
@@ -162,6 +165,16 @@ OBJECTS = ["ob.v = ob.v + a", "ob.n = ob.n + 1", "ob.v = torch.tanh(ob.v) * {s}"
            "ob = Obj(ob.v * {s} + a)",
            "nest['l'][0] = nest['l'][0] + b", "nest['l'][1] = nest['l'][1] + 1",
            "nest['d']['w'] = nest['d']['w'] * {s} + a", "b = b + nest['d']['w'] * {s}"]
+# Layouts: a matrix made column-major or row-major (eager's elementwise kernels keep
+# their input's layout) and its strides read, as Longformer's windows read them.
+LAYOUTS = ["q = q.t().contiguous().t()", "q = q.contiguous()", "q = q * {s} + a", "q = torch.tanh(q) - b",
+           "q = q.t().t() * {s}", "q = q.clone()", "q = torch.where(q > {c}, q, m)",
+           "q = q.transpose(0, 1).reshape(3, -1).transpose(0, 1)", "q = torch.zeros_like(q) + q",
+           "k = k + q.stride(0) - q.stride(1)", "k = k + int(q.is_contiguous())",
+           "a = a + q.as_strided((3,), (q.stride(1),)) * {s}", "a = a + q.flatten()[:3]",
+           "t = t + q.unsqueeze(0).stride(1) * {s}"]
+LAYOUTS_INPLACE = ["q.mul_({s})", "q.t().add_({c})"]
+LAYOUT_TERNARY = ["q = q.t().contiguous().t() if t > {c} else q", "q = q.contiguous() if a.sum() > {c} else q * {s}"]
 # A name first assigned in a loop's body and read after the loop (unbound after zero trips).
 LOOP_LOCAL_VALUES = ["a * {s}", "b + {c}", "torch.tanh(a) + t"]
 LOOP_LOCAL_USES = ["a = a + {v}", "t = t + {v}.sum()"]
@@ -364,6 +377,12 @@ class _Generator:
 
     def simple(self, targets, branch):
         r = self.rng
+        if self.unbound.random() < 0.08:  # (a stream of its own: other seeds' programs stay the same)
+            pools = [("layout", LAYOUTS), ("ternary_tensor", LAYOUT_TERNARY)]
+            if not self.grad:
+                pools.append(("layout_inplace", LAYOUTS_INPLACE))
+            kind, pool = self.unbound.choice(pools)
+            return Simple(kind, self.fill(self.unbound.choice(pool)))
         lists = LISTS  # (appended under a tensor `if` too: a tensor array)
         groups = [("assign", ASSIGNS, 5), ("python", PY_ASSIGNS, 3), ("ternary_tensor", TERNARY, 2),
                   ("list", lists, 2), ("grow", GROW, 1), ("call", CALLS, 1), ("container", CONTAINERS, 1),
