@@ -46,7 +46,7 @@ makes them.
 
 import torch
 
-from ops import control_flow, layout_reads
+from ops import control_flow, path_reads
 from runtime import runner
 from runtime.effects import draws, var_attr_names, written_in_place
 from runtime.errors import ConversionError, DecisionFailed
@@ -125,7 +125,7 @@ def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None, stat
     failing = _refuse_repeated_effects(concrete, failure, _restores(states, concrete))
     if retried:
         _refuse_both_sides(concrete, failing, failure)
-        layout_reads.refuse_both(getattr(concrete, "decided_layouts", {}), failing, failure)
+        path_reads.refuse_both(getattr(concrete, "decided_reads", {}), failing, failure)
     group = concrete.decisions or Group(concrete)
     concrete.decisions = group
     cache = static.program_cache
@@ -148,14 +148,14 @@ def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None, stat
     # trace converts that side where it cannot tell.
     sides = dict(getattr(concrete, "decided_sides", {}))
     sides.update(_side_taken(failing))
-    # The strides this run had at a read whose layout the trace did not know.
-    layouts = dict(getattr(concrete, "decided_layouts", {}))
-    layouts.update(layout_reads.layout_taken(failing, failure))
+    # What this run had at a read whose answer depends on the path (strides, requires_grad).
+    reads = dict(getattr(concrete, "decided_reads", {}))
+    reads.update(path_reads.taken(failing, failure))
     cache.last_decision = str(failure).splitlines()[0]  # named by the many-programs warning
-    with control_flow.forcing(sides, fallback=True), layout_reads.forcing(layouts):
+    with control_flow.forcing(sides, fallback=True), path_reads.forcing(reads):
         fresh = static._build(key, args, kwargs, exact=True, form=form, varying=concrete.varying)
     fresh.decided_sides = sides
-    fresh.decided_layouts = layouts
+    fresh.decided_reads = reads
     fresh.decisions = group
     group.programs.append(fresh)
     cache.last = fresh

@@ -116,22 +116,33 @@ def requires_grad(var):
     marks it as requiring grad; reading it makes the program one of the
     caller's mode (the `check_modes` op), as reading the mode itself does.
     Inputs, module state and leaves flagged to require grad
-    (`requires_grad_()`, `requires_grad=True`) keep their flags in every mode."""
+    (`requires_grad_()`, `requires_grad=True`) keep their flags in every mode;
+    a True of any other value is checked when the program runs, since a
+    path may make it without gradients (ops/path_reads.py)."""
     flag = not var.stop_gradient
     tracer = _tracing() if _tracing is not None else None
     if not flag or var.persistable or var.is_data or var.grad_leaf or tracer is None \
-            or tracer.caller_modes is None or not _answers_caller(2, tracer):
+            or not _answers_caller(2, tracer):
         return flag
+    if tracer.caller_modes is None:
+        return _checked(var, tracer)
     caller = tracer.caller_modes[0]
     tracer.modes_read["grad"] = caller
     if caller:
-        return True
+        return _checked(var, tracer)
     if tracer.user_enabled_grad:
         raise error_at_user_line(
             "`.requires_grad` of a tensor is read in a call made without gradients, where this function "
             "turns gradients on: d2s traces with gradients on and cannot tell what eager would see here; "
             "call it with gradients on, or read the flag outside the block that turns them on")
     return False
+
+
+def _checked(var, tracer):
+    # True for a value an op made, unless a side of an `if` made it without
+    # gradients: checked where it is read (ops/path_reads.py).
+    from . import path_reads  # (it imports the control-flow ops, which import this module)
+    return path_reads.requires_grad(var, tracer)
 
 
 def is_inference_mode_enabled():

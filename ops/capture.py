@@ -31,7 +31,7 @@ from torch.overrides import TorchFunctionMode
 from runtime import ir
 from runtime.ir import TENSOR_ARRAY, Variable, contiguous_strides
 
-from . import framework, layout_reads, numpy_ufuncs, optimizer_ops, python_values, torch_ops, tracer
+from . import framework, numpy_ufuncs, optimizer_ops, path_reads, python_values, torch_ops, tracer
 from .examples import constant_value
 from .infer import known_contiguous
 from .recording import _TO_PYTHON, _contains, _to_python_error, is_symbolic_value, record, size, stands_for_number
@@ -320,7 +320,7 @@ def _strides(var):
     (a value a tensor `if` or loop merges, one of a data-dependent size), a
     contiguous layout is assumed and checked when the program runs: a run
     that breaks it converts again, answering the strides it had there
-    (ops/layout_reads.py), and never computes with strides it does not have."""
+    (ops/path_reads.py), and never computes with strides it does not have."""
     tr = tracer.current()
     if not tr.reads_layout:
         tr.reads_layout, tr.layout_read_at = True, user_origin()
@@ -344,9 +344,9 @@ def _strides(var):
     if known is None:
         # Checked at each read (each may be on a path of its own), as a
         # decision: a run with other strides converts again, answering
-        # those (ops/layout_reads.py).
+        # those (ops/path_reads.py).
         origin = user_origin_at_site(tr.entry_frame)
-        strides = layout_reads.answer(origin, len(var.shape))
+        strides = path_reads.answer("strides", origin, lambda s: len(s) == len(var.shape))
         if strides is None:
             strides = contiguous_strides(var.shape)
             bound = tr.program.bound.get(var.name) if var.persistable else None

@@ -484,14 +484,14 @@ def _check_layout_kernel(x, strides, name):
     failure = DecisionFailed(
         f"this program was converted for {name} with strides {want} where its strides are read (its layout "
         f"depends on the path a run takes); this run gives it strides {x.stride()}: convert again for such inputs")
-    failure.strides = x.stride()  # (the layout the program converted again answers: d2s/decisions.py)
+    failure.answer = x.stride()  # (what the program converted again answers: ops/path_reads.py)
     raise failure
 
 
 # The strides a read answered for a value whose layout tracing does not
 # know (one a tensor `if` merges from two layouts, one made from such a
 # value): a decision, as a size of 1 is, so a run that breaks it converts
-# again answering the strides that run had at that read (ops/layout_reads.py).
+# again answering the strides that run had at that read (ops/path_reads.py).
 register(OpDef("check_layout", kernel=_check_layout_kernel, side_effect=True, size_check=True))
 
 
@@ -501,6 +501,27 @@ def check_layout(x, strides, name, origin):
     read's user line, with its site (the key a conversion again forces)."""
     _append("check_layout", [x], (InputRef(0), None if strides is None else tuple(strides), name), {}, [], None,
             origin=origin)
+
+
+def _check_requires_grad_kernel(x, expected, name):
+    if x.requires_grad == expected:
+        return
+    failure = DecisionFailed(
+        f"this program was converted for {name} with requires_grad {expected} where the flag is read (it depends "
+        f"on the path a run takes); this run gives it {x.requires_grad}: convert again for such inputs")
+    failure.answer = x.requires_grad
+    raise failure
+
+
+# `t.requires_grad` read of a value an op made, answered True by the
+# trace, which a side made under `no_grad` or a `.detach()` on one path
+# makes False: a decision, as the strides of such a value are.
+register(OpDef("check_requires_grad", kernel=_check_requires_grad_kernel, side_effect=True))
+
+
+def check_requires_grad(x, expected, name, origin):
+    """Raise DecisionFailed when the program runs and `x.requires_grad != expected`."""
+    _append("check_requires_grad", [x], (InputRef(0), bool(expected), name), {}, [], None, origin=origin)
 
 
 def _exception_kind(exc_type):

@@ -67,6 +67,9 @@ class _Spec:
         self.python_number = (isinstance(value, (int, float, bool)) and not isinstance(value, torch.Tensor)) \
             or (isinstance(value, Variable) and value.python_literal)
         self.kind = value.kind if isinstance(value, Variable) else (TENSOR_ARRAY if isinstance(value, list) else "tensor")
+        # Whether no trip's value requires grad (widened as trips are traced):
+        # `h.requires_grad` after a loop whose values never require grad is False.
+        self.stop = _stops_gradient(value)
         self.shape = (tuple(value.dims) if isinstance(value, Variable) else tuple(value.shape)
                       if isinstance(value, torch.Tensor) else ())
         if isinstance(value, (Variable, torch.Tensor)):
@@ -105,6 +108,9 @@ class _Spec:
             changed = True
         if nv.kind != self.kind:
             raise error_at_user_line(f"loop variable {label} changes from a {self.kind} to a {nv.kind} in the loop")
+        if self.stop and not _stops_gradient(nv):
+            self.stop = False  # (a trip made it require grad: the body is traced again with that)
+            changed = True
         if self.kind == TENSOR_ARRAY and not self.elem_known:
             if getattr(nv, "elem_known", False):
                 self.shape, self.dtype, self.elem_known = nv.dims, nv.dtype, True
@@ -124,6 +130,14 @@ class _Spec:
             self.shape = shape
             changed = True
         return changed
+
+
+def _stops_gradient(value):
+    if isinstance(value, Variable):
+        return value.kind != TENSOR_ARRAY and value.stop_gradient
+    if isinstance(value, torch.Tensor):
+        return not value.requires_grad
+    return not isinstance(value, list)  # (a Python number requires none; a list becomes a tensor array)
 
 
 def _is_loop_carried(value):
@@ -217,7 +231,7 @@ def _trace_trip(tr, cond_fn, body_fn, values, specs, names):
     for i, (v, spec) in enumerate(zip(values, specs)):
         if isinstance(spec, _Spec):
             var = body.create_var(name=program.unique_name(var_base(names, i, "loop_var")), shape=spec.shape,
-                                  dtype=spec.dtype or "float32", kind=spec.kind, stop_gradient=False)
+                                  dtype=spec.dtype or "float32", kind=spec.kind, stop_gradient=spec.stop)
             carried.append(i)
             args.append(spec.describe(var))
             identity.note(var, (v, identity.ANY))  # later trips: what the body made of it
@@ -290,7 +304,7 @@ def _append_while(tr, parent, origin, trip, values, specs, names):
     init = [_initial_value(values[i], specs[i]) for i in trip.carried]
     outs = [specs[i].describe(parent.create_var(
         name=program.unique_name(var_base(names, i, "loop_out")), shape=specs[i].shape, dtype=specs[i].dtype,
-        kind=specs[i].kind, stop_gradient=not torch_dtype(specs[i].dtype).is_floating_point))
+        kind=specs[i].kind, stop_gradient=specs[i].stop or not torch_dtype(specs[i].dtype).is_floating_point))
         for i in trip.carried]
     loop_names = [trip.args[i].name for i in trip.carried]
     inputs = [n for n in outer_reads([trip.body, trip.cblock]) if n not in loop_names]

@@ -125,7 +125,7 @@ def test_a_kernel_of_its_own_layout_after_a_merge(sign, op):
 def test_unknown_layout_read_is_a_decision(first):
     """The sides' layouts differ: the program answers the strides of the
     first run's side and checks them where they are read; a run of the
-    other side converts again answering its strides (ops/layout_reads.py).
+    other side converts again answering its strides (ops/path_reads.py).
     Both programs serve, each the runs of its layout."""
     static = d2s.declarative(other_layouts)
     for sign in (first, -first, first, -first):

@@ -62,3 +62,76 @@ def test_requires_grad_is_eagers(name, grad):
     assert got[1] == want[1]
     assert torch.equal(got[0], want[0])
     assert got[0].requires_grad == want[0].requires_grad
+
+
+def no_grad_on_one_side(x):
+    if x.sum() > 0:
+        y = x * 2
+    else:
+        with torch.no_grad():
+            y = x * 3           # eager: y.requires_grad is False on this path
+    z = y + 1
+    return (z * 2 if z.requires_grad else z * 0 + 5), z.requires_grad
+
+
+def detached_on_some_trips(x, n):
+    y = x * 1
+    for i in range(n):
+        y = y.detach() * 2 if x.sum() > i else y * 2
+    return y * 1, y.requires_grad
+
+
+@pytest.mark.parametrize("first", [1.0, -1.0], ids=["grad_side_first", "no_grad_side_first"])
+def test_requires_grad_of_a_value_made_without_grad_on_one_path(first):
+    """The flag of a merged value depends on the side a run takes: read,
+    it is a decision (checked where it is read; a run of the other side
+    converts again answering that side's), never the trace's True on the
+    `no_grad` path."""
+    static = d2s.declarative(no_grad_on_one_side)
+    for sign in (first, -first, first):
+        x = (torch.rand(3) * sign).requires_grad_()
+        got, want = static(x), no_grad_on_one_side(x)
+        assert got[1] == want[1] and torch.equal(got[0], want[0]), sign
+    assert len(static.program_cache) == 2
+    assert "cond" in {op.type for c in static.program_cache for b in c.main_program.blocks for op in b.ops}
+
+
+@pytest.mark.parametrize("sign, n", [(1.0, 0), (1.0, 2), (-1.0, 2), (1.0, 1)])
+def test_requires_grad_after_a_loop(sign, n):
+    """Zero trips keep the input's flag; a trip that detaches drops it."""
+    static = d2s.declarative(detached_on_some_trips)
+    for s, trips in [(sign, n), (-sign, n + 1), (sign, n)]:
+        x = (torch.full((3,), 0.6) * s).requires_grad_()
+        got, want = static(x, torch.tensor(trips)), detached_on_some_trips(x, torch.tensor(trips))
+        assert got[1] == want[1] and torch.equal(got[0], want[0]), (s, trips)
+
+
+class Scaler(torch.nn.Module):
+    def __init__(self, learn):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.full((3,), 0.5), requires_grad=learn)
+
+    def forward(self, x, n):
+        g = x[:1]
+        h = x * 1
+        for i in range(n):
+            h = h * self.w      # requires grad from the first trip on, where `w` does
+            if not self.w.requires_grad:
+                g += 1.0        # an in-place write to the input: a failed run could not be repeated
+        return h * 1, h.requires_grad
+
+
+@pytest.mark.parametrize("learn", [False, True])
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_requires_grad_of_a_loops_value_is_known_from_its_trips(learn, n):
+    """A value a loop carries requires grad where a trip makes it so (was:
+    always, a silent True where eager's is False). Where it depends on the
+    trip count (zero trips keep the input's flag) the read is a decision."""
+    model = Scaler(learn)
+    static = d2s.declarative(Scaler(learn))
+    for trips in (n, 2, 0):
+        want, got = model(torch.ones(3), torch.tensor(trips)), static(torch.ones(3), torch.tensor(trips))
+        assert got[1] == want[1] and torch.equal(got[0], want[0]), trips
+    programs = list(static.forward.program_cache)
+    assert len(programs) == (2 if learn else 1)
+    assert all("while" in {op.type for b in p.main_program.blocks for op in b.ops} for p in programs)

@@ -25,7 +25,8 @@ of tensors, `or` as a value, keyword arguments, attributes of a local object
 and items of containers in containers written in place, items of a list of
 fixed length reassigned, names first assigned
 in a loop body and read after the loop, loop bodies that always raise, a matrix
-made column- or row-major under tensor control flow whose strides are read.
+made column- or row-major under tensor control flow whose strides are read, `requires_grad`
+of values a path makes without gradients.
 
 `generate(seed)` is deterministic: the same seed gives the same program on
 every machine. The tree keeps what the runner and the minimiser need: which
@@ -174,6 +175,10 @@ LAYOUTS = ["q = q.t().contiguous().t()", "q = q.contiguous()", "q = q * {s} + a"
            "a = a + q.as_strided((3,), (q.stride(1),)) * {s}", "a = a + q.flatten()[:3]",
            "t = t + q.unsqueeze(0).stride(1) * {s}"]
 LAYOUTS_INPLACE = ["q.mul_({s})", "q.t().add_({c})"]
+# `requires_grad` read of values a path may make without gradients (`with torch.no_grad():`
+# statements above, `.detach()`), as a number and as a Python test.
+FLAGS = ["k = k + int(b.requires_grad)", "k = k + int(a.requires_grad) * 2", "s = s + (1.5 if t.requires_grad else 0.5)",
+         "b = b.detach() * {s}", "t = t.detach() + 1.0"]
 LAYOUT_TERNARY = ["q = q.t().contiguous().t() if t > {c} else q", "q = q.contiguous() if a.sum() > {c} else q * {s}"]
 # A name first assigned in a loop's body and read after the loop (unbound after zero trips).
 LOOP_LOCAL_VALUES = ["a * {s}", "b + {c}", "torch.tanh(a) + t"]
@@ -378,7 +383,7 @@ class _Generator:
     def simple(self, targets, branch):
         r = self.rng
         if self.unbound.random() < 0.08:  # (a stream of its own: other seeds' programs stay the same)
-            pools = [("layout", LAYOUTS), ("ternary_tensor", LAYOUT_TERNARY)]
+            pools = [("layout", LAYOUTS), ("ternary_tensor", LAYOUT_TERNARY), ("flag", FLAGS)]
             if not self.grad:
                 pools.append(("layout_inplace", LAYOUTS_INPLACE))
             kind, pool = self.unbound.choice(pools)

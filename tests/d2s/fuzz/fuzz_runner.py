@@ -437,11 +437,11 @@ def _run(program):
 
 def _programs(static):
     """How many programs the calls made, those of one decision group that
-    differ only in the strides they answer at reads of values whose layout
-    depends on the path (ops/layout_reads.py) counted as one."""
+    differ only in what they answer at reads of values whose strides or
+    requires_grad depend on the path (ops/path_reads.py) counted as one."""
     kinds = set()
     for concrete in static.program_cache:
-        decided = getattr(concrete, "decided_layouts", None)
+        decided = getattr(concrete, "decided_reads", None)
         group = getattr(concrete, "decisions", None)
         only_layouts = decided and not getattr(concrete, "decided_sides", None)
         kinds.add(("layouts", id(group)) if only_layouts or (group and concrete is group.programs[0]) else id(concrete))
@@ -478,7 +478,8 @@ def _all_zero(grad):
 
 
 def _executor_run(concrete, args):
-    feed = {v.name: a.detach() for v, a in zip(concrete.inputs, args)}
+    # (fresh leaves with the arguments' flags: what the program reads of `requires_grad` is eager's)
+    feed = {v.name: a.detach().requires_grad_(a.requires_grad) for v, a in zip(concrete.inputs, args)}
     place = d2s.CUDAPlace(torch.device(DEVICE).index or 0) if torch.device(DEVICE).type == "cuda" else d2s.CPUPlace()
     results = d2s.Executor(place).run(concrete.main_program, feed=feed, fetch_list=concrete.fetch_vars,
                                  return_numpy=False)
