@@ -199,7 +199,11 @@ def _merged_var(i, a, b, site, label, live_dims, strict=False):
     """A new parent Variable for a tensor or number on each side."""
     tr = site.tr
     ref = a if isinstance(a, (Variable, torch.Tensor)) else b if isinstance(b, (Variable, torch.Tensor)) else None
-    dtype = ref.dtype if ref is not None else None
+    # A Python number meeting a tensor takes its dtype (what torch reads it
+    # as); meeting another number (`return 7` on one path, `return 0.5` or a
+    # run-time bool on the other) it keeps its own: Python's value differs
+    # in type by path, which the sides' merge below decides.
+    dtype = ref.dtype if ref is not None and not stands_for_number(ref) else None
     with tr.block_guard(site.tblock):
         va = as_var(a, dtype if not isinstance(a, (Variable, torch.Tensor)) else None)
     with tr.block_guard(site.fblock):
@@ -217,6 +221,9 @@ def _merged_var(i, a, b, site, label, live_dims, strict=False):
         else:
             with tr.block_guard(site.fblock):
                 vb = framework.cast(vb, va.dtype)
+    elif va.kind == vb.kind and va.dtype != vb.dtype and all(numbers):
+        literal = not isinstance(a, (Variable, torch.Tensor)) or not isinstance(b, (Variable, torch.Tensor))
+        va, vb = _merge_number_types(va, vb, site, label, strict, literal)
     places = ("in the true branch", "in the false branch of an `if` on a tensor")
     try:
         if va.kind != vb.kind or va.dtype != vb.dtype:
@@ -234,6 +241,29 @@ def _merged_var(i, a, b, site, label, live_dims, strict=False):
     if varying:  # a number on one path, a tensor on the other
         out.number_or_tensor = varying
     return out, (va.name, vb.name)
+
+
+def _merge_number_types(va, vb, site, label, strict, literal):
+    """Python numbers of two types (`return 7` on one path, `return 0.5`
+    or a bool on the other): where the side the inputs take is known, the
+    `cond` converts that side and the other is a decision (each path's value
+    keeps its type, as in Python). Else, where one side is a Python literal,
+    both widen to the wider type (bool < int < float < complex: the value is
+    kept, `7` becomes `7.0`), never narrowed (the literal took the other
+    side's dtype: 0.5 became 0, 3 became True); two computed numbers stay
+    the error they were."""
+    err = differing_dtype(label, (va.dtype_name, vb.dtype_name), ("in the true branch", "in the false branch of "
+                                                                  "an `if` on a tensor"), "cast one of them so both agree")
+    decided = _unmergeable_where_known(err, site, strict)
+    if decided is not err or not literal:
+        raise decided
+    wide = torch.promote_types(va.dtype, vb.dtype)
+    with site.tr.block_guard(site.tblock):
+        va = framework.cast(va, wide) if va.dtype != wide else va
+    with site.tr.block_guard(site.fblock):
+        vb = framework.cast(vb, wide) if vb.dtype != wide else vb
+    va.python_number = vb.python_number = True  # (a cast of a number is the number, widened)
+    return va, vb
 
 
 def _merge_layout(out, va, vb, tr):

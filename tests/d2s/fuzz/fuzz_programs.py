@@ -179,6 +179,9 @@ LAYOUTS_INPLACE = ["q.mul_({s})", "q.t().add_({c})"]
 # statements above, `.detach()`), as a number and as a Python test.
 FLAGS = ["k = k + int(b.requires_grad)", "k = k + int(a.requires_grad) * 2", "s = s + (1.5 if t.requires_grad else 0.5)",
          "b = b.detach() * {s}", "t = t.detach() + 1.0"]
+# Python numbers of another type on one path (an int, a bool where `s` is a float): Python's
+# value keeps its type on each path.
+NUMBER_TYPES = ["s = 2 if a.sum() > {c} else s", "s = bool(t > {c}) if a.sum() > {d} else s"]
 LAYOUT_TERNARY = ["q = q.t().contiguous().t() if t > {c} else q", "q = q.contiguous() if a.sum() > {c} else q * {s}"]
 # A name first assigned in a loop's body and read after the loop (unbound after zero trips).
 LOOP_LOCAL_VALUES = ["a * {s}", "b + {c}", "torch.tanh(a) + t"]
@@ -383,7 +386,8 @@ class _Generator:
     def simple(self, targets, branch):
         r = self.rng
         if self.unbound.random() < 0.08:  # (a stream of its own: other seeds' programs stay the same)
-            pools = [("layout", LAYOUTS), ("ternary_tensor", LAYOUT_TERNARY), ("flag", FLAGS)]
+            pools = [("layout", LAYOUTS), ("ternary_tensor", LAYOUT_TERNARY), ("flag", FLAGS),
+                     ("ternary_tensor", NUMBER_TYPES)]
             if not self.grad:
                 pools.append(("layout_inplace", LAYOUTS_INPLACE))
             kind, pool = self.unbound.choice(pools)

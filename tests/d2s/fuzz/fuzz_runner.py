@@ -256,9 +256,9 @@ def documented_messages(path=DOCS):
         pattern = re.escape(message)
         pattern = re.sub(r"'[^']*'", "'[^']+'", pattern)
         pattern = re.sub(r"`[^`]*`", "`[^`]+`", pattern)
+        pattern = re.sub(r"\b(int64|float32|int32|float64|bool)\b", r"\\w+", pattern)  # (before the digits)
         pattern = re.sub(r"\d+", r"\\d+", pattern)
         pattern = re.sub(r"\b(true|false)\b", "(true|false)", pattern)
-        pattern = re.sub(r"\b(int64|float32|int32|float64|bool)\b", r"\\w+", pattern)
         pattern = re.sub(r"\bNone\b", r"\\w+", pattern)
         patterns.append(re.compile(pattern))
     return patterns
@@ -436,16 +436,10 @@ def _run(program):
 
 
 def _programs(static):
-    """How many programs the calls made, those of one decision group that
-    differ only in what they answer at reads of values whose strides or
-    requires_grad depend on the path (ops/path_reads.py) counted as one."""
-    kinds = set()
-    for concrete in static.program_cache:
-        decided = getattr(concrete, "decided_reads", None)
-        group = getattr(concrete, "decisions", None)
-        only_layouts = decided and not getattr(concrete, "decided_sides", None)
-        kinds.add(("layouts", id(group)) if only_layouts or (group and concrete is group.programs[0]) else id(concrete))
-    return len(kinds)
+    """How many programs the calls made, those of one decision group (a side
+    of an `if` whose values differ in type, strides or requires_grad read of
+    a value that depends on the path: d2s/decisions.py) counted as one."""
+    return len({id(getattr(c, "decisions", None) or c) for c in static.program_cache})
 
 
 def _same_raise(expected, exc):
