@@ -303,6 +303,10 @@ def classify_error(exc, program, source, path=None):
             return Outcome("crash", "conversion_error", "not at the user's line: " + blank(message),
                            f"{message}\n(raised for {exc.filename}, line {exc.lineno})")
         return Outcome("refused", "conversion_error", blank(message), message)
+    if isinstance(exc, RuntimeError) and "d2s cannot convert again and rerun this call" in message:
+        # A decision broken after an in-place write to an input (docs/syntax_and_limitations.md,
+        # "Programs converted again"): documented, loud, and named at the op that wrote.
+        return Outcome("refused", "rerun", blank(message), message)
     tb = traceback.extract_tb(exc.__traceback__)
     where = next((f"{os.path.basename(fr.filename)}:{fr.name}" for fr in reversed(tb)
                   if ROOT in os.path.abspath(fr.filename) and "/tests/" not in fr.filename), "")
