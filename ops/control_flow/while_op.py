@@ -119,11 +119,17 @@ class _Spec:
         if nv.dtype != self.dtype:
             if was_number:
                 # Python arithmetic keeps a number (`n + 0.5` of an int is a
-                # float); a tensor it meets makes it that tensor's dtype.
-                self.dtype = torch.promote_types(self.dtype, nv.dtype) if stands_for_number(nv) else nv.dtype
-                return True
-            raise differing_dtype(f"loop variable {label}", (dtype_name(self.dtype), nv.dtype_name), _PLACES,
-                                  "cast it so the dtype stays the same")
+                # float); a tensor it meets makes it that tensor's dtype. A
+                # narrower number (a bool where it is a float) is carried
+                # widened: the spec stays, and the body is not traced again
+                # (it was, until no trace settled: `s = bool(c) if p else s`).
+                dtype = torch.promote_types(self.dtype, nv.dtype) if stands_for_number(nv) else nv.dtype
+                if dtype != self.dtype:
+                    self.dtype = dtype
+                    return True
+            else:
+                raise differing_dtype(f"loop variable {label}", (dtype_name(self.dtype), nv.dtype_name), _PLACES,
+                                      "cast it so the dtype stays the same")
         check_rank(f"loop variable {label}", (self.shape, nv.shape), _PLACES, "its rank must stay the same")
         shape = relaxed(self.shape, nv.dims)
         if shape != self.shape:

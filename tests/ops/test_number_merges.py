@@ -63,3 +63,25 @@ def test_a_literal_and_a_float_widen_where_the_side_is_not_known(values):
     got, want = static(x), widened_in_a_loop(x)
     assert got[1] == want[1] and isinstance(got[1], float)
     assert "while" in {op.type for b in static.concrete_program.main_program.blocks for op in b.ops}
+
+
+def bool_or_float_carried(x):
+    """A bool on some trips of a float loop variable: carried widened, one
+    trace (a spec "widened" to the dtype it had was traced again until the
+    limit: "did not settle after 6 traces")."""
+    a = x * 1.0
+    t = x.sum()
+    s = 0.0
+    w = 0
+    while w < 3 and a.sum() < 2.5:
+        w += 1
+        s = bool(t > 1.0) if a.sum() > 1.0 else s
+    return a + t + s
+
+
+@pytest.mark.parametrize("scale", [0.1, 0.5, 1.0])
+def test_a_narrower_number_on_some_trips_is_carried_widened(scale):
+    static = d2s.declarative(bool_or_float_carried)
+    x = torch.ones(3) * scale
+    assert torch.equal(static(x), bool_or_float_carried(x))
+    assert "while" in {op.type for b in static.concrete_program.main_program.blocks for op in b.ops}
