@@ -141,7 +141,7 @@ def requires_grad(var):
 def _checked(var, tracer):
     # True for a value an op made, unless a side of an `if` made it without
     # gradients: checked where it is read (ops/path_reads.py).
-    from . import path_reads  # (it imports the control-flow ops, which import this module)
+    from . import path_reads  # lazy: it imports the control-flow ops, which import this module
     return path_reads.requires_grad(var, tracer)
 
 
