@@ -221,10 +221,10 @@ def _merged_var(i, a, b, site, label, live_dims, strict=False):
         else:
             with tr.block_guard(site.fblock):
                 vb = framework.cast(vb, va.dtype)
-    elif va.kind == vb.kind and va.dtype != vb.dtype and all(numbers):
-        literal = not isinstance(a, (Variable, torch.Tensor)) or not isinstance(b, (Variable, torch.Tensor))
-        va, vb = _merge_number_types(va, vb, site, label, strict, literal)
     places = ("in the true branch", "in the false branch of an `if` on a tensor")
+    if va.kind == vb.kind and va.dtype != vb.dtype and all(numbers):
+        literal = not isinstance(a, (Variable, torch.Tensor)) or not isinstance(b, (Variable, torch.Tensor))
+        va, vb = _merge_number_types(va, vb, site, label, places, strict, literal)
     try:
         if va.kind != vb.kind or va.dtype != vb.dtype:
             raise differing_dtype(label, (va.dtype_name, vb.dtype_name), places, "cast one of them so both agree")
@@ -243,7 +243,7 @@ def _merged_var(i, a, b, site, label, live_dims, strict=False):
     return out, (va.name, vb.name)
 
 
-def _merge_number_types(va, vb, site, label, strict, literal):
+def _merge_number_types(va, vb, site, label, places, strict, literal):
     """Python numbers of two types (`return 7` on one path, `return 0.5`
     or a bool on the other): where the side the inputs take is known, the
     `cond` converts that side and the other is a decision (each path's value
@@ -252,8 +252,7 @@ def _merge_number_types(va, vb, site, label, strict, literal):
     kept, `7` becomes `7.0`), never narrowed (the literal took the other
     side's dtype: 0.5 became 0, 3 became True); two computed numbers stay
     the error they were."""
-    err = differing_dtype(label, (va.dtype_name, vb.dtype_name), ("in the true branch", "in the false branch of "
-                                                                  "an `if` on a tensor"), "cast one of them so both agree")
+    err = differing_dtype(label, (va.dtype_name, vb.dtype_name), places, "cast one of them so both agree")
     decided = _unmergeable_where_known(err, site, strict)
     if decided is not err or not literal:
         raise decided
