@@ -27,6 +27,7 @@ from typing import NamedTuple
 import torch
 import torch.utils._pytree as pytree
 
+from ops import number_paths
 from ops.capture import dispatch
 from ops.recording import graph_condition, lift, stands_for_number
 from ops.framework import scalar_copy
@@ -86,6 +87,8 @@ def _tree(value, walk, depth, path):
 def _node(value, walk, depth, path):
     value = graph_condition(value)  # a returned run-time size: fetched as a Python number
     if isinstance(value, Variable):
+        # A number on one path, a tensor on another, given back: its type shows (ops/number_paths.py).
+        number_paths.observe(value)
         return _leaf(value, walk)
     if isinstance(value, torch.Tensor):
         walk.fetch.append(lift(value))

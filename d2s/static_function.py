@@ -21,7 +21,7 @@ import torch
 
 from ops.autograd_function import has_live_ops
 from ops.capture import CaptureMode
-from ops import attribute_reads, process_state, python_reads, python_values, tracer
+from ops import attribute_reads, number_paths, process_state, python_reads, python_values, tracer
 from ops.control_flow import Unreachable, settle as settle_checkpoints
 from ops.framework import check_dims as fw_check_dims, check_strides as fw_check_strides
 from ops.tracer import Tracer
@@ -47,6 +47,8 @@ from .program_cache import Identities, ProgramCache, with_flags, with_state_part
 from .translator_state import STATE
 
 MANY_PROGRAMS = 8
+# Traces of one program at most, each deciding one more number/tensor `if` (ops/number_paths.py).
+_MAX_NUMBER_DECISIONS = 16
 
 _grad_enabled = torch.is_grad_enabled
 # The default dtype keys every call: a traced factory (`torch.zeros(n)`) or
@@ -476,6 +478,22 @@ class StaticFunction:
         return key, self._build(key, args, kwargs, form=form)
 
     def _build(self, key, args, kwargs, exact=False, form=None, varying=frozenset()):
+        """`_build_once`, traced again while a trace finds a Python number
+        on one path and a tensor on another used where the paths differ
+        (ops/number_paths.py): its `if` is then decided."""
+        for _ in range(_MAX_NUMBER_DECISIONS):
+            try:
+                return self._build_once(key, args, kwargs, exact, form, varying)
+            except number_paths.Decide as decide:
+                if decide.key in number_paths.DECIDED:
+                    break  # (decided, and still pending: a defect of d2s, said below)
+                number_paths.DECIDED.add(decide.key)
+        raise ConversionError(
+            f"d2s could not decide the `if` at {decide.key[1][:2] if decide.key[0] == 'site' else decide.key}, "
+            "whose value is a Python number on one path and a tensor on the other: start it as a tensor "
+            "(`torch.tensor(0.0)`) or keep it a number on every path")
+
+    def _build_once(self, key, args, kwargs, exact=False, form=None, varying=frozenset()):
         """The program for these arguments, cached under `key`. `exact`
         (converting again after a failed decision, d2s/decisions.py): a
         dynamic dimension of size 0 or 1 is traced as that size, not as 2,
@@ -499,6 +517,7 @@ class StaticFunction:
                                                    module_watch.is_plain_value) as attributes, \
                     attribute_reads.GroupReads(attribute_reads.optimizers_named(self._function, args, kwargs),
                                                module_watch.is_plain_value) as group_reads:
+                tr.decides_numbers = True  # traced again to decide a number/tensor value (`_build`)
                 dims = varying_sizes.feed_dims(leaves, varying) if varying else {}
                 feeds = [self._feed(main, tr, leaf, arg_names, exact, dims.get(j, ()))
                          for j, leaf in enumerate(leaves)]

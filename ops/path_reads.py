@@ -59,9 +59,17 @@ _ADVICE = {"strides": "give it one layout before reading them (`.contiguous()`)"
            "requires_grad": "read the flag of a value made one way on every trip"}
 
 
+def _read_key(origin):
+    """The key of a read: its site by lines (not instructions, as an `if`'s
+    is): reads of one line answer alike (`z * 2 if z.requires_grad else z,
+    z.requires_grad` converts once for the other path, not once per read)."""
+    key = site_key(origin)
+    return key[:1] + tuple(frame[:2] for frame in key[1:]) if key and key[0] == "site" else key
+
+
 def answer(kind, origin, fits=lambda value: True):
     """What a failed run had at the read of `kind` at `origin`, else None."""
-    for key in (site_key(origin), tuple(origin[:2]) if origin else None):
+    for key in (_read_key(origin), tuple(origin[:2]) if origin else None):
         value = _FORCED.get((kind, key)) if key is not None else None
         if value is not None and fits(value):
             return value
@@ -74,7 +82,7 @@ def taken(failing, failure):
     value = getattr(failure, "answer", None)
     if failing is None or failing.type not in _KINDS or value is None or not failing.origin:
         return {}
-    return {(_KINDS[failing.type][0], site_key(failing.origin)): value}
+    return {(_KINDS[failing.type][0], _read_key(failing.origin)): value}
 
 
 def refuse_both(decided, failing, failure):

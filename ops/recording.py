@@ -25,7 +25,7 @@ from runtime.ir import SCALAR, TENSOR, Variable
 from runtime.optable import WRITES, writing_variant
 from runtime import run_modes
 
-from . import tracer, wrapped_numbers
+from . import number_paths, tracer, wrapped_numbers
 from .infer import Meta, infer, substitute
 from .registry import OpDef, register
 from .user_frames import SYMBOLIC_TYPES, _user_names, error_at_user_line, user_name, user_origin
@@ -346,6 +346,8 @@ def record(opdef, fn, args, kwargs):
             f"`{opdef.type}` returns a Python number computed from tensor values, which are known only when "
             "the program runs; keep the result a tensor")
     result, outs, out_tree = _results(opdef, meta, block, refs)
+    if any(number_paths.pending(v) is not None for v in refs.inputs):
+        _pending_numbers(opdef, fn, args_tree, kwargs_tree, refs, meta, result, tr)
     attrs = {"args": args_tree, "kwargs": kwargs_tree, "out": out_tree}
     if not _grad_enabled():
         # Recorded inside `with torch.no_grad():` in the user's code: the
@@ -366,6 +368,39 @@ def record(opdef, fn, args, kwargs):
     # so an input that breaks the op's own preconditions gets the op's error.
     emit_guards(tr)
     return result
+
+
+# Ops that give a pending number's value as it is (ops/number_paths.py `carry`).
+_KEEPS_VALUE = {"torch.Tensor.detach", "torch.Tensor.clone", "cast", "torch.Tensor.reshape", "identity",
+                "torch.Tensor.to", "torch.Tensor.cpu", "torch.Tensor.cuda", "torch.Tensor.__pos__"}
+
+
+def _pending_numbers(opdef, fn, args_tree, kwargs_tree, refs, meta, result, tr):
+    """Inputs that are a Python number on one path and a tensor on another,
+    not decided yet (ops/number_paths.py): a 0-d result of numbers and such
+    values alone is pending too (`v * 2`); any other op is compared with
+    eager's, the pending inputs as Python numbers of their type, and a
+    difference in dtype (or a number the tensor's dtype rounds) decides."""
+    inputs = refs.inputs
+    if isinstance(result, Variable) and result.shape == () and \
+            all(stands_for_number(v) or number_or_tensor(v) for v in inputs):
+        number_paths.carry(result, inputs, computed=opdef.type not in _KEEPS_VALUE)
+        return
+    pending = [i for i, v in enumerate(inputs) if number_paths.pending(v) is not None]
+    values = [_number_of(number_paths.pending(v).number_dtype) if i in pending else InputRef(i)
+              for i, v in enumerate(inputs)]
+    call, call_args = wrapped_numbers.eager_call(opdef.type, fn, substitute(args_tree, values))
+    try:
+        expected = wrapped_numbers.dtypes(infer(call, call_args, substitute(kwargs_tree, values), inputs, tr,
+                                                factory=opdef.factory))
+    except Exception:  # noqa: BLE001 - eager's dtypes cannot be told: decided
+        expected = None
+    number_paths.observe_in_op([inputs[i] for i in pending], expected, wrapped_numbers.dtypes(meta))
+
+
+def _number_of(dtype):
+    return True if dtype == torch.bool else 1.5 + 0.5j if dtype.is_complex else 1.5 if dtype.is_floating_point \
+        else 3
 
 
 def _kernel_failed(exc, opdef, refs, block):

@@ -89,6 +89,10 @@ class Tracer:
     parameter or buffer is lifted into (its attribute path in the module).
     """
 
+    # Whether a number/tensor value may be left pending (ops/number_paths.py):
+    # only a declarative call's trace, which is traced again to decide it.
+    decides_numbers = False
+
     def __init__(self, program, name_hints=None):
         self.program = program
         self.block = program.global_block()

@@ -71,7 +71,7 @@ def _origin(frame, kind=tuple):
 
 class Origin(tuple):
     """(filename, lineno, source line) of a user line, and `site`: the
-    (filename, lineno) of each user frame from that line out to the frame
+    (filename, lineno, instruction) of each user frame from that line out to the frame
     that entered the trace. One line can be reached through several calls
     in one trace (transformers' `sdpa_mask` builds a model's full mask and
     its sliding-window mask), each of which may take another side of its
@@ -94,7 +94,9 @@ def user_origin_at_site(entry):
     while frame is not None and frame is not entry and len(site) < _MAX_SITE:
         filename = frame.f_code.co_filename
         if not filename.startswith(INTERNAL_DIRS) and not filename.startswith("<frozen"):
-            site.append((filename, frame.f_lineno))
+            # (the instruction too: two `if`s of one line, `max(t, 0.1), min(u, 0.1)`,
+            # are two sites, each with its own side)
+            site.append((filename, frame.f_lineno, frame.f_lasti))
         frame = frame.f_back
     origin.site = tuple(site)
     return origin

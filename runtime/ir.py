@@ -124,6 +124,7 @@ class Variable:
     python_number = False  # a 0-d value eager code has as a Python number (ops/recording.py stands_for_number)
     python_literal = False  # made from a number literal: its dtype is weak (ops/control_flow/while_op.py _Spec)
     number_or_tensor = None  # the user's name, when eager has it as a number on some paths, a tensor on others
+    pending_number = None  # such a value not decided yet: ops/number_paths.py Pending
     elem_known = True  # tensor arrays: False while no path has given it an element (shape and dtype unknown)
     strides = None  # the strides eager gives this value (ops/infer.py), when tracing knows them
     # True where tracing cannot know the layout at all (a value a tensor `if`

@@ -3,6 +3,7 @@
 
 import operator
 
+from ops import number_paths
 from ops.recording import number_or_tensor, stands_for_number
 from ops.user_frames import error_at_user_line
 
@@ -31,6 +32,7 @@ def convert_augassign(symbol, value, operand):
     if is_var(value) and stands_for_number(value):
         return binary(value, operand)
     if is_var(value) and number_or_tensor(value):
+        number_paths.observe(value)  # decided per path where its `if`'s side is known (ops/number_paths.py)
         _refuse_other_names(symbol, value)
     return inplace(value, operand)
 

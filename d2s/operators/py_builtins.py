@@ -8,7 +8,9 @@ import math
 
 import torch
 
+from ops import control_flow as cf
 from ops import framework as fw
+from ops import number_paths
 from ops import tracer
 from ops.control_flow import identity
 from ops.recording import graph_tensor, number_or_tensor, size as _variable_size, stands_for_number
@@ -135,6 +137,7 @@ def _types(value):
 
 
 def _no_one_type(value, builtin):
+    number_paths.observe(value)  # where the side of its `if` is known: decided per path (ops/number_paths.py)
     return error_at_user_line(
         f"{number_or_tensor(value)} is a Python number on some paths and a tensor on others (a tensor loop or "
         f"`if` makes it a tensor on some paths only), so `{builtin}` has no one answer when the program runs; "
@@ -200,7 +203,7 @@ def convert_max_min(builtin, which):
     """``max(a, b, ...)`` / ``min(a, b, ...)``, or of one iterable, where a
     graph tensor takes part: eager Python keeps ``best`` and takes each
     next ``e`` when ``e > best`` (``e < best`` for min); the graph picks the
-    same value with ``torch.where``. With ``key=``/``default=`` it is
+    same value with a ``cond`` (``b if b > a else a``). With ``key=``/``default=`` it is
     Python's own (the key function converted)."""
     def call(*args, **kwargs):
         if kwargs or not args:
@@ -242,7 +245,10 @@ def _pick(a, b, which):
             f"{which}(a, b) compares tensors of shape {list(pick_b.shape)}, known only when the program runs: "
             f"eager raises unless they hold one element; use torch.{which}imum(a, b) for elementwise values, "
             f"or make the sizes static")
-    return torch.where(pick_b, b, a)
+    # `b if b > a else a`, as Python picks: the value picked is `a` or `b`
+    # itself on each path (a Python number stays one, a double; decided per
+    # side where their types differ: ops/control_flow/merge.py).
+    return cf.cond(pick_b.reshape(()), lambda: b, lambda: a)
 
 
 def convert_any_all(builtin, which):

@@ -62,7 +62,8 @@ def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=
     tr = tracer.current()
     parent = tr.block
     origin = user_origin_at_site(tr.entry_frame)
-    site = IfSite(tr, tr.new_block(), None, names, return_names, lines, jump, pred, one_side)
+    site = IfSite(tr, tr.new_block(), None, names, return_names, lines, jump, pred, origin=origin,
+                  one_side=one_side)
     with tr.block_guard(site.tblock), tracing_side(tr, pred, True, origin):
         t_out = true_fn()
     site.fblock = tr.new_block()

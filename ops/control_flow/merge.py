@@ -2,7 +2,9 @@
 each side gives it.
 
     tensor / tensor         a new Variable (sizes that differ become -1)
-    number / tensor         the number takes the tensor's dtype
+    number / tensor         the tensor's dtype; pending where the side the
+                            inputs take is known, decided where the trace
+                            uses it so the paths differ (ops/number_paths.py)
     same Python value       that value, as in eager
     undefined on one side   a zeros placeholder where a later read cannot
                             happen (the function returned), else an error
@@ -17,12 +19,12 @@ import torch
 from runtime.errors import ConversionError
 from runtime.ir import TENSOR, TENSOR_ARRAY, Variable
 
-from .. import framework
+from .. import framework, number_paths
 from ..infer import known_contiguous, layout_unknown
 from ..recording import number_or_tensor, stands_for_number
 from ..user_frames import error_at_user_line, user_origin
 from . import identity
-from .sides import example_side
+from .sides import example_side, site_key
 from .undefined import Undefined, Unreachable
 from .values import (as_var, assigned_at, check_rank, differing_dtype, output_label, relaxed, same_python_value,
                      tensor_like, var_base)
@@ -52,6 +54,7 @@ class IfSite:
     lines: object = None
     jump: object = None
     pred: object = None  # the condition (a Variable of the parent block)
+    origin: object = None  # the user's line (user_frames.Origin), whose site keys its decisions
     # Whether two dtypes or ranks make the `if` convert one side only (see
     # `_unmergeable_where_known`); off while the caller may drop outputs.
     one_side: bool = True
@@ -211,17 +214,21 @@ def _merged_var(i, a, b, site, label, live_dims, strict=False):
     if va.kind == vb.kind == TENSOR_ARRAY:
         return _merge_arrays(label, va, vb, site, i)
     numbers = (stands_for_number(va), stands_for_number(vb))
+    places = ("in the true branch", "in the false branch of an `if` on a tensor")
+    pending = None
+    if va.kind == vb.kind == TENSOR and numbers[0] != numbers[1]:
+        pending = _number_beside_tensor(a if numbers[0] else b, va, vb, site, label, strict)
     if va.kind == vb.kind and va.dtype != vb.dtype and numbers[0] != numbers[1]:
-        # A Python number on one path, a tensor on the other: the number
-        # takes the tensor's dtype, which is what torch reads it as wherever
-        # it meets tensors (ops/wrapped_numbers.py).
+        # A Python number on one path, a tensor on the other, where the side
+        # is not known (`_number_beside_tensor`): the number takes the
+        # tensor's dtype, one value for both paths (documented: rounded to
+        # that dtype, a 0-d tensor where eager has the number).
         if numbers[0]:
             with tr.block_guard(site.tblock):
                 va = framework.cast(va, vb.dtype)
         else:
             with tr.block_guard(site.fblock):
                 vb = framework.cast(vb, va.dtype)
-    places = ("in the true branch", "in the false branch of an `if` on a tensor")
     if va.kind == vb.kind and va.dtype != vb.dtype and all(numbers):
         literal = not isinstance(a, (Variable, torch.Tensor)) or not isinstance(b, (Variable, torch.Tensor))
         va, vb = _merge_number_types(va, vb, site, label, places, strict, literal)
@@ -240,7 +247,38 @@ def _merged_var(i, a, b, site, label, live_dims, strict=False):
     varying = number_or_tensor(va) or number_or_tensor(vb) or (label if numbers[0] != numbers[1] else None)
     if varying:  # a number on one path, a tensor on the other
         out.number_or_tensor = varying
+    if pending is not None:
+        number_paths.note(out, pending[0], pending[1], out.dtype)
+    elif number_paths.pending(va) or number_paths.pending(vb):
+        out.pending_number = number_paths.pending(va) or number_paths.pending(vb)  # (decided where it came from)
     return out, (va.name, vb.name)
+
+
+def _number_beside_tensor(number, va, vb, site, label, strict):
+    """A Python number on one path, a tensor on the other (`v = t.sum() if
+    c else 0.1`; `number`: the number side's value). The merged value is
+    pending (ops/number_paths.py): one value of the tensor's dtype until the
+    trace uses it where eager's paths differ (returned, `isinstance`, beside
+    a float64 or int64 tensor, 0.1 rounded to float32), and then, traced
+    again, this `if` converts one side and the other is a decision (the
+    side the inputs take, or where replay cannot tell, a guess a run
+    corrects: sides.side_to_convert): each path keeps eager's value and
+    type exactly. -> (site key, number) to mark the merged value with;
+    None in a trace no decision can follow (`d2s.cond` programs)."""
+    key = site_key(site.origin) if site.origin else None
+    if not (strict and site.one_side and site.pred is not None) or key is None:
+        return None
+    if key in number_paths.DECIDED:
+        number_side = "true" if stands_for_number(va) else "false"
+        raise unmergeable(
+            f"{label} is a Python {_number_type(va if number_side == 'true' else vb)} in the {number_side} branch "
+            f"but a tensor in the other branch of the `if` on a tensor at this line")
+    return key, number
+
+
+def _number_type(var):
+    return "bool" if var.dtype == torch.bool else "float" if var.dtype.is_floating_point else \
+        "complex" if var.dtype.is_complex else "int"
 
 
 def _merge_number_types(va, vb, site, label, places, strict, literal):

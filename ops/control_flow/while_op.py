@@ -13,14 +13,17 @@ import dataclasses
 
 import torch
 
+from runtime.effects import has_effects
 from runtime.errors import ConversionError
 from runtime.ir import TENSOR_ARRAY, Variable, dtype_name, torch_dtype
 
-from .. import framework, tracer
+from .. import framework, number_paths, tracer
 from ..recording import graph_condition, graph_tensor, number_or_tensor, record, stands_for_number
 from ..registry import OpDef, op_for_callable, register
-from ..user_frames import SYMBOLIC_TYPES, error_at_user_line, user_origin
+from ..user_frames import SYMBOLIC_TYPES, error_at_user_line, user_origin, user_origin_at_site
 from . import array_lengths, identity
+from .cond_op import cond
+from .sides import site_key
 from .undefined import Undefined
 from .values import as_var, check_pred, check_rank, differing_dtype, outer_reads, output_label, relaxed, var_base
 
@@ -82,6 +85,8 @@ class _Spec:
         self.number = stands_for_number(value)  # until an iteration makes it a tensor
         # The user's name once trips disagree on number or tensor (ops.recording.number_or_tensor).
         self.varies = number_or_tensor(value)
+        # A number/tensor value of an `if` some trip gives it, not decided yet (ops/number_paths.py).
+        self.pending = number_paths.pending(value)
 
     def describe(self, var):
         """`var` with what this spec knows beyond its shape and dtype."""
@@ -90,6 +95,8 @@ class _Spec:
         var.layout_unknown = True  # the first trip's value's, or a later trip's (ops/infer.py)
         if self.varies:
             var.number_or_tensor = self.varies
+        if self.pending is not None:
+            var.pending_number = self.pending
         return var
 
     def widen(self, nv, label):
@@ -101,6 +108,9 @@ class _Spec:
             # A number on the first trip and a tensor after it (or the
             # other way round): `isinstance` has no one answer.
             self.varies = number_or_tensor(nv) or label
+            changed = True
+        if self.pending is None and number_paths.pending(nv) is not None:
+            self.pending = number_paths.pending(nv)  # (later trips and the loop's result hold it)
             changed = True
         was_number = self.python_number or self.number
         if self.number and not stands_for_number(nv):
@@ -171,8 +181,17 @@ def while_loop(cond_fn, body_fn, loop_vars, names=None, return_names=(), maybe_u
             check_pred(c)
             # This evaluation only told us the loop is a graph loop: the
             # `while` op computes its condition in its own block.
+            # (A test with no effects may be evaluated once more: `_trips_decided`.)
+            pure_test = not any(has_effects(op) for op in _since(tr, mark))
             tr.rollback(mark)
-            return _graph_while(cond_fn, body_fn, values, names, return_names, maybe_undefined)
+            key = site_key(user_origin_at_site(tr.entry_frame)) if pure_test else None
+            if key in number_paths.DECIDED:
+                return _trips_decided(cond_fn, body_fn, values, names, return_names, maybe_undefined)
+            result, numbers = _graph_while(cond_fn, body_fn, values, names, return_names, maybe_undefined)
+            if key is not None:
+                for i in numbers:  # (zero trips leave them numbers: decided where that shows)
+                    number_paths.note(result[i], key, values[i], result[i].dtype)
+            return result
         if isinstance(c, torch.Tensor):
             c = bool(c)
         if not c:
@@ -180,6 +199,30 @@ def while_loop(cond_fn, body_fn, loop_vars, names=None, return_names=(), maybe_u
         values = list(body_fn(*values))
         if len(values) != len(loop_vars):
             raise ConversionError(f"while_loop body returned {len(values)} values for {len(loop_vars)} loop variables")
+
+
+def _since(tr, mark):
+    """The ops recorded in the current block since `mark`."""
+    return tr.block.ops[mark.blocks[tr.block.idx][0]:] if tr.block.idx < len(mark.blocks) else tr.block.ops
+
+
+def _trips_decided(cond_fn, body_fn, values, names, return_names, maybe_undefined):
+    """A loop that makes a Python number a tensor (`s = 0.1`, then `s = s +
+    t` on every trip), where the trace used the result in a way that shows
+    (ops/number_paths.py): eager has the number after zero trips and a
+    tensor after any, of another type, precision (a double beside float32)
+    and promotion. The loop is `if test: loop` with the test evaluated once
+    more before it, and that `if` (at the loop's site, decided) converts the
+    side the inputs take; a run taking the other is a decision
+    (d2s/decisions.py): a program for runs with trips, one for runs with none."""
+    def loop():
+        result, numbers = _graph_while(cond_fn, body_fn, values, names, return_names, maybe_undefined)
+        for i in numbers:
+            result[i].number_or_tensor = None  # a tensor after the trip this side runs
+        return result
+
+    return cond(graph_condition(cond_fn(*values)), loop, lambda: list(values), names=names,
+                return_names=return_names)
 
 
 @dataclasses.dataclass
@@ -209,7 +252,11 @@ def _graph_while(cond_fn, body_fn, values, names, return_names, maybe_undefined=
         tr.rollback(mark)
     else:
         raise error_at_user_line(f"the shapes of the loop variables did not settle after {_MAX_TRACES} traces")
-    return _append_while(tr, parent, origin, trip, values, specs, names)
+    # Python numbers before the loop that every trip makes a tensor (`_trips_decided`).
+    numbers = [i for i in trip.carried if specs[i].python_number and not specs[i].number
+               and not number_or_tensor(trip.new[i]) and not stands_for_number(trip.new[i])
+               and specs[i].kind != TENSOR_ARRAY] if all(not isinstance(v, Undefined) for v in values) else []
+    return _append_while(tr, parent, origin, trip, values, specs, names), numbers
 
 
 def _initial_specs(values, names, return_names, maybe_undefined):

@@ -851,7 +851,7 @@ def truth_of_a_list_a_tensor_loop_fills(x):
 # -- builtin max/min of tensors compare them with bool(), as eagerly -------------------------------
 
 
-@case((POS,), (NEG,), (MIX,), ops={"torch.where"})
+@case((POS,), (NEG,), (MIX,), ops={"cond"})
 def max_min_of_one_element_tensors(x):
     return max(x[0], x[1], x[2]), min(x.sum(), x.mean())
 

@@ -375,10 +375,11 @@ def isinstance_in_a_loop_carrying_a_list_by_item(x):
     return k + s + hs[0] + hs[1] + hs[2][0]
 
 
-def type_of_a_number_one_branch_makes_a_tensor(x):
+def type_of_a_number_one_branch_makes_a_tensor(x, n):
     s = 1
-    if x.sum() > 0:
-        s = x.sum()
+    for i in range(n):  # (a tensor `if` alone is decided per side: tests/ops/test_number_or_tensor.py)
+        if x.sum() > i:
+            s = x.sum()
     return type(s) is int
 
 
@@ -539,7 +540,7 @@ def _returned_rows(x, n):
     # elements differ in dtype) must not hide the cause (was: "cannot append float64[]", found by the fuzzer).
     (isinstance_in_a_loop_carrying_a_list_by_item, (torch.ones(3),), "isinstance(s, float)",
      ["'s' is a Python number on some paths and a tensor on others", "`isinstance` has no one answer"]),
-    (type_of_a_number_one_branch_makes_a_tensor, (torch.ones(3),), "type(s) is int",
+    (type_of_a_number_one_branch_makes_a_tensor, (torch.ones(3), torch.tensor(2)), "type(s) is int",
      ["'s' is a Python number on some paths and a tensor on others", "`type` has no one answer"]),
     (tuple_grows_in_a_tensor_loop, (torch.ones(3), torch.tensor(2)), "for i in range(n)",
      ["loop variable 'h' is a tuple of 2 before the loop but a tuple of 3 after one iteration",

@@ -181,7 +181,9 @@ FLAGS = ["k = k + int(b.requires_grad)", "k = k + int(a.requires_grad) * 2", "s 
          "b = b.detach() * {s}", "t = t.detach() + 1.0"]
 # Python numbers of another type on one path (an int, a bool where `s` is a float): Python's
 # value keeps its type on each path.
-NUMBER_TYPES = ["s = 2 if a.sum() > {c} else s", "s = bool(t > {c}) if a.sum() > {d} else s"]
+NUMBER_TYPES = ["s = 2 if a.sum() > {c} else s", "s = bool(t > {c}) if a.sum() > {d} else s",
+                # a Python number on one path, a tensor on the other (its type and dtype by path)
+                "s = t * {s} if a.sum() > {c} else s", "s = max(t, {c})", "s = min(s, a.sum()) + 0.1"]
 LAYOUT_TERNARY = ["q = q.t().contiguous().t() if t > {c} else q", "q = q.contiguous() if a.sum() > {c} else q * {s}"]
 # A name first assigned in a loop's body and read after the loop (unbound after zero trips).
 LOOP_LOCAL_VALUES = ["a * {s}", "b + {c}", "torch.tanh(a) + t"]
@@ -305,14 +307,18 @@ class Program:
 
     def __init__(self, seed, state, body, rows, grad, pair=False):
         self.seed, self.state, self.body, self.rows, self.grad = seed, state, body, rows, grad
-        self.pair = pair  # return (tensor, k) rather than one tensor
+        self.pair = pair  # return (tensor, k, s) rather than one tensor
 
     def copy(self):
         return Program(self.seed, list(self.state), copy_block(self.body), self.rows, self.grad, self.pair)
 
     def return_text(self):
         total = " + ".join(STATE[v][1] for v in self.state if STATE[v][1])
-        return f"return {total}, k" if self.pair and "k" in self.state else f"return {total}"
+        if not self.pair:
+            return f"return {total}"
+        # (the Python numbers too: a number comes back as one, of eager's type)
+        numbers = ", ".join(v for v in ("k", "s") if v in self.state)
+        return f"return {total}, {numbers}" if numbers else f"return {total}"
 
     def source(self):
         """The module text; also records each statement's line number."""

@@ -43,6 +43,7 @@ import warnings
 import torch
 
 import d2s
+from runtime.errors import DecisionFailed
 from runtime.output_tree import rebuild
 
 import fuzz_programs
@@ -217,20 +218,26 @@ DEVICE = os.environ.get("D2S_FUZZ_DEVICE", "cpu")
 _FAST_RTOL, _FAST_ATOL = 1e-5, 1e-6
 
 
-def same(eager, static, rounding=False):
-    """Whether a static result is the eager one (a Python number may come
-    back as a 0-d tensor): exactly, or up to float rounding with `rounding`."""
+def same(eager, static, rounding=False, python_types=True):
+    """Whether a static result is the eager one: exactly, or up to float
+    rounding with `rounding`. A Python number or string must come back as
+    one of eager's type (a declarative call gives them back as Python
+    values: `7` is not `7.0`); without `python_types` (the Executor, which
+    fetches tensors) a number may come back as a 0-d tensor."""
     if isinstance(eager, (tuple, list)):
-        return isinstance(static, (tuple, list)) and len(eager) == len(static) and all(
-            same(a, b, rounding) for a, b in zip(eager, static))
+        kind = type(static) is type(eager) if python_types else isinstance(static, (tuple, list))
+        return kind and len(eager) == len(static) and all(
+            same(a, b, rounding, python_types) for a, b in zip(eager, static))
     if isinstance(eager, torch.Tensor):
         if not (isinstance(static, torch.Tensor) and static.dtype == eager.dtype and static.shape == eager.shape):
             return False
         if rounding and eager.is_floating_point():
             return torch.allclose(static.detach(), eager.detach(), _FAST_RTOL, _FAST_ATOL, equal_nan=True)
         return torch.equal(static.detach(), eager.detach())
-    if eager is None:
-        return static is None
+    if eager is None or isinstance(eager, str):
+        return type(static) is type(eager) and static == eager
+    if python_types and type(static) is not type(eager):
+        return False
     value = static.item() if isinstance(static, torch.Tensor) and static.numel() == 1 else static
     if rounding and type(value) is float and type(eager) is float:
         return abs(value - eager) <= _FAST_ATOL + _FAST_RTOL * abs(eager) or value == eager
@@ -415,7 +422,7 @@ def _run(program):
                            f"input {i}: eager leaves inputs {[_show(a) for a in mutated]}, "
                            f"declarative {[_show(a) for a in call_args]}")
         try:
-            executed = _executor_run(static.concrete_program, args)
+            executed = _executor_run(static, args)
         except _Timeout:
             raise
         except Exception as exc:
@@ -423,7 +430,7 @@ def _run(program):
             if outcome.kind == "refused":
                 outcome = Outcome("crash", "executor", outcome.detail, outcome.message)
             return outcome
-        if not same(result, executed):
+        if not same(result, executed, python_types=False):
             return Outcome("wrong", "executor", _wrong_detail(program),
                            f"input {i}: eager {_show(result)}, executor {_show(executed)}")
     if programs is None:
@@ -453,7 +460,7 @@ def _same_raise(expected, exc):
 def _expect_raise(static, args, expected, i, program):
     """None when the Executor run of the program raises as eager did, else the wrong Outcome."""
     try:
-        executed = _executor_run(static.concrete_program, args)
+        executed = _executor_run(static, args)
     except _Timeout:
         raise
     except Exception as exc:  # noqa: BLE001 - compared with the eager exception
@@ -475,7 +482,24 @@ def _all_zero(grad):
     return grad is not None and not grad.any()
 
 
-def _executor_run(concrete, args):
+def _executor_run(static, args):
+    """The Executor's result for `args` from the program the declarative call
+    ran for them: the most recent one, else, where that one raises
+    DecisionFailed (these inputs take a side another program of its decision
+    group holds: d2s/decisions.py), the others of the group, as the call tries them."""
+    first = static.concrete_program
+    group = getattr(first, "decisions", None)
+    others = [c for c in static.program_cache if c is not first and group is not None
+              and getattr(c, "decisions", None) is group]
+    for k, concrete in enumerate([first] + others):
+        try:
+            return _run_program(concrete, args)
+        except DecisionFailed:
+            if k == len(others):
+                raise
+
+
+def _run_program(concrete, args):
     # (fresh leaves with the arguments' flags: what the program reads of `requires_grad` is eager's)
     feed = {v.name: a.detach().requires_grad_(a.requires_grad) for v, a in zip(concrete.inputs, args)}
     place = d2s.CUDAPlace(torch.device(DEVICE).index or 0) if torch.device(DEVICE).type == "cuda" else d2s.CPUPlace()

@@ -1,0 +1,124 @@
+"""A Python number on one path, a tensor on another: decided where it shows.
+
+`v = t.sum() if c else 0.1` (or `extra = 0; if c: extra = t.sum()`, or
+`s = 0.1; for ...: s = s + t`, which zero trips leave a number) is one
+program value of the tensor's dtype. Where it only meets tensors that
+decide the dtype, with a number that dtype holds exactly (`total + extra`
+of a float32 `total`, `extra` the int 0), that value is eager's on every
+path: one program serves both (and an ONNX or torch.export program holds
+both sides). Elsewhere eager's paths differ in what follows: the value
+returned (`0.1`, not a tensor), its precision (a double where the tensor
+is float32: `v * d` of a float64 `d`), the dtype of what it meets (`0 * i`
+of an int64 `i` is int64), `isinstance`, Python arithmetic on it.
+
+So the merged value carries a `Pending` (the `if`'s site, the number's
+dtype, whether the tensor's dtype holds it exactly) when the side the
+inputs take is known; where the trace uses it in a way whose result
+depends on the path (`observe`), the trace raises `Decide`, and the
+function is traced again with that site among `DECIDED`: its `if` then
+converts the side the inputs take and makes the other a decision
+(ops/control_flow/merge.py `_number_beside_tensor`, d2s/decisions.py), so
+each path gives eager's value and type exactly. A loop whose zero trips
+leave the number is decided as `if test: loop` (while_op `_trips_decided`).
+"""
+
+import dataclasses
+
+import torch
+
+from runtime.ir import Variable
+
+from . import tracer
+
+# Site keys (ops/control_flow/sides.py `site_key`) whose merged number and
+# tensor some trace saw used where the paths differ: decided from then on
+# (a property of the code at that site, kept for the process).
+DECIDED = set()
+
+
+@dataclasses.dataclass(frozen=True)
+class Pending:
+    """A merged number/tensor value not decided yet: the site that decides
+    it, the number's dtype (bool, int64, float64), whether the merged
+    dtype holds the number's value exactly, and that merged dtype."""
+
+    key: tuple
+    number_dtype: torch.dtype
+    exact: bool
+    dtype: torch.dtype
+
+
+class Decide(BaseException):
+    """Raised where a pending value is used in a way that depends on the
+    path; the conversion traces again with `key` decided. A BaseException:
+    no handler of the user's code (`except Exception:` in a traced `try`)
+    or of a branch being traced (its errors become `raise` ops) may take it."""
+
+    def __init__(self, key):
+        super().__init__(key)
+        self.key = key
+
+
+def pending(value):
+    return value.pending_number if isinstance(value, Variable) else None
+
+
+def holds_exactly(number, dtype):
+    """Whether a tensor of `dtype` holds the Python `number` exactly."""
+    if isinstance(number, bool):
+        return True
+    with torch._C.DisableTorchFunction():
+        try:
+            return torch.tensor(number, dtype=dtype).item() == number
+        except (OverflowError, RuntimeError):
+            return False
+
+
+def note(var, key, number, tensor_dtype):
+    """Mark the merged `var` pending at `key`. `number`: the number side's
+    value (a Python number, or a Variable standing for one). Not in a trace
+    that is not traced again (`Tracer.decides_numbers`): one value of the
+    tensor's dtype there, as where the side is not known."""
+    if not tracer.current().decides_numbers:
+        return
+    if isinstance(number, (bool, int, float)):
+        exact, number_dtype = holds_exactly(number, tensor_dtype), _python_dtype(number)
+    else:
+        number_dtype = number.dtype
+        exact = torch.promote_types(number_dtype, tensor_dtype) == tensor_dtype and \
+            (tensor_dtype.is_floating_point or not number_dtype.is_floating_point)
+    var.pending_number = Pending(key, number_dtype, exact, tensor_dtype)
+
+
+def carry(result, inputs, computed):
+    """`result` of an op on numbers and pending values only (`v * 2`,
+    `v.detach()`): pending too, inexact once arithmetic rounds in the
+    merged dtype where Python rounds a double (`computed`)."""
+    found = next((pending(v) for v in inputs if pending(v) is not None), None)
+    if found is not None:
+        result.pending_number = dataclasses.replace(found, exact=found.exact and not computed)
+
+
+def observe(value):
+    """`value` is used where its type shows (returned, `isinstance`, `+=`
+    with another name holding it): raise `Decide` if it is pending."""
+    found = pending(value)
+    if found is not None:
+        raise Decide(found.key)
+
+
+def observe_in_op(inputs, eager_dtypes, actual_dtypes):
+    """An op meets pending inputs beside other values: the same where the
+    merged value is exact and the op's dtypes are eager's with the number
+    as a Python number (`eager_dtypes`, None when they cannot be told)."""
+    for value in inputs:
+        found = pending(value)
+        if found is None:
+            continue
+        if not found.exact or eager_dtypes is None or list(eager_dtypes) != list(actual_dtypes):
+            raise Decide(found.key)
+
+
+def _python_dtype(number):
+    return torch.bool if isinstance(number, bool) else torch.int64 if isinstance(number, int) else \
+        torch.complex128 if isinstance(number, complex) else torch.float64
