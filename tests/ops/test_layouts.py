@@ -153,6 +153,32 @@ def test_a_size_one_dimension_stride_is_read_exactly(first):
         assert static(x) == size_one_strides(x), sign
 
 
+def contiguous_of_one_row(x, m):
+    """`.contiguous()` of a (3, 1) value whose layout a loop leaves unknown
+    is that value itself (`is_contiguous()` holds whatever a size-1
+    dimension's stride): eager keeps strides (1, 3) on one path; the
+    program answered (1, 1), the strides of a new tensor (found by the fuzzer)."""
+    t = x.sum()
+    q = m * 1.0
+    w = 0
+    while w < 1:
+        w += 1
+        q = q.t().contiguous().t() if t > -0.5 else q
+        if t > 0.0:
+            return q.stride(0) + q.stride(1) * 0.5
+    q = q.t().contiguous().t()
+    return q.stride(0) + q.stride(1) * 0.5
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("first", [1.0, -1.0, 0.0])
+def test_contiguous_of_a_size_one_dimension_keeps_its_input(rows, first):
+    static = d2s.declarative(contiguous_of_one_row)
+    for total in (first, 0.0, -1.0, 1.0):
+        x, m = torch.tensor([total, 0.0, 0.0]), torch.rand(rows, 3)
+        assert static(x, m) == contiguous_of_one_row(x, m), total
+
+
 def flip_flop(x, n):
     q = x * 1
     k = 0
