@@ -237,6 +237,11 @@ def _merged_var(i, a, b, site, label, live_dims, strict=False):
             raise differing_dtype(label, (va.dtype_name, vb.dtype_name), places, "cast one of them so both agree")
         check_rank(label, (va.shape, vb.shape), places, "the ranks must agree")
     except ConversionError as err:
+        if pending is not None:
+            # A number on one path, a tensor of another rank on the other (`stack(out).sum(0) if
+            # len(out) > 0 else 0.0`): no one value, so one side is converted, the other decided
+            # where a run takes it, as for None and a tensor (sides.side_to_convert).
+            raise Unmergeable(err.message, err.filename, err.lineno) from None
         raise _unmergeable_where_known(err, site, strict) from None
     shape = live_dims or relaxed(va.dims, vb.dims)
     out = tr.block.create_var(name=tr.program.unique_name(var_base(site.names, i, "cond_out")),

@@ -140,6 +140,27 @@ def test_type_and_isinstance_are_eagers_on_each_path(first):
         _same(static(x), type_of_it(x))
 
 
+def number_or_tensor_of_another_rank(x, m):
+    """0.0 or a (3,) tensor: no one value; one side converted, the other a
+    decision, where replay cannot tell the side (the length of a list a
+    tensor `if` appends to) too: a run taking the other side corrects it."""
+    out = []
+    for r in m:
+        if r.sum() > 0:
+            out.append(r)
+    return x + (torch.stack(out).sum(0) if len(out) > 0 else 0.0)
+
+
+@pytest.mark.parametrize("first", [1.0, -1.0], ids=["rows_kept_first", "none_kept_first"])
+def test_a_number_and_a_tensor_of_another_rank(first):
+    static = d2s.declarative(number_or_tensor_of_another_rank)
+    for sign in (first, -first, first):
+        x, m = torch.ones(3), torch.ones(2, 3) * sign
+        _same(static(x, m), number_or_tensor_of_another_rank(x, m))
+    assert len({id(c.decisions) for c in static.program_cache}) == 1
+    assert all("cond" in {op.type for b in c.main_program.blocks for op in b.ops} for c in static.program_cache)
+
+
 def number_in_a_loop(x, n):
     """The side of the `if` changes from trip to trip: one value of the
     tensor's dtype on every path (documented), one program."""
