@@ -163,9 +163,14 @@ def infer(fn, args, kwargs, inputs, tracer, factory=False, autograd=False):
         # An input stood in contiguous where its layout is unknown, or is
         # not contiguous at run-time sizes (ops/symbolic.py `fake`).
         guessed = tracer._shapes is not None and tracer._shapes.layout_approximated
-        if (guessed or any(layout_unknown(v) for v in inputs)) and (
-                fn not in _LAYOUT_OF_ITS_OWN or _may_be_its_input(fn, result)):
-            _forget_strides(result)
+        if guessed or any(layout_unknown(v) for v in inputs):
+            if fn not in _LAYOUT_OF_ITS_OWN or _may_be_its_input(fn, result):
+                _forget_strides(result)
+            elif fn is torch.Tensor.contiguous and isinstance(result, Meta) and \
+                    not all(isinstance(d, int) for d in result.shape):
+                # Run-time sizes: contiguous where none of them is 1, which
+                # the read of its strides checks (ops/capture.py `_strides`).
+                result.strides = None
         if autograd:
             note_requires_grad(result, fn, args, kwargs, inputs, factory)
         return result
@@ -343,10 +348,11 @@ def _may_be_its_input(fn, result):
     """`x.contiguous()` is `x` itself where `x.is_contiguous()`, which holds
     whatever the stride of a dimension of size 1 (or of no elements): then
     its strides are its input's (`m.t().contiguous()` of a (1, 3) `m` keeps
-    strides (1, 3), not (1, 1)). Only where every size is known and above 1
-    does it have strides of its own."""
-    return fn is torch.Tensor.contiguous and isinstance(result, Meta) and not all(
-        isinstance(d, int) and d > 1 for d in result.shape)
+    strides (1, 3), not (1, 1)). Where a size is known to be 1 (or 0) its
+    strides are unknown; where every size is known and above 1 they are
+    its own; run-time sizes: see `infer`."""
+    return fn is torch.Tensor.contiguous and isinstance(result, Meta) and any(
+        isinstance(d, int) and d <= 1 for d in result.shape)
 
 
 def _forget_strides(result):

@@ -179,6 +179,26 @@ def test_contiguous_of_a_size_one_dimension_keeps_its_input(rows, first):
         assert static(x, m) == contiguous_of_one_row(x, m), total
 
 
+def contiguous_at_run_time_rows(m, n):
+    q = m * 1.0
+    for i in range(n):
+        q = q.t().contiguous().t() if q.sum() > i else q * 2.0
+    q = q.t().contiguous()   # (3, rows): its own strides where rows > 1, `q.t()`'s where rows == 1
+    return q * 1.0, q.stride(0), q.stride(1)
+
+
+def test_contiguous_at_run_time_sizes_is_checked_where_read():
+    """At run-time sizes the program answers the strides of a new tensor
+    and checks them where they are read: a run with one row, whose
+    `contiguous()` keeps its input, converts again answering those."""
+    static = d2s.declarative(contiguous_at_run_time_rows,
+                             input_spec=[d2s.InputSpec([None, 3]), d2s.InputSpec([], torch.int64)])
+    for rows, n in [(3, 2), (1, 2), (2, 0), (1, 1), (4, 3)]:
+        m, count = torch.rand(rows, 3), torch.tensor(n)
+        got, want = static(m, count), contiguous_at_run_time_rows(m, count)
+        assert torch.equal(got[0], want[0]) and got[1:] == want[1:], (rows, n, got[1:], want[1:])
+
+
 def flip_flop(x, n):
     q = x * 1
     k = 0
