@@ -12,13 +12,13 @@ is float32: `v * d` of a float64 `d`), the dtype of what it meets (`0 * i`
 of an int64 `i` is int64), `isinstance`, Python arithmetic on it.
 
 So the merged value carries a `Pending` (the `if`'s site, the number's
-dtype, whether the tensor's dtype holds it exactly) when the side the
-inputs take is known; where the trace uses it in a way whose result
-depends on the path (`observe`), the trace raises `Decide`, and the
-function is traced again with that site among `DECIDED`: its `if` then
-converts the side the inputs take and makes the other a decision
-(ops/control_flow/merge.py `_number_beside_tensor`, d2s/decisions.py), so
-each path gives eager's value and type exactly. A loop whose zero trips
+dtype, whether the tensor's dtype holds it exactly); where the trace uses
+it in a way whose result depends on the path (`observe`), the trace
+raises `Decide`, and the function is traced again with that site among
+`DECIDED`: its `if` then converts one side (the one the inputs take, or a
+guess a run corrects where replay cannot tell) and makes the other a
+decision (ops/control_flow/merge.py `_number_beside_tensor`,
+d2s/decisions.py), so each path gives eager's value and type exactly. A loop whose zero trips
 leave the number is decided as `if test: loop` (while_op `_trips_decided`).
 """
 
@@ -29,6 +29,7 @@ import torch
 from runtime.ir import Variable
 
 from . import tracer
+from .wrapped_numbers import python_number_dtype
 
 # Site keys (ops/control_flow/sides.py `site_key`) whose merged number and
 # tensor some trace saw used where the paths differ: decided from then on
@@ -39,13 +40,12 @@ DECIDED = set()
 @dataclasses.dataclass(frozen=True)
 class Pending:
     """A merged number/tensor value not decided yet: the site that decides
-    it, the number's dtype (bool, int64, float64), whether the merged
-    dtype holds the number's value exactly, and that merged dtype."""
+    it, the number's dtype (bool, int64, float64), and whether the merged
+    dtype holds the number's value exactly."""
 
     key: tuple
     number_dtype: torch.dtype
     exact: bool
-    dtype: torch.dtype
 
 
 class Decide(BaseException):
@@ -82,12 +82,12 @@ def note(var, key, number, tensor_dtype):
     if not tracer.current().decides_numbers:
         return
     if isinstance(number, (bool, int, float)):
-        exact, number_dtype = holds_exactly(number, tensor_dtype), _python_dtype(number)
+        exact, number_dtype = holds_exactly(number, tensor_dtype), python_number_dtype(number)
     else:
         number_dtype = number.dtype
         exact = torch.promote_types(number_dtype, tensor_dtype) == tensor_dtype and \
             (tensor_dtype.is_floating_point or not number_dtype.is_floating_point)
-    var.pending_number = Pending(key, number_dtype, exact, tensor_dtype)
+    var.pending_number = Pending(key, number_dtype, exact)
 
 
 def carry(result, inputs, computed):
@@ -118,7 +118,3 @@ def observe_in_op(inputs, eager_dtypes, actual_dtypes):
         if not found.exact or eager_dtypes is None or list(eager_dtypes) != list(actual_dtypes):
             raise Decide(found.key)
 
-
-def _python_dtype(number):
-    return torch.bool if isinstance(number, bool) else torch.int64 if isinstance(number, int) else \
-        torch.complex128 if isinstance(number, complex) else torch.float64

@@ -387,8 +387,8 @@ def _pending_numbers(opdef, fn, args_tree, kwargs_tree, refs, meta, result, tr):
         number_paths.carry(result, inputs, computed=opdef.type not in _KEEPS_VALUE)
         return
     pending = [i for i, v in enumerate(inputs) if number_paths.pending(v) is not None]
-    values = [_number_of(number_paths.pending(v).number_dtype) if i in pending else InputRef(i)
-              for i, v in enumerate(inputs)]
+    values = [wrapped_numbers.python_value_of(number_paths.pending(v).number_dtype) if i in pending
+              else InputRef(i) for i, v in enumerate(inputs)]
     call, call_args = wrapped_numbers.eager_call(opdef.type, fn, substitute(args_tree, values))
     try:
         expected = wrapped_numbers.dtypes(infer(call, call_args, substitute(kwargs_tree, values), inputs, tr,
@@ -396,11 +396,6 @@ def _pending_numbers(opdef, fn, args_tree, kwargs_tree, refs, meta, result, tr):
     except Exception:  # noqa: BLE001 - eager's dtypes cannot be told: decided
         expected = None
     number_paths.observe_in_op([inputs[i] for i in pending], expected, wrapped_numbers.dtypes(meta))
-
-
-def _number_of(dtype):
-    return True if dtype == torch.bool else 1.5 + 0.5j if dtype.is_complex else 1.5 if dtype.is_floating_point \
-        else 3
 
 
 def _kernel_failed(exc, opdef, refs, block):

@@ -71,7 +71,11 @@ def all_numbers(inputs, numbers):
 
 def python_value(var):
     """A Python number of `var`'s kind (its value does not matter: dtypes only)."""
-    dtype = var.dtype
+    return python_value_of(var.dtype)
+
+
+def python_value_of(dtype):
+    """A Python number of the kind `dtype` stands for (dtypes only)."""
     if dtype == torch.bool:
         return True
     if dtype.is_complex:
