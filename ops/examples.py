@@ -21,14 +21,20 @@ replay runs on the real example data). An in-place op is replayed on a copy
 of the tensor it writes, and only where that tensor is the replay's own: made
 by an op that shares no memory with its inputs (`torch.zeros_like(mask)
 .masked_fill_(mask, -inf)`, as torch's `F._canonical_mask` builds a mask).
-Each read is of the value its op saw: the last write before it; a view read
-after a write to the memory it shares, through any name, is unknown.
+Each read is of the value its op saw: the last write before it; a tensor
+read after a write to memory it may share (a view of it, or it a view),
+through any name, is unknown, and so is one a branch or loop body writes
+in place (`if c and acc.add_(1).sum() > 2`), read after that write: the
+value before the block is not it (until 2026-11-30 both were read as
+before the write, the side was replayed wrong, and a call converted again
+until the limit of 8 programs failed).
 """
 
 import bisect
 
 import torch
 
+from runtime.aten import returns_new
 from runtime.attrs import OutputRef, ReturnType
 from runtime.effects import draws, written_in_place
 from runtime.ir import SCALAR, TENSOR_ARRAY
@@ -148,14 +154,19 @@ class _Replay:
         if writers is None:
             writers = self._writers[block.idx] = {}
             for position, op in enumerate(block.ops):
-                for name in op.output("Out"):
+                names = set(op.output("Out"))
+                if op.sub_blocks():
+                    names |= _writes(op)  # (an in-place write in a branch or loop body)
+                for name in names:
                     writers.setdefault(name, []).append(position)
         positions = writers.get(var.name, ())
         i = bisect.bisect_left(positions, len(block.ops) if before is None else before)
         if i == 0:
             return None
         op = block.ops[positions[i - 1]]
-        return op, op.output("Out").index(var.name), positions[i - 1]
+        outs = op.output("Out")
+        # -1: written in place inside the op's blocks, not one of its outputs (unknown).
+        return op, outs.index(var.name) if var.name in outs else -1, positions[i - 1]
 
     def value(self, var, before=None):
         """What `var` holds for the examples when the op at position
@@ -164,8 +175,12 @@ class _Replay:
         key = (var.block.idx, var.name, None if found is None else found[2])
         if key not in self.memo:
             self.memo[key] = self._compute(var, found)
-        if key in self.views and self._aliased_write(var.block, self.views[key], key[2], before):
-            raise _Unknown(var.name)  # written through another name since: the replay's copy would not show it
+        made_at = -1 if found is None else found[2]
+        roots = self.views.get(key) or frozenset({(var.name, made_at)})
+        if self._aliased_write(var.block, roots, made_at, before):
+            # Written through another name since (a view of it, or it is a
+            # view): the replay's copy would not show it.
+            raise _Unknown(var.name)
         return self.memo[key]
 
     def _compute(self, var, found):
@@ -198,6 +213,8 @@ class _Replay:
 
     def _run(self, op, index, position):
         self.budget -= 1
+        if index < 0:
+            raise _Unknown(op.type)
         if op.type == "cond" and self.budget >= 0 and not self.constants_only:
             # The output of the side the example takes (a `return` flag, a
             # value one side sets): what that side's block computed.
@@ -247,6 +264,10 @@ class _Replay:
         A variable of an enclosing block is read as of the `cond` or `while`
         op there whose body holds `block`."""
         while block is not var.block and block.parent_idx >= 0:
+            if any(_writes(op) for op in block.ops[:position]):
+                # Written in place in this block before the read (`if c and
+                # acc.add_(1).sum() > 2`): the value before the block is not it.
+                raise _Unknown(var.name)
             parent = block.parent
             position = next((i for i, op in enumerate(parent.ops) if block in op.sub_blocks()), None)
             if position is None:  # the op is being traced: after the parent's last op so far
@@ -277,7 +298,7 @@ class _Replay:
             written = _writes(op)
             if written & names and not (position < made_at and written <= own):
                 return True
-            if not _inputs(op).isdisjoint(names):
+            if not _inputs(op).isdisjoint(names) and not _fresh(op):
                 names.update(op.output("Out"))
         return False
 
@@ -305,6 +326,11 @@ def _writes(op):
         for inner in sub.ops:
             found |= _writes(inner)
     return found
+
+
+def _fresh(op):
+    """Whether `op` returns memory of its own (its ATen schema says so), never a view of an input."""
+    return not op.sub_blocks() and is_registered(op.type) and returns_new(get_op_def(op.type))
 
 
 def _inputs(op):
