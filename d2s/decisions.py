@@ -54,6 +54,8 @@ from runtime.ir import GENERATOR
 from runtime.optable import get_op_def, is_registered
 from runtime.aten import fresh_by_schema, returns_new
 
+from . import varying_sizes
+
 
 # The programs one cache key may hold, each converted under other decisions.
 MAX_PROGRAMS = 8
@@ -153,7 +155,18 @@ def rerun(static, key, concrete, args, kwargs, tensors, failure, form=None, stat
     reads.update(path_reads.taken(failing, failure))
     cache.last_decision = str(failure).splitlines()[0]  # named by the many-programs warning
     with control_flow.forcing(sides, fallback=True), path_reads.forcing(reads):
-        fresh = static._build(key, args, kwargs, exact=True, form=form, varying=concrete.varying)
+        try:
+            fresh = static._build(key, args, kwargs, exact=True, form=form, varying=concrete.varying)
+        except ConversionError:
+            if not concrete.varying:
+                raise
+            # Code this side runs needs what tracing cannot follow at
+            # run-time sizes (a layout's strides): converted for these
+            # sizes, as a first conversion falls back to them
+            # (StaticFunction._miss), and the sizes stay exact from now on.
+            key = static.cache_key(args, kwargs)[0]
+            varying_sizes.stay_exact(cache, key)
+            fresh = static._build(key, args, kwargs, exact=True, form=form)
     fresh.decided_sides = sides
     fresh.decided_reads = reads
     fresh.decisions = group
@@ -183,7 +196,8 @@ def _refuse_both_sides(concrete, failing, failure):
             raise ConversionError(
                 f"{failure}\nd2s cannot convert this call: that `if` takes both sides within it (on different "
                 "trips of a loop), and a program holds one side of an `if` whose sides give values that cannot "
-                "be merged; give both sides values of one kind (a tensor on both, not None on one)",
+                "be merged; give both sides values of one type (a tensor on both, not None or a number on one; `2.0` "
+                "beside a float, not `2`)",
                 *holder.origin[:2]) from None
 
 
@@ -221,6 +235,7 @@ def _refuse_repeated_effects(concrete, failure, generators_restored=False):
     op = None
     for entry in (concrete.compiled, concrete._inference):
         op = op or (entry is not None and runner._failing_op(entry, failure.__traceback__)) or None
+    op = op or _decision_op(concrete, failure)
     if op is None:
         raise failure
     effect = _effect_before(op, generators_restored)
@@ -232,6 +247,15 @@ def _refuse_repeated_effects(concrete, failure, generators_restored=False):
         f"`{effect.type}`{where}, which changes state a second run would change again (an in-place "
         "write to an input or parameter, a random draw, a print); call it once with inputs that take this "
         "path before any other, or move the decision before that op") from None
+
+
+def _decision_op(concrete, failure):
+    """The one `decision_failed` op whose message `failure` carries, where
+    the traceback names no op (a native segment ran it); else None."""
+    text = str(failure)
+    found = [op for block in concrete.main_program.blocks for op in block.ops
+             if op.type == "decision_failed" and op.attrs["args"][0] == text]
+    return found[0] if len(found) == 1 else None
 
 
 def _effect_before(failing, generators_restored=False):

@@ -29,7 +29,7 @@ import torch.utils._pytree as pytree
 
 from ops import number_paths
 from ops.capture import dispatch
-from ops.recording import graph_condition, lift, stands_for_number
+from ops.recording import graph_condition, lift, number_or_tensor, stands_for_number
 from ops.framework import scalar_copy
 from ops.storage_address import StorageAddress
 from runtime.errors import ConversionError
@@ -84,11 +84,29 @@ def _tree(value, walk, depth, path):
     return node
 
 
+def _made_at(var):
+    """(file, line) of the user's line whose op made `var` (the `if` or loop
+    merging a returned value), else (None, None)."""
+    for op in var.block.ops:
+        if var.name in op.output_names and op.origin:
+            return tuple(op.origin[:2])
+    return None, None
+
+
 def _node(value, walk, depth, path):
     value = graph_condition(value)  # a returned run-time size: fetched as a Python number
     if isinstance(value, Variable):
         # A number on one path, a tensor on another, given back: its type shows (ops/number_paths.py).
         number_paths.observe(value)
+        if number_or_tensor(value):
+            # Not decided (a loop variable read in the trip that makes it a
+            # tensor, or after a trip that may not): one program value
+            # cannot be given back as a number on some runs, a tensor on others.
+            raise ConversionError(
+                f"{number_or_tensor(value)} is a Python number on some paths and a tensor on others (a tensor "
+                "loop or `if` makes it a tensor on some paths only), and it is given back, which shows its "
+                "type; make it a tensor on every path (e.g. `torch.tensor(0.0)` in place of `0.0`) or a "
+                "number on every path", *_made_at(value))
         return _leaf(value, walk)
     if isinstance(value, torch.Tensor):
         walk.fetch.append(lift(value))

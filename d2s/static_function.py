@@ -485,13 +485,19 @@ class StaticFunction:
             try:
                 return self._build_once(key, args, kwargs, exact, form, varying)
             except number_paths.Decide as decide:
-                if decide.key in number_paths.DECIDED:
-                    break  # (decided, and still pending: a defect of d2s, said below)
-                number_paths.DECIDED.add(decide.key)
+                site = decide.key
+                if site in number_paths.DECIDED or site[0] == "undecidable":
+                    break  # (decided, and still pending: the trips of a loop give it several types)
+                number_paths.DECIDED.add(site)
+        where = number_paths.site_of(site)
+        why = "; this loop's test has effects, which d2s cannot evaluate once more" \
+            if site[0] == "undecidable" else ""
         raise ConversionError(
-            f"d2s could not decide the `if` at {decide.key[1][:2] if decide.key[0] == 'site' else decide.key}, "
-            "whose value is a Python number on one path and a tensor on the other: start it as a tensor "
-            "(`torch.tensor(0.0)`) or keep it a number on every path")
+            f"d2s could not decide the `if` or loop at line {where[1]}, whose value's Python type "
+            "differs between paths (a number on one and a tensor on another, an int on one and a float on "
+            "another, also between trips of a loop), where the code shows that type (returns it, calls "
+            "`isinstance` on it, meets an integer tensor with it): keep it one type on every path (`0.0`, not `0`; "
+            f"`torch.tensor(0.0)` where it becomes a tensor){why}", *where)
 
     def _build_once(self, key, args, kwargs, exact=False, form=None, varying=frozenset()):
         """The program for these arguments, cached under `key`. `exact`

@@ -35,6 +35,9 @@ from .wrapped_numbers import python_number_dtype
 # tensor some trace saw used where the paths differ: decided from then on
 # (a property of the code at that site, kept for the process).
 DECIDED = set()
+# Keys of loops whose trips give a number another type than the value
+# before the loop: decided, their first trip is traced apart (ops/control_flow/while_op.py).
+PEELED = set()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +49,20 @@ class Pending:
     key: tuple
     number_dtype: torch.dtype
     exact: bool
+
+
+def undecidable(key):
+    """The key of a site no trace can decide (a loop whose test has effects,
+    which `if test: loop` would run once more): where its value's type
+    shows, the conversion is refused (StaticFunction._build)."""
+    return None if key is None else ("undecidable", key)
+
+
+def site_of(key):
+    """(file, line) of a decision key."""
+    if key[0] == "undecidable":
+        key = key[1]
+    return tuple(key[1][:2]) if key[0] == "site" else tuple(key[:2])
 
 
 class Decide(BaseException):
@@ -74,20 +91,22 @@ def holds_exactly(number, dtype):
             return False
 
 
-def note(var, key, number, tensor_dtype):
+def note(var, key, number, tensor_dtype, exact=True):
     """Mark the merged `var` pending at `key`. `number`: the number side's
-    value (a Python number, or a Variable standing for one). Not in a trace
-    that is not traced again (`Tracer.decides_numbers`): one value of the
-    tensor's dtype there, as where the side is not known."""
+    value (a Python number, or a Variable standing for one); `exact=False`:
+    `var` may differ from both paths' values (decided wherever it meets
+    anything but numbers). Not in a trace that is not traced again
+    (`Tracer.decides_numbers`): one value of the tensor's dtype there, as
+    where the side is not known."""
     if not tracer.current().decides_numbers:
         return
     if isinstance(number, (bool, int, float)):
-        exact, number_dtype = holds_exactly(number, tensor_dtype), python_number_dtype(number)
+        holds, number_dtype = holds_exactly(number, tensor_dtype), python_number_dtype(number)
     else:
         number_dtype = number.dtype
-        exact = torch.promote_types(number_dtype, tensor_dtype) == tensor_dtype and \
+        holds = torch.promote_types(number_dtype, tensor_dtype) == tensor_dtype and \
             (tensor_dtype.is_floating_point or not number_dtype.is_floating_point)
-    var.pending_number = Pending(key, number_dtype, exact)
+    var.pending_number = Pending(key, number_dtype, exact and holds)
 
 
 def carry(result, inputs, computed):

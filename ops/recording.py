@@ -540,6 +540,8 @@ def _as_eager_numbers(opdef, fn, args_tree, kwargs_tree, refs, numbers, meta, tr
                 refs.inputs[i].python_number = True
                 if number_or_tensor(number):
                     refs.inputs[i].number_or_tensor = number_or_tensor(number)
+                # (eager's cast of the number; whether its path's type shows is asked below)
+                refs.inputs[i].pending_number = number.pending_number
         meta = infer(opdef.kernel or fn, args_tree, kwargs_tree, refs.inputs, tr, factory=factory)
         if wn.dtypes(meta) == expected:
             return meta

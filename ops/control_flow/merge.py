@@ -17,12 +17,13 @@ import dataclasses
 import torch
 
 from runtime.errors import ConversionError
-from runtime.ir import TENSOR, TENSOR_ARRAY, Variable
+from runtime.ir import TENSOR, TENSOR_ARRAY, Variable, dtype_name
 
 from .. import framework, number_paths
 from ..infer import known_contiguous, layout_unknown
 from ..recording import number_or_tensor, stands_for_number
 from ..user_frames import error_at_user_line, user_origin
+from ..wrapped_numbers import python_number_dtype
 from . import identity
 from .sides import example_side, site_key
 from .undefined import Undefined, Unreachable
@@ -207,6 +208,15 @@ def _merged_var(i, a, b, site, label, live_dims, strict=False):
     # run-time bool on the other) it keeps its own: Python's value differs
     # in type by path, which the sides' merge below decides.
     dtype = ref.dtype if ref is not None and not stands_for_number(ref) else None
+    places = ("in the true branch", "in the false branch of an `if` on a tensor")
+    if dtype is not None and not (tr.decides_numbers and _decision_key(site, strict) is not None):
+        # A literal the tensor's dtype cannot hold the kind of (0.5 beside
+        # an int64 tensor would be 0), where no trace decides it later
+        # (`d2s.cond` / `Executor.run` programs): refused, not truncated.
+        kinds = [python_number_dtype(v) if isinstance(v, (bool, int, float, complex)) else None for v in (a, b)]
+        if any(k is not None and _number_kind(k) > _number_kind(dtype) for k in kinds):
+            names = [dtype_name(k) if k is not None else dtype_name(dtype) for k in kinds]
+            raise differing_dtype(label, tuple(names), places, "cast one of them so both agree")
     with tr.block_guard(site.tblock):
         va = as_var(a, dtype if not isinstance(a, (Variable, torch.Tensor)) else None)
     with tr.block_guard(site.fblock):
@@ -214,7 +224,6 @@ def _merged_var(i, a, b, site, label, live_dims, strict=False):
     if va.kind == vb.kind == TENSOR_ARRAY:
         return _merge_arrays(label, va, vb, site, i)
     numbers = (stands_for_number(va), stands_for_number(vb))
-    places = ("in the true branch", "in the false branch of an `if` on a tensor")
     pending = None
     if va.kind == vb.kind == TENSOR and numbers[0] != numbers[1]:
         pending = _number_beside_tensor(a if numbers[0] else b, va, vb, site, label, strict)
@@ -222,7 +231,12 @@ def _merged_var(i, a, b, site, label, live_dims, strict=False):
         # A Python number on one path, a tensor on the other, where the side
         # is not known (`_number_beside_tensor`): the number takes the
         # tensor's dtype, one value for both paths (documented: rounded to
-        # that dtype, a 0-d tensor where eager has the number).
+        # that dtype, a 0-d tensor where eager has the number). Not where the
+        # dtype cannot hold its kind (0.5 beside an int64 tensor is 0, True
+        # beside nothing lost) and no trace decides it later: refused.
+        number, tensor = (va, vb) if numbers[0] else (vb, va)
+        if _number_kind(number.dtype) > _number_kind(tensor.dtype) and (pending is None or not tr.decides_numbers):
+            raise differing_dtype(label, (va.dtype_name, vb.dtype_name), places, "cast one of them so both agree")
         if numbers[0]:
             with tr.block_guard(site.tblock):
                 va = framework.cast(va, vb.dtype)
@@ -231,7 +245,7 @@ def _merged_var(i, a, b, site, label, live_dims, strict=False):
                 vb = framework.cast(vb, va.dtype)
     if va.kind == vb.kind and va.dtype != vb.dtype and all(numbers):
         literal = not isinstance(a, (Variable, torch.Tensor)) or not isinstance(b, (Variable, torch.Tensor))
-        va, vb = _merge_number_types(va, vb, site, label, places, strict, literal)
+        va, vb, pending = _merge_number_types(a, b, va, vb, site, label, places, strict, literal)
     try:
         if va.kind != vb.kind or va.dtype != vb.dtype:
             raise differing_dtype(label, (va.dtype_name, vb.dtype_name), places, "cast one of them so both agree")
@@ -241,7 +255,7 @@ def _merged_var(i, a, b, site, label, live_dims, strict=False):
             # A number on one path, a tensor of another rank on the other (`stack(out).sum(0) if
             # len(out) > 0 else 0.0`): no one value, so one side is converted, the other decided
             # where a run takes it, as for None and a tensor (sides.side_to_convert).
-            raise Unmergeable(err.message, err.filename, err.lineno) from None
+            raise _decided(err, site) from None
         raise _unmergeable_where_known(err, site, strict) from None
     shape = live_dims or relaxed(va.dims, vb.dims)
     out = tr.block.create_var(name=tr.program.unique_name(var_base(site.names, i, "cond_out")),
@@ -270,15 +284,39 @@ def _number_beside_tensor(number, va, vb, site, label, strict):
     corrects: sides.side_to_convert): each path keeps eager's value and
     type exactly. -> (site key, number) to mark the merged value with;
     None in a trace no decision can follow (`d2s.cond` programs)."""
-    key = site_key(site.origin) if site.origin else None
-    if not (strict and site.one_side and site.pred is not None) or key is None:
+    key = _decision_key(site, strict)
+    if key is None:
         return None
     if key in number_paths.DECIDED:
         number_side = "true" if stands_for_number(va) else "false"
-        raise unmergeable(
+        raise _decided(error_at_user_line(
             f"{label} is a Python {_number_type(va if number_side == 'true' else vb)} in the {number_side} branch "
-            f"but a tensor in the other branch of the `if` on a tensor at this line")
+            f"but a tensor in the other branch of the `if` on a tensor at this line"), site)
     return key, number
+
+
+def _decision_key(site, strict):
+    """The key of the site whose merged value may be left pending; None in a
+    trace no decision can follow (`d2s.cond` programs, a caller that may
+    drop the outputs)."""
+    if not (strict and site.pred is not None and site.origin):
+        return None
+    return site_key(site.origin)
+
+
+def _decided(err, site):
+    """The error for a decided site's merge: Unmergeable (one side converted,
+    the other a decision); a plain ConversionError while the caller may
+    drop outputs (`one_side` off: d2s/operators/branches.py drops the
+    containers no later name reads, then traces the `if` again)."""
+    if not site.one_side:
+        return ConversionError(err.message, err.filename, err.lineno)
+    return Unmergeable(err.message, err.filename, err.lineno)
+
+
+def _number_kind(dtype):
+    """bool < int < float < complex: the kind of Python number a dtype holds."""
+    return 0 if dtype == torch.bool else 3 if dtype.is_complex else 2 if dtype.is_floating_point else 1
 
 
 def _number_type(var):
@@ -286,26 +324,38 @@ def _number_type(var):
         "complex" if var.dtype.is_complex else "int"
 
 
-def _merge_number_types(va, vb, site, label, places, strict, literal):
+def _merge_number_types(a, b, va, vb, site, label, places, strict, literal):
     """Python numbers of two types (`return 7` on one path, `return 0.5`
-    or a bool on the other): where the side the inputs take is known, the
-    `cond` converts that side and the other is a decision (each path's value
-    keeps its type, as in Python). Else, where one side is a Python literal,
-    both widen to the wider type (bool < int < float < complex: the value is
-    kept, `7` becomes `7.0`), never narrowed (the literal took the other
-    side's dtype: 0.5 became 0, 3 became True); two computed numbers stay
-    the error they were."""
+    or a bool on the other; `a`, `b` the sides' values): where the side the
+    inputs take is known, the `cond` converts that side and the other is a
+    decision (each path's value keeps its type, as in Python). Else, where
+    one side is a Python literal, both widen to the wider type (bool < int
+    < float < complex: the value is kept, never narrowed), and the merged
+    value is pending (ops/number_paths.py) as a number beside a tensor is:
+    where a trace shows the type (returned, `isinstance`, `i * k` of an
+    int64 `i`), that `if` is decided when traced again, converting the
+    side replay tells or a guess a run corrects. Two computed numbers
+    (`k + t.sum().item()` beside `s * 0.5`) widen only where the merged
+    value can be pending; elsewhere (`d2s.cond` programs) they stay an
+    error, a literal widens. -> (va, vb, (site key, the narrower side's
+    value) or None)."""
     err = differing_dtype(label, (va.dtype_name, vb.dtype_name), places, "cast one of them so both agree")
     decided = _unmergeable_where_known(err, site, strict)
-    if decided is not err or not literal:
+    if decided is not err:
         raise decided
+    key = _decision_key(site, strict)
+    if key is None and not literal:
+        raise err
+    if key in number_paths.DECIDED:
+        raise _decided(err, site)
     wide = torch.promote_types(va.dtype, vb.dtype)
+    narrow = a if va.dtype != wide else b
     with site.tr.block_guard(site.tblock):
         va = framework.cast(va, wide) if va.dtype != wide else va
     with site.tr.block_guard(site.fblock):
         vb = framework.cast(vb, wide) if vb.dtype != wide else vb
     va.python_number = vb.python_number = True  # (a cast of a number is the number, widened)
-    return va, vb
+    return va, vb, (None if key is None else (key, narrow))
 
 
 def _merge_layout(out, va, vb, tr):

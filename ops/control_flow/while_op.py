@@ -62,8 +62,9 @@ register(OpDef("while", emit=_emit_while, inputs=("Init", "X"), outputs=("Out",)
 class _Spec:
     """What one loop variable is at the top of every iteration."""
 
-    def __init__(self, value, name):
+    def __init__(self, value, name, key=None):
         self.name = name
+        self.key = key  # the loop's decision key (ops/number_paths.py), None where it has none
         # A Python number (or the 0-d constant a converted loop made of one)
         # has a weak dtype: the first iteration's tensor dtype wins, as in
         # eager `total = 0; for ...: total += t.mean()`.
@@ -87,6 +88,11 @@ class _Spec:
         self.varies = number_or_tensor(value)
         # A number/tensor value of an `if` some trip gives it, not decided yet (ops/number_paths.py).
         self.pending = number_paths.pending(value)
+        # A number some trip gives of another type than the value before it
+        # (`s = 0.5`, then `s = 3`): carried widened, so after zero trips or
+        # after some, the Python type may not be eager's (`_trips_decided`).
+        self.mixed_numbers = False
+        self.start_dtype = self.dtype  # (a number's: what the first trip reads)
 
     def describe(self, var):
         """`var` with what this spec knows beyond its shape and dtype."""
@@ -97,6 +103,14 @@ class _Spec:
             var.number_or_tensor = self.varies
         if self.pending is not None:
             var.pending_number = self.pending
+        elif self.python_number and not self.number and self.key is not None \
+                and _truncates(self.start_dtype, self.dtype):
+            # A number the trips make a tensor of a narrower kind (`s = 0.5`,
+            # then `s = i * 1` of an int64 `i`): the first trip reads 0.5,
+            # the loop variable would hold 0. Where that shows, the loop is
+            # decided with its first trip traced apart (`_trips_decided`).
+            number_paths.PEELED.add(self.key)
+            var.pending_number = number_paths.Pending(self.key, self.start_dtype, False)
         return var
 
     def widen(self, nv, label):
@@ -127,6 +141,8 @@ class _Spec:
                 changed = True
             return changed
         if nv.dtype != self.dtype:
+            if self.number and stands_for_number(nv) and _kind(nv.dtype) != _kind(self.dtype):
+                self.mixed_numbers = True  # (another Python type, not another width of one)
             if was_number:
                 # Python arithmetic keeps a number (`n + 0.5` of an int is a
                 # float); a tensor it meets makes it that tensor's dtype. A
@@ -146,6 +162,18 @@ class _Spec:
             self.shape = shape
             changed = True
         return changed
+
+
+def _kind(dtype):
+    """bool < int < float < complex: the Python number type a dtype holds."""
+    dtype = torch_dtype(dtype)
+    return 0 if dtype == torch.bool else 3 if dtype.is_complex else 2 if dtype.is_floating_point else 1
+
+
+def _truncates(number_dtype, dtype):
+    """Whether a number of `number_dtype` loses its kind in `dtype` (a float
+    in an integer tensor, an int in a bool one), not just precision."""
+    return number_dtype is not None and dtype is not None and _kind(number_dtype) > _kind(dtype)
 
 
 def _stops_gradient(value):
@@ -184,13 +212,17 @@ def while_loop(cond_fn, body_fn, loop_vars, names=None, return_names=(), maybe_u
             # (A test with no effects may be evaluated once more: `_trips_decided`.)
             pure_test = not any(has_effects(op) for op in _since(tr, mark))
             tr.rollback(mark)
-            key = site_key(user_origin_at_site(tr.entry_frame)) if pure_test else None
+            key = site_key(user_origin_at_site(tr.entry_frame))
+            if not pure_test:
+                key = number_paths.undecidable(key)  # (`_trips_decided` evaluates the test once more)
             if key in number_paths.DECIDED:
                 return _trips_decided(cond_fn, body_fn, values, names, return_names, maybe_undefined)
-            result, numbers = _graph_while(cond_fn, body_fn, values, names, return_names, maybe_undefined)
+            result, numbers = _graph_while(cond_fn, body_fn, values, names, return_names, maybe_undefined, key)
             if key is not None:
-                for i in numbers:  # (zero trips leave them numbers: decided where that shows)
-                    number_paths.note(result[i], key, values[i], result[i].dtype)
+                for i, exact in numbers:  # (zero trips leave them numbers: decided where that shows)
+                    number_paths.note(result[i], key, values[i], result[i].dtype, exact)
+                    if not exact:
+                        number_paths.PEELED.add(key)  # (decided, its first trip is traced apart)
             return result
         if isinstance(c, torch.Tensor):
             c = bool(c)
@@ -207,18 +239,43 @@ def _since(tr, mark):
 
 
 def _trips_decided(cond_fn, body_fn, values, names, return_names, maybe_undefined):
-    """A loop that makes a Python number a tensor (`s = 0.1`, then `s = s +
-    t` on every trip), where the trace used the result in a way that shows
-    (ops/number_paths.py): eager has the number after zero trips and a
-    tensor after any, of another type, precision (a double beside float32)
-    and promotion. The loop is `if test: loop` with the test evaluated once
-    more before it, and that `if` (at the loop's site, decided) converts the
-    side the inputs take; a run taking the other is a decision
-    (d2s/decisions.py): a program for runs with trips, one for runs with none."""
+    """A loop whose trips change a Python number's type (`s = 0.1`, then `s =
+    s + t` on every trip, a tensor; or `s = 3`, an int), where the trace
+    used the result in a way that shows (ops/number_paths.py): eager has
+    the number after zero trips, and after any the type the trips give. The
+    loop is `if test: loop` with the test evaluated once more before it, and
+    that `if` (at the loop's site, decided) converts the side the inputs
+    take; a run taking the other is a decision (d2s/decisions.py): a program
+    for runs with trips, one for runs with none.
+
+    Where trips give a number of another type than the one before the loop
+    (`number_paths.PEELED`), a graph loop would carry one type for both:
+    its first trip is traced apart from the values as they are (`if test:
+    (first trip; loop)`), so the loop carries the type the trips give. Only
+    there: the first trip's ops are then ops of their own, not the loop's
+    (a `for` over a tensor takes one slice per trip rather than unbinding
+    it once, as eager and the loop do: autograd sums its gradient in
+    another order). A loop whose later trips still change the type keeps it
+    pending at the decided site: where that shows, the conversion is refused."""
+    key = site_key(user_origin_at_site(tracer.current().entry_frame))
+    peel = key in number_paths.PEELED
+
     def loop():
-        result, numbers = _graph_while(cond_fn, body_fn, values, names, return_names, maybe_undefined)
-        for i in numbers:
-            result[i].number_or_tensor = None  # a tensor after the trip this side runs
+        start = values
+        if peel:
+            tr = tracer.current()
+            mark = tr.mark()
+            start = list(body_fn(*values))
+            if len(start) != len(values):
+                raise ConversionError(f"while_loop body returned {len(start)} values for {len(values)} loop variables")
+            if any(op.type in ("raise", "decision_failed") for op in _since(tr, mark)):
+                return start  # (the first trip never ends: it raises, or fails where these inputs take no trip)
+        result, numbers = _graph_while(cond_fn, body_fn, start, names, return_names, maybe_undefined, key)
+        for i, exact in numbers:
+            if peel or not exact:
+                number_paths.note(result[i], key, start[i], result[i].dtype, False)  # (no one type still)
+            else:
+                result[i].number_or_tensor = None  # a tensor after the trip this side runs
         return result
 
     return cond(graph_condition(cond_fn(*values)), loop, lambda: list(values), names=names,
@@ -238,12 +295,12 @@ class _Trip:
     new: list
 
 
-def _graph_while(cond_fn, body_fn, values, names, return_names, maybe_undefined=()):
+def _graph_while(cond_fn, body_fn, values, names, return_names, maybe_undefined=(), key=None):
     tr = tracer.current()
     parent = tr.block
     origin = user_origin()
     values = [graph_tensor(v) for v in values]  # run-time sizes carried by the loop: 0-d tensors
-    specs = _initial_specs(values, names, return_names, maybe_undefined)
+    specs = _initial_specs(values, names, return_names, maybe_undefined, key)
     for _attempt in range(_MAX_TRACES):
         mark = tr.mark()
         trip = _trace_trip(tr, cond_fn, body_fn, values, specs, names)
@@ -252,14 +309,20 @@ def _graph_while(cond_fn, body_fn, values, names, return_names, maybe_undefined=
         tr.rollback(mark)
     else:
         raise error_at_user_line(f"the shapes of the loop variables did not settle after {_MAX_TRACES} traces")
-    # Python numbers before the loop that every trip makes a tensor (`_trips_decided`).
-    numbers = [i for i in trip.carried if specs[i].python_number and not specs[i].number
-               and not number_or_tensor(trip.new[i]) and not stands_for_number(trip.new[i])
-               and specs[i].kind != TENSOR_ARRAY] if all(not isinstance(v, Undefined) for v in values) else []
+    # Python numbers before the loop that every trip makes a tensor, and
+    # numbers some trip gives another type (not exact: the merged type may
+    # be neither path's): (index, exact) (`_trips_decided`).
+    numbers = [(i, not specs[i].mixed_numbers) for i in trip.carried
+               if (specs[i].python_number and not specs[i].number and specs[i].kind != TENSOR_ARRAY
+                   # (the variable itself, written in place on every trip: `total += t`)
+                   and (not number_or_tensor(trip.new[i]) or trip.new[i] is trip.args[i])
+                   and not stands_for_number(trip.new[i]))
+               or (specs[i].number and specs[i].mixed_numbers)] \
+        if all(not isinstance(v, Undefined) for v in values) else []
     return _append_while(tr, parent, origin, trip, values, specs, names), numbers
 
 
-def _initial_specs(values, names, return_names, maybe_undefined):
+def _initial_specs(values, names, return_names, maybe_undefined, key=None):
     """Per loop variable: a `_Spec`; "constant" for a Python object the loop
     must not change; "undefined" for a name with no value before the loop;
     None for one that may start undefined (a returned value, a name the
@@ -270,7 +333,7 @@ def _initial_specs(values, names, return_names, maybe_undefined):
             name = names[i] if names and i < len(names) else None
             specs.append(None if name in return_names or name in maybe_undefined else "undefined")
         elif _is_loop_carried(v):
-            specs.append(_Spec(v, output_label(names, i, return_names)))
+            specs.append(_Spec(v, output_label(names, i, return_names), key))
         else:
             specs.append("constant")
     return specs
@@ -326,8 +389,13 @@ def _settle(tr, trip, values, specs, names, return_names):
             continue
         if isinstance(v, Undefined) or v is None:
             raise error_at_user_line(f"loop variable {label} has no value after an iteration of the loop")
+        literal = not isinstance(v, (Variable, torch.Tensor))
         with tr.block_guard(trip.body):
-            nv = as_var(v, spec.dtype if not isinstance(v, (Variable, torch.Tensor)) else None)
+            # A literal keeps its own type where the variable is a number
+            # (`s = 3` where `s` was 0.5: an int; given 0.5's float64 it was
+            # 3.0, and 0.5 given an int's int64 was 0); a tensor's dtype
+            # where it is a tensor (a Python number meeting it).
+            nv = as_var(v, spec.dtype if literal and not spec.number else None)
         trip.new[i] = nv
         changed = spec.widen(nv, label) or changed
     return changed
@@ -355,6 +423,13 @@ def _append_while(tr, parent, origin, trip, values, specs, names):
     """The `while` op of the settled trace; returns the loop's results."""
     program = tr.program
     init = [_initial_value(values[i], specs[i]) for i in trip.carried]
+    for i in trip.carried:
+        if specs[i].number and trip.new[i].dtype != torch_dtype(specs[i].dtype):
+            # A narrower number carried widened (a bool or int where it is a
+            # float): the loop variable holds the dtype its spec declares.
+            with tr.block_guard(trip.body):
+                trip.new[i] = framework.cast(trip.new[i], specs[i].dtype)
+                trip.new[i].python_number = True
     outs = [specs[i].describe(parent.create_var(
         name=program.unique_name(var_base(names, i, "loop_out")), shape=specs[i].shape, dtype=specs[i].dtype,
         kind=specs[i].kind, stop_gradient=specs[i].stop or not torch_dtype(specs[i].dtype).is_floating_point))

@@ -591,3 +591,33 @@ def test_a_number_returned_early_or_a_run_time_size_stays_a_number(length):
         assert torch.equal(static(x), shifted(x))
     (concrete,) = list(static.program_cache)
     assert "cond" in _ops(concrete.main_program)
+
+
+# -- a reconversion at run-time sizes that cannot trace the side taken ---------------------------
+
+def layout_read_on_one_side(x, m):
+    """The false side merges two layouts of `q` and reads its strides, which
+    tracing cannot answer at run-time sizes; `s` (a number or a tensor,
+    returned) makes the `if` a decision."""
+    a = x * 1.0
+    s = 0.0
+    q = m * 1.0
+    if x.sum() < 0.0:
+        pass
+    else:
+        s = min(s, a.sum()) + 0.1
+        q = q.t().t() * 2.0
+    return a + s + q.sum(0) + q.stride(0) + q.stride(1) * 0.5, s
+
+
+def test_a_reconversion_refused_at_run_time_sizes_converts_at_the_calls_sizes():
+    """The program of run-time sizes (traced for the true side) met a run of
+    the false side; converting again at run-time sizes was refused at the
+    stride read and the call failed, where a first conversion falls back
+    to the call's own sizes. Now the reconversion does too."""
+    static = d2s.declarative(layout_read_on_one_side)
+    for sign, rows in ((1, 2), (-1, 2), (-1, 3), (1, 5), (-1, 6), (1, 7)):
+        x, m = torch.ones(3) * sign, torch.ones(rows, 3)
+        got, want = static(x, m), layout_read_on_one_side(x, m)
+        assert torch.equal(got[0], want[0]) and type(got[1]) is type(want[1]) and got[1] == want[1], (sign, rows)
+    assert all("decision_failed" in _ops(c.main_program) for c in static.program_cache)

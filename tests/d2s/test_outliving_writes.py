@@ -149,6 +149,9 @@ def reads_only(x, o, d):
 def writes_its_own(x, o, d):
     mine = {"n": d["n"]}
     box = Counter()
+    # A tensor from the start: `0` would be a number on the paths where no
+    # row is positive (eager gives back `0`), a tensor elsewhere, which d2s refuses.
+    box.count = x.new_zeros(())
     for row in x:
         if row.sum() > 0:
             box.count = box.count + row.sum()

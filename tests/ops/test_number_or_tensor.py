@@ -92,7 +92,19 @@ def number_a_while_makes_a_tensor(x, n):
     return total
 
 
-@pytest.mark.parametrize("fn", [number_a_loop_makes_a_tensor, number_a_while_makes_a_tensor], ids=lambda f: f.__name__)
+def accumulated_in_place(x, n):
+    """yolact_edge's `loss = 0; for p in preds: loss += p.mean()`: the loop
+    variable itself, written in place on every trip. Zero trips gave back
+    `tensor(0.)` and `tensor(0)` where eager has the ints 0."""
+    total, count = 0, 0
+    for i in range(n):
+        total += x.mean() * i
+        count += (x > 0).sum()
+    return total, count
+
+
+@pytest.mark.parametrize("fn", [number_a_loop_makes_a_tensor, number_a_while_makes_a_tensor, accumulated_in_place],
+                         ids=lambda f: f.__name__)
 @pytest.mark.parametrize("first", [0, 2], ids=["zero_trips_first", "trips_first"])
 def test_zero_trips_keep_the_number(fn, first):
     """The loop is `if test: loop`, decided: a program for runs with trips
@@ -200,3 +212,35 @@ def test_a_saved_model_without_examples_refuses_the_side_it_does_not_hold(tmp_pa
     _same(loaded(torch.ones(3) * 2), float_literal_or_tensor(torch.ones(3) * 2))
     with pytest.raises(DecisionFailed, match="these inputs take the other side"):
         loaded(-torch.ones(3))
+
+
+def returned_from_the_trip_that_makes_it_a_tensor(x):
+    """`s` is 0.0 in the first trip, a tensor after it: returned from the
+    first trip it is the float (it came back as `tensor(0.)`)."""
+    s = 0.0
+    for v in x:
+        if v > 5:
+            return s
+        s = s + v
+    return s
+
+
+@pytest.mark.parametrize("values", [[9.0, 1.0], [1.0, 9.0], [1.0, 2.0], []])
+def test_a_loop_variable_returned_where_its_type_varies_is_refused_at_the_return(values):
+    static = d2s.declarative(returned_from_the_trip_that_makes_it_a_tensor)
+    with pytest.raises(d2s.ConversionError, match=r"'s' is a Python number on some paths and a tensor") as err:
+        static(torch.tensor(values))
+    assert err.value.filename == __file__
+    assert err.value.lineno == returned_from_the_trip_that_makes_it_a_tensor.__code__.co_firstlineno + 8
+
+
+@pytest.mark.parametrize("number", [0.5, 2.0], ids=["half", "whole"])
+def test_a_float_beside_an_int_tensor_in_a_program_no_trace_decides_is_refused(number):
+    """`d2s.cond` in a static program: the literal took the int64 dtype, and
+    a run taking that side gave 0 for 0.5."""
+    import runtime
+    program = runtime.Program()
+    with runtime.program_guard(program):
+        i = runtime.data("i", [3], dtype="int64")
+        with pytest.raises(d2s.ConversionError, match=r"has dtype int64 in the true branch but float64"):
+            d2s.cond(i.sum() > 0, lambda: i.sum(), lambda: number)
