@@ -26,7 +26,7 @@ import dataclasses
 
 import torch
 
-from runtime.ir import Variable
+from runtime.ir import Variable, torch_dtype
 
 from . import tracer
 from .wrapped_numbers import python_number_dtype
@@ -78,6 +78,13 @@ class Decide(BaseException):
 
 def pending(value):
     return value.pending_number if isinstance(value, Variable) else None
+
+
+def number_kind(dtype):
+    """bool < int < float < complex: the kind of Python number a dtype holds
+    (widths of one kind are one kind)."""
+    dtype = torch_dtype(dtype)
+    return 0 if dtype == torch.bool else 3 if dtype.is_complex else 2 if dtype.is_floating_point else 1
 
 
 def holds_exactly(number, dtype):

@@ -214,7 +214,7 @@ def _merged_var(i, a, b, site, label, live_dims, strict=False):
         # an int64 tensor would be 0), where no trace decides it later
         # (`d2s.cond` / `Executor.run` programs): refused, not truncated.
         kinds = [python_number_dtype(v) if isinstance(v, (bool, int, float, complex)) else None for v in (a, b)]
-        if any(k is not None and _number_kind(k) > _number_kind(dtype) for k in kinds):
+        if any(k is not None and number_paths.number_kind(k) > number_paths.number_kind(dtype) for k in kinds):
             names = [dtype_name(k) if k is not None else dtype_name(dtype) for k in kinds]
             raise differing_dtype(label, tuple(names), places, "cast one of them so both agree")
     with tr.block_guard(site.tblock):
@@ -235,7 +235,8 @@ def _merged_var(i, a, b, site, label, live_dims, strict=False):
         # dtype cannot hold its kind (0.5 beside an int64 tensor is 0, True
         # beside nothing lost) and no trace decides it later: refused.
         number, tensor = (va, vb) if numbers[0] else (vb, va)
-        if _number_kind(number.dtype) > _number_kind(tensor.dtype) and (pending is None or not tr.decides_numbers):
+        kind = number_paths.number_kind
+        if kind(number.dtype) > kind(tensor.dtype) and (pending is None or not tr.decides_numbers):
             raise differing_dtype(label, (va.dtype_name, vb.dtype_name), places, "cast one of them so both agree")
         if numbers[0]:
             with tr.block_guard(site.tblock):
@@ -312,11 +313,6 @@ def _decided(err, site):
     if not site.one_side:
         return ConversionError(err.message, err.filename, err.lineno)
     return Unmergeable(err.message, err.filename, err.lineno)
-
-
-def _number_kind(dtype):
-    """bool < int < float < complex: the kind of Python number a dtype holds."""
-    return 0 if dtype == torch.bool else 3 if dtype.is_complex else 2 if dtype.is_floating_point else 1
 
 
 def _number_type(var):

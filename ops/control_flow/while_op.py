@@ -141,7 +141,8 @@ class _Spec:
                 changed = True
             return changed
         if nv.dtype != self.dtype:
-            if self.number and stands_for_number(nv) and _kind(nv.dtype) != _kind(self.dtype):
+            kind = number_paths.number_kind
+            if self.number and stands_for_number(nv) and kind(nv.dtype) != kind(self.dtype):
                 self.mixed_numbers = True  # (another Python type, not another width of one)
             if was_number:
                 # Python arithmetic keeps a number (`n + 0.5` of an int is a
@@ -164,16 +165,11 @@ class _Spec:
         return changed
 
 
-def _kind(dtype):
-    """bool < int < float < complex: the Python number type a dtype holds."""
-    dtype = torch_dtype(dtype)
-    return 0 if dtype == torch.bool else 3 if dtype.is_complex else 2 if dtype.is_floating_point else 1
-
-
 def _truncates(number_dtype, dtype):
     """Whether a number of `number_dtype` loses its kind in `dtype` (a float
     in an integer tensor, an int in a bool one), not just precision."""
-    return number_dtype is not None and dtype is not None and _kind(number_dtype) > _kind(dtype)
+    kind = number_paths.number_kind
+    return number_dtype is not None and dtype is not None and kind(number_dtype) > kind(dtype)
 
 
 def _stops_gradient(value):
