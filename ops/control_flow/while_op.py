@@ -212,7 +212,7 @@ def while_loop(cond_fn, body_fn, loop_vars, names=None, return_names=(), maybe_u
             if not pure_test:
                 key = number_paths.undecidable(key)  # (`_trips_decided` evaluates the test once more)
             if key in number_paths.DECIDED:
-                return _trips_decided(cond_fn, body_fn, values, names, return_names, maybe_undefined)
+                return _trips_decided(cond_fn, body_fn, values, names, return_names, maybe_undefined, key)
             result, numbers = _graph_while(cond_fn, body_fn, values, names, return_names, maybe_undefined, key)
             if key is not None:
                 for i, exact in numbers:  # (zero trips leave them numbers: decided where that shows)
@@ -234,7 +234,7 @@ def _since(tr, mark):
     return tr.block.ops[mark.blocks[tr.block.idx][0]:] if tr.block.idx < len(mark.blocks) else tr.block.ops
 
 
-def _trips_decided(cond_fn, body_fn, values, names, return_names, maybe_undefined):
+def _trips_decided(cond_fn, body_fn, values, names, return_names, maybe_undefined, key):
     """A loop whose trips change a Python number's type (`s = 0.1`, then `s =
     s + t` on every trip, a tensor; or `s = 3`, an int), where the trace
     used the result in a way that shows (ops/number_paths.py): eager has
@@ -253,7 +253,6 @@ def _trips_decided(cond_fn, body_fn, values, names, return_names, maybe_undefine
     it once, as eager and the loop do: autograd sums its gradient in
     another order). A loop whose later trips still change the type keeps it
     pending at the decided site: where that shows, the conversion is refused."""
-    key = site_key(user_origin_at_site(tracer.current().entry_frame))
     peel = key in number_paths.PEELED
 
     def loop():
