@@ -91,6 +91,9 @@ def cond(pred, true_fn, false_fn, names=None, return_names=(), lines=None, jump=
         dead = specialise(site.tblock, site.fblock, taken, origin, "their values cannot be merged")
         live_leaves, spec = (t_leaves, t_spec) if taken else (f_leaves, f_spec)
         leaves = [dead] * len(live_leaves)
+        # Every run that goes on after the `if` took the live side: its
+        # Python numbers (a loop's count over Python items) stay numbers.
+        site.side_dead = True
         merged, outs, t_names, f_names = merge(
             *((live_leaves, leaves) if taken else (leaves, live_leaves)), site)
     _hint_merged_sizes(tr, pred, outs, t_names, f_names, site.tblock, site.fblock)

@@ -621,3 +621,37 @@ def test_a_reconversion_refused_at_run_time_sizes_converts_at_the_calls_sizes():
         got, want = static(x, m), layout_read_on_one_side(x, m)
         assert torch.equal(got[0], want[0]) and type(got[1]) is type(want[1]) and got[1] == want[1], (sign, rows)
     assert all("decision_failed" in _ops(c.main_program) for c in static.program_cache)
+
+
+# -- a decided `if` keeps the Python numbers of its live side --------------------------------------
+
+def count_over_functions_after_a_tensor_return(x, n):
+    """The `return` in the tensor loop guards what follows, so the loop over
+    functions is unrolled into one `cond` per item; each trip gives `s` a
+    bool or keeps a float, which makes that `cond` a decision. Its count of
+    items (a Python int) became a tensor there, and the next trip's test
+    (`bool()` of it) was refused."""
+    a = x * 1.0
+    t = x.sum()
+    s = 0.0
+    w = n * 1
+    while w.add_(1) < 2:
+        return a + t + s
+    for fn in (torch.tanh, torch.sigmoid):
+        s = bool(t > -0.5) if a.sum() > -0.5 else s
+    else:
+        s = s + (a > -0.5).float().sum().item()
+        return a + t + s
+    return a + t + s
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2], [2, 1, 0], [1, 2, 0]])
+def test_a_decided_if_keeps_the_python_count_of_an_unrolled_loop(order):
+    calls = [(torch.ones(3), 0), (-torch.ones(3), 5), (torch.ones(3), 5)]  # return in the while; s float; s bool
+    static = d2s.declarative(count_over_functions_after_a_tensor_return)
+    for i in order:
+        x, n = calls[i]
+        want = count_over_functions_after_a_tensor_return(x.clone(), torch.tensor(n))
+        assert torch.equal(static(x.clone(), torch.tensor(n)), want), calls[i]
+    ops = {op for c in static.program_cache for op in _ops(c.main_program)}
+    assert {"while", "cond", "decision_failed"} <= ops
