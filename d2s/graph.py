@@ -36,7 +36,7 @@ from runtime.errors import ConversionError
 from runtime.passes import check_level
 
 from .static_function import StaticFunction
-from .translator import ProgramTranslator
+from .translator_state import STATE
 
 
 class Graph(torch.nn.Module):
@@ -52,6 +52,7 @@ class Graph(torch.nn.Module):
         # (optimizer, None or (max_norm, norm_type) of clip_grad_norm_) for each: what
         # `loss.backward()` in build also does, made once for every call (backward_steps).
         self._steps = ()
+        self._schedulers = ()  # the lr schedulers of _optimizers, stepped after every call
         self._debug_level = None
         self._build_fn = None
 
@@ -81,6 +82,8 @@ class Graph(torch.nn.Module):
             raise RuntimeError("add_optimizer() after the graph's first call: add optimizers in __init__")
         self._optimizers.append((optimizer, lr_scheduler))
         self._steps += ((optimizer, clip),)
+        if lr_scheduler is not None:
+            self._schedulers += (lr_scheduler,)
 
     def build(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} must define build(self, ...)")
@@ -110,24 +113,32 @@ class Graph(torch.nn.Module):
             self._build_fn = StaticFunction(build, instance=self, optimize=self._optimize)
         return self._build_fn
 
+    def __d2s_trace_context__(self):
+        """What every trace of `build` runs in (StaticFunction._build): its
+        `loss.backward()` also zeroes, clips and steps this graph's
+        optimizers. Only traces need it, so a call that finds its program
+        enters nothing."""
+        return backward_steps(self._steps)
+
     def __call__(self, *args, **kwargs):
-        static = self._static()
-        if not ProgramTranslator().enable_to_static:  # the same step in plain PyTorch
+        static = self._build_fn
+        if static is None:
+            static = self._static()
+        if not STATE.enable_to_static:  # the same step in plain PyTorch
             return self._eager_step(static.dygraph_function, args, kwargs)
         cache = static.program_cache
         puts = cache.puts
         level = self._debug_level
         start = time.perf_counter()
-        with backward_steps(self._steps):
-            if level is None:
+        if level is None:
+            out = static(*args, **kwargs)
+        else:
+            with _debug.verbosity(level):
                 out = static(*args, **kwargs)
-            else:
-                with _debug.verbosity(level):
-                    out = static(*args, **kwargs)
         if cache.puts != puts:  # this call built a program
             self._check_built(static.concrete_program, time.perf_counter() - start)
-        for _, scheduler in self._optimizers:
-            if scheduler is not None:
+        if self._schedulers:
+            for scheduler in self._schedulers:
                 scheduler.step()
         return out
 

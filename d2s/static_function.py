@@ -480,7 +480,18 @@ class StaticFunction:
     def _build(self, key, args, kwargs, exact=False, form=None, varying=frozenset()):
         """`_build_once`, traced again while a trace finds a Python number
         on one path and a tensor on another used where the paths differ
-        (ops/number_paths.py): its `if` is then decided."""
+        (ops/number_paths.py): its `if` is then decided. An instance whose
+        class defines `__d2s_trace_context__` (d2s.Graph: what
+        `loss.backward()` in `build` also steps) has every trace of its
+        method made inside that context; its calls that find a program need
+        none."""
+        context = getattr(type(self._instance), "__d2s_trace_context__", None)
+        if context is None:
+            return self._build_decided(key, args, kwargs, exact, form, varying)
+        with context(self._instance):
+            return self._build_decided(key, args, kwargs, exact, form, varying)
+
+    def _build_decided(self, key, args, kwargs, exact, form, varying):
         for _ in range(_MAX_NUMBER_DECISIONS):
             try:
                 return self._build_once(key, args, kwargs, exact, form, varying)

@@ -52,7 +52,7 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 def _backward_kernel(loss, *params, grad_output=None, retain_graph=None):
     # A parameter the loss does not reach on the path taken gets None, as in
     # eager: no `.grad`, and the update ops skip it like torch.optim does.
-    engine = native.load()
+    engine = native.loaded()
     if engine is not None and type(loss) in _PLAIN and (grad_output is None or type(grad_output) in _PLAIN) and \
             all(type(p) in _PLAIN for p in params) and not torch._C._is_torch_function_mode_enabled():
         # The same engine call without torch.autograd.grad's Python layers
@@ -65,7 +65,7 @@ def _backward_kernel(loss, *params, grad_output=None, retain_graph=None):
 def _tensor_backward_kernel(loss, gradient=None, retain_graph=None):
     """`loss.backward()`: the engine's backward into the leaves' `.grad`,
     as eager's (its AccumulateGrad nodes, their layout rule and hooks)."""
-    engine = native.load()
+    engine = native.loaded()
     if engine is not None and gradient is None and type(loss) in _PLAIN and loss.is_floating_point() and \
             not torch._C._is_torch_function_mode_enabled():
         # The engine call torch.autograd.backward ends in, without its Python
@@ -127,14 +127,18 @@ def _optimizer_step_kernel(optimizer, *params):
     # single-tensor path's calls for each parameter with a gradient, in the
     # same order, under no_grad (`differentiable=False`), and the momentum
     # buffers into its state afterwards, as `step` puts them there.
-    engine = native.load()
-    grad_mode = torch.is_grad_enabled()
-    torch._C._set_grad_enabled(False)
-    try:
+    engine = native.loaded()
+    if engine is not None:  # (sgd_update makes its calls under its own no_grad guard)
         for group in groups:
             _sgd_group(opt, group, engine)
-    finally:
-        torch._C._set_grad_enabled(grad_mode)
+    else:
+        grad_mode = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
+            for group in groups:
+                _sgd_group(opt, group, engine)
+        finally:
+            torch._C._set_grad_enabled(grad_mode)
     if "step" in vars(opt):  # an lr scheduler's wrapper, which notes the call
         opt._opt_called = True
 

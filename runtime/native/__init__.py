@@ -152,6 +152,15 @@ def load():
     return _state["module"]
 
 
+def loaded():
+    """The module `load()` loaded, without reading the environment again:
+    for calls made on every run of a program that give the same results
+    with or without it (the training ops' engine calls). Until a load
+    succeeded, `load()`."""
+    module = _state["module"]
+    return module if module is not None else load()
+
+
 def unavailable_reason():
     """Why `load()` returned None (after it was called), or None."""
     if not enabled():

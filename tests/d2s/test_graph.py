@@ -149,3 +149,32 @@ def test_with_translation_disabled_the_graph_runs_the_same_step_eagerly():
     for p, q in zip(eager_model.parameters(), model.parameters()):
         assert torch.equal(p, q)
     assert eager._build_fn is None or len(eager._build_fn.program_cache) == 0
+
+
+@pytest.mark.parametrize("copied", [False, True])
+def test_every_trace_of_build_steps_the_optimizer(copied):
+    """The optimizer's steps are traced into every program of `build`
+    (`__d2s_trace_context__`), not only the first: a call at new sizes
+    converts again inside a call that found no program, and a deep copy's
+    graph traces its own. Each call steps the lr scheduler once."""
+    torch.manual_seed(0)
+    model = Gate().eval()
+    graph, eager = StepGraph(model), StepGraph(copy.deepcopy(model))
+    if copied:
+        graph = copy.deepcopy(graph)
+    translator = d2s.ProgramTranslator()
+    for x in (torch.ones(2, 4), -torch.ones(3, 4), torch.ones(5, 4) * 3, -torch.ones(2, 4)):
+        translator.enable(False)
+        try:
+            expected = eager(x)
+        finally:
+            translator.enable(True)
+        assert torch.equal(graph(x), expected)
+        assert graph._optimizers[0][0].param_groups[0]["lr"] == eager._optimizers[0][0].param_groups[0]["lr"]
+    for p, q in zip(eager.model.parameters(), graph.model.parameters()):
+        assert torch.equal(p, q)
+    programs = list(graph._build_fn.program_cache)
+    assert len(programs) >= 2
+    for concrete in programs:
+        types = [op.type for op in concrete.main_program.global_block().ops]
+        assert "optimizer_step" in types and "cond" in types
