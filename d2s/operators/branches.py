@@ -490,7 +490,7 @@ def _compare_sides(site, trace):
     shaped = _shapes_for_unbound(trace)
     if shaped:
         raise _Shaped(shaped)
-    structure = _structure_error(trace.specs, trace.outs, site.extra)
+    structure = _structure_error(trace.specs, trace.outs, site.extra, site.return_names)
     if structure is not None:
         raise structure
 
@@ -574,13 +574,25 @@ def _shapes_for_unbound(trace):
         zip(trace.kinds["true"], trace.specs["true"], trace.specs["false"])) if kind == "unbound" and a != b}
 
 
-def _structure_error(specs, outputs, extra=()):
+def _structure_error(specs, outputs, extra=(), return_names=()):
     if "true" not in specs or "false" not in specs:
         return None
     for name, a, b in zip(outputs, specs["true"], specs["false"]):
         if a != b and not (a is None and b is None):
             if name in extra:
                 return _Drop(name)
+            if name in return_names:
+                error = error_at_user_line(
+                    f"the value returned is a {describe(a)} on the true side but a {describe(b)} on the "
+                    "false side of the `if` on a tensor at this line; a function must return values of one "
+                    "structure on every path (a tuple of the same length, a dict with the same keys)")
+                # One side a single value, the other a container: inside a
+                # loop whose return value starts unbound, that single value
+                # is the loop's placeholder, which takes the container's
+                # structure when the loop is traced again (while_loops.py).
+                if (a is None) != (b is None):
+                    error.return_structure = (name, b if a is None else a)
+                return error
             return error_at_user_line(
                 f"{name!r} is a {describe(a)} in the true branch but a {describe(b)} in the false branch "
                 "of the `if` on a tensor at this line; a Python list, tuple or dict cannot change its length "

@@ -61,10 +61,13 @@ def convert_while(test, body, names, return_names=(), counter=None):
     # Names of the lists carried as tensor arrays (the others as their items).
     arrays = set(_ARRAYS.get(tr, {}).get(body.__code__, ()))
     as_items_error = None  # what the trace carrying lists as their items raised
+    # Return values that start unbound and that the body returns as a
+    # container (`return h, c` from inside the loop): name -> its structure.
+    returned = {}
     while True:
         fixed = _fixed_lists(names, st.get(), arrays, body)  # (what this trace carries as items)
         try:
-            result = _graph_loop(test, body, names, return_names, st, effects, slots, deep, arrays)
+            result = _graph_loop(test, body, names, return_names, st, effects, slots, deep, arrays, returned)
             remember_slots(body.__code__, slots)
             remember_deep(body.__code__, deep)
             if arrays:
@@ -83,6 +86,16 @@ def convert_while(test, body, names, return_names=(), counter=None):
             effects.restore()
             return _guarded(test, body, names, return_names, counter, st)
         except ConversionError as exc:
+            shape = getattr(exc, "return_structure", None)
+            if shape is not None and shape[0] in return_names and shape[0] not in returned and \
+                    isinstance(snapshot[0][names.index(shape[0])], Undefined):
+                # This loop carried the return value as one placeholder; the
+                # body returns a container: carry one placeholder per item.
+                returned[shape[0]] = shape[1]
+                tr.rollback(mark)
+                st.restore(snapshot)
+                effects.restore()
+                continue
             # The body may use a list as only a tensor array can be used
             # (`ys[i]` with a tensor `i`): trace it again with every list an
             # array, as before lists of fixed length were carried as items.
@@ -174,11 +187,18 @@ def _stores_items(code):
         or any(_stores_items(c) for c in code.co_consts if hasattr(c, "co_code"))
 
 
-def _graph_loop(test, body, names, return_names, st, effects, slots, deep=frozenset(), arrays=frozenset()):
+def _graph_loop(test, body, names, return_names, st, effects, slots, deep=frozenset(), arrays=frozenset(),
+                returned=None):
     """The ``while`` op over the loop variables ``names``, then the object
     ``slots`` of ``effects`` (see ``effects.py``), each as its leaves;
-    lists as their items except those of the names in ``arrays``."""
+    lists as their items except those of the names in ``arrays``. An
+    unbound return value named in ``returned`` starts as that structure of
+    unbound leaves."""
     start = st.get()
+    if returned:
+        start = [unflatten(iter(lambda v=v: v, None), returned[n]) if n in returned and isinstance(v, Undefined)
+                 else v for n, v in zip(names, start)]
+        st.set(start)
     fixed = _fixed_lists(names, start, arrays, body)
     carried = _Carried(names, start, effects, slots, deep, fixed)
     leaf_names = carried.leaf_names()

@@ -366,6 +366,42 @@ def return_inside_while(x, n):
     return x
 
 
+# A container returned from inside a tensor loop: the loop carries the
+# return value as one placeholder per item (it starts unbound).
+@case((POS, I(5)), (SMALL, I(5)), (POS, I(0)), (SMALL, I(2)), ops={"while", "cond"})
+def return_tuple_inside_while(x, n):
+    i = 0
+    h = x * 1
+    while i < n:
+        h = h * 2
+        if h.sum() > 20:
+            return h, x + i
+        i += 1
+    return h * 0, x
+
+
+@case((POS, I(5)), (SMALL, I(5)), (POS, I(0)), (SMALL, I(2)), ops={"while", "cond"})
+def return_tuple_variable_inside_while(x, n):
+    i = 0
+    pair = (x, x * 2)
+    while i < n:
+        pair = (pair[0] + 1, pair[1] * 2)
+        if pair[0].sum() > 10:
+            return pair
+        i += 1
+    return pair
+
+
+@case((POS, I(5)), (SMALL, I(5)), (POS, I(0)), (NEG, I(3)), ops={"while", "cond"})
+def return_dict_inside_for_range(x, n):
+    state = {"h": x * 0, "c": x * 0}
+    for i in range(n):
+        state = {"h": state["h"] + x, "c": state["c"] * 0.5 + i}
+        if state["h"].sum() > 5:
+            return {"h": state["h"], "c": state["c"], "step": x * i}
+    return {"h": x, "c": -x, "step": x * 0}
+
+
 @case((POS,), (NEG,), ops={"cond"}, no={"while"})
 def python_while_with_tensor_if(x):
     i = 0

@@ -18,6 +18,11 @@ def all_op_types(program):
 
 
 def assert_same(eager, static, close=False):
+    if isinstance(eager, dict):
+        assert isinstance(static, dict) and list(static) == list(eager), (eager, static)
+        for key in eager:
+            assert_same(eager[key], static[key], close)
+        return
     if isinstance(eager, (tuple, list)):
         assert isinstance(static, (tuple, list)) and len(eager) == len(static)
         for a, b in zip(eager, static):

@@ -620,6 +620,29 @@ def test_list_of_numbers_changed_under_tensor_condition_is_an_error_not_a_wrong_
     assert info.value.lineno == line_of(number_list_grows_in_one_branch, "if x.sum() > 0")
 
 
+def returns_tuples_of_two_lengths(x, n):
+    pair = (x, x)
+    i = 0
+    while i < n:
+        pair = (x * i, x)
+        if x.sum() > i:
+            return pair
+        i += 1
+    return pair[0], x, x
+
+
+@pytest.mark.parametrize("n", [0, 3])
+def test_returned_structures_that_differ_are_refused_at_the_user_line(n):
+    """A loop returning a tuple (its placeholder takes that structure) on
+    a path that returns a tuple of another length after it: refused,
+    naming the returned value, at a line of the function."""
+    with pytest.raises(ConversionError, match="the value returned is a tuple of 3 on the true side but a tuple "
+                                              "of 2 on the false side") as info:
+        d2s.declarative(returns_tuples_of_two_lengths)(torch.ones(3), torch.tensor(n))
+    first = line_of(returns_tuples_of_two_lengths, "pair = (x, x)")
+    assert info.value.filename == __file__ and first < info.value.lineno <= first + 8
+
+
 def zips_tensor_rows_with_modules(x):
     layers = [torch.nn.Identity(), torch.nn.Identity(), torch.nn.Identity()]
     out = x[0]
