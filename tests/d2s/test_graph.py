@@ -133,18 +133,23 @@ class StepGraph(d2s.Graph):
         return loss
 
 
+def _eager_step(graph, x):
+    """The graph's step in plain PyTorch (translation off for this call)."""
+    translator = d2s.ProgramTranslator()
+    translator.enable(False)
+    try:
+        return graph(x)
+    finally:
+        translator.enable(True)
+
+
 def test_with_translation_disabled_the_graph_runs_the_same_step_eagerly():
     torch.manual_seed(0)
     model = Gate().eval()
     eager_model = copy.deepcopy(model)
     static, eager = StepGraph(model), StepGraph(eager_model)
-    translator = d2s.ProgramTranslator()
     for x in (torch.ones(2, 4), -torch.ones(2, 4), torch.ones(2, 4) * 3):
-        translator.enable(False)
-        try:
-            expected = eager(x)
-        finally:
-            translator.enable(True)
+        expected = _eager_step(eager, x)
         assert torch.equal(static(x), expected)
     for p, q in zip(eager_model.parameters(), model.parameters()):
         assert torch.equal(p, q)
@@ -162,13 +167,8 @@ def test_every_trace_of_build_steps_the_optimizer(copied):
     graph, eager = StepGraph(model), StepGraph(copy.deepcopy(model))
     if copied:
         graph = copy.deepcopy(graph)
-    translator = d2s.ProgramTranslator()
     for x in (torch.ones(2, 4), -torch.ones(3, 4), torch.ones(5, 4) * 3, -torch.ones(2, 4)):
-        translator.enable(False)
-        try:
-            expected = eager(x)
-        finally:
-            translator.enable(True)
+        expected = _eager_step(eager, x)
         assert torch.equal(graph(x), expected)
         assert graph._optimizers[0][0].param_groups[0]["lr"] == eager._optimizers[0][0].param_groups[0]["lr"]
     for p, q in zip(eager.model.parameters(), graph.model.parameters()):
