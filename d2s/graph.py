@@ -137,9 +137,8 @@ class Graph(torch.nn.Module):
                 out = static(*args, **kwargs)
         if cache.puts != puts:  # this call built a program
             self._check_built(static.concrete_program, time.perf_counter() - start)
-        if self._schedulers:
-            for scheduler in self._schedulers:
-                scheduler.step()
+        for scheduler in self._schedulers:
+            scheduler.step()
         return out
 
     def _eager_step(self, build, args, kwargs):

@@ -128,17 +128,16 @@ def _optimizer_step_kernel(optimizer, *params):
     # same order, under no_grad (`differentiable=False`), and the momentum
     # buffers into its state afterwards, as `step` puts them there.
     engine = native.loaded()
-    if engine is not None:  # (sgd_update makes its calls under its own no_grad guard)
+    # (sgd_update makes its calls under its own no_grad guard; the Python calls need one.)
+    turn_off = engine is None and torch.is_grad_enabled()
+    if turn_off:
+        torch._C._set_grad_enabled(False)
+    try:
         for group in groups:
             _sgd_group(opt, group, engine)
-    else:
-        grad_mode = torch.is_grad_enabled()
-        torch._C._set_grad_enabled(False)
-        try:
-            for group in groups:
-                _sgd_group(opt, group, engine)
-        finally:
-            torch._C._set_grad_enabled(grad_mode)
+    finally:
+        if turn_off:
+            torch._C._set_grad_enabled(True)
     if "step" in vars(opt):  # an lr scheduler's wrapper, which notes the call
         opt._opt_called = True
 
