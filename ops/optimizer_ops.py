@@ -119,62 +119,50 @@ def _adam_kernel(param, grad, moment1, moment2, step, lr, beta1, beta2, epsilon)
 
 def _optimizer_step_kernel(optimizer, *params):
     opt = optimizer.optimizer
-    groups = _plain_sgd(opt)
-    if groups is None:
-        opt.step()
-        return
-    # What `SGD.step()` does in this case, without its Python layers: its
-    # single-tensor path's calls for each parameter with a gradient, in the
-    # same order, under no_grad (`differentiable=False`), and the momentum
-    # buffers into its state afterwards, as `step` puts them there.
-    engine = native.loaded()
-    # (sgd_update makes its calls under its own no_grad guard; the Python calls need one.)
-    turn_off = engine is None and torch.is_grad_enabled()
-    if turn_off:
-        torch._C._set_grad_enabled(False)
-    try:
-        for group in groups:
-            _sgd_group(opt, group, engine)
-    finally:
-        if turn_off:
-            torch._C._set_grad_enabled(True)
-    if "step" in vars(opt):  # an lr scheduler's wrapper, which notes the call
-        opt._opt_called = True
-
-
-def _sgd_group(opt, group, engine=None):
-    lr, momentum, dampening, weight_decay = group["lr"], group["momentum"], group["dampening"], group["weight_decay"]
-    nesterov, maximize = group["nesterov"], group["maximize"]
-    if engine is not None:  # the same calls, one C++ loop (segment.cpp `sgd_update`)
-        params = group["params"] if type(group["params"]) is list else list(group["params"])
-        if momentum == 0:
-            engine.sgd_update(params, None, lr, momentum, dampening, weight_decay, nesterov, maximize)
+    if _plain_sgd_optimizer(opt):
+        # What `SGD.step()` does here, without its Python layers: its
+        # single-tensor path's calls for each parameter with a gradient, in
+        # the same order, under no_grad (`differentiable=False`), and the
+        # momentum buffers into its state afterwards, as `step` puts them
+        # there. The native `sgd_step` tests the groups itself and does
+        # nothing when they are not plain (`_plain_sgd_groups`).
+        engine = native.loaded()
+        done = engine.sgd_step(opt.param_groups, opt.state) if engine is not None else \
+            _plain_sgd_groups(opt.param_groups) and _python_sgd(opt)
+        if done:
+            if "step" in vars(opt):  # an lr scheduler's wrapper, which notes the call
+                opt._opt_called = True
             return
-        state = opt.state
-        params = [p for p in params if p.grad is not None]
-        bufs = engine.sgd_update(params, [state[p].get("momentum_buffer") for p in params], lr, momentum,
-                                 dampening, weight_decay, nesterov, maximize)
-        for p, buf in zip(params, bufs):
-            state[p]["momentum_buffer"] = buf
-        return
+    opt.step()
+
+
+@torch.no_grad()
+def _python_sgd(opt):
+    """`_single_tensor_sgd`'s calls for each group (segment.cpp's
+    `sgd_step` is the same in C++)."""
     state = opt.state
-    for p in group["params"]:
-        grad = p.grad
-        if grad is None:
-            continue
-        if maximize:
-            grad = -grad
-        if weight_decay != 0:
-            grad = grad.add(p, alpha=weight_decay)
-        if momentum != 0:
-            buf = state[p].get("momentum_buffer")
-            if buf is None:
-                buf = grad.detach().clone()
-            else:
-                buf.mul_(momentum).add_(grad, alpha=1 - dampening)
-            state[p]["momentum_buffer"] = buf
-            grad = grad.add(buf, alpha=momentum) if nesterov else buf
-        p.add_(grad, alpha=-lr)
+    for group in opt.param_groups:
+        lr, momentum, dampening, weight_decay = group["lr"], group["momentum"], group["dampening"], \
+            group["weight_decay"]
+        nesterov, maximize = group["nesterov"], group["maximize"]
+        for p in group["params"]:
+            grad = p.grad
+            if grad is None:
+                continue
+            if maximize:
+                grad = -grad
+            if weight_decay != 0:
+                grad = grad.add(p, alpha=weight_decay)
+            if momentum != 0:
+                buf = state[p].get("momentum_buffer")
+                if buf is None:
+                    buf = grad.detach().clone()
+                else:
+                    buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+                state[p]["momentum_buffer"] = buf
+                grad = grad.add(buf, alpha=momentum) if nesterov else buf
+            p.add_(grad, alpha=-lr)
+    return True
 
 
 def _optimizer_zero_grad_kernel(optimizer, *params, set_to_none=True):
@@ -182,7 +170,11 @@ def _optimizer_zero_grad_kernel(optimizer, *params, set_to_none=True):
     if set_to_none and type(opt).zero_grad is torch.optim.Optimizer.zero_grad and "zero_grad" not in vars(opt) \
             and hasattr(opt, "_zero_grad_profile_name") and not torch._C._autograd._profiler_enabled():
         # Optimizer.zero_grad(set_to_none=True) without its profiling scope
-        # (the class's own, not overridden on the instance or by a subclass).
+        # (the class's own, not overridden on the instance or by a subclass):
+        # `p.grad = None` for each parameter, in C++ for plain tensors.
+        engine = native.loaded()
+        if engine is not None and engine.zero_grads(opt.param_groups):
+            return
         for group in opt.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
@@ -200,14 +192,12 @@ _NO_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
 _NUMBER_TYPES = (float, int)
 
 
-def _plain_sgd(opt):
-    """The param groups when `opt.step()` is exactly SGD's single-tensor
-    path (`_sgd_group` makes its calls): a `torch.optim.SGD` (not a
-    subclass) without foreach, fused, differentiable or grad scaling, with
-    numbers for lr, momentum, dampening and weight decay, its own step (an
-    lr scheduler's wrapper aside), no step hooks, and the profiler off (the
-    step's `record_function` scope is then unobservable). CPU parameters
-    only: elsewhere SGD picks its foreach kernels by default. None otherwise."""
+def _plain_sgd_optimizer(opt):
+    """Whether `opt` itself allows `step()` to be SGD's single-tensor path
+    made directly: a `torch.optim.SGD` (not a subclass) with its own step
+    (an lr scheduler's wrapper aside), no grad scaling, no step hooks, and
+    the profiler off (the step's `record_function` scope is then
+    unobservable). Its groups are `_plain_sgd_groups`' test."""
     step = type(opt).step
     own = _sgd_steps.get(step)
     if own is None:
@@ -218,21 +208,39 @@ def _plain_sgd(opt):
             torch._C._autograd._profiler_enabled() or optim_base._global_optimizer_pre_hooks or \
             optim_base._global_optimizer_post_hooks or own_attrs.get(_NO_HOOKS[0]) or own_attrs.get(_NO_HOOKS[1]) or \
             own_attrs.get("grad_scale") is not None or own_attrs.get("found_inf") is not None:
-        return None
+        return False
     own_step = own_attrs.get("step")
-    if own_step is not None and not getattr(own_step, "_wrapped_by_lr_sched", False):
-        return None
-    for group in opt.param_groups:
+    return own_step is None or getattr(own_step, "_wrapped_by_lr_sched", False)
+
+
+def _plain_sgd_groups(groups):
+    """Whether every group takes SGD's single-tensor path as `_python_sgd`
+    makes its calls: numbers for lr, momentum, dampening and weight decay,
+    bools for nesterov and maximize, differentiable, foreach and fused off,
+    plain CPU tensors for the parameters (elsewhere SGD picks its foreach
+    kernels by default; a subclass may override __torch_function__). The
+    native `sgd_step` makes the same test (`read_sgd_group`)."""
+    if torch._C._is_torch_function_mode_enabled() or type(groups) is not list:
+        return False
+    for group in groups:
+        if type(group) is not dict:
+            return False
         get = group.get
         if type(get("lr")) not in _NUMBER_TYPES or type(get("momentum")) not in _NUMBER_TYPES or \
                 type(get("dampening")) not in _NUMBER_TYPES or type(get("weight_decay")) not in _NUMBER_TYPES or \
                 type(get("nesterov")) is not bool or type(get("maximize")) is not bool or \
-                get("differentiable") or get("foreach") or get("fused"):
-            return None
+                get("differentiable") or get("foreach") or get("fused") or type(get("params")) is not list:
+            return False
         for p in group["params"]:
-            if not p.is_cpu:
-                return None
-    return opt.param_groups
+            if type(p) not in _PLAIN or not p.is_cpu:
+                return False
+    return True
+
+
+def _plain_sgd(opt):
+    """Whether `opt.step()` is exactly SGD's single-tensor path made
+    directly (`_plain_sgd_optimizer` and `_plain_sgd_groups`)."""
+    return _plain_sgd_optimizer(opt) and _plain_sgd_groups(opt.param_groups)
 
 
 register(OpDef("backward", kernel=_backward_kernel, training_only=True))

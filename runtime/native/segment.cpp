@@ -1274,100 +1274,208 @@ PyObject* autograd_backward(PyObject*, PyObject* args) {
   END_HANDLE_TH_ERRORS
 }
 
-// One parameter group's update of torch.optim.SGD's single-tensor path
-// (`_single_tensor_sgd`), for the parameters that have a gradient, in order,
-// under no_grad: the calls it makes, without a Python round trip per
-// parameter. optimizer_ops._plain_sgd decides when `step()` is exactly this
-// (a plain SGD, numbers for its settings, CPU parameters); the momentum
-// buffers go back to the optimizer's state from the returned list (None
-// where a parameter had no gradient and no buffer yet).
-// (params, bufs or None, lr, momentum, dampening, weight_decay, nesterov, maximize)
-PyObject* sgd_update(PyObject*, PyObject* args) {
-  HANDLE_TH_ERRORS
-  PyObject *params_obj, *bufs_obj, *lr_obj, *momentum_obj, *dampening_obj, *decay_obj;
-  int nesterov, maximize;
-  if (!PyArg_ParseTuple(args, "O!OOOOOpp", &PyList_Type, &params_obj, &bufs_obj, &lr_obj, &momentum_obj,
-                        &dampening_obj, &decay_obj, &nesterov, &maximize))
-    return nullptr;
-  const Py_ssize_t n = PyList_GET_SIZE(params_obj);
-  if (bufs_obj != Py_None && (!PyList_Check(bufs_obj) || PyList_GET_SIZE(bufs_obj) != n)) {
-    PyErr_SetString(PyExc_TypeError, "sgd_update: bufs must be None or a list as long as params");
-    return nullptr;
-  }
-  // The settings as Python passes them to the calls: an int stays an int Scalar.
-  auto scalar = [](PyObject* obj, c10::Scalar& out) {
-    if (PyBool_Check(obj) || !(PyLong_Check(obj) || PyFloat_Check(obj))) return false;
-    out = PyLong_Check(obj) ? c10::Scalar(static_cast<int64_t>(PyLong_AsLongLong(obj)))
-                            : c10::Scalar(PyFloat_AS_DOUBLE(obj));
-    return !PyErr_Occurred();
-  };
+// One parameter group of a torch.optim.SGD whose `step()` is exactly the
+// single-tensor path's calls made here: numbers (an int or a float, not a
+// bool or a tensor) for lr, momentum, dampening and weight decay, bools for
+// nesterov and maximize, differentiable, foreach and fused off, and plain
+// CPU tensors for the parameters (a subclass may override
+// __torch_function__; elsewhere SGD picks its foreach kernels by default).
+// optimizer_ops._plain_sgd_groups is the same test in Python.
+struct SgdGroup {
   c10::Scalar lr, momentum, dampening, decay;
-  if (!scalar(lr_obj, lr) || !scalar(momentum_obj, momentum) || !scalar(dampening_obj, dampening) ||
-      !scalar(decay_obj, decay)) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "sgd_update: settings must be int or float");
-    return nullptr;
-  }
-  std::vector<at::Tensor> params, bufs;
-  params.reserve(n);
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* p = PyList_GET_ITEM(params_obj, i);
-    if (!THPVariable_Check(p)) {
-      PyErr_SetString(PyExc_TypeError, "sgd_update: params must be tensors");
-      return nullptr;
+  bool nesterov = false, maximize = false;
+  std::vector<PyObject*> objects;  // the parameters' objects, borrowed from the group's list
+  std::vector<at::Tensor> params;
+};
+
+// The keys of a param group and of a parameter's state, as interned strings
+// made once: a lookup then hashes nothing (PyDict_GetItemString makes and
+// hashes a new string on every call). Null when they could not be made (a
+// Python error is set).
+struct GroupKeys {
+  PyObject *lr, *momentum, *dampening, *weight_decay, *nesterov, *maximize, *differentiable, *foreach, *fused, *params,
+      *momentum_buffer;
+};
+
+const GroupKeys* group_keys() {
+  static const GroupKeys keys{
+      PyUnicode_InternFromString("lr"),        PyUnicode_InternFromString("momentum"),
+      PyUnicode_InternFromString("dampening"), PyUnicode_InternFromString("weight_decay"),
+      PyUnicode_InternFromString("nesterov"),  PyUnicode_InternFromString("maximize"),
+      PyUnicode_InternFromString("differentiable"), PyUnicode_InternFromString("foreach"),
+      PyUnicode_InternFromString("fused"),     PyUnicode_InternFromString("params"),
+      PyUnicode_InternFromString("momentum_buffer")};
+  static const bool made = keys.lr && keys.momentum && keys.dampening && keys.weight_decay && keys.nesterov &&
+                           keys.maximize && keys.differentiable && keys.foreach && keys.fused && keys.params &&
+                           keys.momentum_buffer;
+  return made ? &keys : nullptr;
+}
+
+// 1: `group` is such a group (read into `out`); 0: it is not; -1: a Python error.
+int read_sgd_group(PyObject* group, SgdGroup& out) {
+  const GroupKeys* keys = group_keys();
+  if (keys == nullptr) return -1;
+  if (!PyDict_Check(group)) return 0;
+  // A setting as Python passes it to the calls: an int stays an int Scalar.
+  auto number = [group](PyObject* key, c10::Scalar& value) {
+    PyObject* obj = PyDict_GetItemWithError(group, key);
+    if (obj != nullptr && PyFloat_CheckExact(obj)) {
+      value = c10::Scalar(PyFloat_AS_DOUBLE(obj));
+      return true;
     }
-    params.push_back(THPVariable_Unpack(p));
-    if (bufs_obj != Py_None) {
-      PyObject* b = PyList_GET_ITEM(bufs_obj, i);
-      if (b != Py_None && !THPVariable_Check(b)) {
-        PyErr_SetString(PyExc_TypeError, "sgd_update: bufs must be tensors or None");
+    if (obj == nullptr || !PyLong_CheckExact(obj)) return false;
+    const long long n = PyLong_AsLongLong(obj);
+    if (n == -1 && PyErr_Occurred()) {  // beyond int64: Python's own calls say what they do with it
+      PyErr_Clear();
+      return false;
+    }
+    value = c10::Scalar(static_cast<int64_t>(n));
+    return true;
+  };
+  auto flag = [group](PyObject* key, bool& value) {
+    PyObject* obj = PyDict_GetItemWithError(group, key);
+    if (obj != Py_True && obj != Py_False) return false;
+    value = obj == Py_True;
+    return true;
+  };
+  if (!number(keys->lr, out.lr) || !number(keys->momentum, out.momentum) ||
+      !number(keys->dampening, out.dampening) || !number(keys->weight_decay, out.decay) ||
+      !flag(keys->nesterov, out.nesterov) || !flag(keys->maximize, out.maximize))
+    return PyErr_Occurred() ? -1 : 0;  // (a key's __eq__ may raise in a lookup)
+  for (PyObject* key : {keys->differentiable, keys->foreach, keys->fused}) {
+    PyObject* obj = PyDict_GetItemWithError(group, key);  // absent reads as None, as `group.get(key)`
+    const int on = obj == nullptr ? 0 : PyObject_IsTrue(obj);
+    if (on != 0) return on < 0 ? -1 : 0;  // -1: its truth raised
+  }
+  PyObject* params = PyDict_GetItemWithError(group, keys->params);
+  if (params == nullptr || !PyList_Check(params)) return PyErr_Occurred() ? -1 : 0;
+  const Py_ssize_t n = PyList_GET_SIZE(params);
+  out.objects.reserve(n);
+  out.params.reserve(n);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* p = PyList_GET_ITEM(params, i);
+    if (!THPVariable_CheckExact(p)) return 0;
+    const at::Tensor& tensor = THPVariable_Unpack(p);
+    if (!tensor.is_cpu()) return 0;
+    out.objects.push_back(p);
+    out.params.push_back(tensor);
+  }
+  return 1;
+}
+
+bool scalar_is_zero(const c10::Scalar& s) { return s.isIntegral(false) ? s.toLong() == 0 : s.toDouble() == 0; }
+
+// `_single_tensor_sgd`'s calls for one group, in its order, under no_grad,
+// for the parameters that have a gradient (`bufs`: their momentum buffers,
+// undefined where there is none yet, or empty without momentum).
+void sgd_group_update(const SgdGroup& g, std::vector<at::Tensor>& params, std::vector<at::Tensor>& bufs) {
+  const bool with_momentum = !scalar_is_zero(g.momentum);
+  const bool with_decay = !scalar_is_zero(g.decay);
+  // `-lr` and `1 - dampening` as Python computes them (an int stays an int).
+  const c10::Scalar neg_lr = g.lr.isIntegral(false) ? c10::Scalar(-g.lr.toLong()) : c10::Scalar(-g.lr.toDouble());
+  const c10::Scalar keep = g.dampening.isIntegral(false) ? c10::Scalar(1 - g.dampening.toLong())
+                                                         : c10::Scalar(1 - g.dampening.toDouble());
+  pybind11::gil_scoped_release no_gil;
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i) {
+    at::Tensor& param = params[i];
+    const at::Tensor& own = param.grad();
+    at::Tensor grad = g.maximize ? own.neg() : own;
+    if (with_decay) grad = grad.add(param, g.decay);
+    if (with_momentum) {
+      at::Tensor& buf = bufs[i];
+      if (!buf.defined()) {
+        buf = grad.detach().clone();
+      } else {
+        buf.mul_(g.momentum).add_(grad, keep);
+      }
+      grad = g.nesterov ? grad.add(buf, g.momentum) : buf;
+    }
+    param.add_(grad, neg_lr);
+  }
+}
+
+// `opt.step()` of a torch.optim.SGD (optimizer_ops checks the optimizer
+// itself: its class, hooks, profiler) without its Python layers, when every
+// group is one `read_sgd_group` accepts: each group in order, its buffers
+// read from `state` before and written there after, as SGD.step does (an
+// entry made only for a parameter with a gradient). Returns False, having
+// done nothing, when a group is not, or a torch function mode is on (it
+// must see the Python calls).
+// args: (param_groups: list, state: the optimizer's defaultdict(dict)) -> bool
+PyObject* sgd_step(PyObject*, PyObject* args) {
+  HANDLE_TH_ERRORS
+  PyObject *groups_obj, *state;
+  if (!PyArg_ParseTuple(args, "OO", &groups_obj, &state)) return nullptr;
+  const GroupKeys* keys = group_keys();
+  if (keys == nullptr) return nullptr;
+  if (at::impl::torch_function_mode_enabled() || !PyList_Check(groups_obj)) Py_RETURN_FALSE;
+  const Py_ssize_t n_groups = PyList_GET_SIZE(groups_obj);
+  std::vector<SgdGroup> groups(n_groups);
+  for (Py_ssize_t k = 0; k < n_groups; ++k) {
+    const int plain = read_sgd_group(PyList_GET_ITEM(groups_obj, k), groups[k]);
+    if (plain < 0) return nullptr;
+    if (plain == 0) Py_RETURN_FALSE;
+  }
+  for (const SgdGroup& g : groups) {
+    const bool with_momentum = !scalar_is_zero(g.momentum);
+    std::vector<at::Tensor> params, bufs;
+    std::vector<pybind11::object> entries;  // the state dicts of `params`, with momentum
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      if (!g.params[i].grad().defined()) continue;  // torch.optim skips it
+      params.push_back(g.params[i]);
+      if (!with_momentum) continue;
+      // `state[p]`: a new {} for a parameter without one, as SGD's own read makes it.
+      PyObject* entry = PyObject_GetItem(state, g.objects[i]);
+      if (entry == nullptr) return nullptr;
+      entries.push_back(pybind11::reinterpret_steal<pybind11::object>(entry));
+      PyObject* buf = PyDict_Check(entry) ? PyDict_GetItemWithError(entry, keys->momentum_buffer) : nullptr;
+      if (PyErr_Occurred()) return nullptr;
+      if (!PyDict_Check(entry) || (buf != nullptr && buf != Py_None && !THPVariable_Check(buf))) {
+        PyErr_SetString(PyExc_TypeError, "SGD's state: expected a dict holding a tensor as its momentum_buffer");
         return nullptr;
       }
-      bufs.push_back(b == Py_None ? at::Tensor() : THPVariable_Unpack(b));
+      bufs.push_back(buf == nullptr || buf == Py_None ? at::Tensor() : THPVariable_Unpack(buf));
+    }
+    sgd_group_update(g, params, bufs);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      PyObject* buf = THPVariable_Wrap(bufs[i]);
+      const bool failed = buf == nullptr || PyDict_SetItem(entries[i].ptr(), keys->momentum_buffer, buf) < 0;
+      Py_XDECREF(buf);
+      if (failed) return nullptr;
     }
   }
-  const bool with_momentum = !(momentum.isIntegral(false) ? momentum.toLong() == 0 : momentum.toDouble() == 0);
-  if (with_momentum && bufs_obj == Py_None) {
-    PyErr_SetString(PyExc_TypeError, "sgd_update: momentum needs the list of buffers");
-    return nullptr;
-  }
-  const bool with_decay = !(decay.isIntegral(false) ? decay.toLong() == 0 : decay.toDouble() == 0);
-  // `-lr` and `1 - dampening` as Python computes them (int stays int).
-  const c10::Scalar neg_lr = lr.isIntegral(false) ? c10::Scalar(-lr.toLong()) : c10::Scalar(-lr.toDouble());
-  const c10::Scalar keep = dampening.isIntegral(false) ? c10::Scalar(1 - dampening.toLong())
-                                                       : c10::Scalar(1 - dampening.toDouble());
-  {
-    pybind11::gil_scoped_release no_gil;
-    at::NoGradGuard no_grad;
-    for (Py_ssize_t i = 0; i < n; ++i) {
-      at::Tensor& param = params[i];
-      const at::Tensor& own = param.grad();
-      if (!own.defined()) continue;
-      at::Tensor grad = maximize ? own.neg() : own;
-      if (with_decay) grad = grad.add(param, decay);
-      if (with_momentum) {
-        at::Tensor& buf = bufs[i];
-        if (!buf.defined()) {
-          buf = grad.detach().clone();
-        } else {
-          buf.mul_(momentum).add_(grad, keep);
-        }
-        grad = nesterov ? grad.add(buf, momentum) : buf;
-      }
-      param.add_(grad, neg_lr);
+  Py_RETURN_TRUE;
+  END_HANDLE_TH_ERRORS
+}
+
+// Optimizer.zero_grad(set_to_none=True)'s loop (optimizer_ops checks the
+// optimizer): `p.grad = None` for each parameter of each group, which for a
+// plain tensor is this reset (the setter's own). Returns False, having done
+// nothing, for anything else (a subclass may override the setter; a torch
+// function mode sees the setter called).
+// args: param_groups (a list of dicts holding "params" lists) -> bool
+PyObject* zero_grads(PyObject*, PyObject* groups_obj) {
+  HANDLE_TH_ERRORS
+  const GroupKeys* keys = group_keys();
+  if (keys == nullptr) return nullptr;
+  if (at::impl::torch_function_mode_enabled() || !PyList_Check(groups_obj)) Py_RETURN_FALSE;
+  std::vector<at::Tensor> params;
+  for (Py_ssize_t k = 0; k < PyList_GET_SIZE(groups_obj); ++k) {
+    PyObject* group = PyList_GET_ITEM(groups_obj, k);
+    PyObject* list = PyDict_Check(group) ? PyDict_GetItemWithError(group, keys->params) : nullptr;
+    if (list == nullptr || !PyList_Check(list)) {
+      if (PyErr_Occurred()) return nullptr;
+      Py_RETURN_FALSE;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i) {
+      PyObject* p = PyList_GET_ITEM(list, i);
+      if (!THPVariable_CheckExact(p)) Py_RETURN_FALSE;
+      params.push_back(THPVariable_Unpack(p));
     }
   }
-  if (!with_momentum) Py_RETURN_NONE;
-  PyObject* out = PyList_New(n);
-  if (out == nullptr) return nullptr;
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* item = bufs[i].defined() ? THPVariable_Wrap(bufs[i]) : (Py_INCREF(Py_None), Py_None);
-    if (item == nullptr) {
-      Py_DECREF(out);
-      return nullptr;
-    }
-    PyList_SET_ITEM(out, i, item);
-  }
-  return out;
+  for (at::Tensor& p : params) p.mutable_grad().reset();
+  Py_RETURN_TRUE;
   END_HANDLE_TH_ERRORS
 }
 
@@ -1375,7 +1483,8 @@ PyMethodDef module_methods[] = {
     {"opcodes", opcodes, METH_NOARGS, "opcode name -> number"},
     {"autograd_grad", autograd_grad, METH_VARARGS, "torch.autograd.grad(..., allow_unused=True) of plain tensors"},
     {"autograd_backward", autograd_backward, METH_VARARGS, "torch.autograd.backward(loss) of a plain scalar tensor"},
-    {"sgd_update", sgd_update, METH_VARARGS, "one parameter group of torch.optim.SGD's single-tensor step"},
+    {"sgd_step", sgd_step, METH_VARARGS, "torch.optim.SGD.step() of plain CPU parameter groups, or False"},
+    {"zero_grads", zero_grads, METH_O, "Optimizer.zero_grad(set_to_none=True) of plain parameters, or False"},
     {"operand_kinds", operand_kinds, METH_NOARGS, "operand kind name -> number"},
     {nullptr, nullptr, 0, nullptr},
 };

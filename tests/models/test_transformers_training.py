@@ -52,7 +52,7 @@ def test_gpt2_graph_trains_as_the_eager_loop(optimize):
     eager_opt = torch.optim.SGD(eager.parameters(), lr=0.1, momentum=0.9)
     graph_opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     graph = Step(model, graph_opt, optimize)
-    assert optimizer_ops._plain_sgd(graph_opt) is not None
+    assert optimizer_ops._plain_sgd(graph_opt)
     for step in range(STEPS):
         ids, labels = _batch(step)
         torch.manual_seed(100 + step)  # the same dropout masks

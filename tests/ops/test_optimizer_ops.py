@@ -6,6 +6,7 @@ the kernels' shortcuts (plain SGD's update, zero_grad, the engine call
 behind torch.autograd.grad) or the optimizer's own Python (momentum, hooks,
 a profiler, an lr scheduler, no native extension)."""
 
+import contextlib
 import warnings
 
 import pytest
@@ -77,6 +78,7 @@ OPTIMIZERS = {
     "sgd-weight-decay": (_sgd(weight_decay=0.1), True),
     "sgd-maximize": (_sgd(maximize=True, momentum=0.5), True),
     "sgd-tensor-lr": (_sgd(lr=torch.tensor(0.1)), False),
+    "sgd-bool-lr": (_sgd(lr=True), False),  # a bool is not a number here: `-lr` is -1, not a negated bool
     "sgd-foreach": (_sgd(foreach=True, momentum=0.9), False),
     "adam": (lambda p: torch.optim.Adam(p, lr=0.01), False),
 }
@@ -120,7 +122,7 @@ def _train_alike(eager, eager_opt, eager_sched, model, graph, batches=None):
 def test_graph_steps_match_eager_bit_for_bit(name, optimize):
     make_opt, plain = OPTIMIZERS[name]
     eager, eager_opt, _, model, graph, graph_opt = _eager_and_graph(make_opt, optimize)
-    assert (optimizer_ops._plain_sgd(graph_opt) is not None) == plain
+    assert optimizer_ops._plain_sgd(graph_opt) == plain
     if optimize == "fast":
         # The fast level's fused node sums gradient contributions in its own
         # order: values, not bits (docs/performance.md), on the same path.
@@ -148,7 +150,7 @@ def test_graph_steps_match_eager_bit_for_bit(name, optimize):
 def test_lr_scheduler_sees_its_steps_called_in_order():
     scheduler = lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)  # noqa: E731
     eager, eager_opt, eager_sched, model, graph, graph_opt = _eager_and_graph(_sgd(), scheduler=scheduler)
-    assert optimizer_ops._plain_sgd(graph_opt) is not None  # the scheduler's wrapper keeps the shortcut
+    assert optimizer_ops._plain_sgd(graph_opt)  # the scheduler's wrapper keeps the shortcut
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "lr_scheduler.step() before optimizer.step()" would fail here
         _train_alike(eager, eager_opt, eager_sched, model, graph)
@@ -163,12 +165,12 @@ def test_step_hooks_run_on_every_step(where):
         register_optimizer_step_post_hook
     handle = register(lambda opt, args, kwargs: calls.append(opt) if opt is graph_opt else None)
     try:
-        assert optimizer_ops._plain_sgd(graph_opt) is None
+        assert not optimizer_ops._plain_sgd(graph_opt)
         _train_alike(eager, eager_opt, None, model, graph)
     finally:
         handle.remove()
     assert calls == [graph_opt] * len(_batches())
-    assert optimizer_ops._plain_sgd(graph_opt) is not None
+    assert optimizer_ops._plain_sgd(graph_opt)
 
 
 def test_a_profiler_sees_the_optimizers_own_scopes():
@@ -191,7 +193,7 @@ def test_an_instance_method_of_the_users_own_is_called(method):
         return original(*args, **kwargs)
 
     setattr(graph_opt, method, own)
-    assert (optimizer_ops._plain_sgd(graph_opt) is None) == (method == "step")
+    assert (not optimizer_ops._plain_sgd(graph_opt)) == (method == "step")
     _train_alike(eager, eager_opt, None, model, graph)
     assert len(calls) == len(_batches())
 
@@ -204,7 +206,7 @@ class Subclassed(torch.optim.SGD):
 
 def test_a_subclass_step_is_called():
     eager, eager_opt, _, model, graph, graph_opt = _eager_and_graph(lambda p: Subclassed(p, lr=0.1))
-    assert optimizer_ops._plain_sgd(graph_opt) is None
+    assert not optimizer_ops._plain_sgd(graph_opt)
     _train_alike(eager, eager_opt, None, model, graph)
     assert graph_opt.count == len(_batches())
 
@@ -257,3 +259,83 @@ def test_backward_errors_are_eagers(monkeypatch, engine):
     with pytest.raises(Exception) as got:
         d2s.declarative(twice)(x, y)
     assert type(_cause(got.value)) is RuntimeError and str(_cause(got.value)) == str(want.value)
+
+
+class OwnParameter(nn.Parameter):
+    """A parameter subclass: SGD's calls on it are Python calls (it may
+    override __torch_function__), so the step must not bypass them."""
+
+
+class CountCalls(torch.overrides.TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+def _sgd_params(seed, kind):
+    g = torch.Generator().manual_seed(seed)
+    cls = OwnParameter if kind == "subclass" else nn.Parameter
+    return [cls(torch.randn(3, 4, generator=g)), cls(torch.randn(4, generator=g)), cls(torch.randn(2, generator=g))]
+
+
+@pytest.mark.parametrize("engine", ["native", "python"])
+@pytest.mark.parametrize("kind", ["plain", "subclass", "function-mode"])
+@pytest.mark.parametrize("name", sorted(n for n in OPTIMIZERS if n.startswith("sgd")))
+def test_the_sgd_shortcut_is_taken_exactly_when_it_is_sgds_own_path(monkeypatch, engine, kind, name):
+    """The native `sgd_step` and `_plain_sgd_groups` accept the same groups
+    (else the step is the optimizer's own), and either way the parameters,
+    the momentum state and the calls a torch function mode sees are eager's,
+    over steps where one parameter has no gradient."""
+    if engine == "python":
+        monkeypatch.setattr(native, "loaded", lambda: None)
+    elif native.load() is None:
+        pytest.skip(f"native executor unavailable: {native.unavailable_reason()}")
+    make_opt, plain = OPTIMIZERS[name]
+    want_params, got_params = _sgd_params(0, kind), _sgd_params(0, kind)
+    want_opt, got_opt = make_opt(want_params), make_opt(got_params)
+    ref = optimizer_ops.OptimizerRef(got_opt)
+    with CountCalls() if kind == "function-mode" else contextlib.nullcontext():
+        expected = plain and kind == "plain"
+        assert optimizer_ops._plain_sgd_groups(got_opt.param_groups) == expected
+        if engine == "native":  # no gradients yet: the step it takes changes nothing
+            assert native.loaded().sgd_step(got_opt.param_groups, got_opt.state) == expected
+            assert not got_opt.state and all(torch.equal(p, q) for p, q in zip(want_params, got_params))
+    g = torch.Generator().manual_seed(1)
+    for step in range(3):
+        for want, got in zip(want_params, got_params):
+            grad = torch.randn(want.shape, generator=g)
+            if step == 1 and want.dim() == 1 and want.numel() == 2:
+                grad = None  # skipped by torch.optim: no update, no state entry
+            want.grad, got.grad = grad, None if grad is None else grad.clone()
+        modes = [CountCalls(), CountCalls()] if kind == "function-mode" else [None, None]
+        with modes[0] or contextlib.nullcontext():
+            want_opt.step()
+        with modes[1] or contextlib.nullcontext():
+            optimizer_ops._optimizer_step_kernel(ref)
+        if modes[0] is not None:
+            assert modes[1].calls == modes[0].calls and modes[0].calls
+        for want, got in zip(want_params, got_params):
+            assert torch.equal(want, got)
+        want_state, got_state = want_opt.state_dict()["state"], got_opt.state_dict()["state"]
+        assert want_state.keys() == got_state.keys()
+        for k in want_state:
+            assert torch.equal(want_state[k]["momentum_buffer"], got_state[k]["momentum_buffer"])
+
+
+@pytest.mark.parametrize("kind", ["plain", "subclass"])
+def test_native_zero_grads_resets_plain_parameters_only(kind):
+    engine = native.load()
+    if engine is None:
+        pytest.skip(f"native executor unavailable: {native.unavailable_reason()}")
+    params = _sgd_params(0, kind)
+    opt = torch.optim.SGD([{"params": params[:1]}, {"params": params[1:]}], lr=0.1)
+    for p in params[:2]:
+        p.grad = torch.ones_like(p)
+    assert engine.zero_grads(opt.param_groups) == (kind == "plain")
+    assert all((p.grad is None) == (kind == "plain" or i == 2) for i, p in enumerate(params))
+    optimizer_ops._optimizer_zero_grad_kernel(optimizer_ops.OptimizerRef(opt))
+    assert all(p.grad is None for p in params)
