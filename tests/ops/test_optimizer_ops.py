@@ -339,3 +339,25 @@ def test_native_zero_grads_resets_plain_parameters_only(kind):
     assert all((p.grad is None) == (kind == "plain" or i == 2) for i, p in enumerate(params))
     optimizer_ops._optimizer_zero_grad_kernel(optimizer_ops.OptimizerRef(opt))
     assert all(p.grad is None for p in params)
+
+
+@pytest.mark.parametrize("settings", [{}, {"momentum": 0.9}, {"momentum": 0.9, "nesterov": True}, {"maximize": True}])
+def test_sparse_gradients_take_sgds_calls(settings):
+    """An nn.Embedding(sparse=True): its sparse `.grad` goes through the same
+    update calls as in SGD.step (the momentum buffer a sparse clone)."""
+    runs = []
+    for kernels in (False, True):
+        torch.manual_seed(0)
+        embed = nn.Embedding(10, 4, sparse=True)
+        opt = torch.optim.SGD(embed.parameters(), lr=0.1, **settings)
+        ref = optimizer_ops.OptimizerRef(opt)
+        for ids in ([1, 2, 2, 5], [0, 5], [9]):
+            optimizer_ops._optimizer_zero_grad_kernel(ref) if kernels else opt.zero_grad()
+            embed(torch.tensor(ids)).pow(2).sum().backward()
+            optimizer_ops._optimizer_step_kernel(ref) if kernels else opt.step()
+        runs.append((embed.weight.detach(), opt.state_dict()["state"]))
+    (want, want_state), (got, got_state) = runs
+    assert torch.equal(want, got) and want_state.keys() == got_state.keys()
+    for k in want_state:
+        a, b = want_state[k]["momentum_buffer"], got_state[k]["momentum_buffer"]
+        assert a.layout == b.layout and torch.equal(a.to_dense(), b.to_dense())
