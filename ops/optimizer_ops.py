@@ -168,10 +168,12 @@ def _python_sgd(opt):
 def _optimizer_zero_grad_kernel(optimizer, *params, set_to_none=True):
     opt = optimizer.optimizer
     if set_to_none and type(opt).zero_grad is torch.optim.Optimizer.zero_grad and "zero_grad" not in vars(opt) \
-            and hasattr(opt, "_zero_grad_profile_name") and not torch._C._autograd._profiler_enabled():
+            and hasattr(opt, "_zero_grad_profile_name") and not torch._C._autograd._profiler_enabled() \
+            and not torch._C._is_torch_function_mode_enabled():
         # Optimizer.zero_grad(set_to_none=True) without its profiling scope
-        # (the class's own, not overridden on the instance or by a subclass):
-        # `p.grad = None` for each parameter, in C++ for plain tensors.
+        # (the class's own, not overridden on the instance or by a subclass;
+        # a torch function mode would see the scope's calls): `p.grad = None`
+        # for each parameter, in C++ for plain tensors.
         engine = native.loaded()
         if engine is not None and engine.zero_grads(opt.param_groups):
             return

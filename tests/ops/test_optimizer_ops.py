@@ -326,6 +326,25 @@ def test_the_sgd_shortcut_is_taken_exactly_when_it_is_sgds_own_path(monkeypatch,
             assert torch.equal(want_state[k]["momentum_buffer"], got_state[k]["momentum_buffer"])
 
 
+@pytest.mark.parametrize("engine", ["native", "python"])
+@pytest.mark.parametrize("kind", ["plain", "subclass"])
+def test_zero_grad_under_a_function_mode_makes_eagers_calls(monkeypatch, engine, kind):
+    if engine == "python":
+        monkeypatch.setattr(native, "loaded", lambda: None)
+    seen = []
+    for kernels in (False, True):
+        params = _sgd_params(0, kind)
+        opt = torch.optim.SGD(params, lr=0.1)
+        for p in params[:2]:
+            p.grad = torch.ones_like(p)
+        with CountCalls() as mode:
+            optimizer_ops._optimizer_zero_grad_kernel(optimizer_ops.OptimizerRef(opt)) if kernels else \
+                opt.zero_grad()
+        seen.append(mode.calls)
+        assert all(p.grad is None for p in params)
+    assert seen[0] == seen[1] and "_record_function_enter_new" in seen[0]
+
+
 @pytest.mark.parametrize("kind", ["plain", "subclass"])
 def test_native_zero_grads_resets_plain_parameters_only(kind):
     engine = native.load()
