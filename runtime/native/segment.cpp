@@ -1284,7 +1284,9 @@ PyObject* autograd_backward(PyObject*, PyObject* args) {
 struct SgdGroup {
   c10::Scalar lr, momentum, dampening, decay;
   bool nesterov = false, maximize = false;
-  std::vector<PyObject*> objects;  // the parameters' objects, borrowed from the group's list
+  // The parameters' objects, held: reading the state later may run Python
+  // (a `__missing__`), which could drop them from the group's list.
+  std::vector<pybind11::object> objects;
   std::vector<at::Tensor> params;
 };
 
@@ -1357,7 +1359,7 @@ int read_sgd_group(PyObject* group, SgdGroup& out) {
     if (!THPVariable_CheckExact(p)) return 0;
     const at::Tensor& tensor = THPVariable_Unpack(p);
     if (!tensor.is_cpu()) return 0;
-    out.objects.push_back(p);
+    out.objects.push_back(pybind11::reinterpret_borrow<pybind11::object>(p));
     out.params.push_back(tensor);
   }
   return 1;
@@ -1426,7 +1428,7 @@ PyObject* sgd_step(PyObject*, PyObject* args) {
       params.push_back(g.params[i]);
       if (!with_momentum) continue;
       // `state[p]`: a new {} for a parameter without one, as SGD's own read makes it.
-      PyObject* entry = PyObject_GetItem(state, g.objects[i]);
+      PyObject* entry = PyObject_GetItem(state, g.objects[i].ptr());
       if (entry == nullptr) return nullptr;
       entries.push_back(pybind11::reinterpret_steal<pybind11::object>(entry));
       PyObject* buf = PyDict_Check(entry) ? PyDict_GetItemWithError(entry, keys->momentum_buffer) : nullptr;
