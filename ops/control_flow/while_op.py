@@ -306,14 +306,15 @@ def _graph_while(cond_fn, body_fn, values, names, return_names, maybe_undefined=
         raise error_at_user_line(f"the shapes of the loop variables did not settle after {_MAX_TRACES} traces")
     # Python numbers before the loop that every trip makes a tensor, and
     # numbers some trip gives another type (not exact: the merged type may
-    # be neither path's): (index, exact) (`_trips_decided`).
+    # be neither path's): (index, exact) (`_trips_decided`). Whatever other
+    # names the loop first assigns (no value before it: nothing to decide).
     numbers = [(i, not specs[i].mixed_numbers) for i in trip.carried
-               if (specs[i].python_number and not specs[i].number and specs[i].kind != TENSOR_ARRAY
-                   # (the variable itself, written in place on every trip: `total += t`)
-                   and (not number_or_tensor(trip.new[i]) or trip.new[i] is trip.args[i])
-                   and not stands_for_number(trip.new[i]))
-               or (specs[i].number and specs[i].mixed_numbers)] \
-        if all(not isinstance(v, Undefined) for v in values) else []
+               if not isinstance(values[i], Undefined) and (
+                   (specs[i].python_number and not specs[i].number and specs[i].kind != TENSOR_ARRAY
+                    # (the variable itself, written in place on every trip: `total += t`)
+                    and (not number_or_tensor(trip.new[i]) or trip.new[i] is trip.args[i])
+                    and not stands_for_number(trip.new[i]))
+                   or (specs[i].number and specs[i].mixed_numbers))]
     return _append_while(tr, parent, origin, trip, values, specs, names), numbers
 
 

@@ -118,6 +118,58 @@ def test_zero_trips_keep_the_number(fn, first):
     assert any("while" in o for o in ops) and all("cond" in o for o in ops)
 
 
+def bool_over_a_float_beside_a_first_name(x, m):
+    """fuzz s30a-1149: `s` is the float 0.0 before the loop and the bool
+    `bool(t > 2.5)` after a trip taking the true side; `v` has no value
+    before the loop. The loop's number was not decided where the loop also
+    first assigned a name: `s` came back as the float 1.0 for eager's True."""
+    t = x.sum()
+    s = 0.0
+    for row in m:
+        s = bool(t > 2.5) if x.sum() > 2.5 else s
+        v = row + 1
+    return v + s, s
+
+
+def number_made_a_tensor_beside_a_first_name(x, m):
+    s = 0.5
+    for row in m:
+        s = s + row.sum()
+        v = row * 2
+    return v, s
+
+
+def int_made_a_float_in_a_while_beside_a_first_name(x, m):
+    s = 0
+    i = 0
+    while i < m.shape[0] and x.sum() > -100:
+        s = 0.5 if x.sum() > 0 else s
+        v = x + i
+        i += 1
+    return v, s
+
+
+@pytest.mark.parametrize("fn", [bool_over_a_float_beside_a_first_name, number_made_a_tensor_beside_a_first_name,
+                                int_made_a_float_in_a_while_beside_a_first_name], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("order", [1, -1], ids=["true_side_first", "zero_trips_first"])
+def test_a_loop_that_also_first_assigns_a_name_decides_its_numbers(fn, order):
+    """Zero trips (eager's UnboundLocalError for `v`), one and several, both
+    sides of the `if` in the loop: eager's values and Python types."""
+    static = d2s.declarative(fn)
+    for rows, sign in ((1, 1.0), (3, -1.0), (0, 1.0), (3, 1.0), (1, -1.0), (0, -1.0))[::order]:
+        x, m = torch.ones(3) * sign, torch.arange(rows * 3.0).reshape(rows, 3) - 1
+        if rows == 0:
+            with pytest.raises(UnboundLocalError):
+                fn(x, m)
+            with pytest.raises(Exception) as raised:
+                static(x, m)
+            assert "UnboundLocalError" in repr(raised.value) or isinstance(raised.value, UnboundLocalError)
+            continue
+        _same(static(x, m), fn(x, m))
+    ops = [{op.type for b in c.main_program.blocks for op in b.ops} for c in static.program_cache]
+    assert any("while" in o for o in ops)
+
+
 def optional_term(x):
     """`extra` is the int 0 or a float32 tensor, and only meets float32
     tensors: one value serves both paths exactly (and an exported program
