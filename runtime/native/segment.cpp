@@ -1365,6 +1365,26 @@ int read_sgd_group(PyObject* group, SgdGroup& out) {
   return 1;
 }
 
+// Whether the momentum buffers `state` already holds for the group's
+// parameters are plain tensors (a subclass may override __torch_function__,
+// which SGD's calls on it would reach), read without making entries: 1, 0,
+// or -1 on a Python error.
+int plain_buffers(const SgdGroup& g, PyObject* state, PyObject* key) {
+  if (!PyDict_Check(state)) return 0;
+  for (const pybind11::object& p : g.objects) {
+    PyObject* entry = PyDict_GetItemWithError(state, p.ptr());  // (no __missing__: nothing made)
+    if (entry == nullptr) {
+      if (PyErr_Occurred()) return -1;
+      continue;
+    }
+    if (!PyDict_Check(entry)) return 0;
+    PyObject* buf = PyDict_GetItemWithError(entry, key);
+    if (buf == nullptr && PyErr_Occurred()) return -1;
+    if (buf != nullptr && buf != Py_None && !THPVariable_CheckExact(buf)) return 0;
+  }
+  return 1;
+}
+
 bool scalar_is_zero(const c10::Scalar& s) { return s.isIntegral(false) ? s.toLong() == 0 : s.toDouble() == 0; }
 
 // `_single_tensor_sgd`'s calls for one group, in its order, under no_grad,
@@ -1415,7 +1435,8 @@ PyObject* sgd_step(PyObject*, PyObject* args) {
   const Py_ssize_t n_groups = PyList_GET_SIZE(groups_obj);
   std::vector<SgdGroup> groups(n_groups);
   for (Py_ssize_t k = 0; k < n_groups; ++k) {
-    const int plain = read_sgd_group(PyList_GET_ITEM(groups_obj, k), groups[k]);
+    int plain = read_sgd_group(PyList_GET_ITEM(groups_obj, k), groups[k]);
+    if (plain > 0 && !scalar_is_zero(groups[k].momentum)) plain = plain_buffers(groups[k], state, keys->momentum_buffer);
     if (plain < 0) return nullptr;
     if (plain == 0) Py_RETURN_FALSE;
   }
@@ -1433,7 +1454,7 @@ PyObject* sgd_step(PyObject*, PyObject* args) {
       entries.push_back(pybind11::reinterpret_steal<pybind11::object>(entry));
       PyObject* buf = PyDict_Check(entry) ? PyDict_GetItemWithError(entry, keys->momentum_buffer) : nullptr;
       if (PyErr_Occurred()) return nullptr;
-      if (!PyDict_Check(entry) || (buf != nullptr && buf != Py_None && !THPVariable_Check(buf))) {
+      if (!PyDict_Check(entry) || (buf != nullptr && buf != Py_None && !THPVariable_CheckExact(buf))) {
         PyErr_SetString(PyExc_TypeError, "SGD's state: expected a dict holding a tensor as its momentum_buffer");
         return nullptr;
       }

@@ -380,3 +380,33 @@ def test_sparse_gradients_take_sgds_calls(settings):
     for k in want_state:
         a, b = want_state[k]["momentum_buffer"], got_state[k]["momentum_buffer"]
         assert a.layout == b.layout and torch.equal(a.to_dense(), b.to_dense())
+
+
+class CountedBuffer(torch.Tensor):
+    """A momentum buffer of a subclass (loaded into the state by the user):
+    SGD's calls on it reach its __torch_function__."""
+
+    calls = 0
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        CountedBuffer.calls += 1
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_a_momentum_buffer_of_a_subclass_sees_sgds_calls():
+    counts, results = [], []
+    for kernels in (False, True):
+        params = _sgd_params(0, "plain")
+        opt = torch.optim.SGD(params, lr=0.1, momentum=0.9)
+        opt.state[params[0]]["momentum_buffer"] = torch.ones_like(params[0]).as_subclass(CountedBuffer)
+        if kernels and native.load() is not None:
+            assert native.loaded().sgd_step(opt.param_groups, opt.state) is False  # nothing done: no grads read
+        for p in params:
+            p.grad = torch.full_like(p, 0.5)
+        CountedBuffer.calls = 0
+        optimizer_ops._optimizer_step_kernel(optimizer_ops.OptimizerRef(opt)) if kernels else opt.step()
+        counts.append(CountedBuffer.calls)
+        results.append([p.detach().clone() for p in params])
+    assert counts[0] == counts[1] > 0
+    assert all(torch.equal(a, b) for a, b in zip(*results))
