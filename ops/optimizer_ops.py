@@ -221,7 +221,9 @@ def _plain_sgd_groups(groups):
     bools for nesterov and maximize, differentiable, foreach and fused off,
     plain CPU tensors for the parameters (elsewhere SGD picks its foreach
     kernels by default; a subclass may override __torch_function__). The
-    native `sgd_step` makes the same test (`read_sgd_group`)."""
+    native `sgd_step` makes the same test (`read_sgd_group`), and also
+    takes no momentum buffer of a subclass from the state, which the
+    Python calls here reach as eager's do."""
     if torch._C._is_torch_function_mode_enabled() or type(groups) is not list:
         return False
     for group in groups:

@@ -304,18 +304,26 @@ def _graph_while(cond_fn, body_fn, values, names, return_names, maybe_undefined=
         tr.rollback(mark)
     else:
         raise error_at_user_line(f"the shapes of the loop variables did not settle after {_MAX_TRACES} traces")
-    # Python numbers before the loop that every trip makes a tensor, and
-    # numbers some trip gives another type (not exact: the merged type may
-    # be neither path's): (index, exact) (`_trips_decided`). Whatever other
-    # names the loop first assigns (no value before it: nothing to decide).
+    # (index, exact) of the numbers the loop's site decides (`_trips_decided`).
     numbers = [(i, not specs[i].mixed_numbers) for i in trip.carried
-               if not isinstance(values[i], Undefined) and (
-                   (specs[i].python_number and not specs[i].number and specs[i].kind != TENSOR_ARRAY
-                    # (the variable itself, written in place on every trip: `total += t`)
-                    and (not number_or_tensor(trip.new[i]) or trip.new[i] is trip.args[i])
-                    and not stands_for_number(trip.new[i]))
-                   or (specs[i].number and specs[i].mixed_numbers))]
+               if _number_to_decide(specs[i], values[i], trip.new[i], trip.args[i])]
     return _append_while(tr, parent, origin, trip, values, specs, names), numbers
+
+
+def _number_to_decide(spec, value, new, arg):
+    """Whether the loop variable is a Python number before the loop that
+    every trip makes a tensor, or one some trip gives another type (not
+    exact: the merged type may be neither path's). A name with no value
+    before the loop (first assigned in it, or a `return` inside it) has
+    nothing to decide; the loop's other variables still do."""
+    if isinstance(value, Undefined):
+        return False
+    if spec.number:
+        return spec.mixed_numbers
+    return (spec.python_number and spec.kind != TENSOR_ARRAY
+            # (the variable itself, written in place on every trip: `total += t`)
+            and (not number_or_tensor(new) or new is arg)
+            and not stands_for_number(new))
 
 
 def _initial_specs(values, names, return_names, maybe_undefined, key=None):
