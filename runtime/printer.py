@@ -24,6 +24,8 @@ def _call_text(op):
         call += "  {no_grad}"
     for device, dtype, enabled in op.attrs.get("autocast", ()):  # runtime/run_modes.py
         call += f"  {{autocast {device} {dtype if enabled else 'off'}}}"
+    if op.attrs.get("for_rows"):  # d2s/operators/for_loops.py: a `for` loop's row
+        call += "  {for_rows}"
     if op.attrs.get("once"):  # runtime/passes/hoist_invariants.py
         call += "  {once}"
     return f"{lhs} = {call}" if lhs and lhs != "None" else call

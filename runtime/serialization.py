@@ -31,9 +31,11 @@ from .signatures import CallError, check_call
 
 # 2: symbolic dimensions ("s0", "2*s0") in shapes; scalar variables.
 # Version 3 adds `$program_device` attributes (runtime/attrs.py); a version
-# 2 file, which has none, reads the same under 3's rules.
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (2, 3)
+# 2 file, which has none, reads the same under 3's rules. Version 4 adds
+# the `for_rows` call attribute (a `for` loop's rows of a tensor, which eager
+# slices with one `unbind`); a version 2 or 3 file has none.
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (2, 3, 4)
 
 _KINDS = (TENSOR, TENSOR_ARRAY, SCALAR, GENERATOR)
 # The text of a symbolic dimension: symbols (s0, u1), integers, arithmetic
@@ -370,8 +372,9 @@ class _Validator:
 
 # Attributes of a call-style op (every op but the control-flow ones): the
 # kernel's positional and keyword arguments, where its result goes, and
-# whether it ran under no_grad.
-_CALL_ATTRS = {"args": tuple, "kwargs": dict, "out": object, "no_grad": bool, "autocast": list}
+# whether it ran under no_grad (and under autocast), and whether it takes a
+# `for` loop's rows of a tensor (d2s/operators/for_loops.py `_mark_for_rows`).
+_CALL_ATTRS = {"args": tuple, "kwargs": dict, "out": object, "no_grad": bool, "autocast": list, "for_rows": bool}
 
 
 def _check_attr_schema(opdef, attrs, where):

@@ -46,10 +46,28 @@ class Rows(_GraphIterable):
         if self.value.kind == TENSOR_ARRAY:
             return fw.array_read(self.value, i)
         # A view, as in eager iteration: `row *= 2` writes into the tensor.
-        return torch.select(self.value, 0, i)
+        row = torch.select(self.value, 0, i)
+        _mark_for_rows(row)
+        return row
 
     def __iter__(self):
         return iter(self.value)  # the rows (unbind), refused when their number is known only at run time
+
+
+def _mark_for_rows(row):
+    """Mark the op that made `row` as a `for` loop's row (`for_rows`): eager
+    iterates a tensor over the views `x.unbind(0)` makes once as the loop
+    starts, so autograd sums the gradient of all rows in one node. The
+    executor then slices the same way (runtime/passes/loop_slices.py) and
+    the gradient is eager's to the bit, even where an op reads `x` beside
+    its rows on every trip; a per-trip `x[t]` the user wrote stays per trip."""
+    if not is_var(row):
+        return
+    for op in reversed(tracer.current().block.ops):
+        if row.name in op.output("Out"):
+            if op.type == "torch.select":
+                op.attrs["for_rows"] = True
+            return
 
 
 class _Range(_GraphIterable):

@@ -249,10 +249,10 @@ def _trips_decided(cond_fn, body_fn, values, names, return_names, maybe_undefine
     its first trip is traced apart from the values as they are (`if test:
     (first trip; loop)`), so the loop carries the type the trips give. Only
     there: the first trip's ops are then ops of their own, not the loop's
-    (a `for` over a tensor takes one slice per trip rather than unbinding
-    it once, as eager and the loop do: autograd sums its gradient in
-    another order). A loop whose later trips still change the type keeps it
-    pending at the decided site: where that shows, the conversion is refused."""
+    (the executor still takes a `for` loop's first row from the loop's one
+    `unbind`: runtime/passes/loop_slices.py). A loop whose later trips
+    still change the type keeps it pending at the decided site: where that
+    shows, the conversion is refused."""
     peel = key in number_paths.PEELED
 
     def loop():

@@ -19,7 +19,9 @@ each with a before/after docstring:
   - scalars: CPU integer/bool 0-d values (loop counters, lengths, break
     flags) run as Python ints/bools;
   - loop_slices: `x[:, t]` of a loop-invariant `x` by the loop counter is
-    one `x.unbind(1)` before the loop and a Python index per step;
+    one `x.unbind(1)` before the loop and a Python index per step (a `for`
+    loop's rows always, as eager; a per-trip slice where the gradient stays
+    eager's to the bit);
   - hoist_constants: `fill_constant`s only read by ops that make a fresh
     result are created once, at compile time, instead of on every call;
   - direct_kernels: `F.embedding`, `F.relu`, `F.max_pool2d`, `F.dropout`,

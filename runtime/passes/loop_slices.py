@@ -5,16 +5,26 @@ tensor per iteration: a `__getitem__` op (argument parsing, a new view, an
 autograd node) every step. The slices are the views `x.unbind(1)` returns
 all at once, so the pass makes them once, before the loop, and each step
 picks one with Python indexing. Values are the same views of the same
-memory, and the gradient reaching `x` is the same (each element gets
-exactly its own slice's gradient), so this is exact; an index past the end
-is an IndexError as before.
+memory; an index past the end is an IndexError as before.
 
-Applies when the index is the loop's counter (a loop variable), alone or
-after full slices (`x[t]`, `x[:, t]`, `x[:, :, t]`, and `torch.select(x,
-d, t)`, which `for row in x` makes), the sequence is defined outside the
-loop, and nothing in the loop writes in place. For `for row in x` this is
-also what eager does (`iter(x)` is `x.unbind(0)`): the gradient reaching
-`x` is summed in one node, in eager's order, not one per step.
+Applies to ops slicing by the loop's counter (a loop variable), alone or
+after full slices (`x[t]`, `x[:, t]`, `x[:, :, t]`, `torch.select(x, d,
+t)`), of a sequence defined outside the loop, recorded with no `no_grad`
+or autocast of their own, and only where the gradient stays eager's to
+the bit:
+
+- a `for` loop's rows (`for row in x`, the select marked `for_rows`):
+  always. Eager iterates `x.unbind(0)`, made as the loop starts, so this
+  *is* eager's slicing, including the row of a first trip traced ahead of
+  the loop (ops/control_flow/while_op.py `_trips_decided`), in-place writes
+  and ops reading `x` whole beside its rows;
+- a slice the user takes per trip (`x[:, t]`): where eager's per-trip
+  gradients sum to the same bits. Each trip's select adds a tensor that is
+  zero outside its slice, so one node summing them all is exact when no
+  other op of the loop reads `x` (`h + x.sum(1)` interleaves its gradient
+  with the slices') and one op reads one slice per trip (two reads of it
+  are summed first). No in-place write in the loop (it could change a
+  later slice). A sequence no gradient reaches qualifies whatever reads it.
 
 Before:                                          After:
     Out=[..] = while(.., X=[x, ..])                  x_slices = unbind_slices(x, 1)
@@ -28,9 +38,10 @@ import ast
 import torch
 
 from ..attrs import InputRef, OutputRef
-from ..effects import writes_tensors
+from ..effects import var_attr_names, writes_tensors
 from ..ir import TENSOR_ARRAY, Operator
 from ..optable import OpDef, is_internal, register
+from ..run_modes import has_mode
 from ._util import find_var
 
 
@@ -74,36 +85,127 @@ def run(ctx):
                 continue
             body, test = op.attrs["body_block"], op.attrs["cond_block"]
             inside = _names_defined(body) | _names_defined(test) | set(op.attrs["loop_vars"])
-            if writes_tensors([body, test], ctx.get_op_def):
+            found = []  # (op, (seq, dim, rows), whether in a loop nested in this one)
+            _find(body, op, inside, program, False, found)
+            if not found:
                 continue
+            writes = writes_tensors([body, test], ctx.get_op_def)
+            groups = {}
+            for inner, key, nested in found:
+                groups.setdefault(key, []).append((inner, nested))
             made = {}
-
-            def rewrite(inner_block):
-                """Rewrite the slicing ops of `inner_block` (and its sub-blocks);
-                whether any was rewritten there."""
-                done = False
-                for inner in inner_block.ops:
-                    for sub in inner.sub_blocks():
-                        if rewrite(sub):
-                            done = True
-                            inner.inputs["X"] = inner.input("X") + [s for s in made.values()
-                                                                    if s not in inner.input("X")]
-                    slices = _slices_for(inner, op, block, inside, made, program)
-                    if slices is not None:
-                        inner.type = "py.index"
-                        inner.inputs["X"] = [slices, inner.input("X")[1]]
-                        inner.attrs = {"args": (InputRef(0), InputRef(1)), "kwargs": {}, "out": OutputRef(0)}
-                        done = True
-                return done
-
-            rewrite(body)
+            for (seq, dim, rows), members in sorted(groups.items(), key=lambda item: not item[0][2]):
+                if not rows and not _exact(program, op, seq, members, writes, ctx.get_op_def):
+                    continue
+                peeled = _peeled_rows(block, op, seq) if rows else []
+                slices = _slices(op, block, seq, dim, made, program, members[0][0].origin,
+                                 before=peeled[0] if peeled else op)
+                for inner in [m for m, _ in members] + peeled:
+                    inner.type = "py.index"
+                    inner.inputs["X"] = [slices, inner.input("X")[1]]
+                    inner.attrs = {"args": (InputRef(0), InputRef(1)), "kwargs": {}, "out": OutputRef(0)}
+            if made:
+                _capture(body, set(made.values()))
 
 
-def _slices_for(inner, loop, block, inside, made, program):
-    """The name of the slices variable `inner` can read instead of slicing
-    (created before `loop` on first use), or None if it does not qualify."""
-    if inner.attrs.get("kwargs") or len(inner.input("X")) != 2:
-        return None
+def _find(inner_block, loop, inside, program, nested, found):
+    """The slicing ops of `inner_block` and its sub-blocks that could read a
+    slice made before `loop` (`nested`: inside a loop within it, run more
+    than once per trip)."""
+    for inner in inner_block.ops:
+        for sub in inner.sub_blocks():
+            _find(sub, loop, inside, program, nested or inner.type == "while", found)
+        key = _candidate(inner, loop, inside, program)
+        if key is not None:
+            found.append((inner, key, nested))
+
+
+def _peeled_rows(block, loop, seq):
+    """The rows of `seq` that ops of `block` take before `loop` (back to the
+    loop before it): a loop's first trip traced on its own, ahead of the
+    loop (ops/control_flow/while_op.py `_trips_decided`). Eager takes that
+    row from the same `unbind` as the others, so it reads the same slices."""
+    found = []
+    for inner in reversed(block.ops[:block.ops.index(loop)]):
+        if inner.type == "while":
+            break
+        if (inner.type == "torch.select" and inner.attrs.get("for_rows") and not has_mode(inner)
+                and len(inner.input("X")) == 2 and inner.input("X")[0] == seq
+                and inner.attrs.get("args") == (InputRef(0), 0, InputRef(1)) and not inner.attrs.get("kwargs")
+                and inner.attrs.get("out") == OutputRef(0)):
+            found.insert(0, inner)
+    return found
+
+
+def _exact(program, loop, seq, members, writes, get):
+    """Whether slicing `seq` once before `loop` gives eager's gradient (and
+    values) for slicing ops `members` the user wrote per trip (`x[:, t]`).
+    Values are the same views either way; the gradient reaching `seq` is
+    summed in one node instead of one per trip. That is eager's sum to the
+    bit when nothing else inside the loop reads `seq` and one op reads one
+    slice per trip: every other contribution per trip is an exact zero. An
+    op reading `seq` whole beside its slices (`h + x.sum(1)`) interleaves
+    its contributions with the slices' in eager's order, and a slice read
+    twice per trip sums its two gradients first: there the per-trip form
+    stays. In-place writes in the loop keep it too (a write may change
+    what a later slice is). A `seq` no gradient reaches has no sum."""
+    if writes:
+        return False
+    var = find_var(program, seq)
+    if var is not None and var.stop_gradient:
+        return True
+    if len(members) != 1 or members[0][1]:
+        return False
+    return _reads(loop, seq, get, members[0][0]) == 0
+
+
+def _reads(loop, name, get, skip):
+    """How many times the ops of `loop` (its own slots and attributes, and
+    every op of its blocks) read `name`, besides op `skip`. A control-flow
+    op's `X` lists the outer values its blocks read: those reads are its
+    blocks' ops, counted there."""
+    count = sum(names.count(name) for slot, names in loop.inputs.items() if slot != "X")
+    count += var_attr_names(loop, get).count(name)
+    stack = list(loop.sub_blocks())
+    while stack:
+        for op in stack.pop().ops:
+            if op is skip:
+                continue
+            subs = op.sub_blocks()
+            if subs:
+                count += sum(names.count(name) for slot, names in op.inputs.items() if slot != "X")
+                count += var_attr_names(op, get).count(name)
+                stack += subs
+            else:
+                count += op.input_names.count(name)
+    return count
+
+
+def _capture(body, slices):
+    """List `slices` among the `X` (outer values read) of every control-flow
+    op of `body`'s nested blocks that reads one now."""
+    for inner in body.ops:
+        subs = inner.sub_blocks()
+        for sub in subs:
+            _capture(sub, slices)
+        if subs:
+            used = [s for s in slices if s not in inner.input("X") and any(_uses(sub, s) for sub in subs)]
+            inner.inputs["X"] = inner.input("X") + sorted(used)
+
+
+def _uses(block, name):
+    for op in block.ops:
+        if name in op.input_names or any(_uses(sub, name) for sub in op.sub_blocks()):
+            return True
+    return False
+
+
+def _candidate(inner, loop, inside, program):
+    """(seq, dim, rows) for an op slicing loop-invariant `seq` along `dim` by
+    `loop`'s counter (`rows`: a `for` loop's rows, which eager slices with
+    one `unbind` as the loop starts), or None when `inner` is no such op."""
+    if inner.attrs.get("kwargs") or len(inner.input("X")) != 2 or has_mode(inner):
+        return None  # (a slice under `no_grad` or autocast keeps its mode: the slices have none)
     if inner.type == "torch.Tensor.__getitem__" and len(inner.attrs["args"]) == 2:
         seq_arg, index = inner.attrs["args"]
         dim = _slice_dim(index)
@@ -118,16 +220,21 @@ def _slices_for(inner, loop, block, inside, made, program):
     if (seq_arg != InputRef(0) or dim is None or seq in inside or ctr not in loop.attrs["loop_vars"]
             or var is None or dim >= len(var.shape) or inner.attrs.get("out") != OutputRef(0)):
         return None
+    return seq, dim, bool(inner.attrs.get("for_rows")) and dim == 0
+
+
+def _slices(loop, block, seq, dim, made, program, origin, before):
+    """The name of the slices of `seq` along `dim`, made on first use ahead
+    of op `before` (`loop`, or a row its first trip takes ahead of it)."""
     slices = made.get((seq, dim))
     if slices is None:
+        var = find_var(program, seq)
         slices = program.unique_name(f"{seq}_slices")
         block.create_var(name=slices, shape=(), dtype=var.dtype, kind=TENSOR_ARRAY,
                          stop_gradient=var.stop_gradient)
-        block.ops.insert(block.ops.index(loop), Operator(
+        block.ops.insert(block.ops.index(before), Operator(
             block, "unbind_slices", {"X": [seq]}, {"Out": [slices]},
-            {"args": (InputRef(0), dim), "kwargs": {}, "out": OutputRef(0)}, inner.origin))
+            {"args": (InputRef(0), dim), "kwargs": {}, "out": OutputRef(0)}, origin))
         loop.inputs["X"] = loop.input("X") + [slices]
         made[(seq, dim)] = slices
     return slices
-
-

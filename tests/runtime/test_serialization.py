@@ -122,7 +122,7 @@ def test_save_then_load_gives_the_same_program_and_outputs(tmp_path, kind):
 def test_program_json_records_versions_and_endpoints(tmp_path):
     path, _, fetches, _ = _saved(tmp_path)
     doc = json.loads((path / "program.json").read_text())
-    assert doc["format_version"] == 3
+    assert doc["format_version"] == 4
     assert doc["producer"]["torch"] == torch.__version__.split("+")[0]
     assert "d2s" in doc["producer"]
     assert doc["feed"] == ["x"] and doc["fetch"] == [fetches[0].name]
@@ -273,9 +273,9 @@ TAMPERING = {
                     "not valid JSON"),
     "deeply nested json": (_write("program.json", lambda f: f.read_bytes().replace(
         b'"feed"', b'"deep": ' + b"[" * 100000 + b"]" * 100000 + b', "feed"', 1)), "not valid JSON"),
-    "unknown version": (_edit_json(lambda d: d.update(format_version=4)), "format version 4 is not supported"),
+    "unknown version": (_edit_json(lambda d: d.update(format_version=5)), "format version 5 is not supported"),
     "older version": (_edit_json(lambda d: d.update(format_version=1)),
-                      "format version 1 is older than the versions this d2s reads (2 to 3"),
+                      "format version 1 is older than the versions this d2s reads (2 to 4"),
     "version as string": (_edit_json(lambda d: d.update(format_version="1")), "is not supported"),
     "not a d2s model": (_edit_json(lambda d: d.pop("format")), "not a d2s model"),
     "unknown feed": (_edit_json(lambda d: d.update(feed=["nope"])), "feed 'nope'"),

@@ -239,6 +239,22 @@ CASES = {
                 t = t + v7.sum()
             return a + t
         """, ("assert",)),
+    # s30c-315: `for e2 in a` over a tensor whose trips also write a tensor in place; the executor
+    # sliced the rows one select per trip there (eager: one unbind), and `a - b` read beside them
+    # made autograd sum a's gradient in another order (1 ulp off; runtime/passes/loop_slices.py).
+    "loop_rows_beside_an_in_place_write": (dict(grad=True), """
+        def f(x, m, n):
+            a = x * 1.0
+            b = torch.zeros_like(x)
+            s = 0.0
+            for e2 in a:
+                s = s + e2
+                w3 = n * 1
+                while w3.add_(1) < 4:
+                    pass
+                b = torch.tanh(a - b)
+            return a + b + s
+        """, ("while",)),
 }
 
 

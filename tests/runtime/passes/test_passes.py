@@ -247,6 +247,112 @@ def test_loop_slices_bit_identical_values_and_gradients(n):
     assert (got_grad is None and want_grad is None) or torch.equal(got_grad, want_grad)
 
 
+def _slice_beside_whole(x, n):
+    """A per-trip slice and a read of the whole `x` in each trip."""
+    h = torch.zeros(x.shape[0])
+    for t in range(n):
+        h = torch.tanh(x[:, t] * 0.3 + h + x.sum(1) * 0.1)
+    return h
+
+
+def _slice_under_no_grad(x, n):
+    """A per-trip slice taken under `no_grad`: no gradient reaches `x` through it."""
+    h = torch.zeros(x.shape[0])
+    for t in range(n):
+        with torch.no_grad():
+            y = x[:, t]
+        h = torch.tanh(y * 0.3 + h)
+    return h + x.sum(1)
+
+
+def _rows_beside_whole(x, n):
+    """`for row in x` with `x` read whole in each trip, and an early exit."""
+    h = torch.zeros(x.shape[1])
+    for row in x:
+        h = torch.tanh(x.mean(0) - h + row)
+        if h.sum() > n:
+            break
+    return h + x.sum(0)
+
+
+def _rows_beside_an_in_place_write(x, n):
+    """`for row in x` whose trips write a tensor of their own in place
+    (fuzz s30c-315: the rows were sliced per trip there)."""
+    h = torch.zeros(x.shape[1])
+    for row in x:
+        k = n * 1
+        while k.add_(1) < 4:
+            pass
+        h = torch.tanh(x[0] - h) + row
+    return x + h
+
+
+def _first_trip_traced_apart(x, n):
+    """`s` is an int before the loop and a float after a trip: the first
+    trip is traced ahead of the loop, and takes the first row there."""
+    h = torch.zeros(x.shape[1])
+    s = 0
+    for row in x:
+        s = s + 1.5
+        h = torch.tanh(x.mean(0) - h + row * s)
+        if h.sum() > n:
+            break
+    return h + x.sum(0), s
+
+
+@pytest.mark.parametrize("fn, per_trip", [
+    (_slice_beside_whole, True), (_slice_under_no_grad, True), (_rows_beside_whole, False),
+    (_rows_beside_an_in_place_write, False), (_first_trip_traced_apart, False)])
+def test_loop_slices_gradients_are_eagers_to_the_bit(fn, per_trip):
+    """One program for inputs taking zero, some and all trips (and the early
+    exit): values, Python numbers and gradients equal eager's bit for bit.
+    A slice the user takes per trip stays per trip where one node summing
+    the slices' gradients would add them in another order than eager (or
+    under its own `no_grad`); a `for` loop's rows are always eager's one
+    `unbind`."""
+    static = d2s.declarative(fn)
+    sliced = fn in (_slice_beside_whole, _slice_under_no_grad)
+    first = None
+    for rows, n in [(4, 0.0), (4, 100.0), (4, -100.0), (0, 0.0)] if not sliced else [(5, 0), (5, 2), (5, 5)]:
+        x = torch.randn(4 if sliced else rows, rows if sliced else 5,
+                        generator=torch.Generator().manual_seed(int(n) % 7)) * 3
+        count = torch.tensor(n)
+        if fn is _rows_beside_an_in_place_write:
+            count = torch.tensor(int(n) % 3)
+        got = []
+        for f in (fn, static):
+            xi = x.clone().requires_grad_()
+            out = f(xi, count.clone())
+            value = out[0] if isinstance(out, tuple) else out
+            value.sum().backward() if value.requires_grad else None
+            got.append((value.detach(), xi.grad, out[1] if isinstance(out, tuple) else None))
+        first = first or static.concrete_program  # (the first input's program has the loop)
+        (want, want_grad, want_n), (have, have_grad, have_n) = got
+        assert torch.equal(have, want)
+        assert (have_grad is None and want_grad is None) or torch.equal(have_grad, want_grad)
+        assert have_n == want_n and type(have_n) is type(want_n)
+    # One program for every shape (a loop of no trips over no rows has its own shape).
+    assert len(static.program_cache) == (1 if sliced else 2)
+    program = first.main_program
+    assert any(op.type == "while" for block in program.blocks for op in block.ops)
+    optimized = passes.optimize(program, [v.name for v in first.inputs], [v.name for v in first.fetch_vars])[0]
+    text = ops_text(optimized)
+    if per_trip:
+        assert "unbind_slices" not in text and "__getitem__" in text
+    else:
+        assert "unbind_slices(x, 0)" in text and "torch.select" not in text
+
+
+def test_a_for_loops_rows_keep_their_mark_through_a_save(tmp_path):
+    """`for_rows` is part of the saved program: a loaded program slices as eagerly too."""
+    static = d2s.declarative(_rows_beside_whole)
+    static(torch.randn(3, 5), torch.tensor(0.0))
+    program = static.concrete_program.main_program
+    loaded = runtime.serialization.program_from_dict(runtime.serialization.program_to_dict(program))
+    marked = [op for p in (program, loaded) for block in p.blocks for op in block.ops if op.attrs.get("for_rows")]
+    assert len(marked) == 2 and "{for_rows}" in program.to_string()
+
+
 def test_loop_slices_past_the_end_is_an_index_error():
     with pytest.raises(Exception, match="out of range"):
         positive_rows_sum(torch.ones(2, 3), torch.tensor(3))
