@@ -63,7 +63,7 @@ def test_inspect_prints_program_feeds_fetches_and_versions(model):
     result = _cli("inspect", model["dir"], cwd=model["tmp"])
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "format version: 3" in out
+    assert "format version: 4" in out
     assert f"torch {torch.__version__.split('+')[0]}" in out
     # Run-time sizes are printed as the program text prints them.
     assert "feeds:\n  x: float32[s0, 4]\n  ids: int64[s1]\n" in out

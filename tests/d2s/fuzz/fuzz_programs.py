@@ -205,6 +205,9 @@ ALIASES = ["{n} = a; {n} *= {s}", "{n} = a[1:]; {n} += b[1:]", "{n} = a[1]; {n} 
 # Statements that use a loop's target, by target kind.
 TARGET_USES = {
     "index": ["a = a + {v}", "t = t + {v}", "k = k + {v}"],
+    # `for i in range(n)` (n <= 3): `x[i]` slices the input per trip, as the user wrote it, where
+    # other statements read `x` whole (the executor's one-`unbind` slicing must keep eager's gradient).
+    "counter": ["a = a + {v}", "t = t + {v}", "k = k + {v}", "t = t + x[{v}]", "a = a + x[{v}] * {s}"],
     "row": ["a = a + {v}", "b = b + {v} * {s}", "ys.append({v})", "t = t + {v}.sum()"],
     "row_inplace": ["{v} *= {s}"],
     "scale": ["a = a * {v}", "s = s + {v}"],
@@ -492,7 +495,7 @@ class _Generator:
         init, step, new_targets = [], [], []
         if kind == "range_tensor":
             v = self.fresh("i")
-            header, new_targets = f"for {v} in range(n):", [(v, "index")]
+            header, new_targets = f"for {v} in range(n):", [(v, "counter")]
         elif kind == "rows":
             v = self.fresh("row")
             header, new_targets = f"for {v} in m:", [(v, "row")]
@@ -504,7 +507,7 @@ class _Generator:
             header, new_targets = f"for {v} in {r.choice(['x', 'a', 'b'])}:", [(v, "elem")]
         elif kind == "zip":
             i, v = self.fresh("i"), self.fresh("row")
-            header, new_targets = f"for {i}, {v} in zip(range(n), m):", [(i, "index"), (v, "row")]
+            header, new_targets = f"for {i}, {v} in zip(range(n), m):", [(i, "counter"), (v, "row")]
         elif kind == "range_python":
             v = self.fresh("i")
             header, new_targets = f"for {v} in range({r.randint(0, 3)}):", [(v, "index")]
