@@ -265,7 +265,7 @@ def documented_messages(path=DOCS):
         pattern = re.sub(r"`[^`]*`", "`[^`]+`", pattern)
         pattern = re.sub(r"\b(int64|float32|int32|float64|bool)\b", r"\\w+", pattern)  # (before the digits)
         pattern = re.sub(r"\d+", r"\\d+", pattern)
-        pattern = re.sub(r"\b(true|false)\b", "(true|false)", pattern)
+        pattern = re.sub(r"\b([Tt]rue|[Ff]alse)\b", "([Tt]rue|[Ff]alse)", pattern)
         pattern = re.sub(r"\bNone\b", r"\\w+", pattern)
         patterns.append(re.compile(pattern))
     return patterns
