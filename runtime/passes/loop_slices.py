@@ -94,6 +94,7 @@ def run(ctx):
             for inner, key, nested in found:
                 groups.setdefault(key, []).append((inner, nested))
             made = {}
+            # (rows first: their slices may be made ahead of a first trip's row, and others share them)
             for (seq, dim, rows), members in sorted(groups.items(), key=lambda item: not item[0][2]):
                 if not rows and not _exact(program, op, seq, members, writes, ctx.get_op_def):
                     continue
@@ -129,10 +130,7 @@ def _peeled_rows(block, loop, seq):
     for inner in reversed(block.ops[:block.ops.index(loop)]):
         if inner.type == "while":
             break
-        if (inner.type == "torch.select" and inner.attrs.get("for_rows") and not has_mode(inner)
-                and len(inner.input("X")) == 2 and inner.input("X")[0] == seq
-                and inner.attrs.get("args") == (InputRef(0), 0, InputRef(1)) and not inner.attrs.get("kwargs")
-                and inner.attrs.get("out") == OutputRef(0)):
+        if inner.attrs.get("for_rows") and _select_dim(inner) == 0 and inner.input("X")[0] == seq:
             found.insert(0, inner)
     return found
 
@@ -164,20 +162,18 @@ def _reads(loop, name, get, skip):
     every op of its blocks) read `name`, besides op `skip`. A control-flow
     op's `X` lists the outer values its blocks read: those reads are its
     blocks' ops, counted there."""
-    count = sum(names.count(name) for slot, names in loop.inputs.items() if slot != "X")
-    count += var_attr_names(loop, get).count(name)
-    stack = list(loop.sub_blocks())
+    count, stack = 0, [loop]
     while stack:
-        for op in stack.pop().ops:
-            if op is skip:
-                continue
-            subs = op.sub_blocks()
-            if subs:
-                count += sum(names.count(name) for slot, names in op.inputs.items() if slot != "X")
-                count += var_attr_names(op, get).count(name)
-                stack += subs
-            else:
-                count += op.input_names.count(name)
+        op = stack.pop()
+        if op is skip:
+            continue
+        subs = op.sub_blocks()
+        if not subs:
+            count += op.input_names.count(name)
+            continue
+        count += sum(names.count(name) for slot, names in op.inputs.items() if slot != "X")
+        count += var_attr_names(op, get).count(name)
+        stack += [inner for sub in subs for inner in sub.ops]
     return count
 
 
@@ -204,23 +200,36 @@ def _candidate(inner, loop, inside, program):
     """(seq, dim, rows) for an op slicing loop-invariant `seq` along `dim` by
     `loop`'s counter (`rows`: a `for` loop's rows, which eager slices with
     one `unbind` as the loop starts), or None when `inner` is no such op."""
-    if inner.attrs.get("kwargs") or len(inner.input("X")) != 2 or has_mode(inner):
-        return None  # (a slice under `no_grad` or autocast keeps its mode: the slices have none)
+    if not _plain_call(inner):
+        return None
     if inner.type == "torch.Tensor.__getitem__" and len(inner.attrs["args"]) == 2:
         seq_arg, index = inner.attrs["args"]
-        dim = _slice_dim(index)
-    elif (inner.type == "torch.select" and len(inner.attrs["args"]) == 3
-          and type(inner.attrs["args"][1]) is int and inner.attrs["args"][1] >= 0
-          and inner.attrs["args"][2] == InputRef(1)):
-        seq_arg, dim = inner.attrs["args"][0], inner.attrs["args"][1]  # `for row in x`: x.select(0, ctr)
+        dim = _slice_dim(index) if seq_arg == InputRef(0) else None
     else:
+        dim = _select_dim(inner)  # `for row in x`: x.select(0, ctr)
+    if dim is None:
         return None
     seq, ctr = inner.input("X")
     var = find_var(program, seq)
-    if (seq_arg != InputRef(0) or dim is None or seq in inside or ctr not in loop.attrs["loop_vars"]
-            or var is None or dim >= len(var.shape) or inner.attrs.get("out") != OutputRef(0)):
+    if var is None or seq in inside or ctr not in loop.attrs["loop_vars"] or dim >= len(var.shape):
         return None
-    return seq, dim, bool(inner.attrs.get("for_rows")) and dim == 0
+    return seq, dim, bool(inner.attrs.get("for_rows")) and inner.type == "torch.select" and dim == 0
+
+
+def _plain_call(inner):
+    """A call of the op's two inputs, no keywords, one result, and no
+    `no_grad` or autocast of its own (the slices have none)."""
+    return (not inner.attrs.get("kwargs") and len(inner.input("X")) == 2 and not has_mode(inner)
+            and inner.attrs.get("out") == OutputRef(0))
+
+
+def _select_dim(inner):
+    """`d` of a plain `torch.select(seq, d, index)` of the op's two inputs, else None."""
+    args = inner.attrs.get("args")
+    if (inner.type == "torch.select" and _plain_call(inner) and len(args) == 3 and args[0] == InputRef(0)
+            and type(args[1]) is int and args[1] >= 0 and args[2] == InputRef(1)):
+        return args[1]
+    return None
 
 
 def _slices(loop, block, seq, dim, made, program, origin, before):
